@@ -1,0 +1,236 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"cloud.google.com/go/bigtable"
+
+	"github.com/cellttl/cellttl/expiry"
+	"github.com/cellttl/cellttl/ingest"
+	"github.com/cellttl/cellttl/internal/duration"
+	"github.com/cellttl/cellttl/pipeline"
+	"github.com/cellttl/cellttl/sink"
+	"github.com/cellttl/cellttl/tenants"
+)
+
+var errFlagHelp = flag.ErrHelp
+
+// common are the flags of every command that touches Bigtable.
+type common struct {
+	tenantsFile       string
+	project, instance string
+	table, family     string
+	logFormat         string
+	logLevel          string
+}
+
+func (c *common) register(f *flags) {
+	f.String(&c.tenantsFile, "tenants", "TENANTS_FILE", "tenants.yaml", "per-tenant TTL file")
+	f.String(&c.project, "project", "BIGTABLE_PROJECT", "", "Google Cloud project of the Bigtable instance (default \"local\" with BIGTABLE_EMULATOR_HOST)")
+	f.String(&c.instance, "instance", "BIGTABLE_INSTANCE", "", "Bigtable instance (default \"local\" with BIGTABLE_EMULATOR_HOST)")
+	f.String(&c.table, "table", "BIGTABLE_TABLE", "clicks", "Bigtable table")
+	f.String(&c.family, "family", "BIGTABLE_FAMILY", "c", "column family of the event and written_at columns")
+	f.String(&c.logFormat, "log-format", "LOG_FORMAT", "json", "log format: json or text")
+	f.String(&c.logLevel, "log-level", "LOG_LEVEL", "info", "log level: debug, info, warn or error")
+}
+
+// resolve fills defaults that depend on the environment and checks the rest.
+func (c *common) resolve() error {
+	if os.Getenv("BIGTABLE_EMULATOR_HOST") != "" {
+		if c.project == "" {
+			c.project = "local"
+		}
+		if c.instance == "" {
+			c.instance = "local"
+		}
+	}
+	var errs []error
+	if c.project == "" {
+		errs = append(errs, errors.New("--project is required (or BIGTABLE_PROJECT)"))
+	}
+	if c.instance == "" {
+		errs = append(errs, errors.New("--instance is required (or BIGTABLE_INSTANCE)"))
+	}
+	if c.table == "" {
+		errs = append(errs, errors.New("--table must not be empty"))
+	}
+	if c.family == "" {
+		errs = append(errs, errors.New("--family must not be empty"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	return nil
+}
+
+func (c *common) target() sink.Target { return sink.Target{Table: c.table, Family: c.family} }
+
+// bigtableClients opens the data and admin clients. BIGTABLE_EMULATOR_HOST,
+// when set, points both at an emulator, as the client library defines.
+func (c *common) bigtableClients(ctx context.Context) (*bigtable.Client, *bigtable.AdminClient, error) {
+	dc, err := bigtable.NewClient(ctx, c.project, c.instance)
+	if err != nil {
+		return nil, nil, fmt.Errorf("bigtable client for %s/%s: %w", c.project, c.instance, err)
+	}
+	ac, err := bigtable.NewAdminClient(ctx, c.project, c.instance)
+	if err != nil {
+		dc.Close()
+		return nil, nil, fmt.Errorf("bigtable admin client for %s/%s: %w", c.project, c.instance, err)
+	}
+	return dc, ac, nil
+}
+
+// describePolicy says what GC rule a policy needs and why.
+func describePolicy(p *expiry.Policy) string {
+	return fmt.Sprintf("strategy %s with default_ttl %s", p.Strategy, duration.Format(p.DefaultTTL))
+}
+
+func runSetup(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var c common
+	var opts sink.SetupOptions
+	f := newFlags("worker setup", "worker setup: create the table and column family with the GC rule the strategy needs.", stderr)
+	c.register(f)
+	f.Bool(&opts.UpdateGCPolicy, "update-gc-policy", "UPDATE_GC_POLICY", false, "replace the family's GC rule when it differs")
+	f.Bool(&opts.Force, "force", "FORCE", false, "allow the one-second strategy's 1s max-age on a family that already holds cells (they will be deleted)")
+	if err := parse(f, args); err != nil {
+		return err
+	}
+	if err := c.resolve(); err != nil {
+		return err
+	}
+	cfg, err := tenants.Load(c.tenantsFile)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	dc, ac, err := c.bigtableClients(ctx)
+	if err != nil {
+		return err
+	}
+	defer dc.Close()
+	defer ac.Close()
+	want := cfg.Policy.GCMaxAge()
+	res, err := sink.Setup(ctx, ac, dc, c.target(), want, opts)
+	if err != nil {
+		return fmt.Errorf("setup for %s: %w", describePolicy(cfg.Policy), err)
+	}
+	rule := sink.DescribeGC(bigtable.MaxAgePolicy(want))
+	switch {
+	case res.CreatedFamily:
+		fmt.Fprintf(stdout, "created family %s (table created: %t) with GC rule %q for %s\n", c.target(), res.CreatedTable, rule, describePolicy(cfg.Policy))
+	case res.UpdatedRule:
+		fmt.Fprintf(stdout, "changed GC rule of %s from %q to %q for %s\n", c.target(), res.OldRule, rule, describePolicy(cfg.Policy))
+	default:
+		fmt.Fprintf(stdout, "family %s already has GC rule %q for %s; nothing to do\n", c.target(), rule, describePolicy(cfg.Policy))
+	}
+	return nil
+}
+
+// runOptions are the flags of worker run.
+type runOptions struct {
+	common
+	brokers, topic, group, dlqTopic string
+	commitInterval                  time.Duration
+	writeTimeout                    time.Duration
+	pipe                            pipeline.Config
+}
+
+func (o *runOptions) register(f *flags) {
+	o.common.register(f)
+	d := pipeline.DefaultConfig()
+	f.String(&o.brokers, "brokers", "KAFKA_BROKERS", "", "comma-separated Kafka bootstrap brokers (required)")
+	f.String(&o.topic, "topic", "KAFKA_TOPIC", "clicks", "topic of click events")
+	f.String(&o.group, "group", "KAFKA_GROUP", "cellttl", "consumer group; workers in one group share the topic's partitions")
+	f.String(&o.dlqTopic, "dlq-topic", "KAFKA_DLQ_TOPIC", "", "dead-letter topic (default <topic>.dlq)")
+	f.Duration(&o.commitInterval, "commit-interval", "COMMIT_INTERVAL", time.Second, "how often settled offsets are committed")
+	f.Duration(&o.writeTimeout, "write-timeout", "WRITE_TIMEOUT", 30*time.Second, "bound on one Bigtable bulk write attempt before it is retried")
+	f.Int(&o.pipe.FlushRows, "flush-rows", "FLUSH_ROWS", d.FlushRows, "flush a batch at this many rows")
+	f.Int(&o.pipe.FlushBytes, "flush-bytes", "FLUSH_BYTES", d.FlushBytes, "flush a batch at this many bytes of event values")
+	f.Duration(&o.pipe.FlushInterval, "flush-interval", "FLUSH_INTERVAL", d.FlushInterval, "flush a batch when its first row is this old")
+	f.Int(&o.pipe.Writers, "writers", "WRITERS", d.Writers, "batches written to Bigtable concurrently")
+	f.Int64(&o.pipe.MaxInflightBytes, "max-inflight-bytes", "MAX_INFLIGHT_BYTES", d.MaxInflightBytes, "bytes of events fetched and not yet settled; fetching pauses beyond")
+	f.Duration(&o.pipe.DrainTimeout, "drain-timeout", "DRAIN_TIMEOUT", d.DrainTimeout, "on SIGTERM, time allowed to flush, commit and leave the group")
+	f.Int(&o.pipe.Decoder.MaxBytes, "max-event-bytes", "MAX_EVENT_BYTES", d.Decoder.MaxBytes, "larger events go to the dead-letter topic")
+	f.Duration(&o.pipe.Decoder.MaxClockSkew, "max-clock-skew", "MAX_CLOCK_SKEW", d.Decoder.MaxClockSkew, "an occurred_at further in the future is clamped to the processing time")
+}
+
+func (o *runOptions) resolve() ([]string, error) {
+	if err := o.common.resolve(); err != nil {
+		return nil, err
+	}
+	brokers, err := ingest.SplitBrokers(o.brokers)
+	if err != nil {
+		return nil, &exitError{code: 2, err: err}
+	}
+	if o.dlqTopic == "" {
+		o.dlqTopic = o.topic + ".dlq"
+	}
+	if o.dlqTopic == o.topic {
+		return nil, &exitError{code: 2, err: fmt.Errorf("--dlq-topic %q is the input topic", o.dlqTopic)}
+	}
+	if err := o.pipe.Validate(); err != nil {
+		return nil, &exitError{code: 2, err: err}
+	}
+	return brokers, nil
+}
+
+func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
+	var o runOptions
+	f := newFlags("worker run", "worker run: consume click events and write them with per-tenant TTLs.", stderr)
+	o.register(f)
+	if err := parse(f, args); err != nil {
+		return err
+	}
+	brokers, err := o.resolve()
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, o.logFormat, o.logLevel)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	cfg, err := tenants.Load(o.tenantsFile)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	dc, ac, err := o.bigtableClients(ctx)
+	if err != nil {
+		return err
+	}
+	defer dc.Close()
+	defer ac.Close()
+	if err := sink.CheckGC(ctx, ac, o.target(), cfg.Policy.GCMaxAge()); err != nil {
+		return fmt.Errorf("refusing to start: %w (the tenants file asks for %s; run worker setup, with --update-gc-policy to change an existing rule)", err, describePolicy(cfg.Policy))
+	}
+	return serve(ctx, &o, brokers, cfg, dc, log)
+}
+
+// serve runs the pipeline until ctx ends and it has drained.
+func serve(ctx context.Context, o *runOptions, brokers []string, cfg *tenants.Config, dc *bigtable.Client, log *slog.Logger) error {
+	consumer := ingest.NewConsumer(ingest.ConsumerConfig{
+		Brokers:        brokers,
+		Topic:          o.topic,
+		Group:          o.group,
+		CommitInterval: o.commitInterval,
+		FetchMaxBytes:  max(10<<20, 2*o.pipe.Decoder.MaxBytes),
+	}, log)
+	dlq := ingest.NewDeadLetterWriter(brokers, o.dlqTopic, nil)
+	wcfg := sink.DefaultWriterConfig()
+	wcfg.AttemptTimeout = o.writeTimeout
+	writer := sink.NewWriter(dc.Open(o.table), o.family, wcfg, log)
+
+	p := pipeline.New(o.pipe, consumer, writer, dlq, func() *tenants.Config { return cfg }, log)
+	log.Info("worker started", "topic", o.topic, "group", o.group, "dlq_topic", o.dlqTopic,
+		"table", o.table, "family", o.family, "strategy", cfg.Policy.Strategy.String(),
+		"default_ttl", duration.Format(cfg.Policy.DefaultTTL), "tenants", len(cfg.Policy.Tenants), "config_version", cfg.Version)
+	runErr := p.Run(ctx)
+	t := p.Stats().Totals()
+	log.Info("worker stopping", "consumed", t.Consumed, "written", t.Written, "expired", t.Expired, "dead_lettered", t.DeadLettered, "clamped", t.Clamped, "committed", consumer.Committed())
+	return errors.Join(runErr, consumer.Close(), dlq.Close())
+}

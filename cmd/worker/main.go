@@ -1,0 +1,106 @@
+// Command worker consumes click events from Kafka and writes them to
+// Bigtable with per-tenant TTLs. See the README for the contract.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `worker: per-tenant TTLs on Bigtable, fed from Kafka.
+
+Usage:
+  worker [run] [flags]   consume, compute cell timestamps, write (the default)
+  worker setup [flags]   create the table and family with the GC rule the strategy needs
+  worker demo [flags]    everything in-process: Kafka, the Bigtable emulator, synthetic clicks
+
+Run "worker COMMAND --help" for a command's flags.`
+
+// exitError carries a specific exit code.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(exitCode(err, os.Stderr))
+}
+
+func exitCode(err error, stderr io.Writer) int {
+	if err == nil {
+		return 0
+	}
+	if errors.Is(err, errHelp) {
+		return 0
+	}
+	var ee *exitError
+	code := 1
+	if errors.As(err, &ee) {
+		code = ee.code
+	}
+	fmt.Fprintln(stderr, "worker:", err)
+	return code
+}
+
+var errHelp = errors.New("help requested")
+
+// run dispatches to a command. ctx ends at SIGINT or SIGTERM.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cmd := "run"
+	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "run":
+		return runWorker(ctx, args, stderr)
+	case "setup":
+		return runSetup(ctx, args, stdout, stderr)
+	case "demo":
+		return runDemo(ctx, args, stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprintln(stdout, usage)
+		return nil
+	}
+	return &exitError{code: 2, err: fmt.Errorf("unknown command %q\n\n%s", cmd, usage)}
+}
+
+// parse parses a command's flags, turning --help into a clean exit.
+func parse(f *flags, args []string) error {
+	if err := f.Parse(args); err != nil {
+		if errors.Is(err, errFlagHelp) {
+			return errHelp
+		}
+		return &exitError{code: 2, err: err}
+	}
+	if f.NArg() > 0 {
+		return &exitError{code: 2, err: fmt.Errorf("unexpected argument %q", f.Arg(0))}
+	}
+	return nil
+}
+
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want json or text", format)
+}

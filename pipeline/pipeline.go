@@ -1,0 +1,273 @@
+// Package pipeline wires the worker's stages: Kafka messages in, each
+// decoded, given its tenant's cell timestamp, batched and written to
+// Bigtable or set aside in the dead-letter topic, and its offset settled.
+// It owns the order of shutdown: stop fetching, flush, commit, leave.
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"golang.org/x/sync/semaphore"
+
+	"github.com/cellttl/cellttl/event"
+	"github.com/cellttl/cellttl/expiry"
+	"github.com/cellttl/cellttl/ingest"
+	"github.com/cellttl/cellttl/rowkey"
+	"github.com/cellttl/cellttl/sink"
+	"github.com/cellttl/cellttl/tenants"
+)
+
+// Source is where messages come from and where they are settled.
+type Source interface {
+	Fetch(ctx context.Context) (kafka.Message, ingest.Ack, error)
+	Done(ingest.Ack)
+	Commit(ctx context.Context) error
+	CommitLoop(ctx context.Context)
+}
+
+// RowWriter writes a batch of rows; see sink.Writer.Write.
+type RowWriter interface {
+	Write(ctx context.Context, rows []sink.Row) ([]error, error)
+}
+
+// DeadLetterer produces rejected messages to the dead-letter topic.
+type DeadLetterer interface {
+	Write(ctx context.Context, dls []ingest.DeadLetter) error
+}
+
+// Config tunes the pipeline.
+type Config struct {
+	// A batch is flushed when it has FlushRows rows, FlushBytes bytes of
+	// values, or its first row is FlushInterval old, whichever comes first.
+	FlushRows     int
+	FlushBytes    int
+	FlushInterval time.Duration
+	// Writers is the number of batches written concurrently.
+	Writers int
+	// MaxInflightBytes bounds the bytes of messages fetched and not yet
+	// settled; fetching pauses at the bound (backpressure).
+	MaxInflightBytes int64
+	// DrainTimeout bounds shutdown once ctx ends.
+	DrainTimeout time.Duration
+	Decoder      event.Decoder
+}
+
+// DefaultConfig returns the defaults the worker's flags document.
+func DefaultConfig() Config {
+	return Config{
+		FlushRows:        1000,
+		FlushBytes:       8 << 20,
+		FlushInterval:    100 * time.Millisecond,
+		Writers:          4,
+		MaxInflightBytes: 64 << 20,
+		DrainTimeout:     30 * time.Second,
+		Decoder:          event.Decoder{MaxBytes: 1 << 20, MaxClockSkew: 5 * time.Minute},
+	}
+}
+
+// Validate checks the settings, naming the flag at fault.
+func (c Config) Validate() error {
+	var errs []error
+	if c.FlushRows < 1 || c.FlushRows*2 > sink.MaxMutationsPerRequest {
+		errs = append(errs, fmt.Errorf("--flush-rows %d: want 1..%d (each row writes up to 2 cells, a request at most %d)", c.FlushRows, sink.MaxMutationsPerRequest/2, sink.MaxMutationsPerRequest))
+	}
+	if c.FlushBytes < 1 {
+		errs = append(errs, fmt.Errorf("--flush-bytes %d: must be positive", c.FlushBytes))
+	}
+	if c.FlushInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--flush-interval %s: must be positive", c.FlushInterval))
+	}
+	if c.Writers < 1 {
+		errs = append(errs, fmt.Errorf("--writers %d: must be at least 1", c.Writers))
+	}
+	if c.Decoder.MaxBytes < 1 {
+		errs = append(errs, fmt.Errorf("--max-event-bytes %d: must be positive", c.Decoder.MaxBytes))
+	}
+	if c.MaxInflightBytes < int64(c.Decoder.MaxBytes)+rowOverhead {
+		errs = append(errs, fmt.Errorf("--max-inflight-bytes %d: must hold at least one event of --max-event-bytes %d", c.MaxInflightBytes, c.Decoder.MaxBytes))
+	}
+	if c.DrainTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--drain-timeout %s: must be positive", c.DrainTimeout))
+	}
+	if c.Decoder.MaxClockSkew < 0 {
+		errs = append(errs, fmt.Errorf("--max-clock-skew %s: must not be negative", c.Decoder.MaxClockSkew))
+	}
+	return errors.Join(errs...)
+}
+
+// rowOverhead approximates the memory of a message beyond its value: key,
+// headers, the row and bookkeeping. It keeps tiny events from escaping the
+// in-flight bound.
+const rowOverhead = 256
+
+// Pipeline moves events from a Source to a RowWriter.
+type Pipeline struct {
+	cfg     Config
+	src     Source
+	rows    RowWriter
+	dlq     DeadLetterer
+	config  func() *tenants.Config
+	log     *slog.Logger
+	now     func() time.Time
+	stats   *Stats
+	inlight *semaphore.Weighted
+}
+
+// New returns a Pipeline. config returns the tenants configuration in force;
+// it is called once per message and must not block.
+func New(cfg Config, src Source, rows RowWriter, dlq DeadLetterer, config func() *tenants.Config, log *slog.Logger) *Pipeline {
+	return &Pipeline{
+		cfg: cfg, src: src, rows: rows, dlq: dlq, config: config, log: log,
+		now:     time.Now,
+		stats:   &Stats{},
+		inlight: semaphore.NewWeighted(cfg.MaxInflightBytes),
+	}
+}
+
+// Stats returns the per-tenant counters.
+func (p *Pipeline) Stats() *Stats { return p.stats }
+
+// item is one message on its way to Bigtable.
+type item struct {
+	row    sink.Row
+	ack    ingest.Ack
+	msg    kafka.Message
+	tenant *TenantStats
+	expiry time.Time
+	size   int64
+	// version of the tenants config the row's timestamp was computed under.
+	version string
+}
+
+type batch struct {
+	items   []item
+	version string // tenants config version all items were processed under
+}
+
+// Run processes messages until ctx ends, then drains: it stops fetching,
+// writes what was fetched, commits, and returns. It returns nil when the
+// drain finished within DrainTimeout.
+func (p *Pipeline) Run(ctx context.Context) error {
+	// Writes and dead-letter produces outlive ctx: they are cut only when the
+	// drain deadline passes.
+	drainCtx, cancelDrain := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelDrain()
+	stopDrainTimer := context.AfterFunc(ctx, func() {
+		time.AfterFunc(p.cfg.DrainTimeout, cancelDrain)
+	})
+	defer stopDrainTimer()
+
+	items := make(chan item, p.cfg.FlushRows)
+	batches := make(chan batch)
+	dead := make(chan deadItem, 1024)
+
+	var commitWG, writeWG, dlqWG, batchWG sync.WaitGroup
+	commitCtx, stopCommits := context.WithCancel(drainCtx)
+	commitWG.Go(func() { p.src.CommitLoop(commitCtx) })
+	batchWG.Go(func() { p.batchLoop(items, batches) })
+	for range p.cfg.Writers {
+		writeWG.Go(func() { p.writeLoop(drainCtx, batches, dead) })
+	}
+	dlqWG.Go(func() { p.deadLetterLoop(drainCtx, dead) })
+
+	fetchErr := p.fetchLoop(ctx, items, dead)
+
+	close(items)
+	batchWG.Wait()
+	writeWG.Wait()
+	close(dead)
+	dlqWG.Wait()
+	stopCommits()
+	commitWG.Wait()
+
+	// The final commit gets a moment even when the drain ran out of time:
+	// whatever is settled by now should not be redelivered.
+	finalCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	commitErr := p.src.Commit(finalCtx)
+	drained := drainCtx.Err() == nil
+	switch {
+	case fetchErr != nil:
+		return errors.Join(fetchErr, commitErr)
+	case commitErr != nil:
+		return fmt.Errorf("final commit: %w", commitErr)
+	case !drained:
+		return fmt.Errorf("drain did not finish within %s: unsettled events will be redelivered", p.cfg.DrainTimeout)
+	}
+	return nil
+}
+
+// fetchLoop fetches and routes messages until ctx ends.
+func (p *Pipeline) fetchLoop(ctx context.Context, items chan<- item, dead chan<- deadItem) error {
+	for {
+		msg, ack, err := p.src.Fetch(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		size := int64(len(msg.Value)) + rowOverhead
+		if size > p.cfg.MaxInflightBytes {
+			// Oversized events are refused before decoding anyway; count them
+			// at the bound so that Acquire cannot fail on them.
+			size = p.cfg.MaxInflightBytes
+		}
+		if err := p.inlight.Acquire(ctx, size); err != nil {
+			// Stopping: the message is unsettled and will be redelivered.
+			return nil
+		}
+		p.route(msg, ack, size, items, dead)
+	}
+}
+
+// route decides a message's fate: dead letter, skip, or a row to write.
+func (p *Pipeline) route(msg kafka.Message, ack ingest.Ack, size int64, items chan<- item, dead chan<- deadItem) {
+	now := p.now()
+	ev, err := p.cfg.Decoder.Decode(msg.Value, msg.Time, now)
+	if err != nil {
+		var evErr *event.Error
+		field := ""
+		if errors.As(err, &evErr) {
+			field = evErr.Field
+		}
+		ts := p.stats.Tenant(ev.Tenant)
+		ts.Consumed.Add(1)
+		dead <- deadItem{dl: ingest.DeadLetter{Msg: msg, Reason: err.Error(), Field: field}, ack: ack, tenant: ts, size: size}
+		return
+	}
+	ts := p.stats.Tenant(ev.Tenant)
+	ts.Consumed.Add(1)
+	if ev.Clamped {
+		ts.Clamped.Add(1)
+	}
+	cfg := p.config()
+	pol := cfg.Policy
+	cell := pol.Cell(ev.Tenant, ev.Base)
+	if expiry.Expired(cell.Expiry, now) {
+		ts.Expired.Add(1)
+		p.settle(ack, size)
+		return
+	}
+	key := rowkey.Build(make([]byte, 0, len(ev.Tenant)+len(ev.User)+len(ev.ID)+24), ev.Tenant, ev.User, ev.ID, ev.Base.UnixMilli())
+	items <- item{
+		row:     sink.Row{Key: string(key), Timestamp: cell.Timestamp, Value: msg.Value, WrittenAt: pol.RecordRealTimestamp},
+		ack:     ack,
+		msg:     msg,
+		tenant:  ts,
+		expiry:  cell.Expiry,
+		size:    size,
+		version: cfg.Version,
+	}
+}
+
+func (p *Pipeline) settle(ack ingest.Ack, size int64) {
+	p.src.Done(ack)
+	p.inlight.Release(size)
+}

@@ -1,0 +1,166 @@
+// Package rowkey owns the layout of cellttl's Bigtable row keys and the rules
+// for the ids that go into them.
+//
+// A row key is
+//
+//		<tenant_id>#<bucket>#<user_id>#<millis>#<event_id>
+//
+//	  - tenant_id first, so that one tenant's rows form one contiguous range
+//	    (per-tenant scans, per-tenant deletes with DropRowRange).
+//	  - bucket is four hex digits of a hash of user_id (of event_id when the
+//	    event has no user): within a tenant, writes spread evenly over 65,536
+//	    slots instead of piling onto the newest time range, so Bigtable can
+//	    split a busy tenant across nodes.
+//	  - user_id next, so one user's events are contiguous: a scan of the prefix
+//	    <tenant>#<bucket>#<user># reads that user alone.
+//	  - millis is the event time (the TTL base) as 13 zero-padded digits of
+//	    milliseconds since the Unix epoch, so a user's events come back in time
+//	    order and a time window is a key range.
+//	  - event_id last makes the key unique per event; a redelivered event maps
+//	    to the same key.
+//
+// Ids must not contain '#', the separator, so no two distinct events can
+// produce the same key.
+package rowkey
+
+import (
+	"fmt"
+	"strconv"
+	"unicode/utf8"
+)
+
+// Sep separates the parts of a row key.
+const Sep = '#'
+
+// MaxIDBytes bounds tenant, user and event ids: with four of them and the
+// fixed parts a key stays far below Bigtable's 4 KiB row key limit.
+const MaxIDBytes = 128
+
+// millisWidth fits every millisecond until the year 2286 in fixed width, so
+// keys sort by time.
+const millisWidth = 13
+
+// ValidateID checks an id against the rules every id in a row key follows:
+// non-empty, at most MaxIDBytes bytes of valid UTF-8, no '#', no control
+// characters. The error names the field and quotes the value.
+func ValidateID(field, id string) error {
+	if id == "" {
+		return fmt.Errorf("%s is empty", field)
+	}
+	if len(id) > MaxIDBytes {
+		return fmt.Errorf("%s %.40q... is %d bytes, more than %d", field, id, len(id), MaxIDBytes)
+	}
+	if !utf8.ValidString(id) {
+		return fmt.Errorf("%s %q is not valid UTF-8", field, id)
+	}
+	for _, r := range id {
+		if r == Sep {
+			return fmt.Errorf("%s %q contains '#', the row key separator", field, id)
+		}
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return fmt.Errorf("%s %q contains a control character", field, id)
+		}
+	}
+	return nil
+}
+
+// Build appends the row key of an event to dst and returns it. millis may be
+// negative only for events long expired, which are never written; it is
+// clamped to 0 so the key keeps its fixed width.
+func Build(dst []byte, tenant, user, eventID string, millis int64) []byte {
+	dst = append(dst, tenant...)
+	dst = append(dst, Sep)
+	dst = appendBucket(dst, user, eventID)
+	dst = append(dst, Sep)
+	dst = append(dst, user...)
+	dst = append(dst, Sep)
+	dst = appendMillis(dst, millis)
+	dst = append(dst, Sep)
+	dst = append(dst, eventID...)
+	return dst
+}
+
+// TenantPrefix is the prefix of every row of tenant.
+func TenantPrefix(tenant string) string {
+	return tenant + string(Sep)
+}
+
+// UserPrefix is the prefix of every row of one user of tenant.
+func UserPrefix(tenant, user string) string {
+	b := make([]byte, 0, len(tenant)+len(user)+8)
+	b = append(b, tenant...)
+	b = append(b, Sep)
+	b = appendBucket(b, user, "")
+	b = append(b, Sep)
+	b = append(b, user...)
+	b = append(b, Sep)
+	return string(b)
+}
+
+// UserTimeKey is the smallest key of tenant's user at or after millis: with
+// UserPrefix it bounds a time-window scan of one user.
+func UserTimeKey(tenant, user string, millis int64) string {
+	return string(appendMillis([]byte(UserPrefix(tenant, user)), millis))
+}
+
+// Parts are the fields of a row key.
+type Parts struct {
+	Tenant, User, EventID string
+	Millis                int64
+}
+
+// Parse splits a row key built by Build.
+func Parse(key string) (Parts, error) {
+	var f [5]string
+	rest := key
+	for i := 0; i < 4; i++ {
+		j := indexSep(rest)
+		if j < 0 {
+			return Parts{}, fmt.Errorf("row key %q has %d parts, want 5", key, i+1)
+		}
+		f[i], rest = rest[:j], rest[j+1:]
+	}
+	f[4] = rest
+	millis, err := strconv.ParseInt(f[3], 10, 64)
+	if err != nil || len(f[3]) != millisWidth {
+		return Parts{}, fmt.Errorf("row key %q: time part %q is not %d digits", key, f[3], millisWidth)
+	}
+	return Parts{Tenant: f[0], User: f[2], EventID: f[4], Millis: millis}, nil
+}
+
+func indexSep(s string) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] == Sep {
+			return i
+		}
+	}
+	return -1
+}
+
+const hexDigits = "0123456789abcdef"
+
+func appendBucket(dst []byte, user, eventID string) []byte {
+	src := user
+	if src == "" {
+		src = eventID
+	}
+	// FNV-1a, inline: it runs per event and must not allocate.
+	v := uint32(2166136261)
+	for i := 0; i < len(src); i++ {
+		v ^= uint32(src[i])
+		v *= 16777619
+	}
+	return append(dst, hexDigits[v>>28&0xf], hexDigits[v>>24&0xf], hexDigits[v>>20&0xf], hexDigits[v>>16&0xf])
+}
+
+func appendMillis(dst []byte, millis int64) []byte {
+	if millis < 0 {
+		millis = 0
+	}
+	var buf [20]byte
+	s := strconv.AppendInt(buf[:0], millis, 10)
+	for i := len(s); i < millisWidth; i++ {
+		dst = append(dst, '0')
+	}
+	return append(dst, s...)
+}

@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# Starts and stops the real services the tests use, as plain processes on
+# 127.0.0.1: an Apache Kafka 3.9 broker (KRaft, jars from Maven Central) and
+# Google's Bigtable emulator.
+#
+#   scripts/services.sh start   # prints the environment to export
+#   scripts/services.sh stop
+#   scripts/services.sh env     # the environment of the running services
+#
+# State lives in $CELLTTL_SERVICES_DIR (default .services/ in the repo); the
+# Kafka jars are cached in ~/.cache/cellttl so later starts take seconds.
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+dir=${CELLTTL_SERVICES_DIR:-$repo/.services}
+kafka_version=3.9.1
+cache=${XDG_CACHE_HOME:-$HOME/.cache}/cellttl
+kafka_lib=$cache/kafka-$kafka_version/lib
+
+log() { echo "services: $*" >&2; }
+
+# kjava runs a class from the Kafka jars with the project's log4j settings.
+kjava() {
+	java -Dlog4j.configuration="file:$repo/scripts/kafka/log4j.properties" -cp "$kafka_lib/*" "$@"
+}
+
+free_port() {
+	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+wait_tcp() { # host port seconds
+	local deadline=$((SECONDS + $3))
+	until (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; do
+		[ $SECONDS -lt $deadline ] || return 1
+		sleep 0.2
+	done
+}
+
+fetch_kafka() {
+	if ls "$kafka_lib"/kafka-tools-$kafka_version.jar >/dev/null 2>&1; then
+		return
+	fi
+	log "fetching Kafka $kafka_version jars from Maven Central into $kafka_lib"
+	mkdir -p "$kafka_lib"
+	(cd "$repo/scripts/kafka" && mvn -q -B dependency:copy-dependencies -DoutputDirectory="$kafka_lib") >&2
+}
+
+emulator_bin() {
+	local gcloud=/usr/lib/google-cloud-sdk/platform/bigtable-emulator/cbtemulator
+	if [ -x "$gcloud" ]; then
+		echo "$gcloud"
+		return
+	fi
+	# No gcloud: build the same emulator from the module the project uses.
+	local bin=$cache/cbtemulator
+	if [ ! -x "$bin" ]; then
+		log "building the Bigtable emulator from cloud.google.com/go/bigtable/cmd/emulator"
+		(cd "$repo" && go build -o "$bin" cloud.google.com/go/bigtable/cmd/emulator) >&2
+	fi
+	echo "$bin"
+}
+
+start_kafka() {
+	fetch_kafka
+	local port cport data
+	port=$(free_port)
+	cport=$(free_port)
+	data=$dir/kafka-data
+	mkdir -p "$data"
+	cat >"$dir/server.properties" <<PROPS
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$cport
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=PLAINTEXT://127.0.0.1:$port
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs=$data
+num.partitions=3
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=3
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=true
+PROPS
+	local id
+	id=$(kjava kafka.tools.StorageTool random-uuid 2>/dev/null)
+	kjava kafka.tools.StorageTool format -t "$id" -c "$dir/server.properties" >"$dir/kafka-format.log" 2>&1
+	nohup java -Xmx512m -Xms256m -Dlog4j.configuration="file:$repo/scripts/kafka/log4j.properties" -cp "$kafka_lib/*" kafka.Kafka "$dir/server.properties" >"$dir/kafka.log" 2>&1 &
+	echo $! >"$dir/kafka.pid"
+	echo "127.0.0.1:$port" >"$dir/kafka.addr"
+	# A listening port is not a working broker: wait until it answers
+	# Metadata, through Kafka's own admin tool.
+	local deadline=$((SECONDS + 90))
+	until kjava org.apache.kafka.tools.TopicCommand --bootstrap-server "127.0.0.1:$port" --list >/dev/null 2>&1; do
+		if ! kill -0 "$(cat "$dir/kafka.pid")" 2>/dev/null || [ $SECONDS -ge $deadline ]; then
+			log "Kafka did not start; last lines of $dir/kafka.log:"
+			tail -20 "$dir/kafka.log" >&2
+			return 1
+		fi
+		sleep 0.5
+	done
+	log "Kafka $kafka_version on 127.0.0.1:$port (pid $(cat "$dir/kafka.pid"))"
+}
+
+start_emulator() {
+	local bin port
+	bin=$(emulator_bin)
+	port=$(free_port)
+	nohup "$bin" -host 127.0.0.1 -port "$port" >"$dir/emulator.log" 2>&1 &
+	echo $! >"$dir/emulator.pid"
+	echo "127.0.0.1:$port" >"$dir/emulator.addr"
+	wait_tcp 127.0.0.1 "$port" 30 || { log "the Bigtable emulator did not start"; cat "$dir/emulator.log" >&2; return 1; }
+	log "Bigtable emulator on 127.0.0.1:$port (pid $(cat "$dir/emulator.pid"))"
+}
+
+print_env() {
+	echo "export KAFKA_BROKERS=$(cat "$dir/kafka.addr")"
+	echo "export BIGTABLE_EMULATOR_HOST=$(cat "$dir/emulator.addr")"
+	echo "export CELLTTL_KAFKA_LIB='$kafka_lib'"
+	echo "export CELLTTL_SERVICES_DIR='$dir'"
+}
+
+stop_one() { # name
+	local pidf=$dir/$1.pid
+	[ -f "$pidf" ] || return 0
+	local pid
+	pid=$(cat "$pidf")
+	if kill "$pid" 2>/dev/null; then
+		for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+		kill -9 "$pid" 2>/dev/null || true
+	fi
+	rm -f "$pidf"
+}
+
+case "${1:-}" in
+start)
+	"$0" stop
+	rm -rf "$dir"
+	mkdir -p "$dir"
+	start_emulator
+	start_kafka
+	print_env | tee "$dir/env"
+	;;
+stop)
+	stop_one kafka
+	stop_one emulator
+	;;
+env)
+	cat "$dir/env"
+	;;
+*)
+	echo "usage: $0 start|stop|env" >&2
+	exit 2
+	;;
+esac

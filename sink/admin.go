@@ -1,0 +1,173 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"cloud.google.com/go/bigtable"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/cellttl/cellttl/internal/duration"
+)
+
+// Target names the family cellttl writes.
+type Target struct {
+	Table, Family string
+}
+
+func (t Target) String() string { return t.Table + ":" + t.Family }
+
+// SetupOptions say which changes Setup may make to an existing family.
+type SetupOptions struct {
+	// UpdateGCPolicy allows replacing a family's different GC rule.
+	UpdateGCPolicy bool
+	// Force allows a 1s max-age on a family that holds cells: GC would
+	// delete every cell not written under the one-second rule.
+	Force bool
+}
+
+// SetupResult says what Setup did.
+type SetupResult struct {
+	CreatedTable, CreatedFamily, UpdatedRule bool
+	// OldRule is the family's rule before an update.
+	OldRule string
+}
+
+// GCRuleMismatchError reports a family whose GC rule is not the one wanted.
+type GCRuleMismatchError struct {
+	Target    Target
+	Have      string
+	Want      string
+	HoldCells bool
+}
+
+func (e *GCRuleMismatchError) Error() string {
+	return fmt.Sprintf("family %s has GC rule %q, the configuration needs %q", e.Target, e.Have, e.Want)
+}
+
+// Setup creates the table and family when missing, with the GC rule
+// max-age maxAge. A family that exists with another rule is left alone
+// unless opts.UpdateGCPolicy, and never given a 1s max-age while it holds
+// cells unless opts.Force.
+func Setup(ctx context.Context, ac *bigtable.AdminClient, c *bigtable.Client, t Target, maxAge time.Duration, opts SetupOptions) (SetupResult, error) {
+	var res SetupResult
+	want := bigtable.MaxAgePolicy(maxAge)
+	info, err := ac.TableInfo(ctx, t.Table)
+	if status.Code(err) == codes.NotFound {
+		if err := ac.CreateTable(ctx, t.Table); err != nil && status.Code(err) != codes.AlreadyExists {
+			return res, fmt.Errorf("create table %q: %w", t.Table, err)
+		}
+		res.CreatedTable = true
+		info, err = ac.TableInfo(ctx, t.Table)
+	}
+	if err != nil {
+		return res, fmt.Errorf("read table %q: %w", t.Table, err)
+	}
+	fam, ok := findFamily(info, t.Family)
+	if !ok {
+		// One ModifyColumnFamilies call with the rule inline: there is no
+		// moment at which the family exists without its GC rule.
+		if err := ac.CreateColumnFamilyWithConfig(ctx, t.Table, t.Family, bigtable.Family{GCPolicy: want}); err != nil {
+			return res, fmt.Errorf("create family %s: %w", t, err)
+		}
+		res.CreatedFamily = true
+		return res, nil
+	}
+	if sameMaxAge(fam.FullGCPolicy, maxAge) {
+		return res, nil
+	}
+	mismatch := &GCRuleMismatchError{Target: t, Have: DescribeGC(fam.FullGCPolicy), Want: DescribeGC(want)}
+	if !opts.UpdateGCPolicy {
+		return res, fmt.Errorf("%w; pass --update-gc-policy to replace it", mismatch)
+	}
+	if maxAge <= time.Second && !opts.Force {
+		has, err := HoldsCells(ctx, c, t)
+		if err != nil {
+			return res, err
+		}
+		if has {
+			mismatch.HoldCells = true
+			return res, fmt.Errorf("%w; the family holds cells, which a 1s max-age would delete at the next compaction; pass --force to do it anyway", mismatch)
+		}
+	}
+	if err := ac.SetGCPolicy(ctx, t.Table, t.Family, want); err != nil {
+		return res, fmt.Errorf("set GC rule of %s: %w", t, err)
+	}
+	res.UpdatedRule, res.OldRule = true, mismatch.Have
+	return res, nil
+}
+
+// CheckGC verifies that the family exists with GC rule max-age maxAge.
+func CheckGC(ctx context.Context, ac *bigtable.AdminClient, t Target, maxAge time.Duration) error {
+	info, err := ac.TableInfo(ctx, t.Table)
+	if err != nil {
+		if status.Code(err) == codes.NotFound {
+			return fmt.Errorf("table %q does not exist; run worker setup", t.Table)
+		}
+		return fmt.Errorf("read table %q: %w", t.Table, err)
+	}
+	fam, ok := findFamily(info, t.Family)
+	if !ok {
+		return fmt.Errorf("family %s does not exist; run worker setup", t)
+	}
+	if !sameMaxAge(fam.FullGCPolicy, maxAge) {
+		return &GCRuleMismatchError{Target: t, Have: DescribeGC(fam.FullGCPolicy), Want: DescribeGC(bigtable.MaxAgePolicy(maxAge))}
+	}
+	return nil
+}
+
+// HoldsCells reports whether any row has a cell in the family.
+func HoldsCells(ctx context.Context, c *bigtable.Client, t Target) (bool, error) {
+	found := false
+	filter := bigtable.ChainFilters(
+		bigtable.FamilyFilter("^"+regexp.QuoteMeta(t.Family)+"$"),
+		bigtable.CellsPerRowLimitFilter(1),
+		bigtable.StripValueFilter(),
+	)
+	err := c.Open(t.Table).ReadRows(ctx, bigtable.InfiniteRange(""), func(bigtable.Row) bool {
+		found = true
+		return false
+	}, bigtable.RowFilter(filter), bigtable.LimitRows(1))
+	if err != nil {
+		return false, fmt.Errorf("look for cells in %s: %w", t, err)
+	}
+	return found, nil
+}
+
+// DescribeGC prints a GC rule for people: "max-age 2d", "none".
+func DescribeGC(p bigtable.GCPolicy) string {
+	switch p := p.(type) {
+	case nil:
+		return "none"
+	case bigtable.MaxAgeGCPolicy:
+		return "max-age " + duration.Format(time.Duration(p))
+	}
+	if s := p.String(); s != "" {
+		return s
+	}
+	return "none"
+}
+
+func sameMaxAge(p bigtable.GCPolicy, want time.Duration) bool {
+	ma, ok := p.(bigtable.MaxAgeGCPolicy)
+	return ok && time.Duration(ma) == want
+}
+
+func findFamily(info *bigtable.TableInfo, name string) (bigtable.FamilyInfo, bool) {
+	for _, f := range info.FamilyInfos {
+		if f.Name == name {
+			return f, true
+		}
+	}
+	return bigtable.FamilyInfo{}, false
+}
+
+// IsMismatch reports whether err is a GC rule mismatch.
+func IsMismatch(err error) bool {
+	var m *GCRuleMismatchError
+	return errors.As(err, &m)
+}
