@@ -1,0 +1,172 @@
+// Package testenv gives tests a Kafka broker and a Bigtable emulator: the
+// real ones started by scripts/services.sh when KAFKA_BROKERS and
+// BIGTABLE_EMULATOR_HOST are set, in-process stand-ins (kfake, bttest)
+// otherwise. Tests log which they got; none is skipped for want of one.
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/bigtable"
+	"cloud.google.com/go/bigtable/bttest"
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/cellttl/cellttl/sink"
+)
+
+// Real reports whether both real services are configured.
+func Real() bool {
+	return os.Getenv("KAFKA_BROKERS") != "" && os.Getenv("BIGTABLE_EMULATOR_HOST") != ""
+}
+
+// Kafka returns broker addresses: $KAFKA_BROKERS, or an in-process kfake
+// cluster that ends with the test.
+func Kafka(t testing.TB) []string {
+	t.Helper()
+	if b := os.Getenv("KAFKA_BROKERS"); b != "" {
+		t.Logf("Kafka: real broker at %s", b)
+		return strings.Split(b, ",")
+	}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(3))
+	if err != nil {
+		t.Fatalf("start in-process Kafka: %v", err)
+	}
+	t.Cleanup(c.Close)
+	t.Logf("Kafka: in-process kfake at %v (set KAFKA_BROKERS for a real broker)", c.ListenAddrs())
+	return c.ListenAddrs()
+}
+
+// Bigtable points BIGTABLE_EMULATOR_HOST at an emulator, the configured one
+// or an in-process bttest server, and returns its address.
+func Bigtable(t testing.TB) string {
+	t.Helper()
+	if addr := os.Getenv("BIGTABLE_EMULATOR_HOST"); addr != "" {
+		t.Logf("Bigtable: emulator at %s", addr)
+		return addr
+	}
+	srv, err := bttest.NewServer("127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("start in-process Bigtable emulator: %v", err)
+	}
+	t.Cleanup(srv.Close)
+	t.Setenv("BIGTABLE_EMULATOR_HOST", srv.Addr)
+	t.Logf("Bigtable: in-process bttest at %s (set BIGTABLE_EMULATOR_HOST for the emulator binary)", srv.Addr)
+	return srv.Addr
+}
+
+var seq atomic.Int64
+
+// Name returns a name unique within the test binary run and across runs
+// against the same long-lived services.
+func Name(prefix string) string {
+	return fmt.Sprintf("%s-%d-%d", prefix, time.Now().UnixNano()%1e9, seq.Add(1))
+}
+
+// Clients opens Bigtable clients on the emulator, closed with the test.
+func Clients(t testing.TB) (*bigtable.Client, *bigtable.AdminClient) {
+	t.Helper()
+	Bigtable(t)
+	ctx := context.Background()
+	dc, err := bigtable.NewClient(ctx, "local", "local")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ac, err := bigtable.NewAdminClient(ctx, "local", "local")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dc.Close(); ac.Close() })
+	return dc, ac
+}
+
+// Table creates a table and family with GC rule max-age maxAge through
+// sink.Setup and deletes the table when the test ends: the emulator never
+// frees memory otherwise.
+func Table(t testing.TB, ac *bigtable.AdminClient, dc *bigtable.Client, maxAge time.Duration) sink.Target {
+	t.Helper()
+	tgt := sink.Target{Table: Name("t"), Family: "c"}
+	if _, err := sink.Setup(context.Background(), ac, dc, tgt, maxAge, sink.SetupOptions{}); err != nil {
+		t.Fatalf("setup table: %v", err)
+	}
+	t.Cleanup(func() { _ = ac.DeleteTable(context.Background(), tgt.Table) })
+	return tgt
+}
+
+// CreateTopic creates a topic with partitions partitions.
+func CreateTopic(t testing.TB, brokers []string, topic string, partitions int) {
+	t.Helper()
+	conn, err := kafka.Dial("tcp", brokers[0])
+	if err != nil {
+		t.Fatalf("dial kafka: %v", err)
+	}
+	defer conn.Close()
+	ctrl, err := conn.Controller()
+	if err != nil {
+		t.Fatalf("find controller: %v", err)
+	}
+	cc, err := kafka.Dial("tcp", net.JoinHostPort(ctrl.Host, fmt.Sprint(ctrl.Port)))
+	if err != nil {
+		t.Fatalf("dial controller: %v", err)
+	}
+	defer cc.Close()
+	if err := cc.CreateTopics(kafka.TopicConfig{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1}); err != nil {
+		t.Fatalf("create topic %s: %v", topic, err)
+	}
+}
+
+// Produce writes values to topic, keyed by the given keys (nil for none),
+// and waits for the broker's acknowledgement.
+func Produce(t testing.TB, brokers []string, topic string, values ...[]byte) {
+	t.Helper()
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond, Balancer: &kafka.RoundRobin{}}
+	defer w.Close()
+	msgs := make([]kafka.Message, len(values))
+	for i, v := range values {
+		msgs[i] = kafka.Message{Value: v}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := w.WriteMessages(ctx, msgs...); err != nil {
+		t.Fatalf("produce %d messages to %s: %v", len(msgs), topic, err)
+	}
+}
+
+// ReadAll reads every message of topic from the start until n have been
+// read or the timeout passes.
+func ReadAll(t testing.TB, brokers []string, topic string, n int, timeout time.Duration) []kafka.Message {
+	t.Helper()
+	conn, err := kafka.Dial("tcp", brokers[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts, err := conn.ReadPartitions(topic)
+	conn.Close()
+	if err != nil {
+		t.Fatalf("partitions of %s: %v", topic, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var out []kafka.Message
+	for _, p := range parts {
+		r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: p.ID, MaxWait: 100 * time.Millisecond})
+		for len(out) < n {
+			pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+			m, err := r.ReadMessage(pctx)
+			pcancel()
+			if err != nil {
+				break
+			}
+			out = append(out, m)
+		}
+		r.Close()
+	}
+	return out
+}

@@ -1,0 +1,86 @@
+package rowkey
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func TestBuildParse(t *testing.T) {
+	key := string(Build(nil, "acme", "u-42", "e-1", 1777539600123))
+	if !strings.HasPrefix(key, "acme#") || !strings.HasSuffix(key, "#e-1") {
+		t.Errorf("key %q must begin with the tenant and end with the event id", key)
+	}
+	if !strings.HasPrefix(key, UserPrefix("acme", "u-42")) {
+		t.Errorf("key %q lacks the user prefix %q", key, UserPrefix("acme", "u-42"))
+	}
+	p, err := Parse(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p != (Parts{Tenant: "acme", User: "u-42", EventID: "e-1", Millis: 1777539600123}) {
+		t.Errorf("Parse = %+v", p)
+	}
+}
+
+// One user's keys sort by event time, so a prefix scan reads them in order.
+func TestUserKeysSortByTime(t *testing.T) {
+	prev := ""
+	for _, ms := range []int64{0, 9, 10, 999, 1000, 1777539600123, 9999999999999} {
+		k := string(Build(nil, "t", "u", "e", ms))
+		if k <= prev {
+			t.Errorf("key for %d (%q) does not sort after %q", ms, k, prev)
+		}
+		if k < UserTimeKey("t", "u", ms) || (ms > 0 && k < UserTimeKey("t", "u", ms-1)) {
+			t.Errorf("UserTimeKey bound wrong at %d", ms)
+		}
+		prev = k
+	}
+}
+
+// Keys of one tenant spread over the buckets: no bucket gets more than
+// twice its share.
+func TestBucketsSpread(t *testing.T) {
+	const n, buckets = 160000, 16
+	count := map[byte]int{}
+	for i := range n {
+		k := Build(nil, "acme", fmt.Sprintf("user-%d", i), "e", 1)
+		count[k[len("acme#")]]++ // first hex digit of the bucket
+	}
+	for b, c := range count {
+		if c > 2*n/buckets || c < n/buckets/2 {
+			t.Errorf("bucket %c has %d of %d keys", b, c, n)
+		}
+	}
+	if len(count) != buckets {
+		t.Errorf("%d first digits used, want %d", len(count), buckets)
+	}
+}
+
+func TestEventsWithoutUserSpread(t *testing.T) {
+	a := string(Build(nil, "t", "", "e-1", 5))
+	b := string(Build(nil, "t", "", "e-2", 5))
+	if a[:7] == b[:7] {
+		t.Errorf("events without a user share bucket: %q %q", a, b)
+	}
+}
+
+func TestValidateID(t *testing.T) {
+	for _, bad := range []string{"", "a#b", "a\nb", "a\x7fb", "\xff", strings.Repeat("x", 129), "a\u0085b"} {
+		if err := ValidateID("f", bad); err == nil || !strings.HasPrefix(err.Error(), "f ") {
+			t.Errorf("ValidateID(%q) = %v", bad, err)
+		}
+	}
+	for _, good := range []string{"a", "e-1", "ümlaut", "a b", strings.Repeat("x", 128)} {
+		if err := ValidateID("f", good); err != nil {
+			t.Errorf("ValidateID(%q) = %v", good, err)
+		}
+	}
+}
+
+func TestBuildAllocsOnlyTheKey(t *testing.T) {
+	buf := make([]byte, 0, 128)
+	if n := testing.AllocsPerRun(100, func() { buf = Build(buf[:0], "acme", "u-42", "e-1", 1777539600123) }); n != 0 {
+		t.Errorf("Build into a big enough buffer allocates %v times", n)
+	}
+}
