@@ -180,11 +180,11 @@ func (p *peek) RecvMsg(m any) error {
 }
 
 func TestWriteRetriesWholeCallFailures(t *testing.T) {
-	dc, ac, calls := faultyEmulator(t, 3)
+	dc, ac, calls := faultyEmulator(t, 10)
 	tgt := testenv.Table(t, ac, dc, time.Hour)
 	cfg := sink.DefaultWriterConfig()
 	cfg.InitialBackoff, cfg.MaxBackoff = time.Millisecond, 5*time.Millisecond
-	cfg.AttemptTimeout = 200 * time.Millisecond // the client's own retries end here
+	cfg.AttemptTimeout = 100 * time.Millisecond // the client's own retries end here
 	var retried atomic.Int32
 	cfg.OnRetry = func(rows int, code codes.Code) {
 		if code != codes.Unavailable && code != codes.DeadlineExceeded {
@@ -200,8 +200,8 @@ func TestWriteRetriesWholeCallFailures(t *testing.T) {
 	if retried.Load() == 0 {
 		t.Error("OnRetry was never told of the failures")
 	}
-	if calls.Load() < 4 {
-		t.Errorf("%d MutateRows calls, want the 3 failures and a success", calls.Load())
+	if calls.Load() < 11 {
+		t.Errorf("%d MutateRows calls, want the 10 failures and a success", calls.Load())
 	}
 	if len(readRow(t, dc, tgt.Table, "k")) == 0 {
 		t.Error("row not written")
