@@ -6,6 +6,7 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -120,13 +121,32 @@ func CreateTopic(t testing.TB, brokers []string, topic string, partitions int) {
 	if err := cc.CreateTopics(kafka.TopicConfig{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1}); err != nil {
 		t.Fatalf("create topic %s: %v", topic, err)
 	}
+	// The controller answers before every broker knows the topic: wait
+	// until metadata shows each partition with a leader.
+	Eventually(t, 20*time.Second, func() (bool, string) {
+		ps, err := conn.ReadPartitions(topic)
+		if err != nil {
+			return false, fmt.Sprintf("topic %s: %v", topic, err)
+		}
+		led := 0
+		for _, p := range ps {
+			if p.Leader.Host != "" {
+				led++
+			}
+		}
+		return led == partitions, fmt.Sprintf("topic %s: %d of %d partitions have a leader", topic, led, partitions)
+	})
 }
 
 // Produce writes values to topic, keyed by the given keys (nil for none),
 // and waits for the broker's acknowledgement.
 func Produce(t testing.TB, brokers []string, topic string, values ...[]byte) {
 	t.Helper()
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond, Balancer: &kafka.RoundRobin{}}
+	// A transport of its own: the shared default caches metadata that
+	// predates topics the test just created.
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond, Balancer: &kafka.RoundRobin{}, Transport: tr}
 	defer w.Close()
 	msgs := make([]kafka.Message, len(values))
 	for i, v := range values {
@@ -169,4 +189,57 @@ func ReadAll(t testing.TB, brokers []string, topic string, n int, timeout time.D
 		r.Close()
 	}
 	return out
+}
+
+// Offsets returns, per partition of topic, the group's committed offset
+// (-1 when none) and the log end offset.
+func Offsets(t testing.TB, brokers []string, group, topic string, partitions int) (committed, end map[int]int64) {
+	t.Helper()
+	c := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
+	ids := make([]int, partitions)
+	reqs := make([]kafka.OffsetRequest, partitions)
+	for i := range ids {
+		ids[i] = i
+		reqs[i] = kafka.LastOffsetOf(i)
+	}
+	ctx := context.Background()
+	of, err := c.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: ids}})
+	if err == nil && errors.Is(of.Error, kafka.GroupIdNotFound) {
+		of.Error, of.Topics = nil, nil // no commit yet
+	}
+	if err != nil || of.Error != nil {
+		t.Fatalf("fetch offsets of group %s: %v %v", group, err, of)
+	}
+	lo, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
+	if err != nil {
+		t.Fatalf("list offsets of %s: %v", topic, err)
+	}
+	committed, end = map[int]int64{}, map[int]int64{}
+	for _, id := range ids {
+		committed[id] = -1
+	}
+	for _, p := range of.Topics[topic] {
+		committed[p.Partition] = p.CommittedOffset
+	}
+	for _, p := range lo.Topics[topic] {
+		end[p.Partition] = p.LastOffset
+	}
+	return committed, end
+}
+
+// Eventually polls cond until it holds or timeout passes; cond's message
+// says what was seen when it gives up.
+func Eventually(t testing.TB, timeout time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, msg := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %s", timeout, msg)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

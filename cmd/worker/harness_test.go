@@ -1,0 +1,172 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/bigtable"
+
+	"github.com/cellttl/cellttl/internal/testenv"
+	"github.com/cellttl/cellttl/sink"
+)
+
+// env is one test's slice of the services: its own topic, group and table.
+type env struct {
+	brokers      []string
+	topic, group string
+	table        string
+	tenantsFile  string
+	dc           *bigtable.Client
+	ac           *bigtable.AdminClient
+}
+
+const partitions = 3
+
+func newEnv(t *testing.T, tenantsYAML string) *env {
+	t.Helper()
+	e := &env{
+		brokers: testenv.Kafka(t),
+		topic:   testenv.Name("clicks"),
+		group:   testenv.Name("group"),
+		table:   testenv.Name("table"),
+	}
+	e.dc, e.ac = testenv.Clients(t)
+	testenv.CreateTopic(t, e.brokers, e.topic, partitions)
+	testenv.CreateTopic(t, e.brokers, e.topic+".dlq", 1)
+	e.tenantsFile = filepath.Join(t.TempDir(), "tenants.yaml")
+	e.writeTenants(t, tenantsYAML)
+	t.Cleanup(func() { _ = e.ac.DeleteTable(context.Background(), e.table) })
+	return e
+}
+
+func (e *env) writeTenants(t *testing.T, yaml string) {
+	t.Helper()
+	if err := os.WriteFile(e.tenantsFile, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// args are the flags every command of the test needs.
+func (e *env) args(cmd string, extra ...string) []string {
+	a := []string{cmd, "--table", e.table, "--tenants", e.tenantsFile, "--log-format", "text"}
+	if cmd == "run" {
+		a = append(a, "--brokers", strings.Join(e.brokers, ","), "--topic", e.topic, "--group", e.group,
+			"--flush-interval", "20ms", "--commit-interval", "100ms")
+	}
+	return append(a, extra...)
+}
+
+// cmd runs a worker command in-process and returns its stdout and error.
+func (e *env) cmd(t *testing.T, cmd string, extra ...string) (string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), e.args(cmd, extra...), &out, &errOut)
+	return out.String() + errOut.String(), err
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startWorker runs `worker run` in-process until the returned stop is
+// called; stop returns run's error.
+func (e *env) startWorker(t *testing.T, extra ...string) (stop func() error, logs *syncBuffer) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	logs = &syncBuffer{}
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, e.args("run", extra...), logs, logs) }()
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case err = <-done:
+			case <-time.After(60 * time.Second):
+				err = fmt.Errorf("worker did not stop within 60s")
+			}
+		})
+		return err
+	}
+	t.Cleanup(func() {
+		_ = stop()
+		if t.Failed() {
+			t.Logf("worker logs:\n%s", logs.String())
+		}
+	})
+	return stop, logs
+}
+
+// rows reads every row of the table with every version of every cell.
+func (e *env) rows(t *testing.T) map[string]bigtable.Row {
+	t.Helper()
+	out := map[string]bigtable.Row{}
+	err := e.dc.Open(e.table).ReadRows(context.Background(), bigtable.InfiniteRange(""), func(r bigtable.Row) bool {
+		out[r.Key()] = r
+		return true
+	})
+	if err != nil {
+		t.Fatalf("read table: %v", err)
+	}
+	return out
+}
+
+func (e *env) waitRows(t *testing.T, n int, timeout time.Duration) map[string]bigtable.Row {
+	t.Helper()
+	var rows map[string]bigtable.Row
+	testenv.Eventually(t, timeout, func() (bool, string) {
+		rows = e.rows(t)
+		return len(rows) >= n, fmt.Sprintf("%d rows, want %d", len(rows), n)
+	})
+	return rows
+}
+
+// waitCommitted waits until the group has committed every partition to its
+// end offset.
+func (e *env) waitCommitted(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	testenv.Eventually(t, timeout, func() (bool, string) {
+		committed, end := testenv.Offsets(t, e.brokers, e.group, e.topic, partitions)
+		for p, o := range end {
+			if committed[p] != o {
+				return false, fmt.Sprintf("committed %v, end %v", committed, end)
+			}
+		}
+		return true, ""
+	})
+}
+
+// cellsOf returns a row's cells by column.
+func cellsOf(r bigtable.Row) map[string][]bigtable.ReadItem {
+	out := map[string][]bigtable.ReadItem{}
+	for _, items := range r {
+		for _, it := range items {
+			out[strings.TrimPrefix(it.Column, "c:")] = append(out[strings.TrimPrefix(it.Column, "c:")], it)
+		}
+	}
+	return out
+}
+
+var _ = sink.ColumnEvent
