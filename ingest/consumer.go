@@ -26,6 +26,10 @@ type ConsumerConfig struct {
 	// FetchMaxBytes bounds one fetch response per partition; it must exceed
 	// the largest message accepted.
 	FetchMaxBytes int
+	// SessionTimeout is how long the group waits for a silent member (one
+	// that crashed) before handing its partitions to the others; it also
+	// bounds a rebalance.
+	SessionTimeout time.Duration
 	// Dialer carries TLS and SASL settings; nil for plaintext.
 	Dialer *kafka.Dialer
 }
@@ -47,6 +51,9 @@ func NewConsumer(cfg ConsumerConfig, log *slog.Logger) *Consumer {
 	if cfg.CommitInterval <= 0 {
 		cfg.CommitInterval = time.Second
 	}
+	if cfg.SessionTimeout <= 0 {
+		cfg.SessionTimeout = 30 * time.Second
+	}
 	if cfg.FetchMaxBytes <= 0 {
 		cfg.FetchMaxBytes = 10 << 20
 	}
@@ -65,9 +72,9 @@ func NewConsumer(cfg ConsumerConfig, log *slog.Logger) *Consumer {
 		// thousand messages keep fetches flowing without hoarding.
 		QueueCapacity:         1000,
 		WatchPartitionChanges: true,
-		HeartbeatInterval:     3 * time.Second,
-		SessionTimeout:        30 * time.Second,
-		RebalanceTimeout:      30 * time.Second,
+		HeartbeatInterval:     cfg.SessionTimeout / 10,
+		SessionTimeout:        cfg.SessionTimeout,
+		RebalanceTimeout:      cfg.SessionTimeout,
 		JoinGroupBackoff:      time.Second,
 		Dialer:                cfg.Dialer,
 		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {

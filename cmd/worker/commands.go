@@ -137,6 +137,7 @@ type runOptions struct {
 	common
 	brokers, topic, group, dlqTopic string
 	commitInterval                  time.Duration
+	sessionTimeout                  time.Duration
 	writeTimeout                    time.Duration
 	pipe                            pipeline.Config
 }
@@ -149,6 +150,7 @@ func (o *runOptions) register(f *flags) {
 	f.String(&o.group, "group", "KAFKA_GROUP", "cellttl", "consumer group; workers in one group share the topic's partitions")
 	f.String(&o.dlqTopic, "dlq-topic", "KAFKA_DLQ_TOPIC", "", "dead-letter topic (default <topic>.dlq)")
 	f.Duration(&o.commitInterval, "commit-interval", "COMMIT_INTERVAL", time.Second, "how often settled offsets are committed")
+	f.Duration(&o.sessionTimeout, "session-timeout", "KAFKA_SESSION_TIMEOUT", 30*time.Second, "how long the group waits for a silent member before reassigning its partitions (the broker allows 6s..5m by default)")
 	f.Duration(&o.writeTimeout, "write-timeout", "WRITE_TIMEOUT", 30*time.Second, "bound on one Bigtable bulk write attempt before it is retried")
 	f.Int(&o.pipe.FlushRows, "flush-rows", "FLUSH_ROWS", d.FlushRows, "flush a batch at this many rows")
 	f.Int(&o.pipe.FlushBytes, "flush-bytes", "FLUSH_BYTES", d.FlushBytes, "flush a batch at this many bytes of event values")
@@ -218,6 +220,7 @@ func serve(ctx context.Context, o *runOptions, brokers []string, cfg *tenants.Co
 		Topic:          o.topic,
 		Group:          o.group,
 		CommitInterval: o.commitInterval,
+		SessionTimeout: o.sessionTimeout,
 		FetchMaxBytes:  max(10<<20, 2*o.pipe.Decoder.MaxBytes),
 	}, log)
 	dlq := ingest.NewDeadLetterWriter(brokers, o.dlqTopic, nil)

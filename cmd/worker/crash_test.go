@@ -1,0 +1,136 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cellttl/cellttl/internal/testenv"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// workerBinary builds the worker once per test run: crash tests need a real
+// process to SIGKILL.
+func workerBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "cellttl-worker")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "worker")
+		out, err := exec.Command("go", "build", "-race", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+type proc struct {
+	cmd  *exec.Cmd
+	logs *syncBuffer
+	done chan error
+}
+
+func (e *env) startProcess(t *testing.T, extra ...string) *proc {
+	t.Helper()
+	p := &proc{logs: &syncBuffer{}, done: make(chan error, 1)}
+	p.cmd = exec.Command(workerBinary(t), e.args("run", extra...)...)
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("worker pid %d logs:\n%s", p.cmd.Process.Pid, p.logs.String())
+		}
+	})
+	return p
+}
+
+// A worker SIGKILLed mid-stream, twice, and restarted loses no event and
+// writes no cell twice: redelivered events overwrite their own cells.
+func TestCrashRestartLosesNothing(t *testing.T) {
+	e := newEnv(t, tenantsYAML)
+	if out, err := e.cmd(t, "setup"); err != nil {
+		t.Fatalf("setup: %v\n%s", err, out)
+	}
+	const n = 20000
+	tenants := []string{"acme", "globex", "initech", "hooli"}
+	occurred := time.Now().Add(-time.Minute).UTC()
+	produced := make(chan struct{})
+	go func() {
+		defer close(produced)
+		for chunk := 0; chunk < n; chunk += 1000 {
+			values := make([][]byte, 1000)
+			for i := range values {
+				id := chunk + i
+				values[i] = click{EventID: fmt.Sprintf("c-%d", id), TenantID: tenants[id%len(tenants)], UserID: fmt.Sprintf("u-%d", id%97),
+					OccurredAt: occurred.Add(time.Duration(id) * time.Millisecond).Format(time.RFC3339Nano)}.bytes()
+			}
+			testenv.Produce(t, e.brokers, e.topic, values...)
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	flags := []string{"--flush-rows", "200", "--commit-interval", "50ms", "--session-timeout", "6s"}
+	for kill, at := range []int{n / 5, n / 2} {
+		p := e.startProcess(t, flags...)
+		e.waitRows(t, at, 60*time.Second)
+		if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		<-p.done
+		t.Logf("kill %d: SIGKILLed with %d rows written", kill+1, len(e.rows(t)))
+	}
+	p := e.startProcess(t, flags...)
+	<-produced
+	e.waitRows(t, n, 90*time.Second)
+	e.waitCommitted(t, 60*time.Second)
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.done:
+		if err != nil {
+			t.Errorf("SIGTERM: worker exited with %v, want 0", err)
+		}
+	case <-time.After(40 * time.Second):
+		t.Error("SIGTERM: worker did not exit within the drain timeout")
+	}
+
+	rows := e.rows(t)
+	if len(rows) != n {
+		t.Errorf("%d rows, want %d", len(rows), n)
+	}
+	for key, r := range rows {
+		cells := cellsOf(r)
+		if len(cells["event"]) != 1 || len(cells["written_at"]) != 1 {
+			t.Fatalf("row %s: %d event and %d written_at versions, want 1 each", key, len(cells["event"]), len(cells["written_at"]))
+		}
+		tenant := key[:strings.IndexByte(key, '#')]
+		var id int
+		fmt.Sscanf(key[strings.LastIndexByte(key, '#')+1:], "c-%d", &id)
+		want := wantTimestamp(tenant, occurred.Add(time.Duration(id)*time.Millisecond))
+		if got := int64(cells["event"][0].Timestamp); got != want {
+			t.Fatalf("row %s: timestamp %d, want %d", key, got, want)
+		}
+	}
+}
