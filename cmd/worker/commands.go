@@ -140,6 +140,9 @@ type runOptions struct {
 	sessionTimeout                  time.Duration
 	writeTimeout                    time.Duration
 	pipe                            pipeline.Config
+	// onPipeline, when set, is handed the pipeline before it runs (the demo
+	// reads its stats).
+	onPipeline func(*pipeline.Pipeline)
 }
 
 func (o *runOptions) register(f *flags) {
@@ -229,6 +232,9 @@ func serve(ctx context.Context, o *runOptions, brokers []string, cfg *tenants.Co
 	writer := sink.NewWriter(dc.Open(o.table), o.family, wcfg, log)
 
 	p := pipeline.New(o.pipe, consumer, writer, dlq, func() *tenants.Config { return cfg }, log)
+	if o.onPipeline != nil {
+		o.onPipeline(p)
+	}
 	log.Info("worker started", "topic", o.topic, "group", o.group, "dlq_topic", o.dlqTopic,
 		"table", o.table, "family", o.family, "strategy", cfg.Policy.Strategy.String(),
 		"default_ttl", duration.Format(cfg.Policy.DefaultTTL), "tenants", len(cfg.Policy.Tenants), "config_version", cfg.Version)

@@ -1,0 +1,27 @@
+# The two commands of the README, and a few for development.
+.PHONY: demo test test-short services-start services-stop fuzz
+
+# The whole pipeline in one process: in-process Kafka and Bigtable emulator.
+demo:
+	go run ./cmd/worker demo
+
+# Everything, against a real Kafka broker and the Bigtable emulator, which
+# this starts and stops (first run fetches the Kafka jars from Maven Central).
+test:
+	scripts/test.sh
+
+# Without services: in-process Kafka (kfake) and Bigtable (bttest).
+test-short:
+	go test -race ./...
+
+services-start:
+	scripts/services.sh start
+
+services-stop:
+	scripts/services.sh stop
+
+# Fuzz the two parsers of outside input for a while each.
+FUZZTIME ?= 30s
+fuzz:
+	go test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./tenants
+	go test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./event

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The full test suite against the real services: starts Apache Kafka and the
+# Bigtable emulator (scripts/services.sh), runs every package's tests with
+# the race detector, and stops the services whatever happens.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export CELLTTL_SERVICES_DIR=${CELLTTL_SERVICES_DIR:-$PWD/.services}
+trap 'scripts/services.sh stop' EXIT
+eval "$(scripts/services.sh start)"
+echo "testing against Kafka at $KAFKA_BROKERS and the Bigtable emulator at $BIGTABLE_EMULATOR_HOST" >&2
+
+go vet ./...
+unformatted=$(gofmt -l $(git ls-files '*.go'))
+if [ -n "$unformatted" ]; then
+	echo "gofmt would change: $unformatted" >&2
+	exit 1
+fi
+go test -race -count=1 -timeout 30m "$@" ./...
