@@ -59,7 +59,10 @@ var errHelp = errors.New("help requested")
 // run dispatches to a command. ctx ends at SIGINT or SIGTERM.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cmd := "run"
-	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+	switch {
+	case len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help"):
+		cmd = "help"
+	case len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-':
 		cmd, args = args[0], args[1:]
 	}
 	switch cmd {
@@ -69,7 +72,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runSetup(ctx, args, stdout, stderr)
 	case "demo":
 		return runDemo(ctx, args, stdout, stderr)
-	case "help", "-h", "--help":
+	case "help":
 		fmt.Fprintln(stdout, usage)
 		return nil
 	}

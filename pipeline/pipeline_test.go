@@ -1,0 +1,350 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"google.golang.org/grpc/codes"
+
+	"github.com/cellttl/cellttl/ingest"
+	"github.com/cellttl/cellttl/sink"
+	"github.com/cellttl/cellttl/tenants"
+)
+
+// fakeSource serves msgs on partition 0, then blocks; acks go through the
+// real Tracker so commits are what the worker would commit.
+type fakeSource struct {
+	mu      sync.Mutex
+	msgs    []kafka.Message
+	next    int
+	tracker *ingest.Tracker
+	commits []int64 // committed offsets of partition 0, in order
+}
+
+func newSource(values ...string) *fakeSource {
+	s := &fakeSource{tracker: ingest.NewTracker()}
+	for i, v := range values {
+		s.msgs = append(s.msgs, kafka.Message{Topic: "clicks", Partition: 0, Offset: int64(i), Value: []byte(v), Time: time.Now()})
+	}
+	return s
+}
+
+func (s *fakeSource) Fetch(ctx context.Context) (kafka.Message, ingest.Ack, error) {
+	s.mu.Lock()
+	if s.next < len(s.msgs) {
+		m := s.msgs[s.next]
+		s.next++
+		s.mu.Unlock()
+		return m, s.tracker.Track(m.Partition, m.Offset), nil
+	}
+	s.mu.Unlock()
+	<-ctx.Done()
+	return kafka.Message{}, ingest.Ack{}, ctx.Err()
+}
+
+func (s *fakeSource) fetched() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.next
+}
+
+func (s *fakeSource) Done(a ingest.Ack) { s.tracker.Done(a) }
+
+func (s *fakeSource) Commit(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if off, ok := s.tracker.Commitable()[0]; ok && (len(s.commits) == 0 || s.commits[len(s.commits)-1] != off) {
+		s.commits = append(s.commits, off)
+	}
+	return nil
+}
+
+func (s *fakeSource) committed() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.commits) == 0 {
+		return -1
+	}
+	return s.commits[len(s.commits)-1]
+}
+
+func (s *fakeSource) CommitLoop(ctx context.Context) {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_ = s.Commit(ctx)
+		}
+	}
+}
+
+// fakeWriter records batches; block, when set, holds every write until it
+// is closed; refuse names row keys rejected for good.
+type fakeWriter struct {
+	mu      sync.Mutex
+	batches [][]sink.Row
+	block   chan struct{}
+	refuse  string
+}
+
+func (w *fakeWriter) Write(ctx context.Context, rows []sink.Row) ([]error, error) {
+	if w.block != nil {
+		select {
+		case <-w.block:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.batches = append(w.batches, rows)
+	res := make([]error, len(rows))
+	for i, r := range rows {
+		if w.refuse != "" && strings.Contains(r.Key, w.refuse) {
+			res[i] = &sink.RowError{Code: codes.InvalidArgument, Err: errors.New("refused")}
+		}
+	}
+	return res, nil
+}
+
+func (w *fakeWriter) sizes() []int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []int
+	for _, b := range w.batches {
+		out = append(out, len(b))
+	}
+	return out
+}
+
+// fakeDLQ fails while failing is set.
+type fakeDLQ struct {
+	mu      sync.Mutex
+	failing bool
+	got     []ingest.DeadLetter
+}
+
+func (d *fakeDLQ) Write(_ context.Context, dls []ingest.DeadLetter) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.failing {
+		return errors.New("broker down")
+	}
+	d.got = append(d.got, dls...)
+	return nil
+}
+
+func (d *fakeDLQ) setFailing(f bool) {
+	d.mu.Lock()
+	d.failing = f
+	d.mu.Unlock()
+}
+
+func testConfig(t *testing.T) *tenants.Config {
+	cfg, err := tenants.Parse([]byte("default_ttl: 2d\ntenants:\n  acme: 1h\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func good(i int) string {
+	return fmt.Sprintf(`{"event_id":"e-%d","tenant_id":"acme"}`, i)
+}
+
+func start(t *testing.T, cfg Config, src Source, w RowWriter, dlq DeadLetterer, config func() *tenants.Config) (stop func() error, p *Pipeline) {
+	ctx, cancel := context.WithCancel(context.Background())
+	p = New(cfg, src, w, dlq, config, slog.New(slog.DiscardHandler))
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	return func() error { cancel(); return <-done }, p
+}
+
+func TestBatchesFlushOnCountAndAge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var values []string
+		for i := range 25 {
+			values = append(values, good(i))
+		}
+		src, w := newSource(values...), &fakeWriter{}
+		cfg := DefaultConfig()
+		cfg.FlushRows, cfg.Writers = 10, 1
+		stop, _ := start(t, cfg, src, w, &fakeDLQ{}, func() *tenants.Config { return testConfig(t) })
+		synctest.Wait()
+		// Two full batches at once; the remaining five wait for the interval.
+		if got := fmt.Sprint(w.sizes()); got != "[10 10]" {
+			t.Errorf("before the flush interval: batches %s, want [10 10]", got)
+		}
+		time.Sleep(cfg.FlushInterval)
+		synctest.Wait()
+		if got := fmt.Sprint(w.sizes()); got != "[10 10 5]" {
+			t.Errorf("after the flush interval: batches %s, want [10 10 5]", got)
+		}
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		if got := src.committed(); got != 25 {
+			t.Errorf("committed %d, want 25", got)
+		}
+	})
+}
+
+func TestDrainFlushesOnStop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		src, w := newSource(good(1), good(2), good(3)), &fakeWriter{}
+		cfg := DefaultConfig()
+		cfg.FlushInterval = time.Hour
+		stop, _ := start(t, cfg, src, w, &fakeDLQ{}, func() *tenants.Config { return testConfig(t) })
+		synctest.Wait()
+		if len(w.sizes()) != 0 {
+			t.Fatalf("flushed before the interval: %v", w.sizes())
+		}
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprint(w.sizes()); got != "[3]" || src.committed() != 3 {
+			t.Errorf("after stop: batches %s committed %d, want [3] and 3", got, src.committed())
+		}
+	})
+}
+
+// While the dead-letter topic is down, nothing at or after the bad event is
+// committed, though later good events are written; once it is back, the
+// commit catches up.
+func TestDeadLetterFailureBlocksCommit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		src, w, dlq := newSource(good(0), "not json", good(2), good(3)), &fakeWriter{}, &fakeDLQ{failing: true}
+		cfg := DefaultConfig()
+		stop, p := start(t, cfg, src, w, dlq, func() *tenants.Config { return testConfig(t) })
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		if n := p.Stats().Tenant("acme").Written.Load(); n != 3 {
+			t.Errorf("written %d, want the 3 good events", n)
+		}
+		if got := src.committed(); got != 1 {
+			t.Errorf("committed %d while the dead letter is unsent, want 1", got)
+		}
+		dlq.setFailing(false)
+		time.Sleep(15 * time.Second) // longer than the backoff can have grown
+		synctest.Wait()
+		if got := src.committed(); got != 4 {
+			t.Errorf("committed %d after the dead-letter topic recovered, want 4", got)
+		}
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		if len(dlq.got) != 1 || dlq.got[0].Msg.Offset != 1 || !strings.Contains(dlq.got[0].Reason, "not a JSON object") {
+			t.Errorf("dead letters %+v", dlq.got)
+		}
+	})
+}
+
+func TestRefusedRowIsDeadLettered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		src, w, dlq := newSource(good(0), good(1), good(2)), &fakeWriter{refuse: "#e-1"}, &fakeDLQ{}
+		stop, p := start(t, DefaultConfig(), src, w, dlq, func() *tenants.Config { return testConfig(t) })
+		time.Sleep(time.Second)
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		if len(dlq.got) != 1 || dlq.got[0].Msg.Offset != 1 || !strings.Contains(dlq.got[0].Reason, "InvalidArgument") {
+			t.Errorf("dead letters %+v", dlq.got)
+		}
+		st := p.Stats().Tenant("acme")
+		if st.Written.Load() != 2 || st.DeadLettered.Load() != 1 || src.committed() != 3 {
+			t.Errorf("written %d dead-lettered %d committed %d", st.Written.Load(), st.DeadLettered.Load(), src.committed())
+		}
+	})
+}
+
+// With writes stalled, fetching stops at --max-inflight-bytes.
+func TestBackpressureBoundsInflightBytes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var values []string
+		for i := range 1000 {
+			values = append(values, good(i))
+		}
+		src, w := newSource(values...), &fakeWriter{block: make(chan struct{})}
+		cfg := DefaultConfig()
+		cfg.Decoder.MaxBytes = 1024
+		cfg.MaxInflightBytes = 100 * (rowOverhead + int64(len(good(999))))
+		stop, _ := start(t, cfg, src, w, &fakeDLQ{}, func() *tenants.Config { return testConfig(t) })
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if n := src.fetched(); n < 90 || n > 101 {
+			t.Errorf("fetched %d events with writes stalled, want about 100 (the in-flight bound)", n)
+		}
+		close(w.block)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if n := src.fetched(); n != 1000 {
+			t.Errorf("fetched %d after writes resumed, want all 1000", n)
+		}
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// A config swap cuts the batch: every batch was computed under one version.
+func TestBatchPerConfigVersion(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := testConfig(t)
+		b, err := tenants.Parse([]byte("default_ttl: 2d\ntenants:\n  acme: 2h\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var values []string
+		for i := range 6 {
+			values = append(values, good(i))
+		}
+		src, w := newSource(values...), &fakeWriter{}
+		var mu sync.Mutex
+		calls := 0
+		config := func() *tenants.Config {
+			mu.Lock()
+			defer mu.Unlock()
+			calls++
+			if calls > 3 {
+				return b
+			}
+			return a
+		}
+		stop, _ := start(t, DefaultConfig(), src, w, &fakeDLQ{}, config)
+		time.Sleep(time.Second)
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprint(w.sizes()); got != "[3 3]" {
+			t.Fatalf("batches %s, want [3 3]", got)
+		}
+		// The second batch carries acme's new TTL: one hour later cells.
+		if d := w.batches[1][0].Timestamp - w.batches[0][0].Timestamp; d < time.Hour.Microseconds() {
+			t.Errorf("second batch not shifted by the new TTL: delta %dµs", d)
+		}
+	})
+}
+
+func TestConfigValidate(t *testing.T) {
+	cfg := DefaultConfig()
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	cfg.FlushRows = 60000
+	cfg.Writers = 0
+	err := cfg.Validate()
+	if err == nil || !strings.Contains(err.Error(), "--flush-rows 60000") || !strings.Contains(err.Error(), "--writers 0") {
+		t.Errorf("Validate = %v", err)
+	}
+}
