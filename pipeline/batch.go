@@ -4,9 +4,18 @@ import (
 	"context"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/sink"
 )
+
+// tracer records a span per write batch; it does nothing until a tracer
+// provider is installed.
+var tracer = otel.Tracer("github.com/cellttl/cellttl/pipeline")
 
 // batchLoop groups items into batches by count, bytes and age, and cuts a
 // batch early when the tenants config version changes, so that every batch
@@ -23,6 +32,7 @@ func (p *Pipeline) batchLoop(items <-chan item, batches chan<- batch) {
 			return
 		}
 		timer.Stop()
+		cur.bytes = bytes
 		batches <- cur
 		cur = batch{items: make([]item, 0, p.cfg.FlushRows)}
 		bytes = 0
@@ -63,8 +73,16 @@ func (p *Pipeline) writeLoop(ctx context.Context, batches <-chan batch, dead cha
 			rows[i] = b.items[i].row
 		}
 		start := time.Now()
-		results, err := p.rows.Write(ctx, rows)
+		sctx, span := tracer.Start(ctx, "cellttl.write_batch", trace.WithAttributes(
+			attribute.Int("cellttl.batch.rows", len(rows)),
+			attribute.Int("cellttl.batch.bytes", b.bytes),
+			attribute.String("cellttl.config_version", b.version),
+		))
+		results, err := p.rows.Write(sctx, rows)
 		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(otelcodes.Error, "abandoned at the drain deadline")
+			span.End()
 			p.log.Error("batch abandoned at the drain deadline; its events will be redelivered",
 				"rows", len(rows), "config_version", b.version, "err", err)
 			continue
@@ -84,6 +102,8 @@ func (p *Pipeline) writeLoop(ctx context.Context, batches <-chan batch, dead cha
 			last := &b.items[lastWritten]
 			last.tenant.setSample(Sample{Key: last.row.Key, Timestamp: last.row.Timestamp, Expiry: last.expiry})
 		}
+		span.SetAttributes(attribute.Int("cellttl.batch.written", written), attribute.Int("cellttl.batch.dead_lettered", len(rows)-written))
+		span.End()
 		p.log.Debug("batch written", "rows", len(rows), "written", written, "config_version", b.version, "took", time.Since(start))
 	}
 }

@@ -148,6 +148,7 @@ type item struct {
 type batch struct {
 	items   []item
 	version string // tenants config version all items were processed under
+	bytes   int    // of event values
 }
 
 // Run processes messages until ctx ends, then drains: it stops fetching,
