@@ -35,6 +35,8 @@ type Config struct {
 	// Version is a short hash of the file's bytes; it names the config in
 	// logs, metrics and traces.
 	Version string
+
+	raw []byte
 }
 
 // Load reads and parses a tenants file.
@@ -125,7 +127,7 @@ func Parse(data []byte) (*Config, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	return &Config{Policy: p, Version: Version(data)}, nil
+	return &Config{Policy: p, Version: Version(data), raw: data}, nil
 }
 
 func parseTenants(n *yaml.Node, into map[string]time.Duration) []error {

@@ -1,0 +1,185 @@
+package tenants
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/cellttl/cellttl/internal/duration"
+)
+
+// Reloader keeps the tenants configuration in force and replaces it when the
+// file changes. It polls the file's content rather than watching it: a
+// Kubernetes ConfigMap volume swaps a symlink, which a watch on the file
+// misses, while a changed hash is always seen. A new config is validated in
+// full and checked against the running one before it is swapped in, in one
+// atomic store: each event is processed under exactly one version.
+type Reloader struct {
+	path     string
+	interval time.Duration
+	log      *slog.Logger
+	cur      atomic.Pointer[Config]
+
+	mu     sync.Mutex
+	status ReloadStatus
+	seen   []byte // content of the last file read, good or bad
+}
+
+// ReloadStatus describes the last reload attempt.
+type ReloadStatus struct {
+	// Version runs now.
+	Version string `json:"version"`
+	// LastOK is false when the last changed content was refused.
+	LastOK bool `json:"last_ok"`
+	// LastError says why, when LastOK is false.
+	LastError string `json:"last_error,omitempty"`
+	// RefusedVersion is the version of the refused content.
+	RefusedVersion string    `json:"refused_version,omitempty"`
+	LastChange     time.Time `json:"last_change"`
+	Reloads        int       `json:"reloads"`
+}
+
+// NewReloader starts from initial, the config already loaded from path.
+func NewReloader(path string, initial *Config, interval time.Duration, log *slog.Logger) *Reloader {
+	r := &Reloader{path: path, interval: interval, log: log}
+	r.cur.Store(initial)
+	r.status = ReloadStatus{Version: initial.Version, LastOK: true, LastChange: time.Now()}
+	r.seen = initial.raw
+	return r
+}
+
+// Current returns the config in force. It never blocks: events call it.
+func (r *Reloader) Current() *Config { return r.cur.Load() }
+
+// Status returns the state of reloading.
+func (r *Reloader) Status() ReloadStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.status
+}
+
+// Run polls every interval, and at once on each value of now (SIGHUP),
+// until ctx ends.
+func (r *Reloader) Run(ctx context.Context, now <-chan os.Signal) {
+	t := time.NewTicker(r.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-now:
+			r.log.Info("reloading tenants file on signal", "path", r.path)
+		}
+		r.Reload()
+	}
+}
+
+// Reload reads the file and applies it if it changed and is valid and safe.
+// It reports whether a new config is in force.
+func (r *Reloader) Reload() bool {
+	data, err := os.ReadFile(r.path)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		// A missing file mid-swap is transient; say so once, and look at the
+		// content afresh when it is back.
+		r.seen = nil
+		r.refuse(nil, fmt.Errorf("read tenants file: %w", err))
+		return false
+	}
+	if bytes.Equal(data, r.seen) {
+		return false
+	}
+	r.seen = data
+	if cur := r.cur.Load(); bytes.Equal(data, cur.raw) {
+		// A refused edit was reverted: the file says what runs again.
+		if !r.status.LastOK {
+			r.status.LastOK, r.status.LastError, r.status.RefusedVersion = true, "", ""
+			r.log.Info("tenants file is back to the config in force", "path", r.path, "config_version", cur.Version)
+		}
+		return false
+	}
+	next, err := Parse(data)
+	if err != nil {
+		r.refuse(data, fmt.Errorf("%s: %w", r.path, err))
+		return false
+	}
+	cur := r.cur.Load()
+	plan := Compare(cur.Policy, next.Policy)
+	if !plan.SafeAtRuntime() {
+		r.refuse(data, fmt.Errorf("%s changes the family's GC rule (strategy %s → %s, default_ttl %s → %s), which a running worker never does: "+
+			"it would move the expiry of every cell already written. To apply it deliberately run `worker setup --update-gc-policy --tenants %s`, then restart the workers",
+			r.path, cur.Policy.Strategy, next.Policy.Strategy, duration.Format(cur.Policy.DefaultTTL), duration.Format(next.Policy.DefaultTTL), r.path),
+			"running_strategy", cur.Policy.Strategy.String(), "new_strategy", next.Policy.Strategy.String(),
+			"running_default_ttl", duration.Format(cur.Policy.DefaultTTL), "new_default_ttl", duration.Format(next.Policy.DefaultTTL))
+		return false
+	}
+	r.cur.Store(next)
+	r.status = ReloadStatus{Version: next.Version, LastOK: true, LastChange: time.Now(), Reloads: r.status.Reloads + 1}
+	changes := make([]string, 0, len(plan.Tenants))
+	for _, c := range plan.Tenants {
+		changes = append(changes, fmt.Sprintf("%s %s→%s", c.Tenant, duration.Format(c.OldTTL), duration.Format(c.NewTTL)))
+	}
+	r.log.Info("tenants file reloaded", "path", r.path, "old_version", cur.Version, "config_version", next.Version,
+		"tenants", len(next.Policy.Tenants), "changes", changes, "record_real_timestamp", next.Policy.RecordRealTimestamp)
+	return true
+}
+
+// refuse keeps the running config and records why; the log line is written
+// once per distinct content, not at every poll.
+func (r *Reloader) refuse(data []byte, err error, attrs ...any) {
+	version := ""
+	if data != nil {
+		version = Version(data)
+	}
+	if !r.status.LastOK && r.status.RefusedVersion == version && r.status.LastError == err.Error() {
+		return
+	}
+	r.status.LastOK, r.status.LastError, r.status.RefusedVersion = false, err.Error(), version
+	args := append([]any{"path", r.path, "config_version", r.status.Version, "refused_version", version, "err", err}, attrs...)
+	r.log.Error("tenants file edit refused; the last good config keeps running", args...)
+}
+
+// RegisterMetrics reports the reload state through m: whether the last edit
+// was applied, and which version runs.
+func (r *Reloader) RegisterMetrics(m metric.Meter) error {
+	ok, err := m.Int64ObservableGauge("cellttl.config.reload.ok",
+		metric.WithDescription("1 when the last change of the tenants file was applied, 0 when it was refused and the last good config keeps running"))
+	if err != nil {
+		return fmt.Errorf("register reload metric: %w", err)
+	}
+	info, err := m.Int64ObservableGauge("cellttl.config.info",
+		metric.WithDescription("1, labelled with the version (a hash) of the tenants config in force"))
+	if err != nil {
+		return fmt.Errorf("register config metric: %w", err)
+	}
+	reloads, err := m.Int64ObservableCounter("cellttl.config.reloads",
+		metric.WithDescription("tenants file changes applied since start"))
+	if err != nil {
+		return fmt.Errorf("register reloads metric: %w", err)
+	}
+	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		s := r.Status()
+		v := int64(0)
+		if s.LastOK {
+			v = 1
+		}
+		o.ObserveInt64(ok, v)
+		o.ObserveInt64(info, 1, metric.WithAttributes(attribute.String("config_version", s.Version)))
+		o.ObserveInt64(reloads, int64(s.Reloads))
+		return nil
+	}, ok, info, reloads)
+	if err != nil {
+		return fmt.Errorf("register config metrics callback: %w", err)
+	}
+	return nil
+}
