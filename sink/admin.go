@@ -153,8 +153,8 @@ func DescribeGC(p bigtable.GCPolicy) string {
 }
 
 func sameMaxAge(p bigtable.GCPolicy, want time.Duration) bool {
-	ma, ok := p.(bigtable.MaxAgeGCPolicy)
-	return ok && time.Duration(ma) == want
+	d, ok := MaxAge(p)
+	return ok && d == want
 }
 
 func findFamily(info *bigtable.TableInfo, name string) (bigtable.FamilyInfo, bool) {
@@ -170,4 +170,27 @@ func findFamily(info *bigtable.TableInfo, name string) (bigtable.FamilyInfo, boo
 func IsMismatch(err error) bool {
 	var m *GCRuleMismatchError
 	return errors.As(err, &m)
+}
+
+// FamilyGC returns the family's GC rule; ok is false when the table or the
+// family does not exist.
+func FamilyGC(ctx context.Context, ac *bigtable.AdminClient, t Target) (rule bigtable.GCPolicy, ok bool, err error) {
+	info, err := ac.TableInfo(ctx, t.Table)
+	if status.Code(err) == codes.NotFound {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("read table %q: %w", t.Table, err)
+	}
+	fam, found := findFamily(info, t.Family)
+	if !found {
+		return nil, false, nil
+	}
+	return fam.FullGCPolicy, true, nil
+}
+
+// MaxAge returns the max-age of a plain max-age rule.
+func MaxAge(p bigtable.GCPolicy) (time.Duration, bool) {
+	ma, ok := p.(bigtable.MaxAgeGCPolicy)
+	return time.Duration(ma), ok
 }

@@ -8,9 +8,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
+	"sync"
+	"syscall"
 	"time"
 
 	"cloud.google.com/go/bigtable"
+	"go.opentelemetry.io/otel"
 
 	"github.com/cellttl/cellttl/expiry"
 	"github.com/cellttl/cellttl/ingest"
@@ -21,6 +25,9 @@ import (
 )
 
 var errFlagHelp = flag.ErrHelp
+
+// meterName scopes the worker's metrics.
+const meterName = "github.com/cellttl/cellttl"
 
 // common are the flags of every command that touches Bigtable.
 type common struct {
@@ -138,6 +145,7 @@ type runOptions struct {
 	brokers, topic, group, dlqTopic string
 	commitInterval                  time.Duration
 	sessionTimeout                  time.Duration
+	reloadInterval                  time.Duration
 	writeTimeout                    time.Duration
 	pipe                            pipeline.Config
 	// onPipeline, when set, is handed the pipeline before it runs (the demo
@@ -153,6 +161,7 @@ func (o *runOptions) register(f *flags) {
 	f.String(&o.group, "group", "KAFKA_GROUP", "cellttl", "consumer group; workers in one group share the topic's partitions")
 	f.String(&o.dlqTopic, "dlq-topic", "KAFKA_DLQ_TOPIC", "", "dead-letter topic (default <topic>.dlq)")
 	f.Duration(&o.commitInterval, "commit-interval", "COMMIT_INTERVAL", time.Second, "how often settled offsets are committed")
+	f.Duration(&o.reloadInterval, "tenants-reload-interval", "TENANTS_RELOAD_INTERVAL", 5*time.Second, "how often the tenants file is checked for changes (SIGHUP checks at once)")
 	f.Duration(&o.sessionTimeout, "session-timeout", "KAFKA_SESSION_TIMEOUT", 30*time.Second, "how long the group waits for a silent member before reassigning its partitions (the broker allows 6s..5m by default)")
 	f.Duration(&o.writeTimeout, "write-timeout", "WRITE_TIMEOUT", 30*time.Second, "bound on one Bigtable bulk write attempt before it is retried")
 	f.Int(&o.pipe.FlushRows, "flush-rows", "FLUSH_ROWS", d.FlushRows, "flush a batch at this many rows")
@@ -178,6 +187,9 @@ func (o *runOptions) resolve() ([]string, error) {
 	}
 	if o.dlqTopic == o.topic {
 		return nil, &exitError{code: 2, err: fmt.Errorf("--dlq-topic %q is the input topic", o.dlqTopic)}
+	}
+	if o.reloadInterval <= 0 {
+		return nil, &exitError{code: 2, err: fmt.Errorf("--tenants-reload-interval %s: must be positive", o.reloadInterval)}
 	}
 	if err := o.pipe.Validate(); err != nil {
 		return nil, &exitError{code: 2, err: err}
@@ -231,9 +243,23 @@ func serve(ctx context.Context, o *runOptions, brokers []string, cfg *tenants.Co
 	wcfg.AttemptTimeout = o.writeTimeout
 	writer := sink.NewWriter(dc.Open(o.table), o.family, wcfg, log)
 
-	p := pipeline.New(o.pipe, consumer, writer, dlq, func() *tenants.Config { return cfg }, log)
+	reloader := tenants.NewReloader(o.tenantsFile, cfg, o.reloadInterval, log)
+	if err := reloader.RegisterMetrics(otel.Meter(meterName)); err != nil {
+		return err
+	}
+	p := pipeline.New(o.pipe, consumer, writer, dlq, reloader.Current, log)
 	if o.onPipeline != nil {
 		o.onPipeline(p)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	reloadCtx, stopReloads := context.WithCancel(ctx)
+	defer stopReloads()
+	if o.tenantsFile != "" {
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		wg.Go(func() { reloader.Run(reloadCtx, hup) })
 	}
 	log.Info("worker started", "topic", o.topic, "group", o.group, "dlq_topic", o.dlqTopic,
 		"table", o.table, "family", o.family, "strategy", cfg.Policy.Strategy.String(),

@@ -18,6 +18,7 @@ const usage = `worker: per-tenant TTLs on Bigtable, fed from Kafka.
 Usage:
   worker [run] [flags]   consume, compute cell timestamps, write (the default)
   worker setup [flags]   create the table and family with the GC rule the strategy needs
+  worker check [flags]   validate a tenants file and explain what an edit changes
   worker demo [flags]    everything in-process: Kafka, the Bigtable emulator, synthetic clicks
 
 Run "worker COMMAND --help" for a command's flags.`
@@ -26,6 +27,8 @@ Run "worker COMMAND --help" for a command's flags.`
 type exitError struct {
 	code int
 	err  error
+	// quiet: the command already said everything on stdout.
+	quiet bool
 }
 
 func (e *exitError) Error() string { return e.err.Error() }
@@ -46,8 +49,11 @@ func exitCode(err error, stderr io.Writer) int {
 		return 0
 	}
 	var ee *exitError
+	if errors.As(err, &ee) && ee.quiet {
+		return ee.code
+	}
 	code := 1
-	if errors.As(err, &ee) {
+	if ee != nil {
 		code = ee.code
 	}
 	fmt.Fprintln(stderr, "worker:", err)
@@ -70,6 +76,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runWorker(ctx, args, stderr)
 	case "setup":
 		return runSetup(ctx, args, stdout, stderr)
+	case "check":
+		return runCheck(ctx, args, stdout, stderr)
 	case "demo":
 		return runDemo(ctx, args, stdout, stderr)
 	case "help":
