@@ -170,3 +170,15 @@ func cellsOf(r bigtable.Row) map[string][]bigtable.ReadItem {
 }
 
 var _ = sink.ColumnEvent
+
+// tenantsFileCopy copies the current tenants file to path.
+func (e *env) tenantsFileCopy(t *testing.T, path string) {
+	t.Helper()
+	data, err := os.ReadFile(e.tenantsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cellttl/cellttl/internal/testenv"
+)
+
+// While events flow, the operator edits tenants.yaml: a TTL change applies
+// to events processed after the reload, a broken edit and a default_ttl
+// edit are refused, and through all of it nothing is lost.
+func TestLiveTenantEdits(t *testing.T) {
+	e := newEnv(t, tenantsYAML)
+	if out, err := e.cmd(t, "setup"); err != nil {
+		t.Fatalf("setup: %v\n%s", err, out)
+	}
+	stop, logs := e.startWorker(t, "--tenants-reload-interval", "100ms")
+	occurred := time.Now().Add(-time.Minute).UTC().Truncate(time.Millisecond)
+	total := 0
+	// send produces ten acme events and waits until they are all written.
+	send := func(phase string) {
+		t.Helper()
+		values := make([][]byte, 10)
+		for i := range values {
+			values[i] = click{EventID: fmt.Sprintf("%s-%d", phase, i), TenantID: "acme", UserID: "u", OccurredAt: occurred.Format(time.RFC3339Nano)}.bytes()
+		}
+		testenv.Produce(t, e.brokers, e.topic, values...)
+		total += len(values)
+		e.waitRows(t, total, 30*time.Second)
+	}
+	waitLog := func(s string) {
+		t.Helper()
+		testenv.Eventually(t, 10*time.Second, func() (bool, string) {
+			return strings.Contains(logs.String(), s), fmt.Sprintf("no log line with %q", s)
+		})
+	}
+
+	send("before")
+	e.writeTenants(t, strings.Replace(tenantsYAML, "acme: 1h", "acme: 2h", 1))
+	waitLog("tenants file reloaded")
+	send("after")
+	e.writeTenants(t, strings.Replace(tenantsYAML, "acme: 1h", "acme: [1h", 1))
+	waitLog("edit refused")
+	send("broken")
+	e.writeTenants(t, strings.Replace(strings.Replace(tenantsYAML, "acme: 1h", "acme: 2h", 1), "default_ttl: 2d", "default_ttl: 3d", 1))
+	waitLog("changes the family's GC rule")
+	send("default")
+	e.waitCommitted(t, 30*time.Second)
+	if err := stop(); err != nil {
+		t.Fatalf("worker: %v", err)
+	}
+
+	shift := map[string]time.Duration{"before": time.Hour, "after": 2 * time.Hour, "broken": 2 * time.Hour, "default": 2 * time.Hour}
+	rows := e.rows(t)
+	if len(rows) != total {
+		t.Errorf("%d rows, want %d", len(rows), total)
+	}
+	for key, r := range rows {
+		id := key[strings.LastIndexByte(key, '#')+1:]
+		phase := id[:strings.LastIndexByte(id, '-')]
+		want := occurred.UnixMicro() + (shift[phase] - defaultTTL).Microseconds()
+		ev := cellsOf(r)["event"]
+		if len(ev) != 1 || int64(ev[0].Timestamp) != want {
+			t.Errorf("%s event: timestamp %v, want %d (TTL %s, default 2d)", id, ev, want, shift[phase])
+		}
+	}
+	if !strings.Contains(logs.String(), "worker setup --update-gc-policy --tenants "+e.tenantsFile) {
+		t.Errorf("the default_ttl refusal does not give the command to apply it")
+	}
+}
+
+func TestCheckExplainsEdits(t *testing.T) {
+	e := newEnv(t, tenantsYAML)
+	if out, err := e.cmd(t, "setup"); err != nil {
+		t.Fatalf("setup: %v\n%s", err, out)
+	}
+	old := e.tenantsFile + ".old"
+	e.tenantsFileCopy(t, old)
+	code := func(err error) int {
+		var ee *exitError
+		if errors.As(err, &ee) {
+			return ee.code
+		}
+		if err != nil {
+			return -1
+		}
+		return 0
+	}
+
+	e.writeTenants(t, strings.Replace(tenantsYAML, "acme: 1h", "acme: 2h\n  newco: 30m", 1))
+	out, err := e.cmd(t, "check", "--against", old)
+	if code(err) != 0 || !strings.Contains(out, "acme             1h → 2h") || !strings.Contains(out, "newco            added:   30m") ||
+		!strings.Contains(out, "cells already written keep the expiry") || !strings.Contains(out, `GC rule "max-age 2d" matches`) {
+		t.Errorf("safe edit: exit %d\n%s", code(err), out)
+	}
+
+	e.writeTenants(t, strings.Replace(tenantsYAML, "default_ttl: 2d", "default_ttl: 1d", 1))
+	out, err = e.cmd(t, "check", "--against", old, "--format", "json")
+	var rep checkReport
+	if jerr := json.Unmarshal([]byte(out), &rep); jerr != nil {
+		t.Fatalf("json output: %v\n%s", jerr, out)
+	}
+	if code(err) != 1 || rep.Exit != 1 || rep.Against.ExpiryShift != "-1d" || strings.Join(rep.Against.ShiftedTenants, ",") != "acme,globex" ||
+		rep.Table.Matches || rep.Table.Rule != "max-age 2d" || rep.Table.Wanted != "max-age 1d" {
+		t.Errorf("default_ttl edit: exit %d %+v %+v", code(err), rep.Against, rep.Table)
+	}
+
+	e.writeTenants(t, "default_ttl: 2d\ntenants:\n  acme: 1hour\n")
+	out, err = e.cmd(t, "check")
+	if code(err) != 2 || !strings.Contains(out, `line 3: tenants.acme: invalid duration "1hour"`) {
+		t.Errorf("invalid file: exit %d\n%s", code(err), out)
+	}
+}
