@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cellttl/cellttl/expiry"
+	"github.com/cellttl/cellttl/internal/duration"
 )
 
 // MaxReplicatedGCIncrease is how much a GC max-age may grow in one change on
@@ -19,6 +20,18 @@ type TenantChange struct {
 	NewTTL    time.Duration `json:"new_ttl"`
 	OldListed bool          `json:"old_listed"`
 	NewListed bool          `json:"new_listed"`
+}
+
+// String says the change in a few words: "acme 1h→2h", "newco added 30m",
+// "wonka removed, default 2d".
+func (c TenantChange) String() string {
+	switch {
+	case !c.OldListed:
+		return c.Tenant + " added " + duration.Format(c.NewTTL)
+	case !c.NewListed:
+		return c.Tenant + " removed, default " + duration.Format(c.NewTTL)
+	}
+	return c.Tenant + " " + duration.Format(c.OldTTL) + "→" + duration.Format(c.NewTTL)
 }
 
 // Plan is what an edit of tenants.yaml changes.

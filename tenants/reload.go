@@ -127,7 +127,7 @@ func (r *Reloader) Reload() bool {
 	r.status = ReloadStatus{Version: next.Version, LastOK: true, LastChange: time.Now(), Reloads: r.status.Reloads + 1}
 	changes := make([]string, 0, len(plan.Tenants))
 	for _, c := range plan.Tenants {
-		changes = append(changes, fmt.Sprintf("%s %s→%s", c.Tenant, duration.Format(c.OldTTL), duration.Format(c.NewTTL)))
+		changes = append(changes, c.String())
 	}
 	r.log.Info("tenants file reloaded", "path", r.path, "old_version", cur.Version, "config_version", next.Version,
 		"tenants", len(next.Policy.Tenants), "changes", changes, "record_real_timestamp", next.Policy.RecordRealTimestamp)
