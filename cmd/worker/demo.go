@@ -134,25 +134,29 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	var stats *pipeline.Stats
 	statsReady := make(chan struct{})
 	ro.onPipeline = func(p *pipeline.Pipeline) { stats = p.Stats(); close(statsReady) }
+	sctx, stopSummaries := context.WithCancel(ctx)
+	defer stopSummaries()
 	wg.Go(func() {
 		select {
 		case <-statsReady:
-		case <-ctx.Done():
+		case <-sctx.Done():
 			return
 		}
 		t := time.NewTicker(o.every)
 		defer t.Stop()
 		for {
 			select {
-			case <-ctx.Done():
+			case <-sctx.Done():
 				return
 			case <-t.C:
-				printSummary(ctx, stdout, dc.Open("clicks"), cfg.Policy, stats, time.Since(started))
+				printSummary(sctx, stdout, dc.Open("clicks"), cfg.Policy, stats, time.Since(started))
 			}
 		}
 	})
 	err = serve(ctx, ro, brokers, cfg, dc, log)
 	stopProducing()
+	stopSummaries()
+	wg.Wait() // the summaries write to stdout too
 	fmt.Fprintln(stdout, "demo stopped")
 	return err
 }
