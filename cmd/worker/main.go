@@ -18,6 +18,7 @@ const usage = `worker: per-tenant TTLs on Bigtable, fed from Kafka.
 Usage:
   worker [run] [flags]   consume, compute cell timestamps, write (the default)
   worker setup [flags]   create the table and family with the GC rule the strategy needs
+  worker read [flags]    a tenant's live events with their expiry
   worker check [flags]   validate a tenants file and explain what an edit changes
   worker demo [flags]    everything in-process: Kafka, the Bigtable emulator, synthetic clicks
 
@@ -76,6 +77,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runWorker(ctx, args, stderr)
 	case "setup":
 		return runSetup(ctx, args, stdout, stderr)
+	case "read":
+		return runRead(ctx, args, stdout, stderr)
 	case "check":
 		return runCheck(ctx, args, stdout, stderr)
 	case "demo":

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/cellttl/cellttl/internal/duration"
+	"github.com/cellttl/cellttl/reader"
+	"github.com/cellttl/cellttl/sink"
+	"github.com/cellttl/cellttl/tenants"
+)
+
+func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var c common
+	var q reader.Query
+	var since, until, format string
+	f := newFlags("worker read", "worker read: a tenant's live events, with their expiry, read with the filter that hides expired cells.", stderr)
+	c.register(f)
+	f.String(&q.Tenant, "tenant", "READ_TENANT", "", "tenant to read (required)")
+	f.String(&q.User, "user", "READ_USER", "", "only this user's events (one key range)")
+	f.String(&since, "since", "READ_SINCE", "", "event time from: RFC 3339, or a duration ago such as 1h or 2d")
+	f.String(&until, "until", "READ_UNTIL", "", "event time before: RFC 3339, or a duration ago")
+	f.Int(&q.Limit, "limit", "READ_LIMIT", 100, "at most this many events (0: all)")
+	f.Bool(&q.IncludeExpired, "include-expired", "READ_INCLUDE_EXPIRED", false, "also show cells GC has not collected yet, marked expired (debugging)")
+	f.String(&format, "format", "READ_FORMAT", "text", "output: text or json (one object per line)")
+	if err := parse(f, args); err != nil {
+		return err
+	}
+	if q.Tenant == "" {
+		return &exitError{code: 2, err: fmt.Errorf("--tenant is required")}
+	}
+	if format != "text" && format != "json" {
+		return &exitError{code: 2, err: fmt.Errorf("--format %q: want text or json", format)}
+	}
+	now := time.Now()
+	var err error
+	if q.Since, err = parseWhen("--since", since, now); err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	if q.Until, err = parseWhen("--until", until, now); err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	if err := c.resolve(); err != nil {
+		return err
+	}
+	cfg, err := tenants.Load(c.tenantsFile)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	dc, ac, err := c.bigtableClients(ctx)
+	if err != nil {
+		return err
+	}
+	defer dc.Close()
+	defer ac.Close()
+	// The filter is only right for the GC rule the file describes.
+	if err := sink.CheckGC(ctx, ac, c.target(), cfg.Policy.GCMaxAge()); err != nil {
+		return fmt.Errorf("refusing to read: %w (the tenants file says %s)", err, describePolicy(cfg.Policy))
+	}
+	r := reader.New(dc.Open(c.table), c.family, cfg.Policy)
+	out := newEventPrinter(stdout, format, now)
+	if err := r.Read(ctx, q, out.print); err != nil {
+		return err
+	}
+	return out.flush()
+}
+
+// parseWhen reads an RFC 3339 time or a duration before now.
+func parseWhen(flag, s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	d, err := duration.Parse(s)
+	if err != nil || d < 0 {
+		return time.Time{}, fmt.Errorf("%s %q: want an RFC 3339 time or a duration ago such as 90m or 2d", flag, s)
+	}
+	return now.Add(-d), nil
+}
+
+type eventPrinter struct {
+	format string
+	now    time.Time
+	tw     *tabwriter.Writer
+	enc    *json.Encoder
+	n      int
+}
+
+func newEventPrinter(w io.Writer, format string, now time.Time) *eventPrinter {
+	p := &eventPrinter{format: format, now: now}
+	if format == "json" {
+		p.enc = json.NewEncoder(w)
+	} else {
+		p.tw = tabwriter.NewWriter(w, 2, 0, 2, ' ', 0)
+		fmt.Fprintln(p.tw, "EVENT TIME\tUSER\tEVENT ID\tEXPIRES\tWRITTEN AT\tVALUE")
+	}
+	return p
+}
+
+type jsonEvent struct {
+	Key       string          `json:"key"`
+	Tenant    string          `json:"tenant"`
+	User      string          `json:"user,omitempty"`
+	EventID   string          `json:"event_id"`
+	EventTime time.Time       `json:"event_time"`
+	Timestamp int64           `json:"timestamp_micros"`
+	Expiry    time.Time       `json:"expiry"`
+	Expired   bool            `json:"expired"`
+	WrittenAt *time.Time      `json:"written_at,omitempty"`
+	Value     json.RawMessage `json:"value,omitempty"`
+	RawValue  string          `json:"raw_value,omitempty"`
+}
+
+func (p *eventPrinter) print(ev reader.Event) bool {
+	p.n++
+	if p.enc != nil {
+		je := jsonEvent{Key: ev.Key, Tenant: ev.Tenant, User: ev.User, EventID: ev.EventID, EventTime: ev.EventTime,
+			Timestamp: ev.Timestamp, Expiry: ev.Expiry, Expired: ev.Expired}
+		if !ev.WrittenAt.IsZero() {
+			je.WrittenAt = &ev.WrittenAt
+		}
+		if json.Valid(ev.Value) {
+			je.Value = ev.Value
+		} else {
+			je.RawValue = string(ev.Value)
+		}
+		return p.enc.Encode(je) == nil
+	}
+	expires := ev.Expiry.Format(time.RFC3339Nano) + " (in " + duration.Format(ev.Expiry.Sub(p.now).Truncate(time.Second)) + ")"
+	if ev.Expired {
+		expires = ev.Expiry.Format(time.RFC3339Nano) + " (EXPIRED " + duration.Format(p.now.Sub(ev.Expiry).Truncate(time.Second)) + " ago)"
+	}
+	written := "-"
+	if !ev.WrittenAt.IsZero() {
+		written = ev.WrittenAt.Format(time.RFC3339Nano)
+	}
+	fmt.Fprintf(p.tw, "%s\t%s\t%s\t%s\t%s\t%s\n", ev.EventTime.Format(time.RFC3339Nano), orDash(ev.User), ev.EventID, expires, written, strings.TrimSpace(string(ev.Value)))
+	return true
+}
+
+func (p *eventPrinter) flush() error {
+	if p.tw != nil {
+		if p.n == 0 {
+			fmt.Fprintln(p.tw, "(no live events)")
+		}
+		return p.tw.Flush()
+	}
+	return nil
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,183 @@
+// Package reader returns the events of a tenant that have not expired.
+//
+// Bigtable's GC is lazy: expired cells stay readable for up to a week. A
+// reader must therefore filter by timestamp, from the earliest timestamp
+// still live, and it must derive that bound from the same rule the writer
+// used. Both come from expiry.Policy: ReadFrom for the filter, ExpiryOf for
+// each cell's expiry.
+package reader
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"regexp"
+	"time"
+
+	"cloud.google.com/go/bigtable"
+
+	"github.com/cellttl/cellttl/expiry"
+	"github.com/cellttl/cellttl/rowkey"
+	"github.com/cellttl/cellttl/sink"
+)
+
+// Reader reads one family of one table.
+type Reader struct {
+	table  *bigtable.Table
+	family string
+	policy *expiry.Policy
+	now    func() time.Time
+}
+
+// New returns a Reader for the family written under policy.
+func New(table *bigtable.Table, family string, policy *expiry.Policy) *Reader {
+	return &Reader{table: table, family: family, policy: policy, now: time.Now}
+}
+
+// Query selects events. Tenant is required.
+type Query struct {
+	Tenant string
+	// User narrows the read to one user's rows, a single key range.
+	User string
+	// Since and Until bound the event time (the TTL base): [Since, Until).
+	// Zero means unbounded.
+	Since, Until time.Time
+	// Limit stops after this many events; 0 means no limit.
+	Limit int
+	// IncludeExpired returns cells GC has not collected yet too, marked
+	// Expired: for debugging, never for serving.
+	IncludeExpired bool
+}
+
+// Event is one event as stored.
+type Event struct {
+	Key       string
+	Tenant    string
+	User      string
+	EventID   string
+	EventTime time.Time // the TTL base, from the row key
+	Value     []byte
+	// Timestamp is the cell timestamp in microseconds.
+	Timestamp int64
+	// Expiry is when the event stops being readable.
+	Expiry time.Time
+	// WrittenAt is the real write time, zero when not recorded.
+	WrittenAt time.Time
+	Expired   bool
+}
+
+// Filter is the read filter that hides expired cells at now: the event and
+// written_at columns of the family, timestamps from policy.ReadFrom(now)
+// with no upper bound (shifted timestamps lie in the future), and the
+// latest version of each. Readers in other code should build the same.
+func Filter(policy *expiry.Policy, family string, now time.Time) bigtable.Filter {
+	return bigtable.ChainFilters(
+		columnsFilter(family),
+		bigtable.TimestampRangeFilterMicros(bigtable.Timestamp(policy.ReadFrom(now)), 0),
+		bigtable.LatestNFilter(1),
+	)
+}
+
+func columnsFilter(family string) bigtable.Filter {
+	return bigtable.ChainFilters(
+		bigtable.FamilyFilter("^"+regexp.QuoteMeta(family)+"$"),
+		bigtable.ColumnFilter("^("+sink.ColumnEvent+"|"+sink.ColumnWrittenAt+")$"),
+	)
+}
+
+// Read calls fn for each event matching q, in row key order, until fn
+// returns false. Expiry is judged at one instant, taken when the read starts.
+func (r *Reader) Read(ctx context.Context, q Query, fn func(Event) bool) error {
+	if err := rowkey.ValidateID("tenant", q.Tenant); err != nil {
+		return err
+	}
+	if q.User != "" {
+		if err := rowkey.ValidateID("user", q.User); err != nil {
+			return err
+		}
+	}
+	now := r.now()
+	var filter bigtable.Filter
+	if q.IncludeExpired {
+		filter = bigtable.ChainFilters(columnsFilter(r.family), bigtable.LatestNFilter(1))
+	} else {
+		filter = Filter(r.policy, r.family, now)
+	}
+	var rr bigtable.RowSet = bigtable.PrefixRange(rowkey.TenantPrefix(q.Tenant))
+	if q.User != "" {
+		prefix := rowkey.UserPrefix(q.Tenant, q.User)
+		rr = bigtable.PrefixRange(prefix)
+		if !q.Since.IsZero() || !q.Until.IsZero() {
+			start := prefix
+			if !q.Since.IsZero() {
+				start = rowkey.UserTimeKey(q.Tenant, q.User, q.Since.UnixMilli())
+			}
+			limit := prefixEnd(prefix)
+			if !q.Until.IsZero() {
+				limit = rowkey.UserTimeKey(q.Tenant, q.User, q.Until.UnixMilli())
+			}
+			rr = bigtable.NewRange(start, limit)
+		}
+	}
+	n := 0
+	var decodeErr error
+	err := r.table.ReadRows(ctx, rr, func(row bigtable.Row) bool {
+		ev, ok, err := r.decode(row, now)
+		if err != nil {
+			decodeErr = err
+			return false
+		}
+		if !ok || (!q.Since.IsZero() && ev.EventTime.Before(q.Since)) || (!q.Until.IsZero() && !ev.EventTime.Before(q.Until)) {
+			return true
+		}
+		n++
+		if !fn(ev) {
+			return false
+		}
+		return q.Limit == 0 || n < q.Limit
+	}, bigtable.RowFilter(filter))
+	if err != nil {
+		return fmt.Errorf("read tenant %s: %w", q.Tenant, err)
+	}
+	return decodeErr
+}
+
+func (r *Reader) decode(row bigtable.Row, now time.Time) (Event, bool, error) {
+	ev := Event{Key: row.Key()}
+	found := false
+	for _, it := range row[r.family] {
+		switch it.Column {
+		case r.family + ":" + sink.ColumnEvent:
+			ev.Value, ev.Timestamp, found = it.Value, int64(it.Timestamp), true
+		case r.family + ":" + sink.ColumnWrittenAt:
+			if len(it.Value) == 8 {
+				ev.WrittenAt = time.UnixMicro(int64(binary.BigEndian.Uint64(it.Value))).UTC()
+			}
+		}
+	}
+	if !found {
+		// written_at alone: the event cell was collected first. Not an event.
+		return Event{}, false, nil
+	}
+	parts, err := rowkey.Parse(ev.Key)
+	if err != nil {
+		return Event{}, false, fmt.Errorf("row %q was not written by cellttl: %w", ev.Key, err)
+	}
+	ev.Tenant, ev.User, ev.EventID = parts.Tenant, parts.User, parts.EventID
+	ev.EventTime = time.UnixMilli(parts.Millis).UTC()
+	ev.Expiry = r.policy.ExpiryOf(ev.Timestamp)
+	ev.Expired = expiry.Expired(ev.Expiry, now)
+	return ev, true, nil
+}
+
+// prefixEnd is the first key after every key with prefix.
+func prefixEnd(prefix string) string {
+	b := []byte(prefix)
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] < 0xff {
+			b[i]++
+			return string(b[:i+1])
+		}
+	}
+	return ""
+}

@@ -1,0 +1,190 @@
+package reader
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/bigtable"
+
+	"github.com/cellttl/cellttl/expiry"
+	"github.com/cellttl/cellttl/internal/testenv"
+	"github.com/cellttl/cellttl/rowkey"
+	"github.com/cellttl/cellttl/sink"
+)
+
+var ctx = context.Background()
+
+type written struct {
+	key    string
+	tenant string
+	expiry time.Time // computed here, independently of the expiry package
+}
+
+// writeEvents writes n events per tenant at base, through the production
+// write path: expiry.Policy for the timestamp, sink.Writer for the cells.
+func writeEvents(t *testing.T, dc *bigtable.Client, tgt sink.Target, p *expiry.Policy, ttls map[string]time.Duration, base time.Time, n int) []written {
+	t.Helper()
+	var rows []sink.Row
+	var out []written
+	for tenant, ttl := range ttls {
+		for i := range n {
+			key := string(rowkey.Build(nil, tenant, fmt.Sprintf("u-%d", i), fmt.Sprintf("%s-%d", tenant, i), base.UnixMilli()))
+			rows = append(rows, sink.Row{Key: key, Timestamp: p.Cell(tenant, base).Timestamp, Value: []byte(`{}`), WrittenAt: true})
+			out = append(out, written{key: key, tenant: tenant, expiry: base.Truncate(time.Millisecond).Add(ttl)})
+		}
+	}
+	w := sink.NewWriter(dc.Open(tgt.Table), tgt.Family, sink.DefaultWriterConfig(), slog.Default())
+	res, err := w.Write(ctx, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range res {
+		if e != nil {
+			t.Fatal(e)
+		}
+	}
+	return out
+}
+
+// rawRows reads the table without any filter: what GC has not removed yet.
+// It checks that event and written_at cells go together.
+func rawRows(t *testing.T, tbl *bigtable.Table) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	err := tbl.ReadRows(ctx, bigtable.InfiniteRange(""), func(r bigtable.Row) bool {
+		if n := len(r["c"]); n != 2 {
+			t.Errorf("row %s has %d cells, want event and written_at together", r.Key(), n)
+		}
+		out[r.Key()] = true
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// The proof: with compressed TTLs, under both strategies, reads never return
+// an event after its expiry nor hide one before it, and the emulator's own
+// GC removes each tenant's cells no earlier than their expiry and within a
+// few seconds after it. A write-side shift off by even a second fails the
+// exact expiry check.
+func TestExpiryEndToEnd(t *testing.T) {
+	ttls := map[string]time.Duration{"short": 2 * time.Second, "walkin": 6 * time.Second, "long": 12 * time.Second}
+	for _, s := range []expiry.Strategy{expiry.DefaultExpiration, expiry.OneSecond} {
+		t.Run(s.String(), func(t *testing.T) {
+			p := &expiry.Policy{Strategy: s, DefaultTTL: 6 * time.Second, Tenants: map[string]time.Duration{"short": 2 * time.Second, "long": 12 * time.Second}}
+			dc, ac := testenv.Clients(t)
+			tgt := testenv.Table(t, ac, dc, p.GCMaxAge())
+			tbl := dc.Open(tgt.Table)
+			base := time.Now()
+			events := writeEvents(t, dc, tgt, p, ttls, base, 3)
+			r := New(tbl, tgt.Family, p)
+
+			gone := map[string]time.Time{} // when GC was first seen to have removed the row
+			deadline := base.Add(12*time.Second + 6*time.Second)
+			for len(gone) < len(events) && time.Now().Before(deadline) {
+				t0 := time.Now()
+				visible := map[string]Event{}
+				for tenant := range ttls {
+					if err := r.Read(ctx, Query{Tenant: tenant}, func(ev Event) bool { visible[ev.Key] = ev; return true }); err != nil {
+						t.Fatal(err)
+					}
+				}
+				raw := rawRows(t, tbl)
+				t1 := time.Now()
+				for _, w := range events {
+					ev, vis := visible[w.key]
+					switch {
+					case vis && !ev.Expiry.Equal(w.expiry):
+						t.Fatalf("%s: reader says it expires %s, the tenant's TTL says %s", w.key, ev.Expiry.Format(time.RFC3339Nano), w.expiry.Format(time.RFC3339Nano))
+					case vis && !w.expiry.After(t0):
+						t.Fatalf("%s: read at %s, %s after its expiry", w.key, t0.Format(time.RFC3339Nano), t0.Sub(w.expiry))
+					case !vis && w.expiry.After(t1):
+						t.Fatalf("%s: hidden %s before its expiry", w.key, w.expiry.Sub(t1))
+					case vis && (ev.Expired || ev.WrittenAt.IsZero()):
+						t.Fatalf("%s: returned %+v", w.key, ev)
+					}
+					if !raw[w.key] {
+						if w.expiry.After(t0) {
+							t.Fatalf("%s: GC removed it %s before its expiry", w.key, w.expiry.Sub(t0))
+						}
+						if _, seen := gone[w.key]; !seen {
+							gone[w.key] = t1
+						}
+					}
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			for _, w := range events {
+				at, ok := gone[w.key]
+				if !ok {
+					t.Errorf("%s (%s): GC had not removed it %s after its expiry", w.key, w.tenant, deadline.Sub(w.expiry))
+					continue
+				}
+				if late := at.Sub(w.expiry); late > 4*time.Second {
+					t.Errorf("%s (%s): GC removed it %s after its expiry, want within 4s", w.key, w.tenant, late)
+				}
+			}
+			t.Logf("all %d events read until their expiry and collected by GC after it", len(events))
+		})
+	}
+}
+
+func TestQueryUserWindowAndLimit(t *testing.T) {
+	dc, ac := testenv.Clients(t)
+	p := &expiry.Policy{Strategy: expiry.DefaultExpiration, DefaultTTL: 48 * time.Hour}
+	tgt := testenv.Table(t, ac, dc, p.GCMaxAge())
+	base := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	var rows []sink.Row
+	for i := range 10 {
+		at := base.Add(time.Duration(i) * time.Minute)
+		for _, user := range []string{"alice", "bob"} {
+			rows = append(rows, sink.Row{Key: string(rowkey.Build(nil, "acme", user, fmt.Sprintf("%s-%d", user, i), at.UnixMilli())), Timestamp: p.Cell("acme", at).Timestamp, Value: []byte(fmt.Sprint(i))})
+		}
+	}
+	// An expired event of alice: visible only with IncludeExpired.
+	old := time.Now().Add(-72 * time.Hour)
+	rows = append(rows, sink.Row{Key: string(rowkey.Build(nil, "acme", "alice", "alice-old", old.UnixMilli())), Timestamp: p.Cell("acme", old).Timestamp, Value: []byte("old")})
+	w := sink.NewWriter(dc.Open(tgt.Table), "c", sink.DefaultWriterConfig(), slog.Default())
+	if _, err := w.Write(ctx, rows); err != nil {
+		t.Fatal(err)
+	}
+	r := New(dc.Open(tgt.Table), "c", p)
+	ids := func(q Query) []string {
+		var out []string
+		if err := r.Read(ctx, q, func(ev Event) bool { out = append(out, ev.EventID); return true }); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	q := Query{Tenant: "acme", User: "alice", Since: base.Add(2 * time.Minute), Until: base.Add(5 * time.Minute)}
+	if got := fmt.Sprint(ids(q)); got != "[alice-2 alice-3 alice-4]" {
+		t.Errorf("alice [t+2m, t+5m): %s", got)
+	}
+	if got := fmt.Sprint(ids(Query{Tenant: "acme", User: "bob", Limit: 2})); got != "[bob-0 bob-1]" {
+		t.Errorf("bob limit 2: %s", got)
+	}
+	if n := len(ids(Query{Tenant: "acme", Since: base.Add(8 * time.Minute)})); n != 4 {
+		t.Errorf("tenant since t+8m: %d events, want 4", n)
+	}
+	if got := ids(Query{Tenant: "acme", User: "alice"}); len(got) != 10 {
+		t.Errorf("alice: %d events, want 10 (the expired one hidden)", len(got))
+	}
+	var expired []Event
+	_ = r.Read(ctx, Query{Tenant: "acme", User: "alice", IncludeExpired: true}, func(ev Event) bool {
+		if ev.Expired {
+			expired = append(expired, ev)
+		}
+		return true
+	})
+	if len(expired) != 1 || expired[0].EventID != "alice-old" {
+		t.Errorf("IncludeExpired: expired events %+v, want alice-old", expired)
+	}
+	if err := r.Read(ctx, Query{Tenant: "a#b"}, func(Event) bool { return true }); err == nil {
+		t.Error("a tenant id with # was accepted")
+	}
+}
