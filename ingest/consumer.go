@@ -1,6 +1,7 @@
 // Package ingest reads click events from Kafka and settles their offsets: a
-// consumer-group reader, a tracker that commits only what is done, and a
-// dead-letter producer. It knows nothing of Bigtable.
+// consumer-group member with one reader per assigned partition, a tracker
+// that commits only what is done, and a dead-letter producer. It knows
+// nothing of Bigtable.
 package ingest
 
 import (
@@ -11,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -34,20 +36,35 @@ type ConsumerConfig struct {
 	Dialer *kafka.Dialer
 }
 
-// Consumer fetches messages as a member of a consumer group and commits the
-// offsets its Tracker says are done.
+// Consumer is a member of a consumer group. Each generation of the group
+// assigns it partitions; it reads each with a reader of its own and merges
+// their messages into Fetch. Commits go through the current generation and
+// only for partitions it owns: a partition revoked in a rebalance is never
+// committed by this member again.
 type Consumer struct {
 	cfg     ConsumerConfig
-	reader  *kafka.Reader
+	group   *kafka.ConsumerGroup
 	tracker *Tracker
 	log     *slog.Logger
+	msgs    chan kafka.Message
+	wg      sync.WaitGroup
+	stop    context.CancelFunc
 
 	mu        sync.Mutex
+	gen       *kafka.Generation // nil between generations
+	owned     map[int]*partition
 	committed map[int]int64 // last offset committed per partition
+	lastErr   error
+	joinedAt  time.Time
 }
 
-// NewConsumer joins the group (lazily, on the first fetch).
-func NewConsumer(cfg ConsumerConfig, log *slog.Logger) *Consumer {
+// partition is the state of one owned partition.
+type partition struct {
+	lag atomic.Int64 // messages behind the high watermark at the last fetch
+}
+
+// NewConsumer starts joining the group.
+func NewConsumer(cfg ConsumerConfig, log *slog.Logger) (*Consumer, error) {
 	if cfg.CommitInterval <= 0 {
 		cfg.CommitInterval = time.Second
 	}
@@ -57,85 +74,171 @@ func NewConsumer(cfg ConsumerConfig, log *slog.Logger) *Consumer {
 	if cfg.FetchMaxBytes <= 0 {
 		cfg.FetchMaxBytes = 10 << 20
 	}
-	rc := kafka.ReaderConfig{
-		Brokers:  cfg.Brokers,
-		GroupID:  cfg.Group,
-		Topic:    cfg.Topic,
-		MinBytes: 1,
-		MaxBytes: cfg.FetchMaxBytes,
-		MaxWait:  250 * time.Millisecond,
-		// Commits are synchronous and made by Commit alone, never implied by
-		// a fetch: an offset is committed only once its event is settled.
-		CommitInterval: 0,
-		StartOffset:    kafka.FirstOffset,
-		// The reader's queue is part of the memory in flight; a few
-		// thousand messages keep fetches flowing without hoarding.
-		QueueCapacity:         1000,
-		WatchPartitionChanges: true,
+	group, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
+		ID:                    cfg.Group,
+		Brokers:               cfg.Brokers,
+		Dialer:                cfg.Dialer,
+		Topics:                []string{cfg.Topic},
 		HeartbeatInterval:     cfg.SessionTimeout / 10,
 		SessionTimeout:        cfg.SessionTimeout,
 		RebalanceTimeout:      cfg.SessionTimeout,
 		JoinGroupBackoff:      time.Second,
-		Dialer:                cfg.Dialer,
+		WatchPartitionChanges: true,
+		StartOffset:           kafka.FirstOffset,
 		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
-			log.Warn("kafka reader", "err", fmt.Sprintf(msg, args...))
+			log.Warn("kafka consumer group", "err", fmt.Sprintf(msg, args...))
 		}),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("consumer group %s: %w", cfg.Group, err)
 	}
-	return &Consumer{
+	ctx, stop := context.WithCancel(context.Background())
+	c := &Consumer{
 		cfg:       cfg,
-		reader:    kafka.NewReader(rc),
+		group:     group,
 		tracker:   NewTracker(),
 		log:       log,
+		msgs:      make(chan kafka.Message, 1024),
+		stop:      stop,
+		owned:     map[int]*partition{},
 		committed: map[int]int64{},
+	}
+	c.wg.Go(func() { c.generations(ctx) })
+	return c, nil
+}
+
+// generations follows the group from generation to generation.
+func (c *Consumer) generations(ctx context.Context) {
+	for {
+		gen, err := c.group.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, kafka.ErrGroupClosed) {
+				return
+			}
+			c.setErr(err)
+			c.log.Warn("joining consumer group", "group", c.cfg.Group, "err", err)
+			continue
+		}
+		assigned := gen.Assignments[c.cfg.Topic]
+		ids := make([]int, len(assigned))
+		owned := make(map[int]*partition, len(assigned))
+		for i, a := range assigned {
+			ids[i] = a.ID
+			owned[a.ID] = &partition{}
+		}
+		sort.Ints(ids)
+		c.mu.Lock()
+		c.gen, c.owned, c.lastErr, c.joinedAt = gen, owned, nil, time.Now()
+		c.mu.Unlock()
+		c.log.Info("joined consumer group", "group", c.cfg.Group, "generation", gen.ID, "member", gen.MemberID, "partitions", ids)
+		for _, a := range assigned {
+			gen.Start(func(gctx context.Context) { c.readPartition(gctx, a, owned[a.ID]) })
+		}
+		// The generation ends at the next rebalance; forget it then, so that
+		// nothing is committed through it or for its partitions.
+		gen.Start(func(gctx context.Context) {
+			<-gctx.Done()
+			c.mu.Lock()
+			if c.gen == gen {
+				c.gen, c.owned = nil, map[int]*partition{}
+			}
+			c.mu.Unlock()
+		})
 	}
 }
 
-// Fetch returns the next message and the Ack that settles it. Every fetched
-// message must be acked exactly once, or its partition's commits stop there.
-func (c *Consumer) Fetch(ctx context.Context) (kafka.Message, Ack, error) {
-	m, err := c.reader.FetchMessage(ctx)
-	if err != nil {
-		return m, Ack{}, fmt.Errorf("fetch from %s: %w", c.cfg.Topic, err)
+// readPartition fetches one partition until its generation ends.
+func (c *Consumer) readPartition(ctx context.Context, a kafka.PartitionAssignment, st *partition) {
+	r := kafka.NewReader(kafka.ReaderConfig{
+		Brokers:   c.cfg.Brokers,
+		Topic:     c.cfg.Topic,
+		Partition: a.ID,
+		MinBytes:  1,
+		MaxBytes:  c.cfg.FetchMaxBytes,
+		MaxWait:   250 * time.Millisecond,
+		// A few hundred messages per partition keep fetches flowing; they
+		// count towards memory beyond --max-inflight-bytes.
+		QueueCapacity: 256,
+		Dialer:        c.cfg.Dialer,
+		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
+			c.log.Warn("kafka partition reader", "partition", a.ID, "err", fmt.Sprintf(msg, args...))
+		}),
+	})
+	defer r.Close()
+	if err := r.SetOffset(a.Offset); err != nil {
+		c.log.Error("set partition offset", "partition", a.ID, "offset", a.Offset, "err", err)
+		return
 	}
-	return m, c.tracker.Track(m.Partition, m.Offset), nil
+	for {
+		m, err := r.FetchMessage(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				c.log.Warn("fetch", "partition", a.ID, "err", err)
+				c.setErr(err)
+			}
+			return
+		}
+		st.lag.Store(max(0, m.HighWaterMark-m.Offset-1))
+		select {
+		case c.msgs <- m:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (c *Consumer) setErr(err error) {
+	c.mu.Lock()
+	c.lastErr = err
+	c.mu.Unlock()
+}
+
+// Fetch returns the next message of any owned partition and the Ack that
+// settles it. Every fetched message must be acked exactly once, or its
+// partition's commits stop there.
+func (c *Consumer) Fetch(ctx context.Context) (kafka.Message, Ack, error) {
+	select {
+	case m := <-c.msgs:
+		return m, c.tracker.Track(m.Partition, m.Offset), nil
+	case <-ctx.Done():
+		return kafka.Message{}, Ack{}, fmt.Errorf("fetch from %s: %w", c.cfg.Topic, ctx.Err())
+	}
 }
 
 // Done settles a message: written, dead-lettered or deliberately skipped.
 func (c *Consumer) Done(a Ack) { c.tracker.Done(a) }
 
-// Commit commits every partition's done prefix that moved since the last
-// commit.
+// Commit commits, through the current generation, every owned partition's
+// settled prefix that moved since the last commit.
 func (c *Consumer) Commit(ctx context.Context) error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	var msgs []kafka.Message
+	gen := c.gen
+	offsets := map[int]int64{}
 	for p, next := range c.tracker.Commitable() {
-		if next > c.committed[p] {
-			// kafka-go commits the offset after the message it is given.
-			msgs = append(msgs, kafka.Message{Topic: c.cfg.Topic, Partition: p, Offset: next - 1})
+		if _, owned := c.owned[p]; owned && next > c.committed[p] {
+			offsets[p] = next
 		}
 	}
-	if len(msgs) == 0 {
+	c.mu.Unlock()
+	if gen == nil || len(offsets) == 0 {
 		return nil
 	}
-	if err := c.reader.CommitMessages(ctx, msgs...); err != nil {
-		return fmt.Errorf("commit offsets of %d partitions: %w", len(msgs), err)
+	done := make(chan error, 1)
+	go func() { done <- gen.CommitOffsets(map[string]map[int]int64{c.cfg.Topic: offsets}) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("commit offsets of %d partitions: %w", len(offsets), err)
+		}
+	case <-ctx.Done():
+		return fmt.Errorf("commit offsets: %w", ctx.Err())
 	}
-	for _, m := range msgs {
-		c.committed[m.Partition] = m.Offset + 1
-	}
-	return nil
-}
-
-// Committed returns the offsets this consumer committed, per partition.
-func (c *Consumer) Committed() map[int]int64 {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make(map[int]int64, len(c.committed))
-	for p, o := range c.committed {
-		out[p] = o
+	for p, o := range offsets {
+		c.committed[p] = max(c.committed[p], o)
 	}
-	return out
+	c.mu.Unlock()
+	return nil
 }
 
 // CommitLoop commits every CommitInterval until ctx ends. Failures are
@@ -158,16 +261,66 @@ func (c *Consumer) CommitLoop(ctx context.Context) {
 	}
 }
 
-// Close leaves the group. Commit first: nothing is committed after Close.
+// Close leaves the group and stops every reader. Commit first: nothing is
+// committed after Close.
 func (c *Consumer) Close() error {
-	if err := c.reader.Close(); err != nil {
-		return fmt.Errorf("close kafka reader: %w", err)
+	c.stop()
+	err := c.group.Close()
+	c.wg.Wait()
+	if err != nil {
+		return fmt.Errorf("leave consumer group: %w", err)
 	}
 	return nil
 }
 
-// Lag is the reader's estimate of messages behind the end of the log.
-func (c *Consumer) Lag() int64 { return c.reader.Stats().Lag }
+// PartitionStatus is what the consumer knows of one owned partition.
+type PartitionStatus struct {
+	Partition int   `json:"partition"`
+	Lag       int64 `json:"lag"`
+	Committed int64 `json:"committed"` // -1 when this member committed nothing yet
+}
+
+// Status is the consumer's view of its membership.
+type Status struct {
+	Joined     bool              `json:"joined"`
+	Generation int32             `json:"generation"`
+	Member     string            `json:"member,omitempty"`
+	Partitions []PartitionStatus `json:"partitions"`
+	LastError  string            `json:"last_error,omitempty"`
+}
+
+// Status returns the current membership and per-partition lag.
+func (c *Consumer) Status() Status {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := Status{Joined: c.gen != nil, Partitions: []PartitionStatus{}}
+	if c.gen != nil {
+		s.Generation, s.Member = c.gen.ID, c.gen.MemberID
+	}
+	if c.lastErr != nil {
+		s.LastError = c.lastErr.Error()
+	}
+	for p, st := range c.owned {
+		committed, ok := c.committed[p]
+		if !ok {
+			committed = -1
+		}
+		s.Partitions = append(s.Partitions, PartitionStatus{Partition: p, Lag: st.lag.Load(), Committed: committed})
+	}
+	sort.Slice(s.Partitions, func(i, j int) bool { return s.Partitions[i].Partition < s.Partitions[j].Partition })
+	return s
+}
+
+// Committed returns the offsets this consumer committed, per partition.
+func (c *Consumer) Committed() map[int]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[int]int64, len(c.committed))
+	for p, o := range c.committed {
+		out[p] = o
+	}
+	return out
+}
 
 // SplitBrokers parses a comma-separated broker list.
 func SplitBrokers(s string) ([]string, error) {

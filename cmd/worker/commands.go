@@ -230,7 +230,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 
 // serve runs the pipeline until ctx ends and it has drained.
 func serve(ctx context.Context, o *runOptions, brokers []string, cfg *tenants.Config, dc *bigtable.Client, log *slog.Logger) error {
-	consumer := ingest.NewConsumer(ingest.ConsumerConfig{
+	consumer, err := ingest.NewConsumer(ingest.ConsumerConfig{
 		Brokers:        brokers,
 		Topic:          o.topic,
 		Group:          o.group,
@@ -238,6 +238,9 @@ func serve(ctx context.Context, o *runOptions, brokers []string, cfg *tenants.Co
 		SessionTimeout: o.sessionTimeout,
 		FetchMaxBytes:  max(10<<20, 2*o.pipe.Decoder.MaxBytes),
 	}, log)
+	if err != nil {
+		return err
+	}
 	dlq := ingest.NewDeadLetterWriter(brokers, o.dlqTopic, nil)
 	wcfg := sink.DefaultWriterConfig()
 	wcfg.AttemptTimeout = o.writeTimeout

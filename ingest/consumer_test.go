@@ -1,0 +1,99 @@
+package ingest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/cellttl/cellttl/internal/testenv"
+)
+
+func owned(c *Consumer) []int {
+	var out []int
+	for _, p := range c.Status().Partitions {
+		out = append(out, p.Partition)
+	}
+	return out
+}
+
+// Members of a group share the partitions, a member that leaves hands its
+// partitions over, and commits go only through owned partitions.
+func TestConsumerGroupSharesAndCommits(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	topic, group := testenv.Name("topic"), testenv.Name("group")
+	testenv.CreateTopic(t, brokers, topic, 4)
+	cfg := ConsumerConfig{Brokers: brokers, Topic: topic, Group: group, SessionTimeout: 6 * time.Second}
+	log := slog.New(slog.DiscardHandler)
+
+	c1, err := NewConsumer(cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c1.Close()
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		return len(owned(c1)) == 4, fmt.Sprintf("first member owns %v", owned(c1))
+	})
+	c2, err := NewConsumer(cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		a, b := owned(c1), owned(c2)
+		return len(a) == 2 && len(b) == 2, fmt.Sprintf("members own %v and %v", a, b)
+	})
+	if err := c2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		return len(owned(c1)) == 4, fmt.Sprintf("after the other left, the first owns %v", owned(c1))
+	})
+
+	values := make([][]byte, 20)
+	for i := range values {
+		values[i] = []byte(fmt.Sprint(i))
+	}
+	testenv.Produce(t, brokers, topic, values...)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var held Ack
+	for i := range 20 {
+		m, ack, err := c1.Fetch(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			held = ack // one message left in flight: its partition must not commit past it
+			t.Logf("holding partition %d offset %d", m.Partition, m.Offset)
+			continue
+		}
+		c1.Done(ack)
+	}
+	if err := c1.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	committed, end := testenv.Offsets(t, brokers, group, topic, 4)
+	heldPart := -1
+	for p := range end {
+		if committed[p] != end[p] {
+			if heldPart != -1 {
+				t.Errorf("partitions %d and %d not committed to the end: %v vs %v", heldPart, p, committed, end)
+			}
+			heldPart = p
+		}
+	}
+	if heldPart == -1 {
+		t.Errorf("every partition committed to the end with a message in flight: %v", committed)
+	}
+	c1.Done(held)
+	if err := c1.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	committed, end = testenv.Offsets(t, brokers, group, topic, 4)
+	for p := range end {
+		if committed[p] != end[p] {
+			t.Errorf("partition %d: committed %d, end %d", p, committed[p], end[p])
+		}
+	}
+}
