@@ -17,6 +17,10 @@ kafka_version=3.9.1
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/cellttl
 kafka_lib=$cache/kafka-$kafka_version/lib
 
+# The test user of the SASL listener; a throwaway credential on loopback.
+sasl_user=cellttl
+sasl_password=cellttl-test-secret
+
 log() { echo "services: $*" >&2; }
 
 # kjava runs a class from the Kafka jars with the project's log4j settings.
@@ -62,20 +66,27 @@ emulator_bin() {
 
 start_kafka() {
 	fetch_kafka
-	local port cport data
+	local port cport sport data
 	port=$(free_port)
 	cport=$(free_port)
+	sport=$(free_port)
 	data=$dir/kafka-data
 	mkdir -p "$data"
 	cat >"$dir/server.properties" <<PROPS
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$cport
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
-advertised.listeners=PLAINTEXT://127.0.0.1:$port
+listeners=PLAINTEXT://127.0.0.1:$port,SASL_PLAINTEXT://127.0.0.1:$sport,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=PLAINTEXT://127.0.0.1:$port,SASL_PLAINTEXT://127.0.0.1:$sport
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT
+# A second listener for the secure-Kafka tests: SASL with SCRAM users made
+# at format time, and PLAIN.
+sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512,PLAIN
+listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$sasl_user="$sasl_password";
 log.dirs=$data
 num.partitions=3
 offsets.topic.replication.factor=1
@@ -87,10 +98,13 @@ auto.create.topics.enable=true
 PROPS
 	local id
 	id=$(kjava kafka.tools.StorageTool random-uuid 2>/dev/null)
-	kjava kafka.tools.StorageTool format -t "$id" -c "$dir/server.properties" >"$dir/kafka-format.log" 2>&1
+	kjava kafka.tools.StorageTool format -t "$id" -c "$dir/server.properties" \
+		--add-scram "SCRAM-SHA-256=[name=$sasl_user,password=$sasl_password]" \
+		--add-scram "SCRAM-SHA-512=[name=$sasl_user,password=$sasl_password]" >"$dir/kafka-format.log" 2>&1
 	nohup java -Xmx512m -Xms256m -Dlog4j.configuration="file:$repo/scripts/kafka/log4j.properties" -cp "$kafka_lib/*" kafka.Kafka "$dir/server.properties" >"$dir/kafka.log" 2>&1 &
 	echo $! >"$dir/kafka.pid"
 	echo "127.0.0.1:$port" >"$dir/kafka.addr"
+	echo "127.0.0.1:$sport" >"$dir/kafka-sasl.addr"
 	# A listening port is not a working broker: wait until it answers
 	# Metadata, through Kafka's own admin tool.
 	local deadline=$((SECONDS + 90))
@@ -120,6 +134,10 @@ print_env() {
 	echo "export KAFKA_BROKERS=$(cat "$dir/kafka.addr")"
 	echo "export BIGTABLE_EMULATOR_HOST=$(cat "$dir/emulator.addr")"
 	echo "export CELLTTL_KAFKA_LIB='$kafka_lib'"
+	# Not KAFKA_SASL_*: those configure the worker itself.
+	echo "export CELLTTL_SASL_BROKERS=$(cat "$dir/kafka-sasl.addr")"
+	echo "export CELLTTL_SASL_USERNAME=$sasl_user"
+	echo "export CELLTTL_SASL_PASSWORD=$sasl_password"
 	echo "export CELLTTL_SERVICES_DIR='$dir'"
 }
 

@@ -146,6 +146,7 @@ type runOptions struct {
 	commitInterval                  time.Duration
 	sessionTimeout                  time.Duration
 	reloadInterval                  time.Duration
+	security                        ingest.Security
 	writeTimeout                    time.Duration
 	pipe                            pipeline.Config
 	// onPipeline, when set, is handed the pipeline before it runs (the demo
@@ -160,6 +161,14 @@ func (o *runOptions) register(f *flags) {
 	f.String(&o.topic, "topic", "KAFKA_TOPIC", "clicks", "topic of click events")
 	f.String(&o.group, "group", "KAFKA_GROUP", "cellttl", "consumer group; workers in one group share the topic's partitions")
 	f.String(&o.dlqTopic, "dlq-topic", "KAFKA_DLQ_TOPIC", "", "dead-letter topic (default <topic>.dlq)")
+	f.Bool(&o.security.TLS, "kafka-tls", "KAFKA_TLS", false, "connect to Kafka over TLS")
+	f.String(&o.security.CAFile, "kafka-tls-ca", "KAFKA_TLS_CA_FILE", "", "PEM file of the CA that signed the brokers' certificates (default: the system pool)")
+	f.String(&o.security.CertFile, "kafka-tls-cert", "KAFKA_TLS_CERT_FILE", "", "PEM client certificate, for mutual TLS")
+	f.String(&o.security.KeyFile, "kafka-tls-key", "KAFKA_TLS_KEY_FILE", "", "PEM key of the client certificate")
+	f.Bool(&o.security.InsecureSkipVerify, "kafka-tls-insecure-skip-verify", "KAFKA_TLS_INSECURE_SKIP_VERIFY", false, "do not verify the brokers' certificates (testing only)")
+	f.String(&o.security.SASLMechanism, "kafka-sasl-mechanism", "KAFKA_SASL_MECHANISM", "", "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+	f.String(&o.security.Username, "kafka-sasl-username", "KAFKA_SASL_USERNAME", "", "SASL user name")
+	f.String(&o.security.Password, "kafka-sasl-password", "KAFKA_SASL_PASSWORD", "", "SASL password; prefer the environment variable, flags show in process lists")
 	f.Duration(&o.commitInterval, "commit-interval", "COMMIT_INTERVAL", time.Second, "how often settled offsets are committed")
 	f.Duration(&o.reloadInterval, "tenants-reload-interval", "TENANTS_RELOAD_INTERVAL", 5*time.Second, "how often the tenants file is checked for changes (SIGHUP checks at once)")
 	f.Duration(&o.sessionTimeout, "session-timeout", "KAFKA_SESSION_TIMEOUT", 30*time.Second, "how long the group waits for a silent member before reassigning its partitions (the broker allows 6s..5m by default)")
@@ -187,6 +196,9 @@ func (o *runOptions) resolve() ([]string, error) {
 	}
 	if o.dlqTopic == o.topic {
 		return nil, &exitError{code: 2, err: fmt.Errorf("--dlq-topic %q is the input topic", o.dlqTopic)}
+	}
+	if err := o.security.Validate(); err != nil {
+		return nil, &exitError{code: 2, err: err}
 	}
 	if o.reloadInterval <= 0 {
 		return nil, &exitError{code: 2, err: fmt.Errorf("--tenants-reload-interval %s: must be positive", o.reloadInterval)}
@@ -230,6 +242,14 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 
 // serve runs the pipeline until ctx ends and it has drained.
 func serve(ctx context.Context, o *runOptions, brokers []string, cfg *tenants.Config, dc *bigtable.Client, log *slog.Logger) error {
+	dialer, err := o.security.Dialer()
+	if err != nil {
+		return err
+	}
+	transport, err := o.security.Transport()
+	if err != nil {
+		return err
+	}
 	consumer, err := ingest.NewConsumer(ingest.ConsumerConfig{
 		Brokers:        brokers,
 		Topic:          o.topic,
@@ -237,11 +257,12 @@ func serve(ctx context.Context, o *runOptions, brokers []string, cfg *tenants.Co
 		CommitInterval: o.commitInterval,
 		SessionTimeout: o.sessionTimeout,
 		FetchMaxBytes:  max(10<<20, 2*o.pipe.Decoder.MaxBytes),
+		Dialer:         dialer,
 	}, log)
 	if err != nil {
 		return err
 	}
-	dlq := ingest.NewDeadLetterWriter(brokers, o.dlqTopic, nil)
+	dlq := ingest.NewDeadLetterWriter(brokers, o.dlqTopic, transport)
 	wcfg := sink.DefaultWriterConfig()
 	wcfg.AttemptTimeout = o.writeTimeout
 	writer := sink.NewWriter(dc.Open(o.table), o.family, wcfg, log)

@@ -1,0 +1,122 @@
+package ingest
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/sasl"
+	"github.com/segmentio/kafka-go/sasl/plain"
+	"github.com/segmentio/kafka-go/sasl/scram"
+)
+
+// Security is how the worker connects to Kafka: TLS and SASL settings
+// shared by the consumer and the dead-letter producer.
+type Security struct {
+	TLS bool
+	// CAFile verifies the brokers' certificates; the system pool when empty.
+	CAFile string
+	// CertFile and KeyFile are the client certificate, for mutual TLS.
+	CertFile, KeyFile  string
+	InsecureSkipVerify bool
+	// SASLMechanism is "", PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
+	SASLMechanism      string
+	Username, Password string
+}
+
+// Validate names the setting at fault.
+func (s Security) Validate() error {
+	var errs []error
+	if (s.CertFile == "") != (s.KeyFile == "") {
+		errs = append(errs, fmt.Errorf("--kafka-tls-cert %q and --kafka-tls-key %q: give both or neither", s.CertFile, s.KeyFile))
+	}
+	if !s.TLS && (s.CAFile != "" || s.CertFile != "" || s.InsecureSkipVerify) {
+		errs = append(errs, errors.New("TLS files or --kafka-tls-insecure-skip-verify given without --kafka-tls"))
+	}
+	switch s.SASLMechanism {
+	case "":
+		if s.Username != "" {
+			errs = append(errs, errors.New("--kafka-sasl-username given without --kafka-sasl-mechanism"))
+		}
+	case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
+		if s.Username == "" || s.Password == "" {
+			errs = append(errs, fmt.Errorf("--kafka-sasl-mechanism %s needs --kafka-sasl-username and KAFKA_SASL_PASSWORD", s.SASLMechanism))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("--kafka-sasl-mechanism %q: want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", s.SASLMechanism))
+	}
+	return errors.Join(errs...)
+}
+
+func (s Security) tlsConfig() (*tls.Config, error) {
+	if !s.TLS {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: s.InsecureSkipVerify} //nolint:gosec // an explicit operator choice
+	if s.CAFile != "" {
+		pem, err := os.ReadFile(s.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("read Kafka CA file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("Kafka CA file %s holds no PEM certificate", s.CAFile)
+		}
+		cfg.RootCAs = pool
+	}
+	if s.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(s.CertFile, s.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("load Kafka client certificate: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
+
+func (s Security) mechanism() (sasl.Mechanism, error) {
+	switch s.SASLMechanism {
+	case "":
+		return nil, nil
+	case "PLAIN":
+		return plain.Mechanism{Username: s.Username, Password: s.Password}, nil
+	case "SCRAM-SHA-256":
+		return scram.Mechanism(scram.SHA256, s.Username, s.Password)
+	case "SCRAM-SHA-512":
+		return scram.Mechanism(scram.SHA512, s.Username, s.Password)
+	}
+	return nil, fmt.Errorf("unknown SASL mechanism %q", s.SASLMechanism)
+}
+
+// Dialer returns the dialer of the consumer, nil for plaintext.
+func (s Security) Dialer() (*kafka.Dialer, error) {
+	t, err := s.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	m, err := s.mechanism()
+	if err != nil {
+		return nil, err
+	}
+	if t == nil && m == nil {
+		return nil, nil
+	}
+	return &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, TLS: t, SASLMechanism: m}, nil
+}
+
+// Transport returns the transport of the dead-letter producer.
+func (s Security) Transport() (*kafka.Transport, error) {
+	t, err := s.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	m, err := s.mechanism()
+	if err != nil {
+		return nil, err
+	}
+	return &kafka.Transport{TLS: t, SASL: m}, nil
+}

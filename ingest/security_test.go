@@ -1,0 +1,91 @@
+package ingest
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestSecurityValidate(t *testing.T) {
+	tests := []struct {
+		s    Security
+		want string // "" for valid
+	}{
+		{Security{}, ""},
+		{Security{TLS: true}, ""},
+		{Security{SASLMechanism: "SCRAM-SHA-512", Username: "u", Password: "p"}, ""},
+		{Security{SASLMechanism: "SCRAM-SHA-1", Username: "u", Password: "p"}, `"SCRAM-SHA-1"`},
+		{Security{SASLMechanism: "PLAIN", Username: "u"}, "KAFKA_SASL_PASSWORD"},
+		{Security{Username: "u"}, "without --kafka-sasl-mechanism"},
+		{Security{CAFile: "ca.pem"}, "without --kafka-tls"},
+		{Security{TLS: true, CertFile: "c.pem"}, "give both or neither"},
+	}
+	for _, tt := range tests {
+		err := tt.s.Validate()
+		if (err == nil) != (tt.want == "") || (err != nil && !strings.Contains(err.Error(), tt.want)) {
+			t.Errorf("%+v: %v, want %q", tt.s, err, tt.want)
+		}
+	}
+}
+
+// writeCert writes a self-signed certificate and its key as PEM files.
+func writeCert(t *testing.T, dir string) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "cellttl test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}
+
+func TestSecurityDialerAndTransport(t *testing.T) {
+	if d, err := (Security{}).Dialer(); d != nil || err != nil {
+		t.Errorf("plaintext dialer: %v, %v; want nil", d, err)
+	}
+	dir := t.TempDir()
+	cert, key := writeCert(t, dir)
+	s := Security{TLS: true, CAFile: cert, CertFile: cert, KeyFile: key, SASLMechanism: "SCRAM-SHA-256", Username: "u", Password: "p"}
+	d, err := s.Dialer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.TLS == nil || d.TLS.RootCAs == nil || len(d.TLS.Certificates) != 1 || d.SASLMechanism == nil || d.SASLMechanism.Name() != "SCRAM-SHA-256" {
+		t.Errorf("dialer: %+v", d)
+	}
+	tr, err := s.Transport()
+	if err != nil || tr.TLS == nil || tr.SASL == nil {
+		t.Errorf("transport: %+v, %v", tr, err)
+	}
+	bad := filepath.Join(dir, "bad.pem")
+	_ = os.WriteFile(bad, []byte("not a certificate"), 0o600)
+	if _, err := (Security{TLS: true, CAFile: bad}).Dialer(); err == nil || !strings.Contains(err.Error(), bad) {
+		t.Errorf("bad CA file: %v", err)
+	}
+}
