@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // ConsumerConfig configures a Consumer.
@@ -49,6 +50,9 @@ type Consumer struct {
 	msgs    chan kafka.Message
 	wg      sync.WaitGroup
 	stop    context.CancelFunc
+	// consumed counts fetched messages, for the metrics.
+	consumed atomic.Int64
+	metrics  metric.Registration
 
 	mu        sync.Mutex
 	gen       *kafka.Generation // nil between generations
@@ -102,6 +106,11 @@ func NewConsumer(cfg ConsumerConfig, log *slog.Logger) (*Consumer, error) {
 		stop:      stop,
 		owned:     map[int]*partition{},
 		committed: map[int]int64{},
+	}
+	if c.metrics, err = c.registerMetrics(); err != nil {
+		stop()
+		_ = group.Close()
+		return nil, err
 	}
 	c.wg.Go(func() { c.generations(ctx) })
 	return c, nil
@@ -199,6 +208,7 @@ func (c *Consumer) setErr(err error) {
 func (c *Consumer) Fetch(ctx context.Context) (kafka.Message, Ack, error) {
 	select {
 	case m := <-c.msgs:
+		c.consumed.Add(1)
 		return m, c.tracker.Track(m.Partition, m.Offset), nil
 	case <-ctx.Done():
 		return kafka.Message{}, Ack{}, fmt.Errorf("fetch from %s: %w", c.cfg.Topic, ctx.Err())
@@ -267,6 +277,7 @@ func (c *Consumer) Close() error {
 	c.stop()
 	err := c.group.Close()
 	c.wg.Wait()
+	_ = c.metrics.Unregister()
 	if err != nil {
 		return fmt.Errorf("leave consumer group: %w", err)
 	}

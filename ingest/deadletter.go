@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // Headers set on every dead-lettered message. The original key, value and
@@ -29,7 +32,8 @@ type DeadLetter struct {
 
 // DeadLetterWriter produces rejected messages to the dead-letter topic.
 type DeadLetterWriter struct {
-	w *kafka.Writer
+	w    *kafka.Writer
+	sent metric.Int64Counter
 }
 
 // NewDeadLetterWriter writes to topic. Each Write waits for all in-sync
@@ -49,7 +53,9 @@ func NewDeadLetterWriter(brokers []string, topic string, transport *kafka.Transp
 	if transport != nil {
 		w.Transport = transport
 	}
-	return &DeadLetterWriter{w: w}
+	sent, _ := otel.Meter(scope).Int64Counter("messaging.client.sent.messages", metric.WithUnit("{message}"),
+		metric.WithDescription("messages produced to the dead-letter topic"))
+	return &DeadLetterWriter{w: w, sent: sent}
 }
 
 // Write produces the dead letters, all or nothing as far as the caller is
@@ -74,6 +80,8 @@ func (d *DeadLetterWriter) Write(ctx context.Context, dls []DeadLetter) error {
 	if err := d.w.WriteMessages(ctx, msgs...); err != nil {
 		return fmt.Errorf("produce %d messages to dead-letter topic %s: %w", len(msgs), d.w.Topic, err)
 	}
+	d.sent.Add(ctx, int64(len(msgs)), metric.WithAttributes(
+		attribute.String("messaging.system", "kafka"), attribute.String("messaging.destination.name", d.w.Topic)))
 	return nil
 }
 

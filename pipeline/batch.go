@@ -4,18 +4,14 @@ import (
 	"context"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/sink"
 )
-
-// tracer records a span per write batch; it does nothing until a tracer
-// provider is installed.
-var tracer = otel.Tracer("github.com/cellttl/cellttl/pipeline")
 
 // batchLoop groups items into batches by count, bytes and age, and cuts a
 // batch early when the tenants config version changes, so that every batch
@@ -73,7 +69,7 @@ func (p *Pipeline) writeLoop(ctx context.Context, batches <-chan batch, dead cha
 			rows[i] = b.items[i].row
 		}
 		start := time.Now()
-		sctx, span := tracer.Start(ctx, "cellttl.write_batch", trace.WithAttributes(
+		sctx, span := p.tracer.Start(ctx, "cellttl.write_batch", trace.WithAttributes(
 			attribute.Int("cellttl.batch.rows", len(rows)),
 			attribute.Int("cellttl.batch.bytes", b.bytes),
 			attribute.String("cellttl.config_version", b.version),
@@ -104,6 +100,10 @@ func (p *Pipeline) writeLoop(ctx context.Context, batches <-chan batch, dead cha
 		}
 		span.SetAttributes(attribute.Int("cellttl.batch.written", written), attribute.Int("cellttl.batch.dead_lettered", len(rows)-written))
 		span.End()
+		vattr := metric.WithAttributes(attribute.String("cellttl.config_version", b.version))
+		p.metrics.batchRows.Record(ctx, int64(len(rows)), vattr)
+		p.metrics.batchBytes.Record(ctx, int64(b.bytes), vattr)
+		p.metrics.batchDuration.Record(ctx, time.Since(start).Seconds(), vattr)
 		p.log.Debug("batch written", "rows", len(rows), "written", written, "config_version", b.version, "took", time.Since(start))
 	}
 }

@@ -10,9 +10,12 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/cellttl/cellttl/event"
@@ -117,7 +120,16 @@ type Pipeline struct {
 	now     func() time.Time
 	stats   *Stats
 	inlight *semaphore.Weighted
+	// inflightBytes mirrors what inlight holds, for the metric.
+	inflightBytes atomic.Int64
+	metrics       instruments
+	// tracer records a span per write batch; it does nothing until a tracer
+	// provider is installed.
+	tracer trace.Tracer
 }
+
+// scope names the pipeline's metrics and spans.
+const scope = "github.com/cellttl/cellttl/pipeline"
 
 // New returns a Pipeline. config returns the tenants configuration in force;
 // it is called once per message and must not block.
@@ -127,6 +139,7 @@ func New(cfg Config, src Source, rows RowWriter, dlq DeadLetterer, config func()
 		now:     time.Now,
 		stats:   &Stats{},
 		inlight: semaphore.NewWeighted(cfg.MaxInflightBytes),
+		tracer:  otel.Tracer(scope),
 	}
 }
 
@@ -155,6 +168,11 @@ type batch struct {
 // writes what was fetched, commits, and returns. It returns nil when the
 // drain finished within DrainTimeout.
 func (p *Pipeline) Run(ctx context.Context) error {
+	if err := p.registerMetrics(); err != nil {
+		return err
+	}
+	defer func() { _ = p.metrics.registration.Unregister() }()
+
 	// Writes and dead-letter produces outlive ctx: they are cut only when the
 	// drain deadline passes.
 	drainCtx, cancelDrain := context.WithCancel(context.WithoutCancel(ctx))
@@ -224,6 +242,7 @@ func (p *Pipeline) fetchLoop(ctx context.Context, items chan<- item, dead chan<-
 			// Stopping: the message is unsettled and will be redelivered.
 			return nil
 		}
+		p.inflightBytes.Add(size)
 		p.route(msg, ack, size, items, dead)
 	}
 }
@@ -270,5 +289,6 @@ func (p *Pipeline) route(msg kafka.Message, ack ingest.Ack, size int64, items ch
 
 func (p *Pipeline) settle(ack ingest.Ack, size int64) {
 	p.src.Done(ack)
+	p.inflightBytes.Add(-size)
 	p.inlight.Release(size)
 }

@@ -13,6 +13,9 @@ import (
 
 	"cloud.google.com/go/bigtable"
 	"github.com/cenkalti/backoff/v4"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -48,10 +51,33 @@ func (r *Row) Cells() int {
 
 // Writer writes rows into one family of one table.
 type Writer struct {
-	table  *bigtable.Table
-	family string
-	cfg    WriterConfig
-	log    *slog.Logger
+	table     *bigtable.Table
+	tableName string
+	family    string
+	cfg       WriterConfig
+	log       *slog.Logger
+	m         writerMetrics
+}
+
+type writerMetrics struct {
+	duration metric.Float64Histogram
+	rows     metric.Int64Counter
+	retries  metric.Int64Counter
+}
+
+func newWriterMetrics() writerMetrics {
+	// From the global provider as it is now: telemetry.Setup installs one
+	// before the writer is built.
+	meter := otel.Meter("github.com/cellttl/cellttl/sink")
+	// Instrument creation only fails on invalid names; these are constant.
+	d, _ := meter.Float64Histogram("db.client.operation.duration", metric.WithUnit("s"),
+		metric.WithDescription("duration of Bigtable MutateRows calls, one per attempt"),
+		metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+	r, _ := meter.Int64Counter("cellttl.bigtable.rows_attempted", metric.WithUnit("{row}"),
+		metric.WithDescription("rows sent to Bigtable, retries included"))
+	re, _ := meter.Int64Counter("cellttl.bigtable.retries", metric.WithUnit("{row}"),
+		metric.WithDescription("rows retried after a retryable failure, by gRPC status code"))
+	return writerMetrics{duration: d, rows: r, retries: re}
 }
 
 // WriterConfig tunes retries.
@@ -64,8 +90,8 @@ type WriterConfig struct {
 	InitialBackoff time.Duration
 	MaxBackoff     time.Duration
 	// OnRetry, when set, is told of every failed attempt: the number of rows
-	// to retry and the gRPC code that failed them.
-	OnRetry func(rows int, code codes.Code)
+	// to retry, and the gRPC code and error of one of their failures.
+	OnRetry func(rows int, code codes.Code, err error)
 	// Now is the clock for written_at; time.Now when nil.
 	Now func() time.Time
 }
@@ -75,12 +101,12 @@ func DefaultWriterConfig() WriterConfig {
 	return WriterConfig{AttemptTimeout: 30 * time.Second, InitialBackoff: 100 * time.Millisecond, MaxBackoff: 10 * time.Second}
 }
 
-// NewWriter returns a Writer for family of table.
-func NewWriter(table *bigtable.Table, family string, cfg WriterConfig, log *slog.Logger) *Writer {
+// NewWriter returns a Writer for the target family.
+func NewWriter(c *bigtable.Client, t Target, cfg WriterConfig, log *slog.Logger) *Writer {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Writer{table: table, family: family, cfg: cfg, log: log}
+	return &Writer{table: c.Open(t.Table), tableName: t.Table, family: t.Family, cfg: cfg, log: log, m: newWriterMetrics()}
 }
 
 // RowError is a permanent failure of one row: writing it again cannot
@@ -118,8 +144,9 @@ func (w *Writer) Write(ctx context.Context, rows []Row) ([]error, error) {
 		if ctx.Err() != nil {
 			return results, fmt.Errorf("write %d rows: %w", len(retry), ctx.Err())
 		}
+		w.m.retries.Add(ctx, int64(len(retry)), metric.WithAttributes(attribute.String("rpc.grpc.status_code", code.String())))
 		if w.cfg.OnRetry != nil {
-			w.cfg.OnRetry(len(retry), code)
+			w.cfg.OnRetry(len(retry), code, err)
 		}
 		wait := bo.NextBackOff()
 		w.log.Warn("bigtable write failed, retrying", "rows", len(retry), "attempt", attempt, "code", code.String(), "backoff", wait, "err", err)
@@ -157,7 +184,9 @@ func (w *Writer) attempt(ctx context.Context, rows []Row, pending []int, results
 		actx, cancel = context.WithTimeout(ctx, w.cfg.AttemptTimeout)
 		defer cancel()
 	}
+	start := time.Now()
 	rowErrs, err := w.table.ApplyBulk(actx, keys, muts)
+	w.record(ctx, start, len(pending), err, rowErrs)
 	if err != nil {
 		code := status.Code(err)
 		if permanent(code) && ctx.Err() == nil {
@@ -190,6 +219,26 @@ func (w *Writer) attempt(ctx context.Context, rows []Row, pending []int, results
 		lastCode, lastErr = code, rerr
 	}
 	return retry, lastCode, lastErr
+}
+
+// record notes one ApplyBulk call in the metrics.
+func (w *Writer) record(ctx context.Context, start time.Time, rows int, err error, rowErrs []error) {
+	code := status.Code(err)
+	if err == nil {
+		for _, re := range rowErrs {
+			if re != nil {
+				code = status.Code(re)
+				break
+			}
+		}
+	}
+	w.m.duration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributeSet(attribute.NewSet(
+		attribute.String("db.system.name", "gcp.bigtable"),
+		attribute.String("db.operation.name", "MutateRows"),
+		attribute.String("db.collection.name", w.tableName),
+		attribute.String("db.response.status_code", code.String()),
+	)))
+	w.m.rows.Add(ctx, int64(rows))
 }
 
 // permanent reports whether a failure with code is a property of the data

@@ -61,7 +61,7 @@ func TestSetupCreatesAndChecks(t *testing.T) {
 func TestSetupRefusesOneSecondOnCells(t *testing.T) {
 	dc, ac := testenv.Clients(t)
 	tgt := testenv.Table(t, ac, dc, 48*time.Hour)
-	w := sink.NewWriter(dc.Open(tgt.Table), tgt.Family, sink.DefaultWriterConfig(), slog.Default())
+	w := sink.NewWriter(dc, tgt, sink.DefaultWriterConfig(), slog.Default())
 	if _, err := w.Write(ctx, []sink.Row{{Key: "k", Timestamp: time.Now().UnixMilli() * 1000, Value: []byte("v")}}); err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestWriteCells(t *testing.T) {
 	writeTime := time.Date(2026, 4, 30, 9, 0, 1, 0, time.UTC)
 	cfg := sink.DefaultWriterConfig()
 	cfg.Now = func() time.Time { return writeTime }
-	w := sink.NewWriter(dc.Open(tgt.Table), tgt.Family, cfg, slog.Default())
+	w := sink.NewWriter(dc, tgt, cfg, slog.Default())
 	ts := time.Date(2026, 4, 30, 9, 0, 0, 123e6, time.UTC).UnixMicro()
 	rows := []sink.Row{
 		{Key: "a", Timestamp: ts, Value: []byte(`{"x":1}`), WrittenAt: true},
@@ -186,13 +186,13 @@ func TestWriteRetriesWholeCallFailures(t *testing.T) {
 	cfg.InitialBackoff, cfg.MaxBackoff = time.Millisecond, 5*time.Millisecond
 	cfg.AttemptTimeout = 100 * time.Millisecond // the client's own retries end here
 	var retried atomic.Int32
-	cfg.OnRetry = func(rows int, code codes.Code) {
+	cfg.OnRetry = func(rows int, code codes.Code, _ error) {
 		if code != codes.Unavailable && code != codes.DeadlineExceeded {
 			t.Errorf("retry reported code %s", code)
 		}
 		retried.Add(1)
 	}
-	w := sink.NewWriter(dc.Open(tgt.Table), tgt.Family, cfg, slog.Default())
+	w := sink.NewWriter(dc, tgt, cfg, slog.Default())
 	res, err := w.Write(ctx, []sink.Row{{Key: "k", Timestamp: 1_000_000_000_000, Value: []byte("v")}})
 	if err != nil || res[0] != nil {
 		t.Fatalf("write: %v %v", res, err)
@@ -211,7 +211,7 @@ func TestWriteRetriesWholeCallFailures(t *testing.T) {
 func TestWriteIsolatesRefusedRow(t *testing.T) {
 	dc, ac, _ := faultyEmulator(t, 0)
 	tgt := testenv.Table(t, ac, dc, time.Hour)
-	w := sink.NewWriter(dc.Open(tgt.Table), tgt.Family, sink.DefaultWriterConfig(), slog.Default())
+	w := sink.NewWriter(dc, tgt, sink.DefaultWriterConfig(), slog.Default())
 	keys := []string{"k0", "k1", "poison", "k3", "k4"}
 	rows := make([]sink.Row, len(keys))
 	for i, k := range keys {
@@ -242,7 +242,7 @@ func TestWriteStopsWithContext(t *testing.T) {
 	tgt := testenv.Table(t, ac, dc, time.Hour)
 	cfg := sink.DefaultWriterConfig()
 	cfg.AttemptTimeout = 100 * time.Millisecond
-	w := sink.NewWriter(dc.Open(tgt.Table), tgt.Family, cfg, slog.Default())
+	w := sink.NewWriter(dc, tgt, cfg, slog.Default())
 	cctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	_, err := w.Write(cctx, []sink.Row{{Key: "k", Timestamp: 1_000_000_000_000, Value: []byte("v")}})

@@ -6,21 +6,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
-	"os/signal"
-	"sync"
-	"syscall"
 	"time"
 
 	"cloud.google.com/go/bigtable"
-	"go.opentelemetry.io/otel"
 
 	"github.com/cellttl/cellttl/expiry"
 	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/cellttl/cellttl/pipeline"
 	"github.com/cellttl/cellttl/sink"
+	"github.com/cellttl/cellttl/telemetry"
 	"github.com/cellttl/cellttl/tenants"
 )
 
@@ -34,6 +30,7 @@ type common struct {
 	tenantsFile       string
 	project, instance string
 	table, family     string
+	appProfile        string
 	logFormat         string
 	logLevel          string
 }
@@ -43,6 +40,7 @@ func (c *common) register(f *flags) {
 	f.String(&c.project, "project", "BIGTABLE_PROJECT", "", "Google Cloud project of the Bigtable instance (default \"local\" with BIGTABLE_EMULATOR_HOST)")
 	f.String(&c.instance, "instance", "BIGTABLE_INSTANCE", "", "Bigtable instance (default \"local\" with BIGTABLE_EMULATOR_HOST)")
 	f.String(&c.table, "table", "BIGTABLE_TABLE", "clicks", "Bigtable table")
+	f.String(&c.appProfile, "app-profile", "BIGTABLE_APP_PROFILE", "", "Bigtable app profile of data requests (default: the instance's default profile)")
 	f.String(&c.family, "family", "BIGTABLE_FAMILY", "c", "column family of the event and written_at columns")
 	f.String(&c.logFormat, "log-format", "LOG_FORMAT", "json", "log format: json or text")
 	f.String(&c.logLevel, "log-level", "LOG_LEVEL", "info", "log level: debug, info, warn or error")
@@ -82,7 +80,7 @@ func (c *common) target() sink.Target { return sink.Target{Table: c.table, Famil
 // bigtableClients opens the data and admin clients. BIGTABLE_EMULATOR_HOST,
 // when set, points both at an emulator, as the client library defines.
 func (c *common) bigtableClients(ctx context.Context) (*bigtable.Client, *bigtable.AdminClient, error) {
-	dc, err := bigtable.NewClient(ctx, c.project, c.instance)
+	dc, err := bigtable.NewClientWithConfig(ctx, c.project, c.instance, bigtable.ClientConfig{AppProfile: c.appProfile})
 	if err != nil {
 		return nil, nil, fmt.Errorf("bigtable client for %s/%s: %w", c.project, c.instance, err)
 	}
@@ -147,6 +145,7 @@ type runOptions struct {
 	sessionTimeout                  time.Duration
 	reloadInterval                  time.Duration
 	security                        ingest.Security
+	adminAddr                       string
 	writeTimeout                    time.Duration
 	pipe                            pipeline.Config
 	// onPipeline, when set, is handed the pipeline before it runs (the demo
@@ -161,6 +160,7 @@ func (o *runOptions) register(f *flags) {
 	f.String(&o.topic, "topic", "KAFKA_TOPIC", "clicks", "topic of click events")
 	f.String(&o.group, "group", "KAFKA_GROUP", "cellttl", "consumer group; workers in one group share the topic's partitions")
 	f.String(&o.dlqTopic, "dlq-topic", "KAFKA_DLQ_TOPIC", "", "dead-letter topic (default <topic>.dlq)")
+	f.String(&o.adminAddr, "admin-addr", "ADMIN_ADDR", ":8080", "address of /healthz, /readyz, /status and /metrics (empty: off)")
 	f.Bool(&o.security.TLS, "kafka-tls", "KAFKA_TLS", false, "connect to Kafka over TLS")
 	f.String(&o.security.CAFile, "kafka-tls-ca", "KAFKA_TLS_CA_FILE", "", "PEM file of the CA that signed the brokers' certificates (default: the system pool)")
 	f.String(&o.security.CertFile, "kafka-tls-cert", "KAFKA_TLS_CERT_FILE", "", "PEM client certificate, for mutual TLS")
@@ -235,61 +235,22 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	defer dc.Close()
 	defer ac.Close()
 	if err := sink.CheckGC(ctx, ac, o.target(), cfg.Policy.GCMaxAge()); err != nil {
-		return fmt.Errorf("refusing to start: %w (the tenants file asks for %s; run worker setup, with --update-gc-policy to change an existing rule)", err, describePolicy(cfg.Policy))
+		hint := ""
+		if sink.IsMismatch(err) {
+			hint = "; `worker setup --update-gc-policy` changes the rule, see `worker check` first"
+		}
+		return fmt.Errorf("refusing to start: %w (the tenants file asks for %s%s)", err, describePolicy(cfg.Policy), hint)
 	}
-	return serve(ctx, &o, brokers, cfg, dc, log)
-}
-
-// serve runs the pipeline until ctx ends and it has drained.
-func serve(ctx context.Context, o *runOptions, brokers []string, cfg *tenants.Config, dc *bigtable.Client, log *slog.Logger) error {
-	dialer, err := o.security.Dialer()
+	tel, err := telemetry.Setup(ctx, version())
 	if err != nil {
 		return err
 	}
-	transport, err := o.security.Transport()
-	if err != nil {
-		return err
-	}
-	consumer, err := ingest.NewConsumer(ingest.ConsumerConfig{
-		Brokers:        brokers,
-		Topic:          o.topic,
-		Group:          o.group,
-		CommitInterval: o.commitInterval,
-		SessionTimeout: o.sessionTimeout,
-		FetchMaxBytes:  max(10<<20, 2*o.pipe.Decoder.MaxBytes),
-		Dialer:         dialer,
-	}, log)
-	if err != nil {
-		return err
-	}
-	dlq := ingest.NewDeadLetterWriter(brokers, o.dlqTopic, transport)
-	wcfg := sink.DefaultWriterConfig()
-	wcfg.AttemptTimeout = o.writeTimeout
-	writer := sink.NewWriter(dc.Open(o.table), o.family, wcfg, log)
-
-	reloader := tenants.NewReloader(o.tenantsFile, cfg, o.reloadInterval, log)
-	if err := reloader.RegisterMetrics(otel.Meter(meterName)); err != nil {
-		return err
-	}
-	p := pipeline.New(o.pipe, consumer, writer, dlq, reloader.Current, log)
-	if o.onPipeline != nil {
-		o.onPipeline(p)
-	}
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	reloadCtx, stopReloads := context.WithCancel(ctx)
-	defer stopReloads()
-	if o.tenantsFile != "" {
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
-		defer signal.Stop(hup)
-		wg.Go(func() { reloader.Run(reloadCtx, hup) })
-	}
-	log.Info("worker started", "topic", o.topic, "group", o.group, "dlq_topic", o.dlqTopic,
-		"table", o.table, "family", o.family, "strategy", cfg.Policy.Strategy.String(),
-		"default_ttl", duration.Format(cfg.Policy.DefaultTTL), "tenants", len(cfg.Policy.Tenants), "config_version", cfg.Version)
-	runErr := p.Run(ctx)
-	t := p.Stats().Totals()
-	log.Info("worker stopping", "consumed", t.Consumed, "written", t.Written, "expired", t.Expired, "dead_lettered", t.DeadLettered, "clamped", t.Clamped, "committed", consumer.Committed())
-	return errors.Join(runErr, consumer.Close(), dlq.Close())
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := tel.Shutdown(sctx); err != nil {
+			log.Warn("telemetry shutdown", "err", err)
+		}
+	}()
+	return serve(ctx, &o, brokers, cfg, dc, tel.MetricsHandler(), log)
 }

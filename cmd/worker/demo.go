@@ -153,7 +153,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			}
 		}
 	})
-	err = serve(ctx, ro, brokers, cfg, dc, log)
+	err = serve(ctx, ro, brokers, cfg, dc, nil, log)
 	stopProducing()
 	stopSummaries()
 	wg.Wait() // the summaries write to stdout too

@@ -58,7 +58,7 @@ func (e *env) args(cmd string, extra ...string) []string {
 	a := []string{cmd, "--table", e.table, "--tenants", e.tenantsFile, "--log-format", "text"}
 	if cmd == "run" {
 		a = append(a, "--brokers", strings.Join(e.brokers, ","), "--topic", e.topic, "--group", e.group,
-			"--flush-interval", "20ms", "--commit-interval", "100ms")
+			"--flush-interval", "20ms", "--commit-interval", "100ms", "--admin-addr", "127.0.0.1:0")
 	}
 	return append(a, extra...)
 }

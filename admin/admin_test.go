@@ -1,0 +1,61 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+)
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestEndpoints(t *testing.T) {
+	var kafkaDown atomic.Bool
+	checks := []Check{
+		{Name: "kafka", Fn: func(context.Context) error {
+			if kafkaDown.Load() {
+				return errors.New("not in the consumer group")
+			}
+			return nil
+		}},
+		{Name: "config", Fn: func(context.Context) error { return nil }},
+	}
+	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "m 1\n") })
+	s := New("127.0.0.1:0", metrics, func() any { return map[string]int{"partitions": 3} }, checks, slog.New(slog.DiscardHandler))
+	addr, err := s.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown(context.Background())
+	base := "http://" + addr.String()
+
+	if code, body := get(t, base+"/healthz"); code != 200 || body != "ok\n" {
+		t.Errorf("/healthz: %d %q", code, body)
+	}
+	if code, body := get(t, base+"/readyz"); code != 200 || !strings.Contains(body, "kafka: ok") {
+		t.Errorf("/readyz: %d %q", code, body)
+	}
+	kafkaDown.Store(true)
+	if code, body := get(t, base+"/readyz"); code != 503 || !strings.Contains(body, "kafka: not ready: not in the consumer group") || !strings.Contains(body, "config: ok") {
+		t.Errorf("/readyz with kafka down: %d %q", code, body)
+	}
+	if code, body := get(t, base+"/status"); code != 200 || !strings.Contains(body, `"partitions": 3`) {
+		t.Errorf("/status: %d %q", code, body)
+	}
+	if code, body := get(t, base+"/metrics"); code != 200 || body != "m 1\n" {
+		t.Errorf("/metrics: %d %q", code, body)
+	}
+}

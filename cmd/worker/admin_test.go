@@ -1,0 +1,197 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/bigtable/bttest"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/cellttl/cellttl/internal/testenv"
+)
+
+// adminURL finds the admin server's address in the worker's logs.
+func adminURL(t *testing.T, logs *syncBuffer) string {
+	t.Helper()
+	re := regexp.MustCompile(`admin server listening" addr=(\S+)`)
+	var url string
+	testenv.Eventually(t, 10*time.Second, func() (bool, string) {
+		m := re.FindStringSubmatch(logs.String())
+		if m == nil {
+			return false, "no admin address in the logs"
+		}
+		url = "http://" + m[1]
+		return true, ""
+	})
+	return url
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// metricValue returns the value of the first sample of name whose labels
+// contain every given label pair.
+func metricValue(body, name string, labels ...string) (float64, bool) {
+	for _, line := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		ok := true
+		for _, l := range labels {
+			if !strings.Contains(line, l) {
+				ok = false
+			}
+		}
+		if !ok {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		return v, err == nil
+	}
+	return 0, false
+}
+
+// A scrape of /metrics shows the counters with the values the events call
+// for; /status and /readyz tell the same story.
+func TestMetricsAndStatus(t *testing.T) {
+	e := newEnv(t, tenantsYAML)
+	if out, err := e.cmd(t, "setup"); err != nil {
+		t.Fatalf("setup: %v\n%s", err, out)
+	}
+	stop, logs := e.startWorker(t)
+	base := adminURL(t, logs)
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		code, body := httpGet(t, base+"/readyz")
+		return code == 200, fmt.Sprintf("/readyz %d: %s", code, body)
+	})
+
+	var values [][]byte
+	for i := range 7 {
+		values = append(values, click{EventID: fmt.Sprintf("m-%d", i), TenantID: "acme", UserID: "u"}.bytes())
+	}
+	for i := range 3 {
+		values = append(values, click{EventID: fmt.Sprintf("g-%d", i), TenantID: "globex"}.bytes())
+	}
+	values = append(values, []byte("garbage"), []byte("{}"),
+		click{EventID: "old", TenantID: "acme", OccurredAt: time.Now().Add(-3 * time.Hour).Format(time.RFC3339)}.bytes(),
+		click{EventID: "ahead", TenantID: "globex", OccurredAt: time.Now().Add(time.Hour).Format(time.RFC3339)}.bytes())
+	testenv.Produce(t, e.brokers, e.topic, values...)
+	e.waitRows(t, 11, 30*time.Second)
+	e.waitCommitted(t, 30*time.Second)
+
+	want := []struct {
+		name   string
+		labels []string
+		value  float64
+	}{
+		{"cellttl_events_written_total", []string{`cellttl_tenant="acme"`}, 7},
+		{"cellttl_events_written_total", []string{`cellttl_tenant="globex"`}, 4},
+		{"cellttl_events_expired_total", []string{`cellttl_tenant="acme"`}, 1},
+		{"cellttl_events_clamped_total", []string{`cellttl_tenant="globex"`}, 1},
+		{"cellttl_events_dead_lettered_total", []string{`cellttl_tenant="_other"`}, 2},
+		{"messaging_client_consumed_messages_total", []string{`messaging_destination_name="` + e.topic + `"`}, 14},
+		{"messaging_client_sent_messages_total", []string{`messaging_destination_name="` + e.topic + `.dlq"`}, 2},
+		{"cellttl_kafka_consumer_partitions", nil, 3},
+		{"cellttl_config_reload_ok", nil, 1},
+		{"cellttl_inflight_bytes", nil, 0},
+	}
+	var body string
+	testenv.Eventually(t, 10*time.Second, func() (bool, string) {
+		_, body = httpGet(t, base+"/metrics")
+		for _, w := range want {
+			if v, ok := metricValue(body, w.name, w.labels...); !ok || v != w.value {
+				return false, fmt.Sprintf("%s%v = %v (found %t), want %v", w.name, w.labels, v, ok, w.value)
+			}
+		}
+		return true, ""
+	})
+	if v, ok := metricValue(body, "db_client_operation_duration_seconds_count", `db_operation_name="MutateRows"`, `db_response_status_code="OK"`); !ok || v < 1 {
+		t.Errorf("no Bigtable write latency recorded: %v %t", v, ok)
+	}
+	if v, ok := metricValue(body, "cellttl_batch_rows_sum"); !ok || v != 11 {
+		t.Errorf("batch rows sum %v, want 11", v)
+	}
+	if _, ok := metricValue(body, "cellttl_config_info", `config_version="`); !ok {
+		t.Error("no cellttl_config_info")
+	}
+
+	code, statusBody := httpGet(t, base+"/status")
+	var st statusPage
+	if err := json.Unmarshal([]byte(statusBody), &st); err != nil || code != 200 {
+		t.Fatalf("/status %d: %v\n%s", code, err, statusBody)
+	}
+	if !st.Kafka.Joined || len(st.Kafka.Partitions) != 3 || st.Lag != 0 || st.Config.Tenants["acme"] != "1h" ||
+		st.Events["acme"].Written != 7 || st.Config.Version == "" {
+		t.Errorf("/status: %s", statusBody)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// /readyz turns 503 when Bigtable goes away and back to 200 when it
+// returns, and turns 503 when the Kafka broker goes away. The services are
+// in-process here because the test stops them.
+func TestReadinessFollowsDependencies(t *testing.T) {
+	bt, err := bttest.NewServer("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	btAddr := bt.Addr
+	t.Setenv("BIGTABLE_EMULATOR_HOST", btAddr)
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "clicks"), kfake.AllowAutoTopicCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{brokers: kc.ListenAddrs(), topic: "clicks", group: "ready", table: "clicks"}
+	e.dc, e.ac = testenv.Clients(t)
+	e.tenantsFile = t.TempDir() + "/tenants.yaml"
+	e.writeTenants(t, tenantsYAML)
+	if out, err := e.cmd(t, "setup"); err != nil {
+		t.Fatalf("setup: %v\n%s", err, out)
+	}
+	stop, logs := e.startWorker(t)
+	base := adminURL(t, logs)
+	ready := func(want int, contains string) {
+		t.Helper()
+		testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+			code, body := httpGet(t, base+"/readyz")
+			return code == want && strings.Contains(body, contains), fmt.Sprintf("/readyz %d: %s", code, body)
+		})
+	}
+	ready(200, "bigtable: ok")
+
+	bt.Close()
+	ready(503, "bigtable: not ready")
+	if bt, err = bttest.NewServer(btAddr); err != nil {
+		t.Fatalf("restart the emulator on %s: %v", btAddr, err)
+	}
+	defer bt.Close()
+	if out, err := e.cmd(t, "setup"); err != nil { // a fresh emulator is empty
+		t.Fatalf("setup: %v\n%s", err, out)
+	}
+	ready(200, "bigtable: ok")
+
+	kc.Close()
+	ready(503, "kafka: not ready")
+	if code, _ := httpGet(t, base+"/healthz"); code != 200 {
+		t.Errorf("/healthz %d while Kafka is away: liveness must not depend on it", code)
+	}
+	_ = stop() // the final commit has no broker to go to
+}

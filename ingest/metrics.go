@@ -1,0 +1,57 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// scope names the package's metrics. Instruments come from the global
+// provider when a consumer or producer is built: telemetry.Setup installs
+// one before.
+const scope = "github.com/cellttl/cellttl/ingest"
+
+// registerMetrics reports consumption, lag and commits, read from the
+// consumer's state when metrics are collected.
+func (c *Consumer) registerMetrics() (metric.Registration, error) {
+	meter := otel.Meter(scope)
+	consumed, err1 := meter.Int64ObservableCounter("messaging.client.consumed.messages", metric.WithUnit("{message}"),
+		metric.WithDescription("messages fetched from Kafka"))
+	lag, err2 := meter.Int64ObservableGauge("cellttl.kafka.consumer.lag", metric.WithUnit("{message}"),
+		metric.WithDescription("messages between the last fetched and the partition's high watermark, per owned partition"))
+	committed, err3 := meter.Int64ObservableGauge("cellttl.kafka.consumer.committed_offset", metric.WithUnit("{offset}"),
+		metric.WithDescription("offset last committed by this worker, per owned partition"))
+	owned, err4 := meter.Int64ObservableGauge("cellttl.kafka.consumer.partitions", metric.WithUnit("{partition}"),
+		metric.WithDescription("partitions assigned to this worker"))
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
+		return nil, fmt.Errorf("register consumer metrics: %w", err)
+	}
+	base := []attribute.KeyValue{
+		attribute.String("messaging.system", "kafka"),
+		attribute.String("messaging.destination.name", c.cfg.Topic),
+		attribute.String("messaging.consumer.group.name", c.cfg.Group),
+	}
+	baseSet := metric.WithAttributes(base...)
+	reg, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		o.ObserveInt64(consumed, c.consumed.Load(), baseSet)
+		s := c.Status()
+		o.ObserveInt64(owned, int64(len(s.Partitions)), baseSet)
+		for _, p := range s.Partitions {
+			attrs := metric.WithAttributes(append(base[:3:3], attribute.String("messaging.destination.partition.id", strconv.Itoa(p.Partition)))...)
+			o.ObserveInt64(lag, p.Lag, attrs)
+			if p.Committed >= 0 {
+				o.ObserveInt64(committed, p.Committed, attrs)
+			}
+		}
+		return nil
+	}, consumed, lag, committed, owned)
+	if err != nil {
+		return nil, fmt.Errorf("register consumer metrics: %w", err)
+	}
+	return reg, nil
+}

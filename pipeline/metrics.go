@@ -1,0 +1,75 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// instruments are the pipeline's metrics. Per-event counts are read from
+// Stats at collection time, so the hot path pays nothing for them.
+type instruments struct {
+	batchRows     metric.Int64Histogram
+	batchBytes    metric.Int64Histogram
+	batchDuration metric.Float64Histogram
+	registration  metric.Registration
+}
+
+func (p *Pipeline) registerMetrics() error {
+	var err error
+	m := &p.metrics
+	// From the global provider as it is now: telemetry.Setup installs one
+	// before the pipeline is built.
+	meter := otel.Meter(scope)
+	if m.batchRows, err = meter.Int64Histogram("cellttl.batch.rows", metric.WithUnit("{row}"),
+		metric.WithDescription("rows per Bigtable write batch"),
+		metric.WithExplicitBucketBoundaries(1, 10, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 50000)); err != nil {
+		return err
+	}
+	if m.batchBytes, err = meter.Int64Histogram("cellttl.batch.bytes", metric.WithUnit("By"),
+		metric.WithDescription("bytes of event values per Bigtable write batch"),
+		metric.WithExplicitBucketBoundaries(1<<10, 16<<10, 64<<10, 256<<10, 1<<20, 4<<20, 16<<20)); err != nil {
+		return err
+	}
+	if m.batchDuration, err = meter.Float64Histogram("cellttl.batch.duration", metric.WithUnit("s"),
+		metric.WithDescription("time to write a batch to Bigtable, retries included")); err != nil {
+		return err
+	}
+	counter := func(name, desc string) metric.Int64ObservableCounter {
+		c, cerr := meter.Int64ObservableCounter(name, metric.WithUnit("{event}"), metric.WithDescription(desc))
+		if cerr != nil && err == nil {
+			err = cerr
+		}
+		return c
+	}
+	consumed := counter("cellttl.events.consumed", "events fetched from Kafka, by tenant")
+	written := counter("cellttl.events.written", "events written to Bigtable, by tenant")
+	dead := counter("cellttl.events.dead_lettered", "events produced to the dead-letter topic, by tenant (_other: no valid tenant)")
+	expired := counter("cellttl.events.expired", "events skipped because they had expired before they were processed, by tenant")
+	clamped := counter("cellttl.events.clamped", "events whose occurred_at lay beyond --max-clock-skew and was clamped, by tenant")
+	inflight, ierr := meter.Int64ObservableGauge("cellttl.inflight.bytes", metric.WithUnit("By"),
+		metric.WithDescription("bytes of events fetched and not yet settled (bounded by --max-inflight-bytes)"))
+	if err != nil || ierr != nil {
+		return fmt.Errorf("register pipeline metrics: %w", errors.Join(err, ierr))
+	}
+	m.registration, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		p.stats.Each(func(tenant string, t *TenantStats) {
+			attrs := metric.WithAttributes(attribute.String("cellttl.tenant", tenant))
+			o.ObserveInt64(consumed, t.Consumed.Load(), attrs)
+			o.ObserveInt64(written, t.Written.Load(), attrs)
+			o.ObserveInt64(dead, t.DeadLettered.Load(), attrs)
+			o.ObserveInt64(expired, t.Expired.Load(), attrs)
+			o.ObserveInt64(clamped, t.Clamped.Load(), attrs)
+		})
+		o.ObserveInt64(inflight, p.inflightBytes.Load())
+		return nil
+	}, consumed, written, dead, expired, clamped, inflight)
+	if err != nil {
+		return fmt.Errorf("register pipeline metrics: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,151 @@
+// Package telemetry sets up OpenTelemetry for the worker: metrics exported
+// on a Prometheus endpoint and, when the standard OTEL_EXPORTER_OTLP_*
+// variables are set, over OTLP; traces over OTLP only when configured. The
+// other packages record through the global OTel API and know nothing of
+// exporters.
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/propagation"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
+)
+
+// Telemetry owns the providers and the Prometheus registry.
+type Telemetry struct {
+	registry *prometheus.Registry
+	meters   *sdkmetric.MeterProvider
+	tracers  *sdktrace.TracerProvider // nil when traces are not exported
+}
+
+// Setup installs global meter and tracer providers and the W3C trace
+// context propagator.
+func Setup(ctx context.Context, version string) (*Telemetry, error) {
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(
+		semconv.ServiceName(serviceName()), semconv.ServiceVersion(version)))
+	if err != nil {
+		return nil, fmt.Errorf("telemetry resource: %w", err)
+	}
+	t := &Telemetry{registry: prometheus.NewRegistry()}
+	t.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	promExp, err := otelprom.New(otelprom.WithRegisterer(t.registry))
+	if err != nil {
+		return nil, fmt.Errorf("prometheus exporter: %w", err)
+	}
+	opts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithReader(promExp)}
+	if otlpConfigured("METRICS") {
+		exp, err := metricExporter(ctx)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exp)))
+	}
+	t.meters = sdkmetric.NewMeterProvider(opts...)
+	otel.SetMeterProvider(t.meters)
+
+	if otlpConfigured("TRACES") {
+		exp, err := traceExporter(ctx)
+		if err != nil {
+			return nil, err
+		}
+		t.tracers = sdktrace.NewTracerProvider(sdktrace.WithResource(res), sdktrace.WithBatcher(exp))
+		otel.SetTracerProvider(t.tracers)
+	}
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	return t, nil
+}
+
+// MetricsHandler serves the Prometheus exposition of every metric.
+func (t *Telemetry) MetricsHandler() http.Handler {
+	return promhttp.HandlerFor(t.registry, promhttp.HandlerOpts{})
+}
+
+// Shutdown flushes the exporters.
+func (t *Telemetry) Shutdown(ctx context.Context) error {
+	var errs []error
+	if t.tracers != nil {
+		errs = append(errs, t.tracers.Shutdown(ctx))
+	}
+	errs = append(errs, t.meters.Shutdown(ctx))
+	return errors.Join(errs...)
+}
+
+func serviceName() string {
+	if s := os.Getenv("OTEL_SERVICE_NAME"); s != "" {
+		return s
+	}
+	return "cellttl"
+}
+
+// otlpConfigured reports whether an OTLP endpoint is set for the signal
+// (METRICS or TRACES) or for all, and the signal's exporter is not "none".
+func otlpConfigured(signal string) bool {
+	if v := os.Getenv("OTEL_" + signal + "_EXPORTER"); v == "none" {
+		return false
+	}
+	return os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_"+signal+"_ENDPOINT") != ""
+}
+
+func protocol(signal string) string {
+	if p := os.Getenv("OTEL_EXPORTER_OTLP_" + signal + "_PROTOCOL"); p != "" {
+		return p
+	}
+	if p := os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL"); p != "" {
+		return p
+	}
+	return "http/protobuf"
+}
+
+// The exporters read the rest of OTEL_EXPORTER_OTLP_* (endpoint, headers,
+// TLS, timeout) themselves.
+func metricExporter(ctx context.Context) (sdkmetric.Exporter, error) {
+	var exp sdkmetric.Exporter
+	var err error
+	switch p := protocol("METRICS"); {
+	case p == "grpc":
+		exp, err = otlpmetricgrpc.New(ctx)
+	case strings.HasPrefix(p, "http"):
+		exp, err = otlpmetrichttp.New(ctx)
+	default:
+		return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL %q: want grpc or http/protobuf", p)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("OTLP metric exporter: %w", err)
+	}
+	return exp, nil
+}
+
+func traceExporter(ctx context.Context) (sdktrace.SpanExporter, error) {
+	var exp sdktrace.SpanExporter
+	var err error
+	switch p := protocol("TRACES"); {
+	case p == "grpc":
+		exp, err = otlptracegrpc.New(ctx)
+	case strings.HasPrefix(p, "http"):
+		exp, err = otlptracehttp.New(ctx)
+	default:
+		return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL %q: want grpc or http/protobuf", p)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("OTLP trace exporter: %w", err)
+	}
+	return exp, nil
+}
