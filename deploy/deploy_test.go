@@ -1,0 +1,327 @@
+// Package deploy holds the container, Kubernetes and compose files; its
+// test checks them against the worker they run.
+package deploy
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"github.com/cellttl/cellttl/internal/duration"
+	"github.com/cellttl/cellttl/tenants"
+)
+
+// cli is what the worker accepts, read from its own --help.
+type cli struct {
+	commands map[string]map[string]bool // command -> flags
+	env      map[string]bool
+}
+
+func workerCLI(t *testing.T) cli {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "worker")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/worker").CombinedOutput(); err != nil {
+		t.Fatalf("build worker: %v\n%s", err, out)
+	}
+	c := cli{commands: map[string]map[string]bool{}, env: map[string]bool{}}
+	flagRe, envRe := regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`), regexp.MustCompile(`\(env ([A-Z0-9_]+)\)`)
+	for _, cmd := range []string{"run", "setup", "check", "read"} {
+		var out bytes.Buffer
+		h := exec.Command(bin, cmd, "--help")
+		h.Stdout, h.Stderr = &out, &out
+		if err := h.Run(); err != nil {
+			t.Fatalf("worker %s --help: %v\n%s", cmd, err, out.String())
+		}
+		c.commands[cmd] = map[string]bool{}
+		for _, m := range flagRe.FindAllStringSubmatch(out.String(), -1) {
+			c.commands[cmd][m[1]] = true
+		}
+		for _, m := range envRe.FindAllStringSubmatch(out.String(), -1) {
+			c.env[m[1]] = true
+		}
+	}
+	if !c.commands["run"]["brokers"] || !c.env["KAFKA_BROKERS"] {
+		t.Fatalf("could not read the worker's flags: %+v", c)
+	}
+	return c
+}
+
+// runtimeEnv are variables read by libraries and the Go runtime, not flags.
+var runtimeEnv = map[string]bool{
+	"BIGTABLE_EMULATOR_HOST": true, "GOOGLE_APPLICATION_CREDENTIALS": true, "GOMEMLIMIT": true, "GOMAXPROCS": true,
+}
+
+func (c cli) checkEnv(t *testing.T, where, name string) {
+	t.Helper()
+	if !c.env[name] && !runtimeEnv[name] && !strings.HasPrefix(name, "OTEL_") {
+		t.Errorf("%s: env %s is not read by the worker", where, name)
+	}
+}
+
+func (c cli) checkArgs(t *testing.T, where string, args []string) string {
+	t.Helper()
+	if len(args) == 0 {
+		return "run"
+	}
+	cmd := args[0]
+	flags, ok := c.commands[cmd]
+	if !ok {
+		t.Errorf("%s: unknown command %q", where, cmd)
+		return cmd
+	}
+	for _, a := range args[1:] {
+		if !strings.HasPrefix(a, "-") {
+			continue
+		}
+		name := strings.SplitN(strings.TrimLeft(a, "-"), "=", 2)[0]
+		if !flags[name] {
+			t.Errorf("%s: worker %s has no flag --%s", where, cmd, name)
+		}
+	}
+	return cmd
+}
+
+type object = map[string]any
+
+func get(o any, path ...string) any {
+	for _, p := range path {
+		m, ok := o.(object)
+		if !ok {
+			return nil
+		}
+		o = m[p]
+	}
+	return o
+}
+
+func list(o any) []any {
+	l, _ := o.([]any)
+	return l
+}
+
+func str(o any) string {
+	s, _ := o.(string)
+	return s
+}
+
+// build renders an overlay with kustomize, the real validator of its
+// structure, and returns its objects by kind and name.
+func build(t *testing.T, dir string) map[string]object {
+	t.Helper()
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	res, err := k.Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v", dir, err)
+	}
+	out := map[string]object{}
+	for _, r := range res.Resources() {
+		m, err := r.Map()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[r.GetKind()+"/"+r.GetName()] = m
+	}
+	return out
+}
+
+func TestKubernetes(t *testing.T) {
+	c := workerCLI(t)
+	for _, overlay := range []string{"k8s/keda", "k8s/hpa"} {
+		t.Run(overlay, func(t *testing.T) {
+			objs := build(t, overlay)
+			env := map[string]string{}
+			cm := objs["ConfigMap/cellttl-env"]
+			for k, v := range get(cm, "data").(object) {
+				c.checkEnv(t, "ConfigMap cellttl-env", k)
+				env[k] = str(v)
+			}
+			dep := objs["Deployment/cellttl"]
+			if dep == nil {
+				t.Fatal("no Deployment cellttl")
+			}
+			pod := get(dep, "spec", "template", "spec")
+			containers := list(get(pod, "containers"))
+			if len(containers) != 1 {
+				t.Fatalf("%d containers", len(containers))
+			}
+			ctr := containers[0].(object)
+			c.checkArgs(t, "Deployment", toStrings(get(ctr, "args")))
+			for _, e := range list(get(ctr, "env")) {
+				c.checkEnv(t, "Deployment", str(get(e, "name")))
+			}
+
+			// Probes hit the admin server's paths on its port.
+			addr := env["ADMIN_ADDR"]
+			var adminPort int
+			for _, p := range list(get(ctr, "ports")) {
+				if str(get(p, "name")) == "admin" {
+					adminPort = get(p, "containerPort").(int)
+				}
+			}
+			if adminPort == 0 || !strings.HasSuffix(addr, fmt.Sprintf(":%d", adminPort)) {
+				t.Errorf("admin port %d, ADMIN_ADDR %q", adminPort, addr)
+			}
+			for probe, path := range map[string]string{"livenessProbe": "/healthz", "readinessProbe": "/readyz"} {
+				if p := get(ctr, probe, "httpGet"); str(get(p, "path")) != path || str(get(p, "port")) != "admin" {
+					t.Errorf("%s: %v, want %s on port admin", probe, p, path)
+				}
+			}
+
+			// The grace period covers the drain.
+			drain, err := duration.Parse(env["DRAIN_TIMEOUT"])
+			if err != nil {
+				t.Fatalf("DRAIN_TIMEOUT: %v", err)
+			}
+			grace := time.Duration(get(pod, "terminationGracePeriodSeconds").(int)) * time.Second
+			if grace <= drain {
+				t.Errorf("terminationGracePeriodSeconds %s does not exceed DRAIN_TIMEOUT %s", grace, drain)
+			}
+
+			// tenants.yaml comes from a ConfigMap mounted as a directory (a
+			// subPath mount never sees updates), is valid, and is the repo's.
+			var mountPath string
+			for _, m := range list(get(ctr, "volumeMounts")) {
+				if str(get(m, "name")) == "tenants" {
+					mountPath = str(get(m, "mountPath"))
+					if get(m, "subPath") != nil {
+						t.Error("tenants mounted with subPath: edits would never reach the pod")
+					}
+				}
+			}
+			if filepath.Dir(env["TENANTS_FILE"]) != mountPath {
+				t.Errorf("TENANTS_FILE %s is not in the tenants mount %s", env["TENANTS_FILE"], mountPath)
+			}
+			tcm := objs["ConfigMap/cellttl-tenants"]
+			if tcm == nil {
+				t.Fatal("no ConfigMap cellttl-tenants (a hashed name would roll the pods on every edit)")
+			}
+			data := str(get(tcm, "data", filepath.Base(env["TENANTS_FILE"])))
+			if _, err := tenants.Parse([]byte(data)); err != nil {
+				t.Errorf("tenants ConfigMap: %v", err)
+			}
+			repo, _ := os.ReadFile("../tenants.yaml")
+			if data != string(repo) {
+				t.Error("deploy/k8s/base/tenants.yaml differs from the repository's tenants.yaml")
+			}
+
+			// Read-only root, non-root.
+			if get(ctr, "securityContext", "readOnlyRootFilesystem") != true || get(pod, "securityContext", "runAsNonRoot") != true {
+				t.Error("the worker must run as non-root with a read-only root file system")
+			}
+
+			// The metrics Service and the PDB select the worker pods.
+			labels := get(dep, "spec", "template", "metadata", "labels").(object)
+			for _, name := range []string{"Service/cellttl-metrics", "PodDisruptionBudget/cellttl"} {
+				sel := get(objs[name], "spec", "selector")
+				if name != "Service/cellttl-metrics" {
+					sel = get(sel, "matchLabels")
+				}
+				for k, v := range sel.(object) {
+					if labels[k] != v {
+						t.Errorf("%s selects %s=%v, pods have %v", name, k, v, labels[k])
+					}
+				}
+			}
+			svcPort := list(get(objs["Service/cellttl-metrics"], "spec", "ports"))[0]
+			if str(get(svcPort, "targetPort")) != "admin" {
+				t.Errorf("metrics Service targets %v", get(svcPort, "targetPort"))
+			}
+
+			// The setup Job runs worker setup with known flags and env.
+			job := objs["Job/cellttl-setup"]
+			jc := list(get(job, "spec", "template", "spec", "containers"))[0]
+			if c.checkArgs(t, "setup Job", toStrings(get(jc, "args"))) != "setup" {
+				t.Error("the setup Job does not run worker setup")
+			}
+			for _, e := range list(get(jc, "env")) {
+				c.checkEnv(t, "setup Job", str(get(e, "name")))
+			}
+
+			// Autoscaling targets the Deployment.
+			for name, o := range objs {
+				if strings.HasPrefix(name, "ScaledObject/") || strings.HasPrefix(name, "HorizontalPodAutoscaler/") {
+					if str(get(o, "spec", "scaleTargetRef", "name")) != "cellttl" {
+						t.Errorf("%s scales %v", name, get(o, "spec", "scaleTargetRef"))
+					}
+					if n := get(o, "spec", "triggers"); n != nil {
+						md := get(list(n)[0], "metadata")
+						if str(get(md, "consumerGroup")) != env["KAFKA_GROUP"] || str(get(md, "topic")) != env["KAFKA_TOPIC"] {
+							t.Errorf("KEDA trigger %v does not watch the worker's group and topic", md)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+func toStrings(o any) []string {
+	var out []string
+	for _, v := range list(o) {
+		out = append(out, str(v))
+	}
+	return out
+}
+
+func TestCompose(t *testing.T) {
+	c := workerCLI(t)
+	data, err := os.ReadFile("docker-compose.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc object
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		t.Fatalf("docker-compose.yaml: %v", err)
+	}
+	for _, svc := range []string{"setup", "worker"} {
+		s := get(doc, "services", svc)
+		if s == nil {
+			t.Fatalf("no %s service", svc)
+		}
+		cmd := c.checkArgs(t, "compose "+svc, toStrings(get(s, "command")))
+		if cmd != svc && !(svc == "worker" && cmd == "run") {
+			t.Errorf("compose %s runs worker %s", svc, cmd)
+		}
+		env := get(s, "environment").(object)
+		for k := range env {
+			c.checkEnv(t, "compose "+svc, k)
+		}
+		if svc == "worker" {
+			drain, _ := duration.Parse(str(env["DRAIN_TIMEOUT"]))
+			grace, _ := duration.Parse(str(get(s, "stop_grace_period")))
+			if grace <= drain {
+				t.Errorf("compose stop_grace_period %s does not exceed DRAIN_TIMEOUT %s", grace, drain)
+			}
+			if !strings.HasSuffix(str(env["ADMIN_ADDR"]), ":8080") {
+				t.Errorf("compose ADMIN_ADDR %v", env["ADMIN_ADDR"])
+			}
+		}
+	}
+	prom, _ := os.ReadFile("prometheus.yml")
+	if !strings.Contains(string(prom), "worker:8080") {
+		t.Error("prometheus.yml does not scrape worker:8080")
+	}
+}
+
+func TestDockerfile(t *testing.T) {
+	data, err := os.ReadFile("Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(data)
+	for _, want := range []string{"CGO_ENABLED=0", "USER nonroot", "FROM gcr.io/distroless/static", "AS build", "./cmd/worker"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("Dockerfile lacks %q", want)
+		}
+	}
+}
