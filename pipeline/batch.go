@@ -4,9 +4,12 @@ import (
 	"context"
 	"time"
 
+	"github.com/segmentio/kafka-go"
+
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cellttl/cellttl/ingest"
@@ -73,7 +76,7 @@ func (p *Pipeline) writeLoop(ctx context.Context, batches <-chan batch, dead cha
 			attribute.Int("cellttl.batch.rows", len(rows)),
 			attribute.Int("cellttl.batch.bytes", b.bytes),
 			attribute.String("cellttl.config_version", b.version),
-		))
+		), trace.WithLinks(links(b.items)...))
 		results, err := p.rows.Write(sctx, rows)
 		if err != nil {
 			span.RecordError(err)
@@ -106,4 +109,51 @@ func (p *Pipeline) writeLoop(ctx context.Context, batches <-chan batch, dead cha
 		p.metrics.batchDuration.Record(ctx, time.Since(start).Seconds(), vattr)
 		p.log.Debug("batch written", "rows", len(rows), "written", written, "config_version", b.version, "took", time.Since(start))
 	}
+}
+
+// maxLinks bounds the links of one batch span: enough to follow a sample of
+// the events into the batch without making spans as large as batches.
+const maxLinks = 128
+
+// links returns a link to the producer span of each message that carries a
+// W3C trace context header, up to maxLinks.
+func links(items []item) []trace.Link {
+	var out []trace.Link
+	prop := propagation.TraceContext{}
+	for i := range items {
+		if len(out) == maxLinks {
+			break
+		}
+		hs := items[i].msg.Headers
+		if len(hs) == 0 {
+			continue
+		}
+		sc := trace.SpanContextFromContext(prop.Extract(context.Background(), headerCarrier(hs)))
+		if sc.IsValid() {
+			out = append(out, trace.Link{SpanContext: sc})
+		}
+	}
+	return out
+}
+
+// headerCarrier reads Kafka headers as a propagation carrier.
+type headerCarrier []kafka.Header
+
+func (h headerCarrier) Get(key string) string {
+	for _, x := range h {
+		if x.Key == key {
+			return string(x.Value)
+		}
+	}
+	return ""
+}
+
+func (h headerCarrier) Set(string, string) {} // read-only
+
+func (h headerCarrier) Keys() []string {
+	keys := make([]string, len(h))
+	for i, x := range h {
+		keys[i] = x.Key
+	}
+	return keys
 }

@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"google.golang.org/grpc/codes"
 
 	"github.com/cellttl/cellttl/ingest"
@@ -346,5 +349,40 @@ func TestConfigValidate(t *testing.T) {
 	err := cfg.Validate()
 	if err == nil || !strings.Contains(err.Error(), "--flush-rows 60000") || !strings.Contains(err.Error(), "--writers 0") {
 		t.Errorf("Validate = %v", err)
+	}
+}
+
+// A batch span carries rows, bytes, config version and attempts, and links
+// to the producer spans of messages that bring a W3C trace context.
+func TestBatchSpan(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	prev := otel.GetTracerProvider()
+	otel.SetTracerProvider(tp)
+	defer otel.SetTracerProvider(prev)
+
+	src := newSource(good(0), good(1))
+	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	src.msgs[0].Headers = []kafka.Header{{Key: "traceparent", Value: []byte(parent)}}
+	cfg := testConfig(t)
+	stop, _ := start(t, DefaultConfig(), src, &fakeWriter{}, &fakeDLQ{}, func() *tenants.Config { return cfg })
+	time.Sleep(300 * time.Millisecond)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	spans := rec.Ended()
+	if len(spans) != 1 {
+		t.Fatalf("%d spans, want one per batch", len(spans))
+	}
+	s := spans[0]
+	attrs := map[string]string{}
+	for _, a := range s.Attributes() {
+		attrs[string(a.Key)] = a.Value.Emit()
+	}
+	if attrs["cellttl.batch.rows"] != "2" || attrs["cellttl.config_version"] != cfg.Version || attrs["cellttl.batch.written"] != "2" {
+		t.Errorf("span attributes %v", attrs)
+	}
+	if len(s.Links()) != 1 || s.Links()[0].SpanContext.TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" {
+		t.Errorf("links %+v, want the producer's trace", s.Links())
 	}
 }

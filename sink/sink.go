@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -138,6 +139,8 @@ func (w *Writer) Write(ctx context.Context, rows []Row) ([]error, error) {
 	bo.MaxElapsedTime = 0
 	for attempt := 1; ; attempt++ {
 		retry, code, err := w.attempt(ctx, rows, pending, results)
+		// The caller's span (one per batch) learns how hard the write was.
+		trace.SpanFromContext(ctx).SetAttributes(attribute.Int("cellttl.batch.attempts", attempt))
 		if len(retry) == 0 {
 			return results, nil
 		}

@@ -12,6 +12,8 @@ import (
 	"cloud.google.com/go/bigtable"
 	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"cloud.google.com/go/bigtable/bttest"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -193,9 +195,17 @@ func TestWriteRetriesWholeCallFailures(t *testing.T) {
 		retried.Add(1)
 	}
 	w := sink.NewWriter(dc, tgt, cfg, slog.Default())
-	res, err := w.Write(ctx, []sink.Row{{Key: "k", Timestamp: 1_000_000_000_000, Value: []byte("v")}})
+	rec := tracetest.NewSpanRecorder()
+	sctx, span := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)).Tracer("test").Start(ctx, "batch")
+	res, err := w.Write(sctx, []sink.Row{{Key: "k", Timestamp: 1_000_000_000_000, Value: []byte("v")}})
+	span.End()
 	if err != nil || res[0] != nil {
 		t.Fatalf("write: %v %v", res, err)
+	}
+	for _, a := range rec.Ended()[0].Attributes() {
+		if a.Key == "cellttl.batch.attempts" && a.Value.AsInt64() < 2 {
+			t.Errorf("span says %d attempts after injected failures", a.Value.AsInt64())
+		}
 	}
 	if retried.Load() == 0 {
 		t.Error("OnRetry was never told of the failures")
