@@ -5,14 +5,15 @@ package event
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/cellttl/cellttl/rowkey"
 )
 
-// Event is a valid click event.
+// Event is a valid click event. Its strings may share memory with the
+// value it was decoded from: the value must not change while the Event is
+// in use (Kafka message values never do).
 type Event struct {
 	ID     string
 	Tenant string
@@ -45,15 +46,6 @@ type Decoder struct {
 	MaxClockSkew time.Duration
 }
 
-// wire is the JSON shape; pointers tell absent fields from empty ones.
-// Unknown fields are allowed: the value is stored as received.
-type wire struct {
-	EventID    *string `json:"event_id"`
-	TenantID   *string `json:"tenant_id"`
-	UserID     *string `json:"user_id"`
-	OccurredAt *string `json:"occurred_at"`
-}
-
 // Decode validates value and returns its event. recordTime is the Kafka
 // record timestamp, used when occurred_at is absent; now is the processing
 // time.
@@ -61,29 +53,37 @@ func (d Decoder) Decode(value []byte, recordTime, now time.Time) (Event, error) 
 	if d.MaxBytes > 0 && len(value) > d.MaxBytes {
 		return Event{}, &Error{Reason: fmt.Sprintf("value is %d bytes, more than the limit of %d", len(value), d.MaxBytes)}
 	}
-	var w wire
-	if err := json.Unmarshal(value, &w); err != nil {
-		return Event{}, jsonError(err)
+	if !json.Valid(value) {
+		return Event{}, invalidJSON(value)
+	}
+	f, err := scanObject(value)
+	if err != nil {
+		return Event{}, err
 	}
 	var ev Event
-	var err error
-	if ev.ID, err = required("event_id", w.EventID); err != nil {
+	if ev.ID, err = required("event_id", f.eventID); err != nil {
 		return Event{}, err
 	}
-	if ev.Tenant, err = required("tenant_id", w.TenantID); err != nil {
+	if ev.Tenant, err = required("tenant_id", f.tenantID); err != nil {
 		return Event{}, err
 	}
-	if w.UserID != nil {
-		if err := rowkey.ValidateID("user_id", *w.UserID); err != nil {
+	if f.userID.present && !f.userID.isNull {
+		if f.userID.kind != "" {
+			return Event{}, typeError("user_id", f.userID.kind)
+		}
+		if err := rowkey.ValidateID("user_id", f.userID.s); err != nil {
 			return Event{}, &Error{Field: "user_id", Reason: err.Error()}
 		}
-		ev.User = *w.UserID
+		ev.User = f.userID.s
 	}
 	ev.Base = recordTime
-	if w.OccurredAt != nil {
-		t, err := time.Parse(time.RFC3339Nano, *w.OccurredAt)
+	if f.occurredAt.present && !f.occurredAt.isNull {
+		if f.occurredAt.kind != "" {
+			return Event{}, typeError("occurred_at", f.occurredAt.kind)
+		}
+		t, err := time.Parse(time.RFC3339Nano, f.occurredAt.s)
 		if err != nil {
-			return Event{}, &Error{Field: "occurred_at", Reason: fmt.Sprintf("occurred_at %q is not an RFC 3339 time", *w.OccurredAt)}
+			return Event{}, &Error{Field: "occurred_at", Reason: fmt.Sprintf("occurred_at %q is not an RFC 3339 time", f.occurredAt.s)}
 		}
 		ev.Base = t
 	}
@@ -98,23 +98,29 @@ func (d Decoder) Decode(value []byte, recordTime, now time.Time) (Event, error) 
 	return ev, nil
 }
 
-func required(field string, v *string) (string, error) {
-	if v == nil {
-		return "", &Error{Field: field, Reason: field + " is missing"}
+func required(name string, f field) (string, error) {
+	switch {
+	case !f.present || f.isNull:
+		return "", &Error{Field: name, Reason: name + " is missing"}
+	case f.kind != "":
+		return "", typeError(name, f.kind)
 	}
-	if err := rowkey.ValidateID(field, *v); err != nil {
-		return "", &Error{Field: field, Reason: err.Error()}
+	if err := rowkey.ValidateID(name, f.s); err != nil {
+		return "", &Error{Field: name, Reason: err.Error()}
 	}
-	return *v, nil
+	return f.s, nil
 }
 
-func jsonError(err error) error {
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
-		if te.Field == "" {
-			return &Error{Reason: fmt.Sprintf("value is a JSON %s, not an object", te.Value)}
-		}
-		return &Error{Field: te.Field, Reason: fmt.Sprintf("%s must be a string, not a JSON %s", te.Field, te.Value)}
+func typeError(name, kind string) error {
+	return &Error{Field: name, Reason: fmt.Sprintf("%s must be a string, not a JSON %s", name, kind)}
+}
+
+// invalidJSON describes why value does not parse, on the error path only.
+func invalidJSON(value []byte) error {
+	var raw json.RawMessage
+	err := json.Unmarshal(value, &raw)
+	if err == nil {
+		err = fmt.Errorf("invalid JSON")
 	}
 	return &Error{Reason: fmt.Sprintf("not a JSON object: %v", err)}
 }

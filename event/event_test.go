@@ -1,6 +1,7 @@
 package event
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -113,4 +114,59 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("base %s beyond the skew bound", ev.Base)
 		}
 	})
+}
+
+// The scanner agrees with encoding/json on every valid object: same string
+// fields (last duplicate wins), same verdict on their types.
+func FuzzScanMatchesEncodingJSON(f *testing.F) {
+	for _, s := range []string{
+		`{"event_id":"e-1","tenant_id":"acme","user_id":"u-42","occurred_at":"2026-04-30T09:00:00.123Z"}`,
+		`{"a":{"event_id":"x","b":[1,"}",{"c":"\""}]},"event_id":"e\u0031","tenant_id":"t","tenant_id":"u"}`,
+		`{"event_id" : 5 , "tenant_id":null,"x":[ ],"user_id":{"y":1}}`,
+		` { "occurred_at" : "2026-01-01T00:00:00Z" , "n": -1.5e3, "t": true } `,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, v []byte) {
+		var m map[string]any
+		if json.Unmarshal(v, &m) != nil || m == nil {
+			return
+		}
+		got, err := scanObject(v)
+		if err != nil {
+			t.Fatalf("scan of a valid object: %v", err)
+		}
+		for name, fl := range map[string]field{"event_id": got.eventID, "tenant_id": got.tenantID, "user_id": got.userID, "occurred_at": got.occurredAt} {
+			want, present := m[name]
+			if fl.present != present {
+				t.Fatalf("%s: present %t, encoding/json %t", name, fl.present, present)
+			}
+			switch w := want.(type) {
+			case string:
+				if !utf8.ValidString(fl.s) {
+					// encoding/json swaps invalid bytes for U+FFFD; the scanner
+					// keeps them, and the id rules then refuse them.
+					continue
+				}
+				if fl.s != w || fl.kind != "" || fl.isNull {
+					t.Fatalf("%s: %+v, encoding/json %q", name, fl, w)
+				}
+			case nil:
+				if present && !fl.isNull {
+					t.Fatalf("%s: %+v, encoding/json null", name, fl)
+				}
+			default:
+				if fl.kind == "" {
+					t.Fatalf("%s: read as a string %q, encoding/json %T", name, fl.s, w)
+				}
+			}
+		}
+	})
+}
+
+func TestDecodeAllocations(t *testing.T) {
+	v := []byte(`{"event_id":"e-1","tenant_id":"acme","user_id":"u-42","occurred_at":"2026-04-30T09:00:00.123Z","page":"/x","n":[1,2,{"a":"b"}]}`)
+	if n := testing.AllocsPerRun(200, func() { _, _ = dec.Decode(v, recordTime, now) }); n != 0 {
+		t.Errorf("Decode allocates %v times per event, want 0", n)
+	}
 }

@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"strconv"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // Sep separates the parts of a row key.
@@ -78,6 +79,13 @@ func Build(dst []byte, tenant, user, eventID string, millis int64) []byte {
 	dst = append(dst, Sep)
 	dst = append(dst, eventID...)
 	return dst
+}
+
+// Key returns the row key of an event with a single allocation.
+func Key(tenant, user, eventID string, millis int64) string {
+	b := Build(make([]byte, 0, len(tenant)+len(user)+len(eventID)+4+millisWidth+4), tenant, user, eventID, millis)
+	// The buffer is never touched again: the string may own it.
+	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
 // TenantPrefix is the prefix of every row of tenant.

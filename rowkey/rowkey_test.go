@@ -84,3 +84,12 @@ func TestBuildAllocsOnlyTheKey(t *testing.T) {
 		t.Errorf("Build into a big enough buffer allocates %v times", n)
 	}
 }
+
+func TestKeyIsBuildInOneAllocation(t *testing.T) {
+	if k := Key("acme", "u-42", "e-1", 1777539600123); k != string(Build(nil, "acme", "u-42", "e-1", 1777539600123)) {
+		t.Errorf("Key = %q", k)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = Key("acme", "u-42", "e-1", 1777539600123) }); n != 1 {
+		t.Errorf("Key allocates %v times, want 1", n)
+	}
+}
