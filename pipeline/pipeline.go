@@ -275,9 +275,8 @@ func (p *Pipeline) route(msg kafka.Message, ack ingest.Ack, size int64, items ch
 		p.settle(ack, size)
 		return
 	}
-	key := rowkey.Build(make([]byte, 0, len(ev.Tenant)+len(ev.User)+len(ev.ID)+24), ev.Tenant, ev.User, ev.ID, ev.Base.UnixMilli())
 	items <- item{
-		row:     sink.Row{Key: string(key), Timestamp: cell.Timestamp, Value: msg.Value, WrittenAt: pol.RecordRealTimestamp},
+		row:     sink.Row{Key: rowkey.Key(ev.Tenant, ev.User, ev.ID, ev.Base.UnixMilli()), Timestamp: cell.Timestamp, Value: msg.Value, WrittenAt: pol.RecordRealTimestamp},
 		ack:     ack,
 		msg:     msg,
 		tenant:  ts,
