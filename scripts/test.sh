@@ -17,3 +17,5 @@ if [ -n "$unformatted" ]; then
 	exit 1
 fi
 go test -race -count=1 -timeout 30m "$@" ./...
+# Allocation counts mean something only without the race detector.
+go test -count=1 -run 'Alloc' ./event ./rowkey ./pipeline

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"cloud.google.com/go/bigtable/bttest"
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// embedded is in-process Kafka and Bigtable with a worker process between.
+type embedded struct {
+	kafka  *kfake.Cluster
+	bt     *bttest.Server
+	worker *exec.Cmd
+	dir    string
+}
+
+// startEmbedded starts the services and a worker built from this checkout,
+// and points o at them.
+func startEmbedded(ctx context.Context, o *options, log *slog.Logger) (*embedded, error) {
+	e := &embedded{}
+	var err error
+	if e.dir, err = os.MkdirTemp("", "cellttl-loadtest"); err != nil {
+		return nil, err
+	}
+	if e.bt, err = bttest.NewServer("127.0.0.1:0"); err != nil {
+		return nil, fmt.Errorf("start in-process Bigtable emulator: %w", err)
+	}
+	if e.kafka, err = kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(o.partitions), o.topic), kfake.SeedTopics(1, o.dlqTopic)); err != nil {
+		e.stop()
+		return nil, fmt.Errorf("start in-process Kafka: %w", err)
+	}
+	o.brokers = strings.Join(e.kafka.ListenAddrs(), ",")
+	os.Setenv("BIGTABLE_EMULATOR_HOST", e.bt.Addr)
+	o.project, o.instance = "local", "local"
+
+	bin := filepath.Join(e.dir, "worker")
+	fmt.Fprintln(os.Stderr, "loadtest: building the worker")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/worker").CombinedOutput(); err != nil {
+		e.stop()
+		return nil, fmt.Errorf("build the worker (run from the repository root): %v\n%s", err, out)
+	}
+	common := []string{"--tenants", o.tenantsFile, "--table", o.table, "--family", o.family}
+	if out, err := exec.CommandContext(ctx, bin, append([]string{"setup"}, common...)...).CombinedOutput(); err != nil {
+		e.stop()
+		return nil, fmt.Errorf("worker setup: %v\n%s", err, out)
+	}
+	port, err := freePort()
+	if err != nil {
+		e.stop()
+		return nil, err
+	}
+	args := append([]string{"run", "--brokers", o.brokers, "--topic", o.topic, "--dlq-topic", o.dlqTopic,
+		"--admin-addr", fmt.Sprintf("127.0.0.1:%d", port), "--log-level", "warn"}, common...)
+	args = append(args, strings.Fields(o.workerFlags)...)
+	e.worker = exec.Command(bin, args...)
+	e.worker.Stdout, e.worker.Stderr = os.Stderr, os.Stderr
+	if err := e.worker.Start(); err != nil {
+		e.stop()
+		return nil, fmt.Errorf("start the worker: %w", err)
+	}
+	o.statusURL = fmt.Sprintf("http://127.0.0.1:%d/status", port)
+	fmt.Fprintf(os.Stderr, "loadtest: embedded Kafka %s, emulator %s, worker pid %d (status %s)\n", o.brokers, e.bt.Addr, e.worker.Process.Pid, o.statusURL)
+	return e, nil
+}
+
+func (e *embedded) stop() {
+	if e.worker != nil && e.worker.Process != nil {
+		_ = e.worker.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = e.worker.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(40 * time.Second):
+			_ = e.worker.Process.Kill()
+		}
+	}
+	if e.kafka != nil {
+		e.kafka.Close()
+	}
+	if e.bt != nil {
+		e.bt.Close()
+	}
+	if e.dir != "" {
+		os.RemoveAll(e.dir)
+	}
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

@@ -1,0 +1,141 @@
+// Command loadtest drives the worker with synthetic click events and checks
+// what it wrote.
+//
+//	go run ./loadtest --embedded --count 200000        # in-process Kafka and emulator, a worker process
+//	go run ./loadtest --rate 20000 --duration 5m       # against a running worker (README set-up)
+//
+// It produces at a target rate (or as fast as it can) for a count or a
+// duration, with a tenant mix, Zipf-skewed users, a payload size and a share
+// of malformed events; prints a progress line each second; then verifies
+// through the reader that every valid event is in Bigtable exactly once
+// with the contract's timestamp and every invalid one is in the dead-letter
+// topic; and writes a Markdown report with a chart. It exits 1 on any
+// mismatch.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/cellttl/cellttl/internal/duration"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "loadtest:", err)
+		if errors.Is(err, errMismatch) {
+			os.Exit(1)
+		}
+		os.Exit(2)
+	}
+}
+
+var errMismatch = errors.New("verification failed")
+
+type options struct {
+	embedded     bool
+	brokers      string
+	topic        string
+	dlqTopic     string
+	tenantsFile  string
+	weights      string
+	rate         int
+	count        int
+	duration     time.Duration
+	users        uint64
+	zipfS        float64
+	payloadBytes int
+	malformed    float64
+	statusURL    string
+	project      string
+	instance     string
+	table        string
+	family       string
+	reportDir    string
+	verify       bool
+	settle       time.Duration
+	seed         uint64
+	workerFlags  string
+	partitions   int
+}
+
+func env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func durationFlag(fs *flag.FlagSet, p *time.Duration, name string, def time.Duration, usage string) {
+	*p = def
+	fs.Func(name, usage+" (default "+duration.Format(def)+")", func(s string) error {
+		d, err := duration.Parse(s)
+		*p = d
+		return err
+	})
+}
+
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	var o options
+	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
+	fs.BoolVar(&o.embedded, "embedded", false, "start in-process Kafka (kfake) and Bigtable emulator (bttest) and a worker process against them")
+	fs.StringVar(&o.brokers, "brokers", env("KAFKA_BROKERS", ""), "Kafka brokers of the worker under test (env KAFKA_BROKERS)")
+	fs.StringVar(&o.topic, "topic", "clicks", "topic the worker consumes")
+	fs.StringVar(&o.dlqTopic, "dlq-topic", "", "dead-letter topic (default <topic>.dlq)")
+	fs.StringVar(&o.tenantsFile, "tenants", "tenants.yaml", "the worker's tenants file: the tenant mix and the expected timestamps")
+	fs.StringVar(&o.weights, "weights", "", `tenant weights, e.g. "acme=5,globex=1,*=2" (* is a tenant the file does not list); others weigh 1`)
+	fs.IntVar(&o.rate, "rate", 0, "events per second (0: as fast as possible)")
+	fs.IntVar(&o.count, "count", 0, "events to produce (0: until --duration)")
+	durationFlag(fs, &o.duration, "duration", time.Minute, "how long to produce when --count is 0")
+	fs.Uint64Var(&o.users, "users", 10000, "distinct users")
+	fs.Float64Var(&o.zipfS, "zipf", 1.1, "Zipf exponent of the user distribution (> 1; larger is more skewed)")
+	fs.IntVar(&o.payloadBytes, "payload-bytes", 200, "bytes of filler per event")
+	fs.Float64Var(&o.malformed, "malformed", 0.01, "share of malformed events")
+	fs.StringVar(&o.statusURL, "worker-status", "http://127.0.0.1:8080/status", "the worker's /status, for written counts and lag")
+	fs.StringVar(&o.project, "project", env("BIGTABLE_PROJECT", "local"), "Bigtable project")
+	fs.StringVar(&o.instance, "instance", env("BIGTABLE_INSTANCE", "local"), "Bigtable instance")
+	fs.StringVar(&o.table, "table", env("BIGTABLE_TABLE", "clicks"), "Bigtable table")
+	fs.StringVar(&o.family, "family", "c", "column family")
+	fs.StringVar(&o.reportDir, "report-dir", "", "where the report goes (default loadtest-report/<run id>)")
+	fs.BoolVar(&o.verify, "verify", true, "check Bigtable and the dead-letter topic afterwards")
+	durationFlag(fs, &o.settle, "settle-timeout", 5*time.Minute, "how long to wait for the worker to catch up")
+	fs.Uint64Var(&o.seed, "seed", 0, "random seed (0: from the clock)")
+	fs.StringVar(&o.workerFlags, "worker-flags", "", "extra flags for the embedded worker, space-separated")
+	fs.IntVar(&o.partitions, "partitions", 6, "partitions of the embedded topic")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if o.dlqTopic == "" {
+		o.dlqTopic = o.topic + ".dlq"
+	}
+	if o.count == 0 && o.duration <= 0 {
+		return errors.New("give --count or --duration")
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if o.embedded {
+		emb, err := startEmbedded(ctx, &o, log)
+		if err != nil {
+			return err
+		}
+		defer emb.stop()
+	}
+	if o.brokers == "" {
+		return errors.New("no brokers: --brokers, KAFKA_BROKERS, or --embedded")
+	}
+	return loadTest(ctx, &o, strings.Split(o.brokers, ","), stdout, log)
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package rowkey
+
+const raceEnabled = false
