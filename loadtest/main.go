@@ -3,6 +3,7 @@
 //
 //	go run ./loadtest --embedded --count 200000        # in-process Kafka and emulator, a worker process
 //	go run ./loadtest --rate 20000 --duration 5m       # against a running worker (README set-up)
+//	go run ./loadtest bench --events 300000            # the ceilings and the worker in one run (BENCHMARKS.md)
 //
 // It produces at a target rate (or as fast as it can) for a count or a
 // duration, with a tenant mix, Zipf-skewed users, a payload size and a share
@@ -88,6 +89,9 @@ func durationFlag(fs *flag.FlagSet, p *time.Duration, name string, def time.Dura
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
+	if len(args) > 0 && args[0] == "bench" {
+		return runBench(ctx, args[1:], stdout)
+	}
 	var o options
 	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
 	fs.BoolVar(&o.embedded, "embedded", false, "start in-process Kafka (kfake) and Bigtable emulator (bttest) and a worker process against them")

@@ -173,13 +173,7 @@ func (w *Writer) attempt(ctx context.Context, rows []Row, pending []int, results
 	var writtenAt [8]byte
 	binary.BigEndian.PutUint64(writtenAt[:], uint64(w.cfg.Now().UnixMicro()))
 	for j, i := range pending {
-		r := &rows[i]
-		m := bigtable.NewMutation()
-		m.Set(w.family, ColumnEvent, bigtable.Timestamp(r.Timestamp), r.Value)
-		if r.WrittenAt {
-			m.Set(w.family, ColumnWrittenAt, bigtable.Timestamp(r.Timestamp), writtenAt[:])
-		}
-		keys[j], muts[j] = r.Key, m
+		keys[j], muts[j] = rows[i].Key, w.mutation(&rows[i], writtenAt[:])
 	}
 	actx := ctx
 	if w.cfg.AttemptTimeout > 0 {
@@ -222,6 +216,16 @@ func (w *Writer) attempt(ctx context.Context, rows []Row, pending []int, results
 		lastCode, lastErr = code, rerr
 	}
 	return retry, lastCode, lastErr
+}
+
+// mutation writes the row's cells, all at the row's timestamp.
+func (w *Writer) mutation(r *Row, writtenAt []byte) *bigtable.Mutation {
+	m := bigtable.NewMutation()
+	m.Set(w.family, ColumnEvent, bigtable.Timestamp(r.Timestamp), r.Value)
+	if r.WrittenAt {
+		m.Set(w.family, ColumnWrittenAt, bigtable.Timestamp(r.Timestamp), writtenAt)
+	}
+	return m
 }
 
 // record notes one ApplyBulk call in the metrics.

@@ -1,0 +1,321 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"cloud.google.com/go/bigtable"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/cellttl/cellttl/expiry"
+	"github.com/cellttl/cellttl/rowkey"
+	"github.com/cellttl/cellttl/sink"
+	"github.com/cellttl/cellttl/tenants"
+)
+
+// runBench measures, in one run against the real broker and emulator, the
+// two ceilings and the worker: (a) raw ApplyBulk of the rows the events
+// become, no Kafka; (b) raw kafka-go consumer-group consumption of the
+// events, no Bigtable; (c) the worker, once per set of worker flags.
+func runBench(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("loadtest bench", flag.ContinueOnError)
+	brokers := fs.String("brokers", env("KAFKA_BROKERS", ""), "Kafka brokers (env KAFKA_BROKERS; scripts/services.sh starts one)")
+	events := fs.Int("events", 300000, "events per measurement")
+	payload := fs.Int("payload-bytes", 200, "bytes of filler per event")
+	partitions := fs.Int("partitions", 6, "partitions of the topics")
+	writers := fs.Int("writers", 4, "concurrent ApplyBulk calls of the raw Bigtable measurement (the worker's default)")
+	var configs multiFlag
+	fs.Var(&configs, "worker", `worker flags of one worker measurement, e.g. "--writers 8"; repeat for more (default: one run with the defaults)`)
+	tenantsFile := fs.String("tenants", "tenants.yaml", "tenants file")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if *brokers == "" || os.Getenv("BIGTABLE_EMULATOR_HOST") == "" {
+		return errors.New("bench needs KAFKA_BROKERS and BIGTABLE_EMULATOR_HOST: eval \"$(scripts/services.sh start)\" first, or run make bench")
+	}
+	if len(configs) == 0 {
+		configs = multiFlag{""}
+	}
+	bl := strings.Split(*brokers, ",")
+	cfg, err := tenants.Load(*tenantsFile)
+	if err != nil {
+		return err
+	}
+	var listed []string
+	for t := range cfg.Policy.Tenants {
+		listed = append(listed, t)
+	}
+	m, err := parseMix(listed, "")
+	if err != nil {
+		return err
+	}
+	run := fmt.Sprintf("b%x", time.Now().UnixNano()/1e6%0xffffff)
+	gen := newGenerator(run, m, 10000, 1.1, *payload, 0, 1)
+	now := time.Now()
+	values := make([][]byte, *events)
+	keys := make([][]byte, *events)
+	recs := make([]record, *events)
+	for i := range values {
+		values[i], keys[i], recs[i] = gen.next(i, now)
+	}
+	fmt.Fprintf(stdout, "bench %s: %d events of %d bytes, %d partitions, %d tenants\n", run, *events, len(values[0]), *partitions, len(m.tenants))
+
+	a, err := benchApplyBulk(ctx, cfg.Policy, m, values, recs, *writers)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "(a) raw ApplyBulk, %d writers, batches of 1000:  %8.0f rows/s\n", *writers, a)
+
+	topic := run + "-raw"
+	if err := createTopic(bl, topic, *partitions); err != nil {
+		return err
+	}
+	if err := produceAll(ctx, bl, topic, keys, values); err != nil {
+		return err
+	}
+	b, err := benchConsume(ctx, bl, topic, len(values))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "(b) raw kafka-go consumer group:             %8.0f messages/s\n", b)
+	ceiling := min(a, b)
+
+	bin, err := buildWorker(ctx)
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(filepath.Dir(bin))
+	for i, flags := range configs {
+		c, rss, err := benchWorker(ctx, bin, bl, *tenantsFile, fmt.Sprintf("%s-w%d", run, i), *partitions, keys, values, flags)
+		if err != nil {
+			return err
+		}
+		label := flags
+		if label == "" {
+			label = "defaults"
+		}
+		fmt.Fprintf(stdout, "(c) worker (%s): %8.0f events/s = %.2f × min(a, b); peak RSS %d MiB\n", label, c, c/ceiling, rss>>20)
+	}
+	return nil
+}
+
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, "; ") }
+func (m *multiFlag) Set(s string) error { *m = append(*m, s); return nil }
+
+// benchApplyBulk writes the rows the events become straight to a new table.
+func benchApplyBulk(ctx context.Context, p *expiry.Policy, m mix, values [][]byte, recs []record, writers int) (float64, error) {
+	dc, err := bigtable.NewClient(ctx, "local", "local")
+	if err != nil {
+		return 0, err
+	}
+	defer dc.Close()
+	ac, err := bigtable.NewAdminClient(ctx, "local", "local")
+	if err != nil {
+		return 0, err
+	}
+	defer ac.Close()
+	t := sink.Target{Table: fmt.Sprintf("bench-%d", time.Now().UnixNano()), Family: "c"}
+	if _, err := sink.Setup(ctx, ac, dc, t, p.GCMaxAge(), sink.SetupOptions{}); err != nil {
+		return 0, err
+	}
+	defer ac.DeleteTable(context.WithoutCancel(ctx), t.Table) // the emulator never frees memory otherwise
+	rows := make([]sink.Row, len(values))
+	for i, r := range recs {
+		tenant := m.tenantName(int(r.tenant))
+		rows[i] = sink.Row{Key: rowkey.Key(tenant, userName(r.user), strconv.Itoa(i), r.millis),
+			Timestamp: p.Cell(tenant, time.UnixMilli(r.millis)).Timestamp, Value: values[i], WrittenAt: true}
+	}
+	w := sink.NewWriter(dc, t, sink.DefaultWriterConfig(), slog.New(slog.DiscardHandler))
+	batches := make(chan []sink.Row)
+	errs := make(chan error, writers)
+	start := time.Now()
+	for range writers {
+		go func() {
+			for b := range batches {
+				if _, err := w.Write(ctx, b); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for i := 0; i < len(rows); i += 1000 {
+		batches <- rows[i:min(i+1000, len(rows))]
+	}
+	close(batches)
+	for range writers {
+		if err := <-errs; err != nil {
+			return 0, err
+		}
+	}
+	return float64(len(rows)) / time.Since(start).Seconds(), nil
+}
+
+func createTopic(brokers []string, topic string, partitions int) error {
+	conn, err := kafka.Dial("tcp", brokers[0])
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctrl, err := conn.Controller()
+	if err != nil {
+		return err
+	}
+	cc, err := kafka.Dial("tcp", net.JoinHostPort(ctrl.Host, strconv.Itoa(ctrl.Port)))
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	if err := cc.CreateTopics(kafka.TopicConfig{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1}); err != nil {
+		return fmt.Errorf("create topic %s: %w", topic, err)
+	}
+	time.Sleep(time.Second) // metadata reaches the broker's other handlers
+	return nil
+}
+
+func produceAll(ctx context.Context, brokers []string, topic string, keys, values [][]byte) error {
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: &kafka.Hash{}, BatchSize: 5000, BatchBytes: 16 << 20,
+		BatchTimeout: 5 * time.Millisecond, RequiredAcks: kafka.RequireAll, Transport: &kafka.Transport{}}
+	defer w.Close()
+	for i := 0; i < len(values); i += 20000 {
+		msgs := make([]kafka.Message, 0, 20000)
+		for j := i; j < min(i+20000, len(values)); j++ {
+			msgs = append(msgs, kafka.Message{Key: keys[j], Value: values[j]})
+		}
+		if err := w.WriteMessages(ctx, msgs...); err != nil {
+			return fmt.Errorf("produce: %w", err)
+		}
+	}
+	return nil
+}
+
+// benchConsume reads n messages with a kafka-go consumer-group reader, timed
+// from the first message to the last.
+func benchConsume(ctx context.Context, brokers []string, topic string, n int) (float64, error) {
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, GroupID: topic + "-raw", MinBytes: 1, MaxBytes: 10 << 20,
+		MaxWait: 250 * time.Millisecond, StartOffset: kafka.FirstOffset, QueueCapacity: 1000})
+	defer r.Close()
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	var start time.Time
+	for i := range n {
+		if _, err := r.FetchMessage(cctx); err != nil {
+			return 0, fmt.Errorf("consume message %d of %d: %w", i, n, err)
+		}
+		if i == 0 {
+			start = time.Now()
+		}
+	}
+	return float64(n-1) / time.Since(start).Seconds(), nil
+}
+
+func buildWorker(ctx context.Context) (string, error) {
+	dir, err := os.MkdirTemp("", "cellttl-bench")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "worker")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/worker").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build the worker (run from the repository root): %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// benchWorker pre-produces the events, starts a worker on them, and times
+// from its first write to its last; it returns events/s and the worker's
+// peak RSS.
+func benchWorker(ctx context.Context, bin string, brokers []string, tenantsFile, name string, partitions int, keys, values [][]byte, flags string) (float64, int64, error) {
+	topic := name
+	if err := createTopic(brokers, topic, partitions); err != nil {
+		return 0, 0, err
+	}
+	if err := produceAll(ctx, brokers, topic, keys, values); err != nil {
+		return 0, 0, err
+	}
+	table := name
+	common := []string{"--tenants", tenantsFile, "--table", table, "--log-level", "warn"}
+	if out, err := exec.CommandContext(ctx, bin, append([]string{"setup"}, common...)...).CombinedOutput(); err != nil {
+		return 0, 0, fmt.Errorf("worker setup: %v\n%s", err, out)
+	}
+	defer func() {
+		ac, err := bigtable.NewAdminClient(context.WithoutCancel(ctx), "local", "local")
+		if err == nil {
+			_ = ac.DeleteTable(context.WithoutCancel(ctx), table)
+			ac.Close()
+		}
+	}()
+	port, err := freePort()
+	if err != nil {
+		return 0, 0, err
+	}
+	args := append([]string{"run", "--brokers", strings.Join(brokers, ","), "--topic", topic, "--group", topic,
+		"--admin-addr", fmt.Sprintf("127.0.0.1:%d", port)}, common...)
+	args = append(args, strings.Fields(flags)...)
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		return 0, 0, err
+	}
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}()
+	url := fmt.Sprintf("http://127.0.0.1:%d/status", port)
+	var first, last time.Time
+	var peak int64
+	deadline := time.Now().Add(15 * time.Minute)
+	for time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		peak = max(peak, rss(cmd.Process.Pid))
+		t, err := fetchStatus(ctx, url)
+		if err != nil {
+			continue
+		}
+		done := t.written + t.dead + t.expired
+		if done > 0 && first.IsZero() {
+			first = time.Now()
+		}
+		if done >= int64(len(values)) {
+			last = time.Now()
+			break
+		}
+	}
+	if last.IsZero() {
+		return 0, 0, fmt.Errorf("the worker did not write all %d events", len(values))
+	}
+	return float64(len(values)) / last.Sub(first).Seconds(), peak, nil
+}
+
+// rss returns the process's peak resident set size in bytes (Linux).
+func rss(pid int) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "VmHWM:") {
+			f := strings.Fields(line)
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
