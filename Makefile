@@ -1,5 +1,5 @@
 # The two commands of the README, and a few for development.
-.PHONY: demo test test-short services-start services-stop fuzz
+.PHONY: demo test test-short services-start services-stop fuzz bench
 
 # The whole pipeline in one process: in-process Kafka and Bigtable emulator.
 demo:
@@ -25,3 +25,10 @@ FUZZTIME ?= 30s
 fuzz:
 	go test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./tenants
 	go test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./event
+
+# Per-event Go benchmarks, then the ceilings and the worker measured in one
+# run against the real broker and emulator (see BENCHMARKS.md).
+BENCH_EVENTS ?= 200000
+bench:
+	go test -run '^$$' -bench . -benchmem ./event ./expiry ./pipeline ./sink
+	scripts/bench.sh $(BENCH_EVENTS)

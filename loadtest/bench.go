@@ -192,7 +192,7 @@ func createTopic(brokers []string, topic string, partitions int) error {
 }
 
 func produceAll(ctx context.Context, brokers []string, topic string, keys, values [][]byte) error {
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: &kafka.Hash{}, BatchSize: 5000, BatchBytes: 16 << 20,
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: &kafka.Hash{}, BatchSize: 5000,
 		BatchTimeout: 5 * time.Millisecond, RequiredAcks: kafka.RequireAll, Transport: &kafka.Transport{}}
 	defer w.Close()
 	for i := 0; i < len(values); i += 20000 {

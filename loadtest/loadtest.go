@@ -216,7 +216,6 @@ func produce(ctx context.Context, o *options, brokers []string, g *generator, pr
 		Topic:        o.topic,
 		Balancer:     &kafka.Hash{},
 		BatchSize:    1000,
-		BatchBytes:   16 << 20,
 		BatchTimeout: 2 * time.Millisecond,
 		RequiredAcks: kafka.RequireAll,
 		Transport:    &kafka.Transport{},
