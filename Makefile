@@ -1,5 +1,5 @@
 # The two commands of the README, and a few for development.
-.PHONY: demo test test-short services-start services-stop fuzz bench
+.PHONY: demo test test-short services-start services-stop fuzz bench faults
 
 # The whole pipeline in one process: in-process Kafka and Bigtable emulator.
 demo:
@@ -32,3 +32,8 @@ BENCH_EVENTS ?= 200000
 bench:
 	go test -run '^$$' -bench . -benchmem ./event ./expiry ./pipeline ./sink
 	scripts/bench.sh $(BENCH_EVENTS)
+
+# The fault suite in its long form, then each fuzz target for FUZZTIME
+# (RELIABILITY.md). make test runs its short form.
+faults:
+	scripts/faults.sh

@@ -47,12 +47,16 @@ type Consumer struct {
 	group   *kafka.ConsumerGroup
 	tracker *Tracker
 	log     *slog.Logger
-	msgs    chan kafka.Message
+	msgs    chan fetched
 	wg      sync.WaitGroup
 	stop    context.CancelFunc
 	// consumed counts fetched messages, for the metrics.
 	consumed atomic.Int64
-	metrics  metric.Registration
+	// genID is the generation whose messages Fetch returns; messages
+	// still queued from an earlier one are dropped: their partitions may
+	// belong to another member now, which reads them again.
+	genID   atomic.Int32
+	metrics metric.Registration
 
 	mu        sync.Mutex
 	gen       *kafka.Generation // nil between generations
@@ -60,6 +64,12 @@ type Consumer struct {
 	committed map[int]int64 // last offset committed per partition
 	lastErr   error
 	joinedAt  time.Time
+}
+
+// fetched is a message and the generation that fetched it.
+type fetched struct {
+	m   kafka.Message
+	gen int32
 }
 
 // partition is the state of one owned partition.
@@ -102,7 +112,7 @@ func NewConsumer(cfg ConsumerConfig, log *slog.Logger) (*Consumer, error) {
 		group:     group,
 		tracker:   NewTracker(),
 		log:       log,
-		msgs:      make(chan kafka.Message, 1024),
+		msgs:      make(chan fetched, 1024),
 		stop:      stop,
 		owned:     map[int]*partition{},
 		committed: map[int]int64{},
@@ -138,10 +148,21 @@ func (c *Consumer) generations(ctx context.Context) {
 		sort.Ints(ids)
 		c.mu.Lock()
 		c.gen, c.owned, c.lastErr, c.joinedAt = gen, owned, nil, time.Now()
+		c.genID.Store(gen.ID)
+		for _, a := range assigned {
+			// Commits of the partition start over from where the group
+			// stands, never from what this member knew before.
+			c.tracker.Reset(a.ID)
+			if a.Offset >= 0 {
+				c.committed[a.ID] = a.Offset
+			} else {
+				delete(c.committed, a.ID)
+			}
+		}
 		c.mu.Unlock()
 		c.log.Info("joined consumer group", "group", c.cfg.Group, "generation", gen.ID, "member", gen.MemberID, "partitions", ids)
 		for _, a := range assigned {
-			gen.Start(func(gctx context.Context) { c.readPartition(gctx, a, owned[a.ID]) })
+			gen.Start(func(gctx context.Context) { c.readPartition(gctx, gen.ID, a, owned[a.ID]) })
 		}
 		// The generation ends at the next rebalance; forget it then, so that
 		// nothing is committed through it or for its partitions.
@@ -157,7 +178,7 @@ func (c *Consumer) generations(ctx context.Context) {
 }
 
 // readPartition fetches one partition until its generation ends.
-func (c *Consumer) readPartition(ctx context.Context, a kafka.PartitionAssignment, st *partition) {
+func (c *Consumer) readPartition(ctx context.Context, gen int32, a kafka.PartitionAssignment, st *partition) {
 	r := kafka.NewReader(kafka.ReaderConfig{
 		Brokers:   c.cfg.Brokers,
 		Topic:     c.cfg.Topic,
@@ -189,7 +210,7 @@ func (c *Consumer) readPartition(ctx context.Context, a kafka.PartitionAssignmen
 		}
 		st.lag.Store(max(0, m.HighWaterMark-m.Offset-1))
 		select {
-		case c.msgs <- m:
+		case c.msgs <- fetched{m: m, gen: gen}:
 		case <-ctx.Done():
 			return
 		}
@@ -206,12 +227,17 @@ func (c *Consumer) setErr(err error) {
 // settles it. Every fetched message must be acked exactly once, or its
 // partition's commits stop there.
 func (c *Consumer) Fetch(ctx context.Context) (kafka.Message, Ack, error) {
-	select {
-	case m := <-c.msgs:
-		c.consumed.Add(1)
-		return m, c.tracker.Track(m.Partition, m.Offset), nil
-	case <-ctx.Done():
-		return kafka.Message{}, Ack{}, fmt.Errorf("fetch from %s: %w", c.cfg.Topic, ctx.Err())
+	for {
+		select {
+		case f := <-c.msgs:
+			if f.gen != c.genID.Load() {
+				continue // fetched before a rebalance: the partition's new owner reads it
+			}
+			c.consumed.Add(1)
+			return f.m, c.tracker.Track(f.m.Partition, f.m.Offset), nil
+		case <-ctx.Done():
+			return kafka.Message{}, Ack{}, fmt.Errorf("fetch from %s: %w", c.cfg.Topic, ctx.Err())
+		}
 	}
 }
 

@@ -63,6 +63,17 @@ func (t *Tracker) Track(partition int, offset int64) Ack {
 	return Ack{q: q, seq: q.head + uint64(len(q.entries)) - 1}
 }
 
+// Reset forgets what was tracked for a partition: it has just been
+// assigned (again) and is read from the group's committed offset. Messages
+// tracked before still finish, but they no longer decide its commits: a
+// frontier computed in an earlier assignment may lie below what another
+// member has committed since, and committing it would move the group back.
+func (t *Tracker) Reset(partition int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.parts[partition] = &partQueue{last: -1, frontier: -1}
+}
+
 // Done marks the message done.
 func (t *Tracker) Done(a Ack) {
 	if a.q == nil {

@@ -92,3 +92,31 @@ func TestTrackerRandomOrder(t *testing.T) {
 		}
 	}
 }
+
+// Regression (found by the fault suite): a partition assigned again after
+// another member moved its commit forward must not commit the frontier of
+// its earlier assignment, which lies behind and would move the group back.
+func TestTrackerResetForgetsEarlierAssignment(t *testing.T) {
+	tr := NewTracker()
+	var late []Ack
+	for off := int64(0); off < 300; off++ {
+		a := tr.Track(5, off)
+		if off < 281 {
+			tr.Done(a)
+		} else {
+			late = append(late, a) // still in flight when the partition is revoked
+		}
+	}
+	tr.Reset(5) // assigned again, at the offset another member committed: 3665
+	for _, a := range late {
+		tr.Done(a)
+	}
+	if got, ok := tr.Commitable()[5]; ok {
+		t.Fatalf("after Reset, commitable %d from the earlier assignment", got)
+	}
+	a := tr.Track(5, 3665)
+	tr.Done(a)
+	if got := tr.Commitable()[5]; got != 3666 {
+		t.Errorf("commit = %d, want 3666", got)
+	}
+}

@@ -6,6 +6,7 @@
 #   scripts/services.sh start   # prints the environment to export
 #   scripts/services.sh stop
 #   scripts/services.sh env     # the environment of the running services
+#   scripts/services.sh kafka-kill | kafka-start   # crash and restart the broker
 #
 # State lives in $CELLTTL_SERVICES_DIR (default .services/ in the repo); the
 # Kafka jars are cached in ~/.cache/cellttl so later starts take seconds.
@@ -101,14 +102,22 @@ PROPS
 	kjava kafka.tools.StorageTool format -t "$id" -c "$dir/server.properties" \
 		--add-scram "SCRAM-SHA-256=[name=$sasl_user,password=$sasl_password]" \
 		--add-scram "SCRAM-SHA-512=[name=$sasl_user,password=$sasl_password]" >"$dir/kafka-format.log" 2>&1
-	nohup java -Xmx512m -Xms256m -Dlog4j.configuration="file:$repo/scripts/kafka/log4j.properties" -cp "$kafka_lib/*" kafka.Kafka "$dir/server.properties" >"$dir/kafka.log" 2>&1 &
-	echo $! >"$dir/kafka.pid"
 	echo "127.0.0.1:$port" >"$dir/kafka.addr"
 	echo "127.0.0.1:$sport" >"$dir/kafka-sasl.addr"
+	run_kafka
+}
+
+# run_kafka starts the broker on the formatted data directory and waits
+# until it answers: also how the fault tests bring a killed broker back.
+run_kafka() {
+	local addr
+	addr=$(cat "$dir/kafka.addr")
+	nohup java -Xmx512m -Xms256m -Dlog4j.configuration="file:$repo/scripts/kafka/log4j.properties" -cp "$kafka_lib/*" kafka.Kafka "$dir/server.properties" >>"$dir/kafka.log" 2>&1 &
+	echo $! >"$dir/kafka.pid"
 	# A listening port is not a working broker: wait until it answers
 	# Metadata, through Kafka's own admin tool.
 	local deadline=$((SECONDS + 90))
-	until kjava org.apache.kafka.tools.TopicCommand --bootstrap-server "127.0.0.1:$port" --list >/dev/null 2>&1; do
+	until kjava org.apache.kafka.tools.TopicCommand --bootstrap-server "$addr" --list >/dev/null 2>&1; do
 		if ! kill -0 "$(cat "$dir/kafka.pid")" 2>/dev/null || [ $SECONDS -ge $deadline ]; then
 			log "Kafka did not start; last lines of $dir/kafka.log:"
 			tail -20 "$dir/kafka.log" >&2
@@ -116,7 +125,7 @@ PROPS
 		fi
 		sleep 0.5
 	done
-	log "Kafka $kafka_version on 127.0.0.1:$port (pid $(cat "$dir/kafka.pid"))"
+	log "Kafka $kafka_version on $addr (pid $(cat "$dir/kafka.pid"))"
 }
 
 start_emulator() {
@@ -169,8 +178,16 @@ stop)
 env)
 	cat "$dir/env"
 	;;
+kafka-kill)
+	# SIGKILL, as a crash: no controlled shutdown.
+	kill -9 "$(cat "$dir/kafka.pid")" 2>/dev/null || true
+	rm -f "$dir/kafka.pid"
+	;;
+kafka-start)
+	run_kafka
+	;;
 *)
-	echo "usage: $0 start|stop|env" >&2
+	echo "usage: $0 start|stop|env|kafka-kill|kafka-start" >&2
 	exit 2
 	;;
 esac

@@ -19,3 +19,5 @@ fi
 go test -race -count=1 -timeout 30m "$@" ./...
 # Allocation counts mean something only without the race detector.
 go test -count=1 -run 'Alloc' ./event ./rowkey ./pipeline
+# The fault suite kills the broker: it runs alone, after the rest.
+CELLTTL_FAULTS=short go test -count=1 -timeout 40m ./faults

@@ -1,0 +1,262 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/Shopify/toxiproxy/v2"
+	_ "github.com/Shopify/toxiproxy/v2/toxics" // registers the toxics
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"github.com/segmentio/kafka-go"
+)
+
+// background runs f and returns a wait function.
+func background(f func()) func() {
+	var wg sync.WaitGroup
+	wg.Go(f)
+	return wg.Wait
+}
+
+// 3 workers on 12 partitions; a random one is SIGKILLed every few seconds
+// and restarted while events flow.
+func TestKillWorkers(t *testing.T) {
+	const partitions = 12
+	s := newSuite(t, partitions)
+	n, rate := size(40000, 200000), size(4000, 8000)
+	for range 3 {
+		s.start()
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go s.watchLag(ctx, partitions)
+	wait := background(func() { s.produce(ctx, n, rate) })
+	r := rand.New(rand.NewPCG(1, 2))
+	for s.sent.Load() < int64(n) {
+		time.Sleep(3 * time.Second)
+		ws := s.running()
+		s.kill(ws[r.IntN(len(ws))])
+		s.faults++
+		s.start()
+	}
+	wait()
+	recovery := s.settle(partitions, 3*time.Minute)
+	for _, w := range s.running() {
+		s.term(w)
+	}
+	s.check("kill-workers", partitions, recovery, fmt.Sprintf("3 workers, %d partitions, a SIGKILL every 3s", partitions))
+}
+
+// Workers join and leave (SIGTERM) while events flow: every change is a
+// rebalance.
+func TestRebalances(t *testing.T) {
+	const partitions = 12
+	s := newSuite(t, partitions)
+	n, rate := size(30000, 150000), size(6000, 8000)
+	s.start()
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go s.watchLag(ctx, partitions)
+	wait := background(func() { s.produce(ctx, n, rate) })
+	grow := true
+	for s.sent.Load() < int64(n) {
+		time.Sleep(4 * time.Second)
+		ws := s.running()
+		switch {
+		case grow && len(ws) < 3:
+			s.start()
+		case len(ws) > 1:
+			s.term(ws[0])
+		default:
+			s.start()
+		}
+		if len(s.running()) == 3 {
+			grow = false
+		} else if len(s.running()) == 1 {
+			grow = true
+		}
+		s.faults++
+	}
+	wait()
+	recovery := s.settle(partitions, 3*time.Minute)
+	for _, w := range s.running() {
+		s.term(w)
+	}
+	s.check("rebalances", partitions, recovery, "1 to 3 workers, one joins or leaves gracefully every 4s")
+}
+
+func services(t *testing.T, cmd string) {
+	t.Helper()
+	out, err := exec.Command("../scripts/services.sh", cmd).CombinedOutput()
+	if err != nil {
+		t.Fatalf("services.sh %s: %v\n%s", cmd, err, out)
+	}
+}
+
+// The broker is SIGKILLed mid-run and restarted on the same data directory.
+func TestBrokerRestart(t *testing.T) {
+	const partitions = 6
+	s := newSuite(t, partitions)
+	n, rate := size(30000, 120000), size(3000, 4000)
+	s.start()
+	s.start()
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go s.watchLag(ctx, partitions)
+	wait := background(func() { s.produce(ctx, n, rate) })
+	for s.sent.Load() < int64(n/3) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	services(t, "kafka-kill")
+	s.logf("broker SIGKILLed")
+	time.Sleep(5 * time.Second)
+	services(t, "kafka-start")
+	s.logf("broker restarted")
+	s.faults++
+	wait()
+	recovery := s.settle(partitions, 3*time.Minute)
+	for _, w := range s.running() {
+		s.term(w)
+	}
+	s.check("broker-restart", partitions, recovery, "2 workers; the broker SIGKILLed after a third of the events, down 5s, restarted on its data")
+}
+
+// Bigtable slow, stalled for 20s, then resetting connections, through
+// Toxiproxy between the worker and the emulator. The worker backs off,
+// keeps memory bounded, and catches up.
+func TestBigtableFaults(t *testing.T) {
+	const partitions = 6
+	s := newSuite(t, partitions)
+	proxies := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
+	proxy := toxiproxy.NewProxy(proxies, "bigtable", "127.0.0.1:0", os.Getenv("BIGTABLE_EMULATOR_HOST"))
+	if err := proxy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Stop()
+	s.env = []string{"BIGTABLE_EMULATOR_HOST=" + proxy.Listen}
+	n, rate := size(30000, 100000), size(1500, 2500)
+	w := s.start("--max-inflight-bytes", strconv.Itoa(8<<20), "--write-timeout", "5s")
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go s.watchLag(ctx, partitions)
+	var peakRSS atomic.Int64
+	go func() {
+		for ctx.Err() == nil {
+			if r := rssOf(w.cmd.Process.Pid); r > peakRSS.Load() {
+				peakRSS.Store(r)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}()
+	wait := background(func() { s.produce(ctx, n, rate) })
+	toxic := func(name, typ, attrs string, d time.Duration) {
+		_, err := proxy.Toxics.AddToxicJson(strings.NewReader(fmt.Sprintf(`{"name":%q,"type":%q,"stream":"downstream","attributes":%s}`, name, typ, attrs)))
+		if err != nil {
+			t.Fatalf("toxic %s: %v", name, err)
+		}
+		s.logf("bigtable %s for %s", name, d)
+		time.Sleep(d)
+		if err := proxy.Toxics.RemoveToxic(context.Background(), name); err != nil {
+			t.Fatalf("remove toxic %s: %v", name, err)
+		}
+		s.faults++
+	}
+	time.Sleep(3 * time.Second)
+	toxic("slow", "latency", `{"latency":300,"jitter":100}`, 5*time.Second)
+	toxic("stall", "timeout", `{"timeout":0}`, 20*time.Second)
+	toxic("reset", "reset_peer", `{"timeout":100}`, 5*time.Second)
+	wait()
+	recovery := s.settle(partitions, 3*time.Minute)
+	stop()
+	s.term(w)
+	peak := peakRSS.Load()
+	v := s.check("bigtable-faults", partitions, recovery, fmt.Sprintf("1 worker, --max-inflight-bytes 8MiB; 300ms latency 5s, a 20s stall, resets 5s; peak RSS %d MiB", peak>>20))
+	if peak > 200<<20 {
+		t.Errorf("peak RSS %d MiB during the Bigtable stall: memory is not bounded", peak>>20)
+	}
+	_ = v
+}
+
+// SIGTERM under load: the worker drains within the deadline and commits
+// exactly what it wrote: every offset below the commit is settled, none
+// above it is.
+func TestDrainUnderLoad(t *testing.T) {
+	const partitions = 6
+	s := newSuite(t, partitions)
+	n := size(30000, 100000)
+	w := s.start()
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go s.watchLag(ctx, partitions)
+	wait := background(func() { s.produce(ctx, n, 10000) })
+	for s.sent.Load() < int64(n/2) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	took := s.term(w)
+	s.faults++
+	committed, _ := offsets(t, s, partitions)
+	rows := s.writtenIDs()
+	settled, beyond := 0, 0
+	for _, m := range readTopic(t, s.brokers, s.topic) {
+		seq, _ := strconv.Atoi(header(m, "seq"))
+		if _, written := rows["f-"+strconv.Itoa(seq)]; !written {
+			continue
+		}
+		if m.Offset < committed[m.Partition] {
+			settled++
+		} else {
+			beyond++
+		}
+	}
+	if beyond != 0 {
+		t.Errorf("%d events written beyond the committed offsets after the drain", beyond)
+	}
+	s.logf("drained in %s: %d events written, all below the commit", took, settled)
+	wait()
+	s.start()
+	recovery := s.settle(partitions, 3*time.Minute)
+	for _, w := range s.running() {
+		s.term(w)
+	}
+	s.check("drain-under-load", partitions, recovery, fmt.Sprintf("SIGTERM at half of the events: exit 0 in %s, %d written, none beyond the commit", took.Round(time.Millisecond), settled))
+}
+
+func offsets(t *testing.T, s *suite, partitions int) (map[int]int64, error) {
+	c := &kafka.Client{Addr: kafka.TCP(s.brokers...), Timeout: 5 * time.Second}
+	ids := make([]int, partitions)
+	for i := range ids {
+		ids[i] = i
+	}
+	of, err := c.OffsetFetch(context.Background(), &kafka.OffsetFetchRequest{GroupID: s.group, Topics: map[string][]int{s.topic: ids}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int]int64{}
+	for _, p := range of.Topics[s.topic] {
+		out[p.Partition] = max(p.CommittedOffset, 0)
+	}
+	return out, nil
+}
+
+func rssOf(pid int) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") {
+			kb, _ := strconv.ParseInt(strings.Fields(line)[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
