@@ -155,7 +155,9 @@ func newSuite(t *testing.T, partitions int) *suite {
 	if err := os.WriteFile(s.tenants, []byte(tenantsYAML), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	s.logf("suite: topic and table ready")
 	s.bin = workerBinary(t)
+	s.logf("suite: worker built")
 	if out, err := exec.Command(s.bin, "setup", "--table", s.table, "--tenants", s.tenants).CombinedOutput(); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)
 	}

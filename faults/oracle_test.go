@@ -64,6 +64,7 @@ func (s *suite) check(name string, partitions int, recovery time.Duration, notes
 	v := verdict{Scenario: name, Produced: len(events), Faults: s.faults, MaxLag: s.maxLag, Recovery: recovery.Round(100 * time.Millisecond).String(), Notes: notes}
 	s.mu.Unlock()
 	end := time.Now()
+	s.logf("oracle: reading the topic")
 
 	// Where each event landed in the topic, and what the group committed.
 	where := map[int][2]int64{}
@@ -73,6 +74,7 @@ func (s *suite) check(name string, partitions int, recovery time.Duration, notes
 	}
 	committed, _ := testenv.Offsets(s.t, s.brokers, s.group, s.topic, partitions)
 
+	s.logf("oracle: reading the table")
 	rows := map[string]*rowInfo{}
 	err = s.dc.Open(s.table).ReadRows(ctx, bigtable.InfiniteRange(""), func(r bigtable.Row) bool {
 		key := r.Key()
@@ -87,12 +89,14 @@ func (s *suite) check(name string, partitions int, recovery time.Duration, notes
 	if err != nil {
 		s.t.Fatalf("read table: %v", err)
 	}
+	s.logf("oracle: reading the dead-letter topic")
 	dead := map[int]string{}
 	for _, m := range readTopic(s.t, s.brokers, s.topic+".dlq") {
 		seq, _ := strconv.Atoi(header(m, "seq"))
 		dead[seq] = header(m, ingest.HeaderReason)
 	}
 
+	s.logf("oracle: checking")
 	for seq, ev := range events {
 		id := "f-" + strconv.Itoa(seq)
 		row, inTable := rows[id]
@@ -209,7 +213,7 @@ func readTopic(t interface{ Fatalf(string, ...any) }, brokers []string, topic st
 		if last <= first {
 			continue
 		}
-		r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: p.ID, MaxBytes: 10 << 20})
+		r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: p.ID, MaxBytes: 10 << 20, MaxWait: 200 * time.Millisecond})
 		if err := r.SetOffset(first); err != nil {
 			t.Fatalf("%v", err)
 		}

@@ -32,8 +32,9 @@ type DeadLetter struct {
 
 // DeadLetterWriter produces rejected messages to the dead-letter topic.
 type DeadLetterWriter struct {
-	w    *kafka.Writer
-	sent metric.Int64Counter
+	w         *kafka.Writer
+	transport *kafka.Transport
+	sent      metric.Int64Counter
 }
 
 // NewDeadLetterWriter writes to topic. Each Write waits for all in-sync
@@ -50,12 +51,13 @@ func NewDeadLetterWriter(brokers []string, topic string, transport *kafka.Transp
 		// operator otherwise.
 		AllowAutoTopicCreation: true,
 	}
-	if transport != nil {
-		w.Transport = transport
+	if transport == nil {
+		transport = &kafka.Transport{}
 	}
+	w.Transport = transport
 	sent, _ := otel.Meter(scope).Int64Counter("messaging.client.sent.messages", metric.WithUnit("{message}"),
 		metric.WithDescription("messages produced to the dead-letter topic"))
-	return &DeadLetterWriter{w: w, sent: sent}
+	return &DeadLetterWriter{w: w, transport: transport, sent: sent}
 }
 
 // Write produces the dead letters, all or nothing as far as the caller is
@@ -87,7 +89,10 @@ func (d *DeadLetterWriter) Write(ctx context.Context, dls []DeadLetter) error {
 
 // Close flushes and closes the producer.
 func (d *DeadLetterWriter) Close() error {
-	if err := d.w.Close(); err != nil {
+	err := d.w.Close()
+	// The transport's connections and their goroutines go with it.
+	d.transport.CloseIdleConnections()
+	if err != nil {
 		return fmt.Errorf("close dead-letter writer: %w", err)
 	}
 	return nil

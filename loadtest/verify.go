@@ -184,7 +184,7 @@ func deadLetterSeqs(ctx context.Context, brokers []string, topic, run string) (m
 		if last <= first {
 			continue
 		}
-		r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: p.ID, MaxBytes: 10 << 20})
+		r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: p.ID, MaxBytes: 10 << 20, MaxWait: 200 * time.Millisecond})
 		if err := r.SetOffset(first); err != nil {
 			r.Close()
 			return nil, err

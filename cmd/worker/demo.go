@@ -163,7 +163,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 // produceDemo writes synthetic clicks at rate per second for d.
 func produceDemo(ctx context.Context, brokers []string, rate int, d time.Duration) error {
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: "clicks", Balancer: &kafka.Hash{}, BatchTimeout: 10 * time.Millisecond, RequiredAcks: kafka.RequireAll, Transport: &kafka.Transport{}}
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: "clicks", Balancer: &kafka.Hash{}, BatchTimeout: 10 * time.Millisecond, RequiredAcks: kafka.RequireAll, Transport: tr}
 	defer w.Close()
 	r := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
 	tick := time.NewTicker(100 * time.Millisecond)

@@ -195,7 +195,9 @@ func ReadAll(t testing.TB, brokers []string, topic string, n int, timeout time.D
 // (-1 when none) and the log end offset.
 func Offsets(t testing.TB, brokers []string, group, topic string, partitions int) (committed, end map[int]int64) {
 	t.Helper()
-	c := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	c := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second, Transport: tr}
 	ids := make([]int, partitions)
 	reqs := make([]kafka.OffsetRequest, partitions)
 	for i := range ids {

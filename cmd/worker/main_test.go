@@ -1,0 +1,11 @@
+package main
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// Every goroutine a test starts, the worker's included, has ended when the
+// package's tests end.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
