@@ -32,7 +32,7 @@ func background(f func()) func() {
 func TestKillWorkers(t *testing.T) {
 	const partitions = 12
 	s := newSuite(t, partitions)
-	n, rate := size(40000, 200000), size(4000, 8000)
+	n, rate := size(40000, 200000), size(4000, 5000)
 	for range 3 {
 		s.start()
 	}
@@ -61,7 +61,7 @@ func TestKillWorkers(t *testing.T) {
 func TestRebalances(t *testing.T) {
 	const partitions = 12
 	s := newSuite(t, partitions)
-	n, rate := size(30000, 150000), size(6000, 8000)
+	n, rate := size(30000, 150000), size(2000, 5000)
 	s.start()
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
