@@ -102,41 +102,7 @@ type worker struct {
 	out   *syncBuffer
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-func workerBinary(t *testing.T) string {
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "cellttl-faults")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "worker")
-		if out, err := exec.Command("go", "build", "-o", binPath, "../cmd/worker").CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
+type syncBuffer = testenv.Buffer
 
 // newSuite needs the real broker: the suite kills and restarts it.
 func newSuite(t *testing.T, partitions int) *suite {
@@ -156,7 +122,7 @@ func newSuite(t *testing.T, partitions int) *suite {
 		t.Fatal(err)
 	}
 	s.logf("suite: topic and table ready")
-	s.bin = workerBinary(t)
+	s.bin = testenv.WorkerBinary(t)
 	s.logf("suite: worker built")
 	if out, err := exec.Command(s.bin, "setup", "--table", s.table, "--tenants", s.tenants).CombinedOutput(); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)

@@ -2,45 +2,14 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/cellttl/cellttl/internal/testenv"
 )
-
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// workerBinary builds the worker once per test run: crash tests need a real
-// process to SIGKILL.
-func workerBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "cellttl-worker")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "worker")
-		out, err := exec.Command("go", "build", "-race", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
 
 type proc struct {
 	cmd  *exec.Cmd
@@ -51,7 +20,7 @@ type proc struct {
 func (e *env) startProcess(t *testing.T, extra ...string) *proc {
 	t.Helper()
 	p := &proc{logs: &syncBuffer{}, done: make(chan error, 1)}
-	p.cmd = exec.Command(workerBinary(t), e.args("run", extra...)...)
+	p.cmd = exec.Command(testenv.WorkerBinary(t), e.args("run", extra...)...)
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

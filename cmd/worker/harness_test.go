@@ -71,23 +71,8 @@ func (e *env) cmd(t *testing.T, cmd string, extra ...string) (string, error) {
 	return out.String() + errOut.String(), err
 }
 
-// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is shared by a logger and the test.
+type syncBuffer = testenv.Buffer
 
 // startWorker runs `worker run` in-process until the returned stop is
 // called; stop returns run's error.

@@ -1,0 +1,61 @@
+package testenv
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+)
+
+// Buffer is a bytes.Buffer that a process's output and a test may share.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *Buffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *Buffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// WorkerBinary builds cmd/worker once per test binary, for tests that need a
+// real process to kill.
+func WorkerBinary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "cellttl-worker")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		_, here, _, _ := runtime.Caller(0)
+		pkg := filepath.Join(filepath.Dir(here), "..", "..", "cmd", "worker")
+		binPath = filepath.Join(dir, "worker")
+		cmd := exec.Command("go", "build", "-o", binPath, ".")
+		cmd.Dir = pkg
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build ./cmd/worker: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
