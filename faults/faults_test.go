@@ -231,7 +231,9 @@ func TestDrainUnderLoad(t *testing.T) {
 }
 
 func offsets(t *testing.T, s *suite, partitions int) (map[int]int64, error) {
-	c := &kafka.Client{Addr: kafka.TCP(s.brokers...), Timeout: 5 * time.Second}
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	c := &kafka.Client{Addr: kafka.TCP(s.brokers...), Timeout: 5 * time.Second, Transport: tr}
 	ids := make([]int, partitions)
 	for i := range ids {
 		ids[i] = i

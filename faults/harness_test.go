@@ -243,8 +243,10 @@ func (s *suite) running() []*worker {
 func (s *suite) produce(ctx context.Context, n, rate int) {
 	s.t.Helper()
 	r := rand.New(rand.NewPCG(uint64(n), uint64(rate)))
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
 	w := &kafka.Writer{Addr: kafka.TCP(s.brokers...), Topic: s.topic, Balancer: &kafka.Hash{}, BatchSize: 500,
-		BatchTimeout: 5 * time.Millisecond, RequiredAcks: kafka.RequireAll, MaxAttempts: 20, Transport: &kafka.Transport{}}
+		BatchTimeout: 5 * time.Millisecond, RequiredAcks: kafka.RequireAll, MaxAttempts: 20, Transport: tr}
 	defer w.Close()
 	const chunk = 500
 	tick := time.Duration(float64(time.Second) * chunk / float64(rate))
@@ -310,7 +312,9 @@ func (s *suite) event(r *rand.Rand, seq int) ([]byte, produced) {
 // groupLag is the group's committed lag over all partitions, from the
 // broker (workers may be dead).
 func (s *suite) groupLag(partitions int) (int64, error) {
-	c := &kafka.Client{Addr: kafka.TCP(s.brokers...), Timeout: 5 * time.Second}
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	c := &kafka.Client{Addr: kafka.TCP(s.brokers...), Timeout: 5 * time.Second, Transport: tr}
 	ids := make([]int, partitions)
 	reqs := make([]kafka.OffsetRequest, partitions)
 	for i := range ids {
