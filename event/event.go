@@ -53,10 +53,10 @@ func (d Decoder) Decode(value []byte, recordTime, now time.Time) (Event, error) 
 	if d.MaxBytes > 0 && len(value) > d.MaxBytes {
 		return Event{}, &Error{Reason: fmt.Sprintf("value is %d bytes, more than the limit of %d", len(value), d.MaxBytes)}
 	}
-	if !json.Valid(value) {
+	f, err := parse(value)
+	if err == errSyntax {
 		return Event{}, invalidJSON(value)
 	}
-	f, err := scanObject(value)
 	if err != nil {
 		return Event{}, err
 	}

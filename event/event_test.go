@@ -128,11 +128,15 @@ func FuzzScanMatchesEncodingJSON(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, v []byte) {
+		_, perr := parse(v)
+		if (perr != errSyntax) != json.Valid(v) {
+			t.Fatalf("parse says valid=%t, json.Valid %t (%v)", perr != errSyntax, json.Valid(v), perr)
+		}
 		var m map[string]any
 		if json.Unmarshal(v, &m) != nil || m == nil {
 			return
 		}
-		got, err := scanObject(v)
+		got, err := parse(v)
 		if err != nil {
 			t.Fatalf("scan of a valid object: %v", err)
 		}
