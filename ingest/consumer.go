@@ -74,7 +74,19 @@ type fetched struct {
 
 // partition is the state of one owned partition.
 type partition struct {
-	lag atomic.Int64 // messages behind the high watermark at the last fetch
+	lag    atomic.Int64 // messages behind the high watermark at the last fetch
+	reader atomic.Pointer[kafka.Reader]
+}
+
+// currentLag is the larger of the lag seen at the last fetch and the one
+// the reader measures on its own every few seconds: the first alone goes
+// stale when fetching stops (a stalled pipeline, a slow broker).
+func (p *partition) currentLag() int64 {
+	lag := p.lag.Load()
+	if r := p.reader.Load(); r != nil {
+		lag = max(lag, r.Stats().Lag)
+	}
+	return lag
 }
 
 // NewConsumer starts joining the group.
@@ -188,13 +200,15 @@ func (c *Consumer) readPartition(ctx context.Context, gen int32, a kafka.Partiti
 		MaxWait:   250 * time.Millisecond,
 		// A few hundred messages per partition keep fetches flowing; they
 		// count towards memory beyond --max-inflight-bytes.
-		QueueCapacity: 256,
-		Dialer:        c.cfg.Dialer,
+		QueueCapacity:   256,
+		ReadLagInterval: 5 * time.Second,
+		Dialer:          c.cfg.Dialer,
 		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
 			c.log.Warn("kafka partition reader", "partition", a.ID, "err", fmt.Sprintf(msg, args...))
 		}),
 	})
 	defer r.Close()
+	st.reader.Store(r)
 	if err := r.SetOffset(a.Offset); err != nil {
 		c.log.Error("set partition offset", "partition", a.ID, "offset", a.Offset, "err", err)
 		return
@@ -342,7 +356,7 @@ func (c *Consumer) Status() Status {
 		if !ok {
 			committed = -1
 		}
-		s.Partitions = append(s.Partitions, PartitionStatus{Partition: p, Lag: st.lag.Load(), Committed: committed})
+		s.Partitions = append(s.Partitions, PartitionStatus{Partition: p, Lag: st.currentLag(), Committed: committed})
 	}
 	sort.Slice(s.Partitions, func(i, j int) bool { return s.Partitions[i].Partition < s.Partitions[j].Partition })
 	return s
