@@ -92,13 +92,22 @@ func (s Security) mechanism() (sasl.Mechanism, error) {
 	return nil, fmt.Errorf("unknown SASL mechanism %q", s.SASLMechanism)
 }
 
-// Dialer returns the dialer of the consumer, nil for plaintext.
-func (s Security) Dialer() (*kafka.Dialer, error) {
+// parts returns the TLS configuration and SASL mechanism, nil when unused.
+func (s Security) parts() (*tls.Config, sasl.Mechanism, error) {
 	t, err := s.tlsConfig()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	m, err := s.mechanism()
+	if err != nil {
+		return nil, nil, err
+	}
+	return t, m, nil
+}
+
+// Dialer returns the dialer of the consumer, nil for plaintext.
+func (s Security) Dialer() (*kafka.Dialer, error) {
+	t, m, err := s.parts()
 	if err != nil {
 		return nil, err
 	}
@@ -110,11 +119,7 @@ func (s Security) Dialer() (*kafka.Dialer, error) {
 
 // Transport returns the transport of the dead-letter producer.
 func (s Security) Transport() (*kafka.Transport, error) {
-	t, err := s.tlsConfig()
-	if err != nil {
-		return nil, err
-	}
-	m, err := s.mechanism()
+	t, m, err := s.parts()
 	if err != nil {
 		return nil, err
 	}

@@ -92,6 +92,36 @@ func (c *common) bigtableClients(ctx context.Context) (*bigtable.Client, *bigtab
 	return dc, ac, nil
 }
 
+// session is what a command working on the table needs: the tenants config
+// and Bigtable clients.
+type session struct {
+	cfg *tenants.Config
+	dc  *bigtable.Client
+	ac  *bigtable.AdminClient
+}
+
+func (s *session) Close() {
+	s.dc.Close()
+	s.ac.Close()
+}
+
+// open resolves the flags, loads the tenants file (exit status 2 when it is
+// invalid) and opens the clients.
+func (c *common) open(ctx context.Context) (*session, error) {
+	if err := c.resolve(); err != nil {
+		return nil, err
+	}
+	cfg, err := tenants.Load(c.tenantsFile)
+	if err != nil {
+		return nil, &exitError{code: 2, err: err}
+	}
+	dc, ac, err := c.bigtableClients(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &session{cfg: cfg, dc: dc, ac: ac}, nil
+}
+
 // describePolicy says what GC rule a policy needs and why.
 func describePolicy(p *expiry.Policy) string {
 	return fmt.Sprintf("strategy %s with default_ttl %s", p.Strategy, duration.Format(p.DefaultTTL))
@@ -107,21 +137,14 @@ func runSetup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := parse(f, args); err != nil {
 		return err
 	}
-	if err := c.resolve(); err != nil {
-		return err
-	}
-	cfg, err := tenants.Load(c.tenantsFile)
-	if err != nil {
-		return &exitError{code: 2, err: err}
-	}
-	dc, ac, err := c.bigtableClients(ctx)
+	s, err := c.open(ctx)
 	if err != nil {
 		return err
 	}
-	defer dc.Close()
-	defer ac.Close()
+	defer s.Close()
+	cfg := s.cfg
 	want := cfg.Policy.GCMaxAge()
-	res, err := sink.Setup(ctx, ac, dc, c.target(), want, opts)
+	res, err := sink.Setup(ctx, s.ac, s.dc, c.target(), want, opts)
 	if err != nil {
 		return fmt.Errorf("setup for %s: %w", describePolicy(cfg.Policy), err)
 	}
@@ -224,17 +247,13 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
-	cfg, err := tenants.Load(o.tenantsFile)
-	if err != nil {
-		return &exitError{code: 2, err: err}
-	}
-	dc, ac, err := o.bigtableClients(ctx)
+	s, err := o.open(ctx)
 	if err != nil {
 		return err
 	}
-	defer dc.Close()
-	defer ac.Close()
-	if err := sink.CheckGC(ctx, ac, o.target(), cfg.Policy.GCMaxAge()); err != nil {
+	defer s.Close()
+	cfg := s.cfg
+	if err := sink.CheckGC(ctx, s.ac, o.target(), cfg.Policy.GCMaxAge()); err != nil {
 		hint := ""
 		if sink.IsMismatch(err) {
 			hint = "; `worker setup --update-gc-policy` changes the rule, see `worker check` first"
@@ -252,5 +271,5 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 			log.Warn("telemetry shutdown", "err", err)
 		}
 	}()
-	return serve(ctx, &o, brokers, cfg, dc, tel.MetricsHandler(), log)
+	return serve(ctx, &o, brokers, cfg, s.dc, tel.MetricsHandler(), log)
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/cellttl/cellttl/reader"
 	"github.com/cellttl/cellttl/sink"
-	"github.com/cellttl/cellttl/tenants"
 )
 
 func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -45,24 +44,16 @@ func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if q.Until, err = parseWhen("--until", until, now); err != nil {
 		return &exitError{code: 2, err: err}
 	}
-	if err := c.resolve(); err != nil {
-		return err
-	}
-	cfg, err := tenants.Load(c.tenantsFile)
-	if err != nil {
-		return &exitError{code: 2, err: err}
-	}
-	dc, ac, err := c.bigtableClients(ctx)
+	s, err := c.open(ctx)
 	if err != nil {
 		return err
 	}
-	defer dc.Close()
-	defer ac.Close()
+	defer s.Close()
 	// The filter is only right for the GC rule the file describes.
-	if err := sink.CheckGC(ctx, ac, c.target(), cfg.Policy.GCMaxAge()); err != nil {
-		return fmt.Errorf("refusing to read: %w (the tenants file says %s)", err, describePolicy(cfg.Policy))
+	if err := sink.CheckGC(ctx, s.ac, c.target(), s.cfg.Policy.GCMaxAge()); err != nil {
+		return fmt.Errorf("refusing to read: %w (the tenants file says %s)", err, describePolicy(s.cfg.Policy))
 	}
-	r := reader.New(dc.Open(c.table), c.family, cfg.Policy)
+	r := reader.New(s.dc.Open(c.table), c.family, s.cfg.Policy)
 	out := newEventPrinter(stdout, format, now)
 	if err := r.Read(ctx, q, out.print); err != nil {
 		return err
