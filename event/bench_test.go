@@ -7,7 +7,7 @@ func BenchmarkDecode(b *testing.B) {
 	b.SetBytes(int64(len(v)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := dec.Decode(v, recordTime, now); err != nil {
+		if _, err := dec.Decode(v, recordTime); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -19,10 +19,13 @@ type Event struct {
 	Tenant string
 	User   string // optional, "" when absent
 	// Base is the time the TTL counts from: occurred_at, else the Kafka
-	// record timestamp, clamped to the processing time when it lies too far
-	// in the future.
+	// record timestamp; the record timestamp also when occurred_at lies more
+	// than MaxClockSkew after it. It depends on the record alone, never on
+	// when the record is processed, so a redelivered record makes the same
+	// row and cells.
 	Base time.Time
-	// Clamped is set when occurred_at was more than MaxClockSkew ahead.
+	// Clamped is set when occurred_at was more than MaxClockSkew ahead of the
+	// record timestamp.
 	Clamped bool
 }
 
@@ -40,16 +43,20 @@ func (e *Error) Error() string { return e.Reason }
 type Decoder struct {
 	// MaxBytes rejects larger values before they are parsed.
 	MaxBytes int
-	// MaxClockSkew is how far in the future occurred_at may lie before it is
-	// clamped to the processing time: a producer's clock that runs ahead must
-	// not stretch a tenant's retention.
+	// MaxClockSkew is how far occurred_at may lie after the record
+	// timestamp before the record timestamp is taken instead: a producer
+	// whose clock runs ahead must not stretch a tenant's retention.
 	MaxClockSkew time.Duration
 }
 
+// latestBase is the last millisecond the 13 digits of a row key's time can
+// hold (2286-11-20T17:46:39.999Z).
+var latestBase = time.UnixMilli(rowkey.MaxMillis).UTC()
+
 // Decode validates value and returns its event. recordTime is the Kafka
-// record timestamp, used when occurred_at is absent; now is the processing
-// time.
-func (d Decoder) Decode(value []byte, recordTime, now time.Time) (Event, error) {
+// record timestamp, the zero Time when the record has none. The result
+// depends on these two alone.
+func (d Decoder) Decode(value []byte, recordTime time.Time) (Event, error) {
 	if d.MaxBytes > 0 && len(value) > d.MaxBytes {
 		return Event{}, &Error{Reason: fmt.Sprintf("value is %d bytes, more than the limit of %d", len(value), d.MaxBytes)}
 	}
@@ -61,49 +68,65 @@ func (d Decoder) Decode(value []byte, recordTime, now time.Time) (Event, error) 
 		return Event{}, err
 	}
 	var ev Event
-	if ev.ID, err = required("event_id", f.eventID); err != nil {
+	if ev.ID, err = required("event_id", &f.eventID); err != nil {
 		return Event{}, err
 	}
-	if ev.Tenant, err = required("tenant_id", f.tenantID); err != nil {
+	if ev.Tenant, err = required("tenant_id", &f.tenantID); err != nil {
 		return Event{}, err
 	}
 	if f.userID.present && !f.userID.isNull {
-		if f.userID.kind != "" {
-			return Event{}, typeError("user_id", f.userID.kind)
+		if err := stringField("user_id", &f.userID); err != nil {
+			return Event{}, err
 		}
 		if err := rowkey.ValidateID("user_id", f.userID.s); err != nil {
 			return Event{}, &Error{Field: "user_id", Reason: err.Error()}
 		}
 		ev.User = f.userID.s
 	}
-	ev.Base = recordTime
-	if f.occurredAt.present && !f.occurredAt.isNull {
-		if f.occurredAt.kind != "" {
-			return Event{}, typeError("occurred_at", f.occurredAt.kind)
-		}
-		t, err := time.Parse(time.RFC3339Nano, f.occurredAt.s)
-		if err != nil {
-			return Event{}, &Error{Field: "occurred_at", Reason: fmt.Sprintf("occurred_at %q is not an RFC 3339 time", f.occurredAt.s)}
-		}
-		ev.Base = t
-	}
-	if ev.Base.IsZero() {
-		// No occurred_at and a record without a timestamp (pre-0.10 message
-		// format): the processing time is the only time there is.
-		ev.Base = now
-	}
-	if d.MaxClockSkew >= 0 && ev.Base.After(now.Add(d.MaxClockSkew)) {
-		ev.Base, ev.Clamped = now, true
+	if ev.Base, ev.Clamped, err = d.base(&f.occurredAt, recordTime); err != nil {
+		return Event{}, err
 	}
 	return ev, nil
 }
 
-func required(name string, f field) (string, error) {
-	switch {
-	case !f.present || f.isNull:
+// base picks the time the TTL counts from. A time that is present means
+// what it says: one before 1970 makes an event long expired, which the
+// caller skips.
+func (d Decoder) base(occurredAt *field, recordTime time.Time) (time.Time, bool, error) {
+	if !occurredAt.present || occurredAt.isNull {
+		if recordTime.IsZero() {
+			return time.Time{}, false, &Error{Field: "occurred_at", Reason: "occurred_at is missing and the Kafka record has no timestamp: there is no time to count the TTL from"}
+		}
+		if recordTime.After(latestBase) {
+			return time.Time{}, false, tooLate(recordTime)
+		}
+		return recordTime, false, nil
+	}
+	if err := stringField("occurred_at", occurredAt); err != nil {
+		return time.Time{}, false, err
+	}
+	t, ok := parseRFC3339(occurredAt.s)
+	if !ok {
+		return time.Time{}, false, &Error{Field: "occurred_at", Reason: fmt.Sprintf("occurred_at %q is not an RFC 3339 time", occurredAt.s)}
+	}
+	if !recordTime.IsZero() && d.MaxClockSkew >= 0 && t.After(recordTime.Add(d.MaxClockSkew)) {
+		if recordTime.After(latestBase) {
+			return time.Time{}, false, tooLate(recordTime)
+		}
+		return recordTime, true, nil
+	}
+	if t.After(latestBase) {
+		return time.Time{}, false, &Error{Field: "occurred_at", Reason: fmt.Sprintf("occurred_at %q is later than %s, the last time a row key can hold", occurredAt.s, latestBase.Format(time.RFC3339Nano))}
+	}
+	return t, false, nil
+}
+
+func required(name string, f *field) (string, error) {
+	if !f.present || f.isNull {
 		return "", &Error{Field: name, Reason: name + " is missing"}
-	case f.kind != "":
-		return "", typeError(name, f.kind)
+	}
+	if err := stringField(name, f); err != nil {
+		return "", err
 	}
 	if err := rowkey.ValidateID(name, f.s); err != nil {
 		return "", &Error{Field: name, Reason: err.Error()}
@@ -111,8 +134,22 @@ func required(name string, f field) (string, error) {
 	return f.s, nil
 }
 
-func typeError(name, kind string) error {
-	return &Error{Field: name, Reason: fmt.Sprintf("%s must be a string, not a JSON %s", name, kind)}
+// stringField checks that a present field is a string whose escapes all
+// decode to characters.
+func stringField(name string, f *field) error {
+	if f.kind != "" {
+		return &Error{Field: name, Reason: fmt.Sprintf("%s must be a string, not a JSON %s", name, f.kind)}
+	}
+	if f.escape != "" {
+		return &Error{Field: name, Reason: fmt.Sprintf("%s %s escapes a lone UTF-16 surrogate, which is not a character: readers turn it into U+FFFD, so distinct values would read the same", name, f.escape)}
+	}
+	return nil
+}
+
+// tooLate refuses a record timestamp past what a row key can hold.
+func tooLate(recordTime time.Time) error {
+	return &Error{Reason: fmt.Sprintf("the record timestamp %s is later than %s, the last time a row key can hold",
+		recordTime.UTC().Format(time.RFC3339Nano), latestBase.Format(time.RFC3339Nano))}
 }
 
 // invalidJSON describes why value does not parse, on the error path only.

@@ -1,8 +1,10 @@
 package event
 
 import (
-	"encoding/json"
 	"fmt"
+	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
 	"unsafe"
 )
 
@@ -10,6 +12,9 @@ import (
 // the value's bytes: decoding allocates nothing for ordinary events.
 type fields struct {
 	eventID, tenantID, userID, occurredAt field
+	// err is the first reason the object, though valid JSON, is ambiguous:
+	// a field given twice, or a key that other readers take for a field.
+	err *Error
 }
 
 type field struct {
@@ -17,10 +22,40 @@ type field struct {
 	isNull  bool
 	s       string
 	kind    string // JSON kind when not a string: "number", "object", ...
+	// escape is set when the string holds an escape that decodes to no
+	// character (a lone UTF-16 surrogate): other readers replace it with
+	// U+FFFD, so two different values would read the same.
+	escape string
 }
 
-// maxDepth bounds nesting as encoding/json does.
+// maxDepth is encoding/json's limit on containers open at once; a deeper
+// value is invalid for it, so it is invalid here too.
 const maxDepth = 10000
+
+// names are the fields read, as they appear in the contract.
+var names = [...]string{"event_id", "tenant_id", "user_id", "occurred_at"}
+
+// caseVariant returns the field a key stands for in the eyes of a reader
+// that matches keys regardless of case (encoding/json does, with Unicode
+// folding: "ſ" is an "s"), when the key is not exactly that field's name.
+func caseVariant(key string) string {
+	// Each of the names' letters folds from at most 3 bytes of UTF-8, and
+	// their first letters (e, t, u, o) only from their ASCII capitals.
+	if len(key) < len("user_id") || len(key) > 3*len("occurred_at") {
+		return ""
+	}
+	switch key[0] | 0x20 {
+	case 'e', 't', 'u', 'o':
+	default:
+		return ""
+	}
+	for _, name := range names {
+		if strings.EqualFold(key, name) {
+			return name
+		}
+	}
+	return ""
+}
 
 // errSyntax marks a value that is not JSON; the caller asks encoding/json
 // for the details, on that rare path only.
@@ -65,7 +100,8 @@ func parse(v []byte) (fields, error) {
 		p.i++
 		p.space()
 		var dst *field
-		switch key := p.text(ks, ke, esc); key {
+		key, _ := p.text(ks, ke, esc)
+		switch key {
 		case "event_id":
 			dst = &f.eventID
 		case "tenant_id":
@@ -74,6 +110,13 @@ func parse(v []byte) (fields, error) {
 			dst = &f.userID
 		case "occurred_at":
 			dst = &f.occurredAt
+		default:
+			if name := caseVariant(key); name != "" && f.err == nil {
+				f.err = &Error{Field: name, Reason: fmt.Sprintf("key %q differs from %s only in case, and readers that ignore case take it for %s", key, name, name)}
+			}
+		}
+		if dst != nil && dst.present && f.err == nil {
+			f.err = &Error{Field: key, Reason: key + " appears more than once, and readers disagree on which to take"}
 		}
 		start := p.i
 		if dst != nil && p.peek() == '"' {
@@ -81,7 +124,11 @@ func parse(v []byte) (fields, error) {
 			if !ok {
 				return f, errSyntax
 			}
-			*dst = field{present: true, s: p.text(vs, ve, vesc)}
+			*dst = field{present: true}
+			var clean bool
+			if dst.s, clean = p.text(vs, ve, vesc); !clean {
+				dst.escape = string(v[vs-1 : ve+1])
+			}
 		} else {
 			if !p.value(1) {
 				return f, errSyntax
@@ -102,6 +149,9 @@ func parse(v []byte) (fields, error) {
 			p.i++
 			if !p.atEnd() {
 				return f, errSyntax
+			}
+			if f.err != nil {
+				return f, f.err
 			}
 			return f, nil
 		}
@@ -137,16 +187,16 @@ func (p *parser) atEnd() bool {
 	return p.i == len(p.v)
 }
 
-// value validates any JSON value at p.i.
+// value validates any JSON value at p.i, inside depth open containers.
 func (p *parser) value(depth int) bool {
-	if depth > maxDepth {
-		return false
-	}
 	switch p.peek() {
 	case '"':
 		_, _, _, ok := p.str()
 		return ok
 	case '{':
+		if depth++; depth > maxDepth {
+			return false
+		}
 		p.i++
 		p.space()
 		if p.peek() == '}' {
@@ -164,7 +214,7 @@ func (p *parser) value(depth int) bool {
 			}
 			p.i++
 			p.space()
-			if !p.value(depth + 1) {
+			if !p.value(depth) {
 				return false
 			}
 			p.space()
@@ -179,6 +229,9 @@ func (p *parser) value(depth int) bool {
 			}
 		}
 	case '[':
+		if depth++; depth > maxDepth {
+			return false
+		}
 		p.i++
 		p.space()
 		if p.peek() == ']' {
@@ -187,7 +240,7 @@ func (p *parser) value(depth int) bool {
 		}
 		for {
 			p.space()
-			if !p.value(depth + 1) {
+			if !p.value(depth) {
 				return false
 			}
 			p.space()
@@ -306,17 +359,74 @@ func hex4(b []byte) bool {
 }
 
 // text returns the string's contents: an alias of the value's bytes, or
-// decoded by encoding/json when it holds escapes (rare in ids and times).
-func (p *parser) text(start, end int, escaped bool) string {
+// decoded when it holds escapes (rare in ids and times). clean is false
+// when an escape decodes to a lone surrogate.
+func (p *parser) text(start, end int, escaped bool) (s string, clean bool) {
 	if !escaped {
 		if end == start {
-			return ""
+			return "", true
 		}
-		return unsafe.String(&p.v[start], end-start)
+		return unsafe.String(&p.v[start], end-start), true
 	}
-	var s string
-	_ = json.Unmarshal(p.v[start-1:end+1], &s) // already validated
-	return s
+	return unescape(p.v[start:end])
+}
+
+// unescape decodes the contents of a validated JSON string. Unlike
+// encoding/json it never substitutes U+FFFD: an escaped surrogate without
+// its pair makes clean false, and raw bytes are kept as they are, so that
+// the caller's UTF-8 check sees them.
+func unescape(s []byte) (string, bool) {
+	b := make([]byte, 0, len(s))
+	clean := true
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c != '\\' {
+			b = append(b, c)
+			i++
+			continue
+		}
+		switch e := s[i+1]; e {
+		case 'u':
+			r := hexRune(s[i+2 : i+6])
+			i += 6
+			if utf16.IsSurrogate(r) {
+				if r < 0xdc00 && i+6 <= len(s) && s[i] == '\\' && s[i+1] == 'u' {
+					if r2 := hexRune(s[i+2 : i+6]); r2 >= 0xdc00 && r2 < 0xe000 {
+						b = utf8.AppendRune(b, utf16.DecodeRune(r, r2))
+						i += 6
+						continue
+					}
+				}
+				clean = false
+				b = utf8.AppendRune(b, utf8.RuneError)
+				continue
+			}
+			b = utf8.AppendRune(b, r)
+		default:
+			b = append(b, unescaped[e])
+			i += 2
+		}
+	}
+	return unsafe.String(unsafe.SliceData(b), len(b)), clean
+}
+
+// unescaped maps the letter of a one-character escape to its byte.
+var unescaped = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
+
+func hexRune(h []byte) rune {
+	var r rune
+	for _, c := range h {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		default:
+			c -= 'A' - 10
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
 }
 
 func kindOf(v []byte, i int) string {

@@ -25,7 +25,7 @@ func BenchmarkHotPath(b *testing.B) {
 	b.ReportAllocs()
 	var row sink.Row
 	for b.Loop() {
-		ev, err := dec.Decode(value, now, now)
+		ev, err := dec.Decode(value, now)
 		if err != nil {
 			b.Fatal(err)
 		}

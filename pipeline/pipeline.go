@@ -250,7 +250,7 @@ func (p *Pipeline) fetchLoop(ctx context.Context, items chan<- item, dead chan<-
 // route decides a message's fate: dead letter, skip, or a row to write.
 func (p *Pipeline) route(msg kafka.Message, ack ingest.Ack, size int64, items chan<- item, dead chan<- deadItem) {
 	now := p.now()
-	ev, err := p.cfg.Decoder.Decode(msg.Value, msg.Time, now)
+	ev, err := p.cfg.Decoder.Decode(msg.Value, msg.Time)
 	if err != nil {
 		var evErr *event.Error
 		field := ""

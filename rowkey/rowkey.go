@@ -41,6 +41,11 @@ const MaxIDBytes = 128
 // keys sort by time.
 const millisWidth = 13
 
+// MaxMillis is the last event time, in milliseconds since the Unix epoch,
+// that a row key can hold: 2286-11-20T17:46:39.999Z. Later times would
+// widen the key and break its order, so events past it are refused.
+const MaxMillis = 9_999_999_999_999
+
 // ValidateID checks an id against the rules every id in a row key follows:
 // non-empty, at most MaxIDBytes bytes of valid UTF-8, no '#', no control
 // characters. The error names the field and quotes the value.

@@ -203,7 +203,7 @@ func (o *runOptions) register(f *flags) {
 	f.Int64(&o.pipe.MaxInflightBytes, "max-inflight-bytes", "MAX_INFLIGHT_BYTES", d.MaxInflightBytes, "bytes of events fetched and not yet settled; fetching pauses beyond")
 	f.Duration(&o.pipe.DrainTimeout, "drain-timeout", "DRAIN_TIMEOUT", d.DrainTimeout, "on SIGTERM, time allowed to flush, commit and leave the group")
 	f.Int(&o.pipe.Decoder.MaxBytes, "max-event-bytes", "MAX_EVENT_BYTES", d.Decoder.MaxBytes, "larger events go to the dead-letter topic")
-	f.Duration(&o.pipe.Decoder.MaxClockSkew, "max-clock-skew", "MAX_CLOCK_SKEW", d.Decoder.MaxClockSkew, "an occurred_at further in the future is clamped to the processing time")
+	f.Duration(&o.pipe.Decoder.MaxClockSkew, "max-clock-skew", "MAX_CLOCK_SKEW", d.Decoder.MaxClockSkew, "an occurred_at further after the Kafka record timestamp is replaced by the record timestamp")
 }
 
 func (o *runOptions) resolve() ([]string, error) {
