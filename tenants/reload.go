@@ -22,6 +22,15 @@ import (
 // misses, while a changed hash is always seen. A new config is validated in
 // full and checked against the running one before it is swapped in, in one
 // atomic store: each event is processed under exactly one version.
+//
+// A file written in place (an editor, `cat >`, a configuration tool) can be
+// read half-written, and a valid prefix would drop the tenants cut off to
+// the default TTL. So polling applies new content only once it has read the
+// same content for at least one poll interval: a write whose pauses are all
+// shorter than the interval is never applied torn, and an edit takes effect
+// one to two intervals after it is finished. (Counting polls would not do:
+// a ticker that fell behind fires twice in a row.) SIGHUP applies the file
+// at once; the operator who sends it has finished writing.
 type Reloader struct {
 	path     string
 	interval time.Duration
@@ -30,7 +39,14 @@ type Reloader struct {
 
 	mu     sync.Mutex
 	status ReloadStatus
-	seen   []byte // content of the last file read, good or bad
+	// seen is the content of the last read, good or bad, and seenSince when
+	// it was first read: content unchanged for an interval has settled.
+	seen      []byte
+	seenSince time.Time
+	now       func() time.Time
+	// decided is the last content applied or refused, so that a file that
+	// stays as it is is judged once.
+	decided []byte
 }
 
 // ReloadStatus describes the last reload attempt.
@@ -49,10 +65,10 @@ type ReloadStatus struct {
 
 // NewReloader starts from initial, the config already loaded from path.
 func NewReloader(path string, initial *Config, interval time.Duration, log *slog.Logger) *Reloader {
-	r := &Reloader{path: path, interval: interval, log: log}
+	r := &Reloader{path: path, interval: interval, log: log, now: time.Now}
 	r.cur.Store(initial)
 	r.status = ReloadStatus{Version: initial.Version, LastOK: true, LastChange: time.Now()}
-	r.seen = initial.raw
+	r.seen, r.decided = initial.raw, initial.raw
 	return r
 }
 
@@ -66,9 +82,9 @@ func (r *Reloader) Status() ReloadStatus {
 	return r.status
 }
 
-// Run polls every interval, and at once on each value of now (SIGHUP),
-// until ctx ends.
-func (r *Reloader) Run(ctx context.Context, now <-chan os.Signal) {
+// Run polls every interval, applying content that has settled, and applies
+// the file at once on each value of hup (SIGHUP), until ctx ends.
+func (r *Reloader) Run(ctx context.Context, hup <-chan os.Signal) {
 	t := time.NewTicker(r.interval)
 	defer t.Stop()
 	for {
@@ -76,30 +92,63 @@ func (r *Reloader) Run(ctx context.Context, now <-chan os.Signal) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		case <-now:
+			r.Poll()
+		case <-hup:
 			r.log.Info("reloading tenants file on signal", "path", r.path)
+			r.Reload()
 		}
-		r.Reload()
 	}
 }
 
-// Reload reads the file and applies it if it changed and is valid and safe.
-// It reports whether a new config is in force.
+// Poll reads the file and applies it if it changed, is valid and safe, and
+// has read the same for an interval. It reports whether a new config is in
+// force.
+func (r *Reloader) Poll() bool {
+	data, err := os.ReadFile(r.path)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		r.unreadable(err)
+		return false
+	}
+	now := r.now()
+	if !bytes.Equal(data, r.seen) {
+		r.seen, r.seenSince = data, now // changed: it may still be being written
+		return false
+	}
+	if now.Sub(r.seenSince) < r.interval {
+		return false
+	}
+	return r.apply(data)
+}
+
+// Reload reads the file and applies it at once if it changed and is valid
+// and safe. It reports whether a new config is in force.
 func (r *Reloader) Reload() bool {
 	data, err := os.ReadFile(r.path)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err != nil {
-		// A missing file mid-swap is transient; say so once, and look at the
-		// content afresh when it is back.
-		r.seen = nil
-		r.refuse(nil, fmt.Errorf("read tenants file: %w", err))
-		return false
-	}
-	if bytes.Equal(data, r.seen) {
+		r.unreadable(err)
 		return false
 	}
 	r.seen = data
+	return r.apply(data)
+}
+
+// unreadable records a failed read. A missing file mid-swap is transient;
+// it is said once, and the content is judged afresh when it is back.
+func (r *Reloader) unreadable(err error) {
+	r.seen, r.decided = nil, nil
+	r.refuse(nil, fmt.Errorf("read tenants file: %w", err))
+}
+
+// apply judges content read from the file; r.mu is held.
+func (r *Reloader) apply(data []byte) bool {
+	if bytes.Equal(data, r.decided) {
+		return false
+	}
+	r.decided = data
 	if cur := r.cur.Load(); bytes.Equal(data, cur.raw) {
 		// A refused edit was reverted: the file says what runs again.
 		if !r.status.LastOK {

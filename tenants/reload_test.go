@@ -3,11 +3,13 @@ package tenants
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -282,5 +284,110 @@ func TestReloadMetrics(t *testing.T) {
 	r.Reload()
 	if ok, v := collect(); ok != 0 || v != r.Current().Version {
 		t.Errorf("after a bad edit: ok %d version %q, want 0 and the running %q", ok, v, r.Current().Version)
+	}
+}
+
+// Polling applies content only when two polls in a row read the same:
+// a file caught mid-write is left alone until the write is over.
+func TestPollWaitsForContentToSettle(t *testing.T) {
+	full := base + "  globex: 3d\n  initech: 5h\n"
+	r, path, _ := newReloader(t, full)
+	clock := time.Unix(1_800_000_000, 0)
+	r.now = func() time.Time { return clock }
+	poll := func() bool { clock = clock.Add(r.interval); return r.Poll() }
+	edited := strings.Replace(full, "acme: 1h", "acme: 2h", 1)
+	prefix := edited[:strings.Index(edited, "  globex")] // valid YAML: acme alone
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(prefix); err != nil {
+		t.Fatal(err)
+	}
+	if poll() {
+		t.Fatalf("a half-written file was applied at the first poll that read it: globex %s", r.Current().Policy.TTL("globex"))
+	}
+	if _, err := f.WriteString(edited[len(prefix):]); err != nil {
+		t.Fatal(err)
+	}
+	if poll() {
+		t.Fatal("content that changed since the last poll was applied")
+	}
+	clock = clock.Add(r.interval - time.Nanosecond)
+	if r.Poll() {
+		t.Fatal("content read the same for less than an interval was applied")
+	}
+	if !poll() {
+		t.Fatalf("settled content not applied: %+v", r.Status())
+	}
+	c := r.Current().Policy
+	if c.TTL("acme") != 2*time.Hour || c.TTL("globex") != 72*time.Hour || c.TTL("initech") != 5*time.Hour {
+		t.Errorf("applied acme %s globex %s initech %s", c.TTL("acme"), c.TTL("globex"), c.TTL("initech"))
+	}
+	if poll() || r.Status().Reloads != 1 {
+		t.Errorf("a settled file applied again: %+v", r.Status())
+	}
+}
+
+// A file written in place slowly, line by line, while the worker polls and
+// events read the config: every config an event sees is the old file or
+// the new one, never a prefix that drops tenants to the default TTL.
+func TestSlowInPlaceWriteIsNeverAppliedHalfWay(t *testing.T) {
+	tenantsOf := func(ttl string) string {
+		var b strings.Builder
+		b.WriteString("strategy: default-expiration\ndefault_ttl: 2d\ntenants:\n")
+		for i := range 12 {
+			fmt.Fprintf(&b, "  t%02d: %s\n", i, ttl)
+		}
+		return b.String()
+	}
+	old, edited := tenantsOf("1h"), tenantsOf("3h")
+	r, path, _ := newReloader(t, old)
+	// Polls land mid-write, while every pause of the writer stays well
+	// below the interval, even on a loaded machine.
+	r.interval = 100 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx, nil); close(done) }()
+	var torn atomic.Value
+	var readers sync.WaitGroup
+	for range 2 {
+		readers.Go(func() {
+			for ctx.Err() == nil {
+				p := r.Current().Policy
+				first := p.TTL("t00")
+				for i := range 12 {
+					if ttl := p.TTL(fmt.Sprintf("t%02d", i)); ttl != first {
+						torn.Store(fmt.Sprintf("t00 %s but t%02d %s", first, i, ttl))
+					}
+				}
+				time.Sleep(100 * time.Microsecond)
+			}
+		})
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.SplitAfter(edited, "\n") {
+		if _, err := f.WriteString(line); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond) // 15 lines: the write spans more than a poll interval
+	}
+	f.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for r.Current().Policy.TTL("t11") != 3*time.Hour && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	readers.Wait()
+	if s, ok := torn.Load().(string); ok {
+		t.Errorf("an event saw a half-written file: %s", s)
+	}
+	if got := r.Current().Policy.TTL("t11"); got != 3*time.Hour {
+		t.Errorf("the finished edit was not applied: t11 %s", got)
 	}
 }

@@ -198,7 +198,7 @@ func verdict(rep *checkReport) (int, string) {
 	case rep.Table != nil && rep.Table.Error != "":
 		return checkUnchecked, "valid, but the table's GC rule could not be read: " + rep.Table.Error
 	}
-	return checkSafe, "valid and safe: a running worker loads it within --tenants-reload-interval, or at once on SIGHUP"
+	return checkSafe, "valid and safe: a running worker loads it once it has read it unchanged for --tenants-reload-interval, or at once on SIGHUP"
 }
 
 func printCheck(w io.Writer, rep *checkReport) {
