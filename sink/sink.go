@@ -9,16 +9,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"cloud.google.com/go/bigtable"
-	"github.com/cenkalti/backoff/v4"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/cellttl/cellttl/internal/retry"
 )
 
 // Column qualifiers within the family.
@@ -58,6 +60,11 @@ type Writer struct {
 	cfg       WriterConfig
 	log       *slog.Logger
 	m         writerMetrics
+
+	mu          sync.Mutex
+	outageSince time.Time // zero while writes go through
+	outageCode  codes.Code
+	outageErr   error
 }
 
 type writerMetrics struct {
@@ -127,47 +134,162 @@ func (e *RowError) Unwrap() error { return e.Err }
 // failed, with exponential backoff and without a limit until ctx ends; then
 // Write returns ctx's error and the rows' outcomes are unknown. Cells carry
 // explicit timestamps, so writing a row again is harmless.
+//
+// A row is rejected for good only on evidence that the refusal is its own:
+// Bigtable refused the row's entry with a code about its content while it
+// wrote another entry of the same request, or a request without the row
+// succeeds. A failure that every row shares (a wrong app profile, a table
+// state, missing permission) is an outage: retried, logged with the likely
+// fix, reported by Outage, and never blamed on rows.
 func (w *Writer) Write(ctx context.Context, rows []Row) ([]error, error) {
 	results := make([]error, len(rows))
 	pending := make([]int, len(rows)) // indexes of rows not yet settled
 	for i := range pending {
 		pending[i] = i
 	}
-	bo := backoff.NewExponentialBackOff()
-	bo.InitialInterval = w.cfg.InitialBackoff
-	bo.MaxInterval = w.cfg.MaxBackoff
-	bo.MaxElapsedTime = 0
-	for attempt := 1; ; attempt++ {
-		retry, code, err := w.attempt(ctx, rows, pending, results)
+	b := retry.New(ctx, retry.Policy{Initial: w.cfg.InitialBackoff, Max: w.cfg.MaxBackoff})
+	for {
+		out := w.attempt(ctx, rows, pending, results)
 		// The caller's span (one per batch) learns how hard the write was.
-		trace.SpanFromContext(ctx).SetAttributes(attribute.Int("cellttl.batch.attempts", attempt))
-		if len(retry) == 0 {
+		trace.SpanFromContext(ctx).SetAttributes(attribute.Int("cellttl.batch.attempts", b.Attempt()))
+		if out.wrote {
+			w.recovered()
+		}
+		if len(out.retry) == 0 {
 			return results, nil
 		}
 		if ctx.Err() != nil {
-			return results, fmt.Errorf("write %d rows: %w", len(retry), ctx.Err())
+			return results, fmt.Errorf("write %d rows: %w", len(out.retry), ctx.Err())
 		}
-		w.m.retries.Add(ctx, int64(len(retry)), metric.WithAttributes(attribute.String("rpc.grpc.status_code", code.String())))
+		if out.whole {
+			w.failing(out.code, out.err)
+		}
+		w.m.retries.Add(ctx, int64(len(out.retry)), metric.WithAttributes(attribute.String("rpc.grpc.status_code", out.code.String())))
 		if w.cfg.OnRetry != nil {
-			w.cfg.OnRetry(len(retry), code, err)
+			w.cfg.OnRetry(len(out.retry), out.code, out.err)
 		}
-		wait := bo.NextBackOff()
-		w.log.Warn("bigtable write failed, retrying", "rows", len(retry), "attempt", attempt, "code", code.String(), "backoff", wait, "err", err)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return results, fmt.Errorf("write %d rows: %w", len(retry), ctx.Err())
-		case <-t.C:
+		w.log.Warn("bigtable write failed, retrying", "rows", len(out.retry), "attempt", b.Attempt(), "code", out.code.String(),
+			"whole_request", out.whole, "backoff", b.Next(), "err", out.err)
+		if !b.Wait() {
+			return results, fmt.Errorf("write %d rows: %w", len(out.retry), ctx.Err())
 		}
-		pending = retry
+		pending = out.retry
 	}
 }
 
+// outcome is what one attempt left to do.
+type outcome struct {
+	retry []int // indexes of rows to try again
+	code  codes.Code
+	err   error // one of the retried rows' failures
+	// whole is set when no row of the attempt was written and no row was
+	// blamed: a failure the rows share.
+	whole bool
+	wrote bool // some row was written
+}
+
+// evidence answers, at most once per attempt, whether Bigtable accepts a
+// request without the rows at hand: the control that tells a row's own
+// refusal from one every request gets.
+type evidence struct {
+	w       *Writer
+	ctx     context.Context
+	probed  bool
+	accepts bool
+}
+
+func (e *evidence) othersAccepted() bool {
+	if !e.probed {
+		e.probed = true
+		e.accepts = e.w.probe(e.ctx) == nil
+	}
+	return e.accepts
+}
+
 // attempt makes one ApplyBulk call for the rows at pending, records the rows
-// rejected for good in results and returns the indexes to try again, with
-// the code and error of one of their failures.
-func (w *Writer) attempt(ctx context.Context, rows []Row, pending []int, results []error) ([]int, codes.Code, error) {
+// rejected for good in results, and says what is left to retry.
+func (w *Writer) attempt(ctx context.Context, rows []Row, pending []int, results []error) outcome {
+	ev := &evidence{w: w, ctx: ctx}
+	rowErrs, err := w.apply(ctx, rows, pending)
+	if err != nil {
+		code := status.Code(err)
+		if aboutContent(code) && ctx.Err() == nil && ev.othersAccepted() {
+			// Refused whole, but Bigtable takes other requests: a row of
+			// this one is at fault. Split the request to find it.
+			return w.isolate(ctx, rows, pending, results, code, err, ev)
+		}
+		return outcome{retry: pending, code: code, err: err, whole: true}
+	}
+	return w.settle(rows, pending, rowErrs, results, ev)
+}
+
+// settle sorts the per-row results of a request that Bigtable took.
+func (w *Writer) settle(rows []Row, pending []int, rowErrs []error, results []error, ev *evidence) outcome {
+	var out outcome
+	var refused []int
+	for j := range pending {
+		var rerr error
+		if rowErrs != nil {
+			rerr = rowErrs[j]
+		}
+		switch {
+		case rerr == nil:
+			out.wrote = true
+		case aboutContent(status.Code(rerr)):
+			refused = append(refused, j)
+		default:
+			out.retry = append(out.retry, pending[j])
+			out.code, out.err = status.Code(rerr), rerr
+		}
+	}
+	if len(refused) > 0 {
+		if out.wrote || ev.othersAccepted() {
+			for _, j := range refused {
+				results[pending[j]] = &RowError{Code: status.Code(rowErrs[j]), Err: rowErrs[j]}
+			}
+		} else {
+			// Every row refused, and a request without them fails too.
+			for _, j := range refused {
+				out.retry = append(out.retry, pending[j])
+				out.code, out.err = status.Code(rowErrs[j]), rowErrs[j]
+			}
+		}
+	}
+	out.whole = !out.wrote && len(out.retry) == len(pending)
+	return out
+}
+
+// isolate splits a request that Bigtable refused as a whole, while it takes
+// requests without these rows, until each refusal falls on one row.
+func (w *Writer) isolate(ctx context.Context, rows []Row, pending []int, results []error, code codes.Code, err error, ev *evidence) outcome {
+	if len(pending) == 1 {
+		results[pending[0]] = &RowError{Code: code, Err: err}
+		return outcome{}
+	}
+	var out outcome
+	h := len(pending) / 2
+	for _, part := range [][]int{pending[:h], pending[h:]} {
+		rowErrs, perr := w.apply(ctx, rows, part)
+		var sub outcome
+		switch pcode := status.Code(perr); {
+		case perr == nil:
+			sub = w.settle(rows, part, rowErrs, results, ev)
+		case aboutContent(pcode) && ctx.Err() == nil:
+			sub = w.isolate(ctx, rows, part, results, pcode, perr, ev)
+		default:
+			sub = outcome{retry: part, code: pcode, err: perr}
+		}
+		out.retry = append(out.retry, sub.retry...)
+		out.wrote = out.wrote || sub.wrote
+		if sub.err != nil {
+			out.code, out.err = sub.code, sub.err
+		}
+	}
+	return out
+}
+
+// apply makes one ApplyBulk call for the rows at pending.
+func (w *Writer) apply(ctx context.Context, rows []Row, pending []int) ([]error, error) {
 	keys := make([]string, len(pending))
 	muts := make([]*bigtable.Mutation, len(pending))
 	var writtenAt [8]byte
@@ -184,38 +306,84 @@ func (w *Writer) attempt(ctx context.Context, rows []Row, pending []int, results
 	start := time.Now()
 	rowErrs, err := w.table.ApplyBulk(actx, keys, muts)
 	w.record(ctx, start, len(pending), err, rowErrs)
+	return rowErrs, err
+}
+
+// probeKey is a row no event can have: a tenant id is never empty.
+const probeKey = "#cellttl-probe"
+
+// probe sends a request without any event's row: a delete in a row that
+// does not exist, through the same call, app profile, table and family as
+// the writes. It changes no data.
+func (w *Writer) probe(ctx context.Context) error {
+	m := bigtable.NewMutation()
+	m.DeleteCellsInFamily(w.family)
+	timeout := 10 * time.Second
+	if w.cfg.AttemptTimeout > 0 {
+		timeout = min(timeout, w.cfg.AttemptTimeout)
+	}
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	errs, err := w.table.ApplyBulk(pctx, []string{probeKey}, []*bigtable.Mutation{m})
 	if err != nil {
-		code := status.Code(err)
-		if permanent(code) && ctx.Err() == nil {
-			// The request as a whole was refused. Blame no row for that
-			// unless it is the only one: split the batch to find it.
-			if len(pending) == 1 {
-				results[pending[0]] = &RowError{Code: code, Err: err}
-				return nil, code, nil
-			}
-			h := len(pending) / 2
-			r1, _, _ := w.attempt(ctx, rows, pending[:h], results)
-			r2, c2, e2 := w.attempt(ctx, rows, pending[h:], results)
-			return append(r1, r2...), c2, e2
-		}
-		return pending, code, err
+		return err
 	}
-	var retry []int
-	var lastCode codes.Code
-	var lastErr error
-	for j, rerr := range rowErrs {
-		if rerr == nil {
-			continue
-		}
-		code := status.Code(rerr)
-		if permanent(code) {
-			results[pending[j]] = &RowError{Code: code, Err: rerr}
-			continue
-		}
-		retry = append(retry, pending[j])
-		lastCode, lastErr = code, rerr
+	if len(errs) > 0 && errs[0] != nil {
+		return errs[0]
 	}
-	return retry, lastCode, lastErr
+	return nil
+}
+
+// failing records a failure every row of an attempt shared. The first one
+// of an outage is logged as an error with what usually fixes it.
+func (w *Writer) failing(code codes.Code, err error) {
+	w.mu.Lock()
+	first := w.outageSince.IsZero()
+	if first {
+		w.outageSince = time.Now()
+	}
+	w.outageCode, w.outageErr = code, err
+	w.mu.Unlock()
+	if first {
+		w.log.Error("bigtable refuses every write; events wait, uncommitted, and are retried", "table", w.tableName,
+			"code", code.String(), "fix", fixFor(code), "err", err)
+	}
+}
+
+func (w *Writer) recovered() {
+	w.mu.Lock()
+	since := w.outageSince
+	w.outageSince, w.outageErr = time.Time{}, nil
+	w.mu.Unlock()
+	if !since.IsZero() {
+		w.log.Info("bigtable takes writes again", "table", w.tableName, "after", time.Since(since).Round(time.Millisecond))
+	}
+}
+
+// Outage returns why writes fail as a whole, nil while they go through.
+func (w *Writer) Outage() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.outageSince.IsZero() {
+		return nil
+	}
+	return fmt.Errorf("bigtable writes to %s failing since %s (%s): %v; %s", w.tableName,
+		w.outageSince.UTC().Format(time.RFC3339), w.outageCode, w.outageErr, fixFor(w.outageCode))
+}
+
+// fixFor says what usually ends a failure every write shares.
+func fixFor(code codes.Code) string {
+	switch code {
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange:
+		return "every request is refused whole: check --app-profile (it must route writes to this instance's clusters) and the table's state"
+	case codes.PermissionDenied, codes.Unauthenticated:
+		return "grant the worker's credentials bigtable.tables.mutateRows on the table (roles/bigtable.user)"
+	case codes.NotFound:
+		return "the table or its family is missing: run `worker setup`"
+	case codes.ResourceExhausted:
+		return "Bigtable is throttling: add nodes or lower --writers"
+	}
+	return "retrying until Bigtable answers"
 }
 
 // mutation writes the row's cells, all at the row's timestamp.
@@ -248,12 +416,13 @@ func (w *Writer) record(ctx context.Context, start time.Time, rows int, err erro
 	w.m.rows.Add(ctx, int64(rows))
 }
 
-// permanent reports whether a failure with code is a property of the data
-// (the same row will be refused again) rather than of the service's state.
-// Everything else, including the codes for an unknown table or missing
-// permission, is retried: those are operators' problems, and dead-lettering
-// good events because of them would lose data.
-func permanent(code codes.Code) bool {
+// aboutContent reports whether a failure with code can be a property of
+// the data (the same row will be refused again) rather than of the
+// service's state. Such a failure is blamed on a row only with evidence
+// (see Write). Every other code, including those for an unknown table or
+// missing permission, is retried: those are operators' problems, and
+// dead-lettering good events because of them would lose data.
+func aboutContent(code codes.Code) bool {
 	switch code {
 	case codes.InvalidArgument, codes.OutOfRange, codes.FailedPrecondition:
 		return true

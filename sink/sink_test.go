@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -11,10 +12,8 @@ import (
 
 	"cloud.google.com/go/bigtable"
 	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
-	"cloud.google.com/go/bigtable/bttest"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"log/slog"
@@ -140,52 +139,69 @@ func TestWriteCells(t *testing.T) {
 	}
 }
 
-// faultyEmulator runs bttest behind an interceptor that fails MutateRows:
-// the first `unavailable` calls whole, and any call carrying a row key with
-// "poison" as InvalidArgument, the way a request with a bad entry is refused.
-func faultyEmulator(t *testing.T, unavailable int32) (*bigtable.Client, *bigtable.AdminClient, *atomic.Int32) {
-	var calls atomic.Int32
-	icpt := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-		if !strings.HasSuffix(info.FullMethod, "/MutateRows") {
-			return h(srv, ss)
-		}
-		n := calls.Add(1)
-		if n <= unavailable {
-			return status.Error(codes.Unavailable, "injected outage")
-		}
-		return h(srv, &peek{ServerStream: ss})
-	}
-	srv, err := bttest.NewServer("127.0.0.1:0", grpc.StreamInterceptor(icpt))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-	t.Setenv("BIGTABLE_EMULATOR_HOST", srv.Addr)
+// faultyEmulator puts the fault proxy in front of the emulator (the real
+// one when configured) and opens clients through it.
+func faultyEmulator(t *testing.T) (*bigtable.Client, *bigtable.AdminClient, *testenv.BigtableProxy) {
+	proxy := testenv.StartBigtableProxy(t, testenv.Bigtable(t))
+	t.Setenv("BIGTABLE_EMULATOR_HOST", proxy.Addr)
 	dc, ac := testenv.Clients(t)
-	return dc, ac, &calls
+	return dc, ac, proxy
 }
 
-type peek struct{ grpc.ServerStream }
-
-func (p *peek) RecvMsg(m any) error {
-	if err := p.ServerStream.RecvMsg(m); err != nil {
-		return err
+// refuseFirst fails the first n MutateRows calls whole with code.
+func refuseFirst(n int32, code codes.Code) func(*btpb.MutateRowsRequest) testenv.MutateRowsFault {
+	var calls atomic.Int32
+	return func(*btpb.MutateRowsRequest) testenv.MutateRowsFault {
+		if calls.Add(1) <= n {
+			return testenv.MutateRowsFault{Refuse: status.Error(code, "injected")}
+		}
+		return testenv.MutateRowsFault{}
 	}
-	if req, ok := m.(*btpb.MutateRowsRequest); ok {
-		for _, e := range req.Entries {
-			if bytes.Contains(e.RowKey, []byte("poison")) {
-				return status.Error(codes.InvalidArgument, "injected bad entry")
-			}
+}
+
+// refuseRequestsWith fails whole, with InvalidArgument, every request that
+// carries a row key containing "poison": a request with a bad entry, refused
+// as a whole.
+func refuseRequestsWith(req *btpb.MutateRowsRequest) testenv.MutateRowsFault {
+	for _, e := range req.Entries {
+		if bytes.Contains(e.RowKey, []byte("poison")) {
+			return testenv.MutateRowsFault{Refuse: status.Error(codes.InvalidArgument, "injected bad entry")}
 		}
 	}
-	return nil
+	return testenv.MutateRowsFault{}
+}
+
+// refuseEntriesWith refuses, on their own, the entries whose key contains
+// "poison", and writes the others.
+func refuseEntriesWith(*btpb.MutateRowsRequest) testenv.MutateRowsFault {
+	return testenv.MutateRowsFault{Entry: func(key []byte) codes.Code {
+		if bytes.Contains(key, []byte("poison")) {
+			return codes.InvalidArgument
+		}
+		return codes.OK
+	}}
+}
+
+func rowsOf(keys ...string) []sink.Row {
+	rows := make([]sink.Row, len(keys))
+	for i, k := range keys {
+		rows[i] = sink.Row{Key: k, Timestamp: 1_000_000_000_000, Value: []byte(k)}
+	}
+	return rows
+}
+
+func fastRetries() sink.WriterConfig {
+	cfg := sink.DefaultWriterConfig()
+	cfg.InitialBackoff, cfg.MaxBackoff = time.Millisecond, 5*time.Millisecond
+	cfg.AttemptTimeout = 2 * time.Second
+	return cfg
 }
 
 func TestWriteRetriesWholeCallFailures(t *testing.T) {
-	dc, ac, calls := faultyEmulator(t, 10)
+	dc, ac, proxy := faultyEmulator(t)
 	tgt := testenv.Table(t, ac, dc, time.Hour)
-	cfg := sink.DefaultWriterConfig()
-	cfg.InitialBackoff, cfg.MaxBackoff = time.Millisecond, 5*time.Millisecond
+	proxy.SetFault(refuseFirst(10, codes.Unavailable))
+	cfg := fastRetries()
 	cfg.AttemptTimeout = 100 * time.Millisecond // the client's own retries end here
 	var retried atomic.Int32
 	cfg.OnRetry = func(rows int, code codes.Code, _ error) {
@@ -197,7 +213,7 @@ func TestWriteRetriesWholeCallFailures(t *testing.T) {
 	w := sink.NewWriter(dc, tgt, cfg, slog.Default())
 	rec := tracetest.NewSpanRecorder()
 	sctx, span := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)).Tracer("test").Start(ctx, "batch")
-	res, err := w.Write(sctx, []sink.Row{{Key: "k", Timestamp: 1_000_000_000_000, Value: []byte("v")}})
+	res, err := w.Write(sctx, rowsOf("k"))
 	span.End()
 	if err != nil || res[0] != nil {
 		t.Fatalf("write: %v %v", res, err)
@@ -214,27 +230,67 @@ func TestWriteRetriesWholeCallFailures(t *testing.T) {
 	if retried.Load() == 0 {
 		t.Error("OnRetry was never told of the failures")
 	}
-	if calls.Load() < 11 {
-		t.Errorf("%d MutateRows calls, want the 10 failures and a success", calls.Load())
+	if n := proxy.MutateRowsCalls(); n < 11 {
+		t.Errorf("%d MutateRows calls, want the 10 failures and a success", n)
 	}
 	if len(readRow(t, dc, tgt.Table, "k")) == 0 {
 		t.Error("row not written")
 	}
+	if err := w.Outage(); err != nil {
+		t.Errorf("outage still reported after the write went through: %v", err)
+	}
 }
 
+// A request refused whole because of one row: the probe shows Bigtable
+// takes requests without it, so the request is split to find the row.
 func TestWriteIsolatesRefusedRow(t *testing.T) {
-	dc, ac, _ := faultyEmulator(t, 0)
+	dc, ac, proxy := faultyEmulator(t)
 	tgt := testenv.Table(t, ac, dc, time.Hour)
-	w := sink.NewWriter(dc, tgt, sink.DefaultWriterConfig(), slog.Default())
+	proxy.SetFault(refuseRequestsWith)
+	w := sink.NewWriter(dc, tgt, fastRetries(), slog.Default())
 	keys := []string{"k0", "k1", "poison", "k3", "k4"}
-	rows := make([]sink.Row, len(keys))
-	for i, k := range keys {
-		rows[i] = sink.Row{Key: k, Timestamp: 1_000_000_000_000, Value: []byte(k)}
-	}
-	res, err := w.Write(ctx, rows)
+	res, err := w.Write(ctx, rowsOf(keys...))
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkOnlyPoisonBlamed(t, dc, tgt, keys, res)
+}
+
+// An entry Bigtable refuses on its own while it writes the others of the
+// same request is the row's fault.
+func TestWriteBlamesAnEntryRefusedBesideWrittenOnes(t *testing.T) {
+	dc, ac, proxy := faultyEmulator(t)
+	tgt := testenv.Table(t, ac, dc, time.Hour)
+	proxy.SetFault(refuseEntriesWith)
+	w := sink.NewWriter(dc, tgt, fastRetries(), slog.Default())
+	keys := []string{"k0", "poison", "k2"}
+	res, err := w.Write(ctx, rowsOf(keys...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkOnlyPoisonBlamed(t, dc, tgt, keys, res)
+	if n := proxy.MutateRowsCalls(); n != 1 {
+		t.Errorf("%d MutateRows calls, want 1: the written entries are the evidence", n)
+	}
+}
+
+// A batch of one row, refused for its content: blamed only because a
+// request without it (the probe) succeeds.
+func TestWriteBlamesALoneRowOnlyWhenOthersPass(t *testing.T) {
+	dc, ac, proxy := faultyEmulator(t)
+	tgt := testenv.Table(t, ac, dc, time.Hour)
+	w := sink.NewWriter(dc, tgt, fastRetries(), slog.Default())
+	for _, fault := range []func(*btpb.MutateRowsRequest) testenv.MutateRowsFault{refuseEntriesWith, refuseRequestsWith} {
+		proxy.SetFault(fault)
+		res, err := w.Write(ctx, rowsOf("poison"))
+		if err != nil || !sink.IsRowError(res[0]) {
+			t.Errorf("a lone refused row: %v %v, want a RowError", res, err)
+		}
+	}
+}
+
+func checkOnlyPoisonBlamed(t *testing.T, dc *bigtable.Client, tgt sink.Target, keys []string, res []error) {
+	t.Helper()
 	for i, k := range keys {
 		if k == "poison" {
 			if !sink.IsRowError(res[i]) {
@@ -251,15 +307,68 @@ func TestWriteIsolatesRefusedRow(t *testing.T) {
 	}
 }
 
-func TestWriteStopsWithContext(t *testing.T) {
-	dc, ac, _ := faultyEmulator(t, 1<<30) // never recovers
+// Every request refused whole, the probe too, with each code: an outage.
+// No row is blamed (which would dead-letter the whole stream); the write
+// waits, Outage says why, and everything is written when it ends.
+func TestWholeRequestRefusalIsAnOutageForEveryCode(t *testing.T) {
+	dc, ac, proxy := faultyEmulator(t)
 	tgt := testenv.Table(t, ac, dc, time.Hour)
-	cfg := sink.DefaultWriterConfig()
-	cfg.AttemptTimeout = 100 * time.Millisecond
-	w := sink.NewWriter(dc, tgt, cfg, slog.Default())
+	for _, code := range []codes.Code{codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange,
+		codes.PermissionDenied, codes.NotFound, codes.Unavailable, codes.ResourceExhausted, codes.Internal} {
+		t.Run(code.String(), func(t *testing.T) {
+			var refused atomic.Int32
+			proxy.SetFault(func(*btpb.MutateRowsRequest) testenv.MutateRowsFault {
+				refused.Add(1)
+				return testenv.MutateRowsFault{Refuse: status.Error(code, "injected: refused whole")}
+			})
+			w := sink.NewWriter(dc, tgt, fastRetries(), slog.New(slog.DiscardHandler))
+			keys := []string{"a-" + code.String(), "b-" + code.String(), "c-" + code.String()}
+			done := make(chan []error, 1)
+			go func() {
+				res, err := w.Write(ctx, rowsOf(keys...))
+				if err != nil {
+					t.Errorf("write: %v", err)
+				}
+				done <- res
+			}()
+			testenv.Eventually(t, 10*time.Second, func() (bool, string) {
+				return refused.Load() >= 5 && w.Outage() != nil, fmt.Sprintf("%d refusals, outage %v", refused.Load(), w.Outage())
+			})
+			// The client retries Unavailable itself until the attempt's
+			// deadline, so that outage reads as DeadlineExceeded.
+			if err := w.Outage(); !strings.Contains(err.Error(), code.String()) && !strings.Contains(err.Error(), "DeadlineExceeded") {
+				t.Errorf("outage %q does not name the code", err)
+			}
+			select {
+			case res := <-done:
+				t.Fatalf("write returned during the outage: %v", res)
+			default:
+			}
+			proxy.SetFault(nil)
+			res := <-done
+			for i, k := range keys {
+				if res[i] != nil {
+					t.Errorf("row %s blamed for an outage: %v", k, res[i])
+				}
+				if len(readRow(t, dc, tgt.Table, k)) == 0 {
+					t.Errorf("row %s not written after the outage", k)
+				}
+			}
+			if err := w.Outage(); err != nil {
+				t.Errorf("outage still reported: %v", err)
+			}
+		})
+	}
+}
+
+func TestWriteStopsWithContext(t *testing.T) {
+	dc, ac, proxy := faultyEmulator(t)
+	tgt := testenv.Table(t, ac, dc, time.Hour)
+	proxy.SetFault(refuseFirst(1<<30, codes.Unavailable)) // never recovers
+	w := sink.NewWriter(dc, tgt, fastRetries(), slog.Default())
 	cctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	_, err := w.Write(cctx, []sink.Row{{Key: "k", Timestamp: 1_000_000_000_000, Value: []byte("v")}})
+	_, err := w.Write(cctx, rowsOf("k"))
 	if err == nil {
 		t.Fatal("write during an outage reported success")
 	}

@@ -75,7 +75,7 @@ func serve(ctx context.Context, o *runOptions, brokers []string, cfg *tenants.Co
 	}
 	if o.adminAddr != "" {
 		st := &statusSource{o: o, consumer: consumer, reloader: reloader, stats: p.Stats(), started: time.Now(), lastWriteErr: &lastWriteErr}
-		srv := admin.New(o.adminAddr, metrics, st.status, readinessChecks(consumer, dc.Open(o.table), reloader), log)
+		srv := admin.New(o.adminAddr, metrics, st.status, readinessChecks(consumer, dc.Open(o.table), writer, reloader), log)
 		addr, err := srv.Start()
 		if err != nil {
 			return err
@@ -96,9 +96,9 @@ func serve(ctx context.Context, o *runOptions, brokers []string, cfg *tenants.Co
 	return errors.Join(runErr, consumer.Close(), dlq.Close())
 }
 
-// readinessChecks: in the consumer group, Bigtable answering, a config
-// loaded.
-func readinessChecks(c *ingest.Consumer, tbl *bigtable.Table, r *tenants.Reloader) []admin.Check {
+// readinessChecks: in the consumer group, Bigtable answering and taking
+// writes, a config loaded.
+func readinessChecks(c *ingest.Consumer, tbl *bigtable.Table, w *sink.Writer, r *tenants.Reloader) []admin.Check {
 	return []admin.Check{
 		{Name: "kafka", Fn: func(context.Context) error {
 			s := c.Status()
@@ -116,7 +116,9 @@ func readinessChecks(c *ingest.Consumer, tbl *bigtable.Table, r *tenants.Reloade
 			if _, err := tbl.ReadRow(ctx, "#readiness-probe"); err != nil {
 				return fmt.Errorf("bigtable read: %w", err)
 			}
-			return nil
+			// Reads can pass while every write is refused (an app profile
+			// that routes nowhere, missing write permission).
+			return w.Outage()
 		}},
 		{Name: "config", Fn: func(context.Context) error {
 			if r.Current() == nil {
