@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"sync"
 	"time"
@@ -54,6 +55,11 @@ func New(addr string, metrics http.Handler, status func() any, checks []Check, l
 	if metrics != nil {
 		mux.Handle("GET /metrics", metrics)
 	}
+	// Profiles of the running worker (CPU, heap, goroutines), on the admin
+	// port, which is internal like /metrics.
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	s.srv = &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	return s
 }

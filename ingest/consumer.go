@@ -1,7 +1,7 @@
 // Package ingest reads click events from Kafka and settles their offsets: a
-// consumer-group member with one reader per assigned partition, a tracker
-// that commits only what is done, and a dead-letter producer. It knows
-// nothing of Bigtable.
+// consumer-group member whose fetcher reads every assigned partition within
+// one byte budget, a tracker of what is done, a committer that commits only
+// that, and a dead-letter producer. It knows nothing of Bigtable.
 package ingest
 
 import (
@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sort"
 	"strings"
 	"sync"
@@ -16,7 +17,6 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
-	"go.opentelemetry.io/otel/metric"
 )
 
 // ConsumerConfig configures a Consumer.
@@ -26,67 +26,63 @@ type ConsumerConfig struct {
 	Group   string
 	// CommitInterval is how often done offsets are committed.
 	CommitInterval time.Duration
-	// FetchMaxBytes bounds one fetch response per partition; it must exceed
-	// the largest message accepted.
-	FetchMaxBytes int
+	// MaxInflightBytes bounds the bytes of messages fetched and not yet
+	// settled, whatever the number of partitions: fetching waits at the
+	// bound (backpressure).
+	MaxInflightBytes int64
+	// MaxEventBytes is the largest value the worker accepts: a partition's
+	// share of a fetch holds at least one such message.
+	MaxEventBytes int
+	// FetchMaxBytes bounds one fetch request, which covers every owned
+	// partition a broker leads.
+	FetchMaxBytes int64
+	// OffsetReset is what to do when a committed offset lies outside the log.
+	OffsetReset OffsetReset
 	// SessionTimeout is how long the group waits for a silent member (one
 	// that crashed) before handing its partitions to the others; it also
 	// bounds a rebalance.
 	SessionTimeout time.Duration
-	// Dialer carries TLS and SASL settings; nil for plaintext.
-	Dialer *kafka.Dialer
+	// Dialer (group membership and commits) and Transport (fetches) carry
+	// TLS and SASL settings; nil for plaintext.
+	Dialer    *kafka.Dialer
+	Transport *kafka.Transport
+
+	// wrap, in tests, stands between the fetcher and the Transport.
+	wrap func(kafka.RoundTripper) kafka.RoundTripper
 }
 
 // Consumer is a member of a consumer group. Each generation of the group
-// assigns it partitions; it reads each with a reader of its own and merges
-// their messages into Fetch. Commits go through the current generation and
-// only for partitions it owns: a partition revoked in a rebalance is never
-// committed by this member again.
+// assigns it partitions; a fetcher reads them within the byte budget, a
+// tracker records what is done, and a committer commits it through that
+// generation, only for partitions it owns: a partition revoked in a
+// rebalance is never committed by this member again.
 type Consumer struct {
-	cfg     ConsumerConfig
-	group   *kafka.ConsumerGroup
-	tracker *Tracker
-	log     *slog.Logger
-	msgs    chan fetched
-	wg      sync.WaitGroup
-	stop    context.CancelFunc
-	// consumed counts fetched messages, for the metrics.
-	consumed atomic.Int64
-	// genID is the generation whose messages Fetch returns; messages
-	// still queued from an earlier one are dropped: their partitions may
-	// belong to another member now, which reads them again.
-	genID   atomic.Int32
-	metrics metric.Registration
+	cfg       ConsumerConfig
+	group     *kafka.ConsumerGroup
+	transport *kafka.Transport
+	rt        kafka.RoundTripper // the transport, or a test's wrapper of it
+	conns     *connSet
+	client    *kafka.Client
+	budget    *Budget
+	tracker   *Tracker
+	committer *committer
+	log       *slog.Logger
+	m         *consumerMetrics
+	fetched   chan []Fetched
+	fatal     chan error // a fetcher's reason to stop the worker
+	wg        sync.WaitGroup
+	stop      context.CancelFunc
+	consumed  atomic.Int64 // messages returned by Fetch, for the metrics
 
-	mu        sync.Mutex
-	gen       *kafka.Generation // nil between generations
-	owned     map[int]*partition
-	committed map[int]int64 // last offset committed per partition
-	lastErr   error
-	joinedAt  time.Time
-}
+	// Fetch's own: it has one caller.
+	batch []Fetched
+	next  int
 
-// fetched is a message and the generation that fetched it.
-type fetched struct {
-	m   kafka.Message
-	gen int32
-}
-
-// partition is the state of one owned partition.
-type partition struct {
-	lag    atomic.Int64 // messages behind the high watermark at the last fetch
-	reader atomic.Pointer[kafka.Reader]
-}
-
-// currentLag is the larger of the lag seen at the last fetch and the one
-// the reader measures on its own every few seconds: the first alone goes
-// stale when fetching stops (a stalled pipeline, a slow broker).
-func (p *partition) currentLag() int64 {
-	lag := p.lag.Load()
-	if r := p.reader.Load(); r != nil {
-		lag = max(lag, r.Stats().Lag)
-	}
-	return lag
+	mu       sync.Mutex
+	gen      *kafka.Generation // nil between generations
+	parts    []*partition      // of the current generation, for Status
+	lastErr  error
+	joinedAt time.Time
 }
 
 // NewConsumer starts joining the group.
@@ -97,9 +93,23 @@ func NewConsumer(cfg ConsumerConfig, log *slog.Logger) (*Consumer, error) {
 	if cfg.SessionTimeout <= 0 {
 		cfg.SessionTimeout = 30 * time.Second
 	}
-	if cfg.FetchMaxBytes <= 0 {
-		cfg.FetchMaxBytes = 10 << 20
+	if cfg.MaxInflightBytes <= 0 {
+		cfg.MaxInflightBytes = 64 << 20
 	}
+	if cfg.MaxEventBytes <= 0 {
+		cfg.MaxEventBytes = 1 << 20
+	}
+	if cfg.FetchMaxBytes <= 0 {
+		cfg.FetchMaxBytes = 16 << 20
+	}
+	transport := cfg.Transport
+	if transport == nil {
+		transport = &kafka.Transport{}
+	}
+	// Metadata of the input topic alone, not of the whole cluster.
+	transport.MetadataTopics = []string{cfg.Topic}
+	conns := &connSet{dial: transport.Dial}
+	transport.Dial = conns.Dial
 	group, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
 		ID:                    cfg.Group,
 		Brokers:               cfg.Brokers,
@@ -119,17 +129,27 @@ func NewConsumer(cfg ConsumerConfig, log *slog.Logger) (*Consumer, error) {
 		return nil, fmt.Errorf("consumer group %s: %w", cfg.Group, err)
 	}
 	ctx, stop := context.WithCancel(context.Background())
+	tracker := NewTracker()
+	var rt kafka.RoundTripper = transport
+	if cfg.wrap != nil {
+		rt = cfg.wrap(rt)
+	}
 	c := &Consumer{
 		cfg:       cfg,
 		group:     group,
-		tracker:   NewTracker(),
+		transport: transport,
+		rt:        rt,
+		conns:     conns,
+		client:    &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: rt, Timeout: 10 * time.Second},
+		budget:    NewBudget(cfg.MaxInflightBytes),
+		tracker:   tracker,
+		committer: &committer{topic: cfg.Topic, tracker: tracker, interval: cfg.CommitInterval, log: log},
 		log:       log,
-		msgs:      make(chan fetched, 1024),
+		fetched:   make(chan []Fetched, 16),
+		fatal:     make(chan error, 1),
 		stop:      stop,
-		owned:     map[int]*partition{},
-		committed: map[int]int64{},
 	}
-	if c.metrics, err = c.registerMetrics(); err != nil {
+	if c.m, err = c.registerMetrics(); err != nil {
 		stop()
 		_ = group.Close()
 		return nil, err
@@ -151,83 +171,56 @@ func (c *Consumer) generations(ctx context.Context) {
 			continue
 		}
 		assigned := gen.Assignments[c.cfg.Topic]
-		ids := make([]int, len(assigned))
-		owned := make(map[int]*partition, len(assigned))
-		for i, a := range assigned {
-			ids[i] = a.ID
-			owned[a.ID] = &partition{}
-		}
-		sort.Ints(ids)
-		c.mu.Lock()
-		c.gen, c.owned, c.lastErr, c.joinedAt = gen, owned, nil, time.Now()
-		c.genID.Store(gen.ID)
+		offsets := make(map[int]int64, len(assigned))
 		for _, a := range assigned {
-			// Commits of the partition start over from where the group
-			// stands, never from what this member knew before.
-			c.tracker.Reset(a.ID)
-			if a.Offset >= 0 {
-				c.committed[a.ID] = a.Offset
-			} else {
-				delete(c.committed, a.ID)
-			}
+			offsets[a.ID] = a.Offset
 		}
+		// Commits of each partition start over from where the group stands,
+		// never from what this member knew before.
+		epochs := c.committer.begin(gen, offsets)
+		parts := make([]*partition, 0, len(assigned))
+		for _, a := range assigned {
+			next := a.Offset
+			if next < 0 {
+				next = kafka.FirstOffset // no commit yet: from the start
+			}
+			parts = append(parts, &partition{id: a.ID, a: epochs[a.ID], next: next})
+		}
+		sort.Slice(parts, func(i, j int) bool { return parts[i].id < parts[j].id })
+		ids := make([]int, len(parts))
+		for i, p := range parts {
+			ids[i] = p.id
+		}
+		c.mu.Lock()
+		c.gen, c.parts, c.lastErr, c.joinedAt = gen, parts, nil, time.Now()
 		c.mu.Unlock()
 		c.log.Info("joined consumer group", "group", c.cfg.Group, "generation", gen.ID, "member", gen.MemberID, "partitions", ids)
-		for _, a := range assigned {
-			gen.Start(func(gctx context.Context) { c.readPartition(gctx, gen.ID, a, owned[a.ID]) })
-		}
-		// The generation ends at the next rebalance; forget it then, so that
-		// nothing is committed through it or for its partitions.
+		// The fetcher runs until the group ends the generation; errors of a
+		// partition never end it (a returning function would).
 		gen.Start(func(gctx context.Context) {
-			<-gctx.Done()
+			f := &fetcher{
+				transport: c.rt, client: c.client, topic: c.cfg.Topic,
+				budget: c.budget, tracker: c.tracker, reset: c.cfg.OffsetReset,
+				requestMax: c.cfg.FetchMaxBytes, partMax: int64(max(1<<20, c.cfg.MaxEventBytes+64<<10)),
+				out: c.fetched, log: c.log, m: c.m, parts: parts,
+			}
+			if err := f.run(gctx); err != nil {
+				c.setErr(err)
+				select {
+				case c.fatal <- err:
+				default:
+				}
+				<-gctx.Done()
+			}
+			// Forget the generation, so that nothing is committed through
+			// it or for its partitions.
+			c.committer.end(gen)
 			c.mu.Lock()
 			if c.gen == gen {
-				c.gen, c.owned = nil, map[int]*partition{}
+				c.gen, c.parts = nil, nil
 			}
 			c.mu.Unlock()
 		})
-	}
-}
-
-// readPartition fetches one partition until its generation ends.
-func (c *Consumer) readPartition(ctx context.Context, gen int32, a kafka.PartitionAssignment, st *partition) {
-	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers:   c.cfg.Brokers,
-		Topic:     c.cfg.Topic,
-		Partition: a.ID,
-		MinBytes:  1,
-		MaxBytes:  c.cfg.FetchMaxBytes,
-		MaxWait:   250 * time.Millisecond,
-		// A few hundred messages per partition keep fetches flowing; they
-		// count towards memory beyond --max-inflight-bytes.
-		QueueCapacity:   256,
-		ReadLagInterval: 5 * time.Second,
-		Dialer:          c.cfg.Dialer,
-		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
-			c.log.Warn("kafka partition reader", "partition", a.ID, "err", fmt.Sprintf(msg, args...))
-		}),
-	})
-	defer r.Close()
-	st.reader.Store(r)
-	if err := r.SetOffset(a.Offset); err != nil {
-		c.log.Error("set partition offset", "partition", a.ID, "offset", a.Offset, "err", err)
-		return
-	}
-	for {
-		m, err := r.FetchMessage(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				c.log.Warn("fetch", "partition", a.ID, "err", err)
-				c.setErr(err)
-			}
-			return
-		}
-		st.lag.Store(max(0, m.HighWaterMark-m.Offset-1))
-		select {
-		case c.msgs <- fetched{m: m, gen: gen}:
-		case <-ctx.Done():
-			return
-		}
 	}
 }
 
@@ -238,17 +231,32 @@ func (c *Consumer) setErr(err error) {
 }
 
 // Fetch returns the next message of any owned partition and the Ack that
-// settles it. Every fetched message must be acked exactly once, or its
-// partition's commits stop there.
+// settles it. Every message returned must be settled with Done exactly
+// once, or its partition's commits stop there. Fetch has one caller at a
+// time. It returns an error when ctx ends, or when the worker must stop (a
+// committed offset outside the log under --offset-out-of-range fail).
 func (c *Consumer) Fetch(ctx context.Context) (kafka.Message, Ack, error) {
 	for {
-		select {
-		case f := <-c.msgs:
-			if f.gen != c.genID.Load() {
-				continue // fetched before a rebalance: the partition's new owner reads it
+		for c.next < len(c.batch) {
+			f := c.batch[c.next]
+			c.batch[c.next] = Fetched{}
+			c.next++
+			if f.Ack.a.Stale() {
+				// Fetched before a rebalance or an offset reset: the
+				// partition's new owner, or its new epoch, reads it again.
+				c.Done(f.Ack)
+				continue
 			}
 			c.consumed.Add(1)
-			return f.m, c.tracker.Track(f.m.Partition, f.m.Offset), nil
+			return f.Msg, f.Ack, nil
+		}
+		c.batch, c.next = nil, 0
+		select {
+		case b := <-c.fetched:
+			c.batch = b
+		case err := <-c.fatal:
+			c.fatal <- err // for any later call
+			return kafka.Message{}, Ack{}, err
 		case <-ctx.Done():
 			return kafka.Message{}, Ack{}, fmt.Errorf("fetch from %s: %w", c.cfg.Topic, ctx.Err())
 		}
@@ -256,68 +264,33 @@ func (c *Consumer) Fetch(ctx context.Context) (kafka.Message, Ack, error) {
 }
 
 // Done settles a message: written, dead-lettered or deliberately skipped.
-func (c *Consumer) Done(a Ack) { c.tracker.Done(a) }
+// Its bytes go back to the budget.
+func (c *Consumer) Done(a Ack) {
+	c.tracker.Done(a)
+	c.budget.Release(a.size)
+}
 
 // Commit commits, through the current generation, every owned partition's
 // settled prefix that moved since the last commit.
-func (c *Consumer) Commit(ctx context.Context) error {
-	c.mu.Lock()
-	gen := c.gen
-	offsets := map[int]int64{}
-	for p, next := range c.tracker.Commitable() {
-		if _, owned := c.owned[p]; owned && next > c.committed[p] {
-			offsets[p] = next
-		}
-	}
-	c.mu.Unlock()
-	if gen == nil || len(offsets) == 0 {
-		return nil
-	}
-	done := make(chan error, 1)
-	go func() { done <- gen.CommitOffsets(map[string]map[int]int64{c.cfg.Topic: offsets}) }()
-	select {
-	case err := <-done:
-		if err != nil {
-			return fmt.Errorf("commit offsets of %d partitions: %w", len(offsets), err)
-		}
-	case <-ctx.Done():
-		return fmt.Errorf("commit offsets: %w", ctx.Err())
-	}
-	c.mu.Lock()
-	for p, o := range offsets {
-		c.committed[p] = max(c.committed[p], o)
-	}
-	c.mu.Unlock()
-	return nil
-}
+func (c *Consumer) Commit(ctx context.Context) error { return c.committer.Commit(ctx) }
 
-// CommitLoop commits every CommitInterval until ctx ends. Failures are
-// logged and retried at the next tick: nothing is lost by a late commit,
-// only redelivered.
-func (c *Consumer) CommitLoop(ctx context.Context) {
-	t := time.NewTicker(c.cfg.CommitInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			if err := c.Commit(cctx); err != nil && ctx.Err() == nil {
-				c.log.Warn("commit failed, retrying at next interval", "err", err)
-			}
-			cancel()
-		}
-	}
-}
+// CommitLoop commits every CommitInterval until ctx ends.
+func (c *Consumer) CommitLoop(ctx context.Context) { c.committer.Loop(ctx) }
 
-// Close leaves the group and stops every reader. Commit first: nothing is
+// InflightBytes is the bytes of fetched messages not yet settled.
+func (c *Consumer) InflightBytes() int64 { return c.budget.Held() }
+
+// Close leaves the group and stops fetching. Commit first: nothing is
 // committed after Close.
 func (c *Consumer) Close() error {
 	c.stop()
 	err := c.group.Close()
 	c.wg.Wait()
-	_ = c.metrics.Unregister()
+	_ = c.m.registration.Unregister()
+	// The transport's connections and their goroutines go with it, also a
+	// connection whose fetch the broker still holds.
+	c.transport.CloseIdleConnections()
+	c.conns.closeAll()
 	if err != nil {
 		return fmt.Errorf("leave consumer group: %w", err)
 	}
@@ -326,9 +299,10 @@ func (c *Consumer) Close() error {
 
 // PartitionStatus is what the consumer knows of one owned partition.
 type PartitionStatus struct {
-	Partition int   `json:"partition"`
-	Lag       int64 `json:"lag"`
-	Committed int64 `json:"committed"` // -1 when this member committed nothing yet
+	Partition int    `json:"partition"`
+	Lag       int64  `json:"lag"`
+	Committed int64  `json:"committed"` // -1 when neither the group nor this member committed yet
+	Error     string `json:"error,omitempty"`
 }
 
 // Status is the consumer's view of its membership.
@@ -342,6 +316,7 @@ type Status struct {
 
 // Status returns the current membership and per-partition lag.
 func (c *Consumer) Status() Status {
+	floors := c.tracker.Floors()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := Status{Joined: c.gen != nil, Partitions: []PartitionStatus{}}
@@ -351,26 +326,71 @@ func (c *Consumer) Status() Status {
 	if c.lastErr != nil {
 		s.LastError = c.lastErr.Error()
 	}
-	for p, st := range c.owned {
-		committed, ok := c.committed[p]
-		if !ok {
-			committed = -1
+	for _, p := range c.parts {
+		ps := PartitionStatus{Partition: p.id, Lag: p.lag.Load(), Committed: -1}
+		if f, ok := floors[p.id]; ok {
+			ps.Committed = f
 		}
-		s.Partitions = append(s.Partitions, PartitionStatus{Partition: p, Lag: st.currentLag(), Committed: committed})
+		if e := p.lastErr.Load(); e != nil {
+			ps.Error = *e
+		}
+		s.Partitions = append(s.Partitions, ps)
 	}
-	sort.Slice(s.Partitions, func(i, j int) bool { return s.Partitions[i].Partition < s.Partitions[j].Partition })
 	return s
 }
 
-// Committed returns the offsets this consumer committed, per partition.
-func (c *Consumer) Committed() map[int]int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make(map[int]int64, len(c.committed))
-	for p, o := range c.committed {
-		out[p] = o
+// Committed returns the committed offset of each owned partition as this
+// consumer knows it.
+func (c *Consumer) Committed() map[int]int64 { return c.tracker.Floors() }
+
+// connSet dials the fetch transport's connections and remembers them, so
+// that Close can end them: a Kafka request cannot be cancelled, and a long
+// poll in flight would keep its connection for up to maxFetchWait.
+type connSet struct {
+	dial func(context.Context, string, string) (net.Conn, error)
+
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+}
+
+func (s *connSet) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	dial := s.dial
+	if dial == nil {
+		dial = (&net.Dialer{Timeout: 5 * time.Second}).DialContext
 	}
-	return out
+	c, err := dial(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conns == nil {
+		s.conns = map[net.Conn]struct{}{}
+	}
+	s.conns[c] = struct{}{}
+	return &trackedConn{Conn: c, set: s}, nil
+}
+
+func (s *connSet) closeAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		_ = c.Close()
+	}
+	clear(s.conns)
+}
+
+// trackedConn leaves the set when it is closed.
+type trackedConn struct {
+	net.Conn
+	set *connSet
+}
+
+func (c *trackedConn) Close() error {
+	c.set.mu.Lock()
+	delete(c.set.conns, c.Conn)
+	c.set.mu.Unlock()
+	return c.Conn.Close()
 }
 
 // SplitBrokers parses a comma-separated broker list.

@@ -16,19 +16,33 @@ import (
 // one before.
 const scope = "github.com/cellttl/cellttl/ingest"
 
-// registerMetrics reports consumption, lag and commits, read from the
-// consumer's state when metrics are collected.
-func (c *Consumer) registerMetrics() (metric.Registration, error) {
+// consumerMetrics are the instruments the fetcher counts with, and the
+// registration of those read at collection time.
+type consumerMetrics struct {
+	offsetResets metric.Int64Counter
+	fetchErrors  metric.Int64Counter
+	registration metric.Registration
+}
+
+// registerMetrics reports consumption, lag, commits and the byte budget,
+// read from the consumer's state when metrics are collected.
+func (c *Consumer) registerMetrics() (*consumerMetrics, error) {
 	meter := otel.Meter(scope)
 	consumed, err1 := meter.Int64ObservableCounter("messaging.client.consumed.messages", metric.WithUnit("{message}"),
 		metric.WithDescription("messages fetched from Kafka"))
 	lag, err2 := meter.Int64ObservableGauge("cellttl.kafka.consumer.lag", metric.WithUnit("{message}"),
-		metric.WithDescription("messages between the last fetched and the partition's high watermark, per owned partition"))
+		metric.WithDescription("messages between the next to fetch and the partition's high watermark, per owned partition"))
 	committed, err3 := meter.Int64ObservableGauge("cellttl.kafka.consumer.committed_offset", metric.WithUnit("{offset}"),
-		metric.WithDescription("offset last committed by this worker, per owned partition"))
+		metric.WithDescription("offset last committed, per owned partition"))
 	owned, err4 := meter.Int64ObservableGauge("cellttl.kafka.consumer.partitions", metric.WithUnit("{partition}"),
 		metric.WithDescription("partitions assigned to this worker"))
-	if err := errors.Join(err1, err2, err3, err4); err != nil {
+	inflight, err5 := meter.Int64ObservableGauge("cellttl.inflight.bytes", metric.WithUnit("By"),
+		metric.WithDescription("bytes of events fetched and not yet settled (bounded by --max-inflight-bytes)"))
+	resets, err6 := meter.Int64Counter("cellttl.kafka.offset_resets", metric.WithUnit("{reset}"),
+		metric.WithDescription("committed offsets found outside the log and reset by --offset-out-of-range"))
+	fetchErrors, err7 := meter.Int64Counter("cellttl.kafka.fetch_errors", metric.WithUnit("{error}"),
+		metric.WithDescription("fetch requests or partitions that failed and are retried with backoff"))
+	if err := errors.Join(err1, err2, err3, err4, err5, err6, err7); err != nil {
 		return nil, fmt.Errorf("register consumer metrics: %w", err)
 	}
 	base := []attribute.KeyValue{
@@ -39,6 +53,7 @@ func (c *Consumer) registerMetrics() (metric.Registration, error) {
 	baseSet := metric.WithAttributes(base...)
 	reg, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		o.ObserveInt64(consumed, c.consumed.Load(), baseSet)
+		o.ObserveInt64(inflight, c.budget.Held())
 		s := c.Status()
 		o.ObserveInt64(owned, int64(len(s.Partitions)), baseSet)
 		for _, p := range s.Partitions {
@@ -49,9 +64,9 @@ func (c *Consumer) registerMetrics() (metric.Registration, error) {
 			}
 		}
 		return nil
-	}, consumed, lag, committed, owned)
+	}, consumed, lag, committed, owned, inflight)
 	if err != nil {
 		return nil, fmt.Errorf("register consumer metrics: %w", err)
 	}
-	return reg, nil
+	return &consumerMetrics{offsetResets: resets, fetchErrors: fetchErrors, registration: reg}, nil
 }

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"sync"
+	"sync/atomic"
 )
 
 // Tracker decides what may be committed: for each partition, the offset
@@ -10,25 +11,36 @@ import (
 // written concurrently, but the commit point only ever moves over a prefix
 // that is entirely done. Nothing after a message still in flight is
 // committed, whatever finished later.
+//
+// Each assignment of a partition is an epoch of its own, an *Assignment,
+// and every message is tracked in the epoch that fetched it. A rebalance or
+// an offset reset starts a new epoch; messages of an earlier one may still
+// be tracked and finish, but they decide nothing: only current epochs are
+// commitable. So a message fetched before a rebalance can never move the
+// commit point of the partition's next assignment, whatever the
+// interleaving, because the check and the tracking are one step.
 type Tracker struct {
-	mu    sync.Mutex
-	parts map[int]*partQueue
+	mu      sync.Mutex
+	current map[int]*Assignment
 }
 
-// Ack marks one tracked message done. The zero Ack does nothing.
-type Ack struct {
-	q   *partQueue
-	seq uint64
-}
+// Assignment is one epoch of one partition: from its assignment (or offset
+// reset) until the next. Its fields are guarded by the Tracker's mutex.
+type Assignment struct {
+	partition int
+	stale     atomic.Bool // a later epoch replaced it, or the partition was revoked
 
-// partQueue is a FIFO of one partition's tracked messages, in fetch order.
-type partQueue struct {
 	head    uint64  // seq of entries[0]
-	entries []entry // ring would save a copy; a slice with re-slicing is simpler and amortised O(1)
+	entries []entry // a slice re-sliced as it drains: amortised O(1)
 	last    int64   // last offset tracked
-	// frontier is the next offset to commit: every tracked offset below it
-	// is done. -1 until the first message is done.
+	// frontier is the next offset to commit: every offset tracked below it
+	// is done. -1 until one is.
 	frontier int64
+	// floor is the group's committed offset as this epoch knows it: the
+	// offset at assignment, then what this epoch committed. Commits only go
+	// above it, so a worker never moves the group back, except for an epoch
+	// begun by an offset reset, whose floor is -1.
+	floor int64
 }
 
 type entry struct {
@@ -36,94 +48,166 @@ type entry struct {
 	done   bool
 }
 
+// Partition is the partition of the epoch.
+func (a *Assignment) Partition() int { return a.partition }
+
+// Stale reports whether a later epoch replaced this one.
+func (a *Assignment) Stale() bool { return a.stale.Load() }
+
+// Ack settles one tracked message. The zero Ack does nothing.
+type Ack struct {
+	a    *Assignment
+	seq  uint64
+	size int64 // bytes charged to the budget
+}
+
 // NewTracker returns an empty Tracker.
 func NewTracker() *Tracker {
-	return &Tracker{parts: map[int]*partQueue{}}
+	return &Tracker{current: map[int]*Assignment{}}
 }
 
-// Track records a fetched message and returns its Ack.
-func (t *Tracker) Track(partition int, offset int64) Ack {
+// Assign starts the epochs of a generation: one per partition, with the
+// group's committed offset (negative when there is none). Every earlier
+// epoch becomes stale, also of partitions assigned again.
+func (t *Tracker) Assign(offsets map[int]int64) map[int]*Assignment {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	q := t.parts[partition]
-	if q == nil || offset <= q.last {
-		// First message, or the partition was fetched again from an earlier
-		// offset (a rebalance handed it back at the group's committed
-		// offset). Start a new queue: the old one's messages still finish,
-		// but only the new run decides commits from here on.
-		nq := &partQueue{last: -1, frontier: -1}
-		if q != nil {
-			nq.frontier = q.frontier
-		}
-		q = nq
-		t.parts[partition] = q
+	t.revokeLocked()
+	out := make(map[int]*Assignment, len(offsets))
+	for p, committed := range offsets {
+		a := &Assignment{partition: p, last: -1, frontier: -1, floor: max(committed, -1)}
+		t.current[p] = a
+		out[p] = a
 	}
-	q.last = offset
-	q.entries = append(q.entries, entry{offset: offset})
-	return Ack{q: q, seq: q.head + uint64(len(q.entries)) - 1}
+	return out
 }
 
-// Reset forgets what was tracked for a partition: it has just been
-// assigned (again) and is read from the group's committed offset. Messages
-// tracked before still finish, but they no longer decide its commits: a
-// frontier computed in an earlier assignment may lie below what another
-// member has committed since, and committing it would move the group back.
-func (t *Tracker) Reset(partition int) {
+// Revoke makes every epoch stale: the generation ended.
+func (t *Tracker) Revoke() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.parts[partition] = &partQueue{last: -1, frontier: -1}
+	t.revokeLocked()
+}
+
+func (t *Tracker) revokeLocked() {
+	for p, a := range t.current {
+		a.stale.Store(true)
+		delete(t.current, p)
+	}
+}
+
+// Restart replaces a current epoch by a new one whose commits may go below
+// the old floor: the partition's offset was reset (the committed offset
+// lies outside the log). It returns nil when a is no longer current.
+func (t *Tracker) Restart(a *Assignment) *Assignment {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.current[a.partition] != a {
+		return nil
+	}
+	a.stale.Store(true)
+	n := &Assignment{partition: a.partition, last: -1, frontier: -1, floor: -1}
+	t.current[a.partition] = n
+	return n
+}
+
+// Track records a fetched message of epoch a, charged size bytes, and
+// returns its Ack. Offsets within an epoch only grow.
+func (t *Tracker) Track(a *Assignment, offset, size int64) Ack {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.trackLocked(a, offset, size)
+}
+
+// TrackSkipped records offsets the worker will never deliver (the control
+// records of transactions) as done at once.
+func (t *Tracker) TrackSkipped(a *Assignment, offset int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.doneLocked(t.trackLocked(a, offset, 0))
+}
+
+func (t *Tracker) trackLocked(a *Assignment, offset, size int64) Ack {
+	a.last = offset
+	a.entries = append(a.entries, entry{offset: offset})
+	return Ack{a: a, seq: a.head + uint64(len(a.entries)) - 1, size: size}
 }
 
 // Done marks the message done.
-func (t *Tracker) Done(a Ack) {
-	if a.q == nil {
+func (t *Tracker) Done(ack Ack) {
+	if ack.a == nil {
 		return
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	q := a.q
-	if a.seq < q.head {
+	t.doneLocked(ack)
+}
+
+func (t *Tracker) doneLocked(ack Ack) {
+	a := ack.a
+	if ack.seq < a.head {
 		return // already done (Done called twice)
 	}
-	q.entries[a.seq-q.head].done = true
+	a.entries[ack.seq-a.head].done = true
 	n := 0
-	for n < len(q.entries) && q.entries[n].done {
+	for n < len(a.entries) && a.entries[n].done {
 		n++
 	}
 	if n == 0 {
 		return
 	}
-	if next := q.entries[n-1].offset + 1; next > q.frontier {
-		q.frontier = next
-	}
-	q.head += uint64(n)
-	q.entries = q.entries[n:]
-	if len(q.entries) == 0 {
-		q.entries = nil // let the backing array go
+	a.frontier = max(a.frontier, a.entries[n-1].offset+1)
+	a.head += uint64(n)
+	a.entries = a.entries[n:]
+	if len(a.entries) == 0 {
+		a.entries = nil // let the backing array go
 	}
 }
 
-// Commitable returns, per partition, the offset to commit (the next offset
-// to read), for partitions where one is known.
-func (t *Tracker) Commitable() map[int]int64 {
+// Commitable returns the current epochs whose settled prefix lies above
+// what the group has committed, with the offset to commit (the next offset
+// to read).
+func (t *Tracker) Commitable() map[*Assignment]int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := make(map[int]int64, len(t.parts))
-	for p, q := range t.parts {
-		if q.frontier >= 0 {
-			out[p] = q.frontier
+	out := map[*Assignment]int64{}
+	for _, a := range t.current {
+		if a.frontier > a.floor {
+			out[a] = a.frontier
 		}
 	}
 	return out
 }
 
-// Pending returns the number of tracked messages not yet done.
+// Committed raises the floors of the epochs whose offsets the group took.
+func (t *Tracker) Committed(offsets map[*Assignment]int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for a, o := range offsets {
+		a.floor = max(a.floor, o)
+	}
+}
+
+// Floors returns, per current partition, the committed offset as its epoch
+// knows it (-1 when none is known).
+func (t *Tracker) Floors() map[int]int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make(map[int]int64, len(t.current))
+	for p, a := range t.current {
+		out[p] = a.floor
+	}
+	return out
+}
+
+// Pending returns the number of tracked messages of current epochs not yet
+// done.
 func (t *Tracker) Pending() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := 0
-	for _, q := range t.parts {
-		for _, e := range q.entries {
+	for _, a := range t.current {
+		for _, e := range a.entries {
 			if !e.done {
 				n++
 			}

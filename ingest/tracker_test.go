@@ -1,33 +1,55 @@
 package ingest
 
 import (
+	"context"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/segmentio/kafka-go"
 )
+
+// assign starts one epoch per partition with no committed offset.
+func assign(tr *Tracker, partitions ...int) map[int]*Assignment {
+	offsets := map[int]int64{}
+	for _, p := range partitions {
+		offsets[p] = -1
+	}
+	return tr.Assign(offsets)
+}
+
+// byPartition is Commitable keyed by partition.
+func byPartition(tr *Tracker) map[int]int64 {
+	out := map[int]int64{}
+	for a, o := range tr.Commitable() {
+		out[a.Partition()] = o
+	}
+	return out
+}
 
 func TestTrackerCommitsOnlyDonePrefix(t *testing.T) {
 	tr := NewTracker()
+	e := assign(tr, 0, 1)
 	a := map[int64]Ack{}
 	for _, off := range []int64{10, 11, 12, 15, 16} { // gaps: compacted offsets
-		a[off] = tr.Track(0, off)
+		a[off] = tr.Track(e[0], off, 0)
 	}
-	b := tr.Track(1, 0)
-	if got := tr.Commitable(); len(got) != 0 {
+	b := tr.Track(e[1], 0, 0)
+	if got := byPartition(tr); len(got) != 0 {
 		t.Fatalf("commitable before anything is done: %v", got)
 	}
 	tr.Done(a[11])
 	tr.Done(a[12])
-	if got := tr.Commitable(); len(got) != 0 {
+	if got := byPartition(tr); len(got) != 0 {
 		t.Fatalf("offsets after an unsettled one committed: %v", got)
 	}
 	tr.Done(a[10])
-	if got := tr.Commitable()[0]; got != 13 {
+	if got := byPartition(tr)[0]; got != 13 {
 		t.Errorf("commit = %d, want 13", got)
 	}
 	tr.Done(a[16])
 	tr.Done(b)
 	tr.Done(a[15])
-	got := tr.Commitable()
+	got := byPartition(tr)
 	if got[0] != 17 || got[1] != 1 {
 		t.Errorf("commit = %v, want 0:17 1:1", got)
 	}
@@ -36,34 +58,37 @@ func TestTrackerCommitsOnlyDonePrefix(t *testing.T) {
 	}
 }
 
-// A partition fetched again from an earlier offset (after a rebalance) never
-// moves the commit point backwards, and does not move it forwards past
-// messages of the new run that are not done.
+// A partition fetched again from an earlier offset (assigned again after a
+// rebalance, at the group's committed offset 3) does not move the commit
+// point forwards past messages of the new run that are not done, whatever
+// the earlier run's messages do.
 func TestTrackerRewind(t *testing.T) {
 	tr := NewTracker()
+	e := assign(tr, 0)[0]
 	for off := int64(0); off < 5; off++ {
-		tr.Done(tr.Track(0, off))
+		tr.Done(tr.Track(e, off, 0))
 	}
-	old := tr.Track(0, 5) // in flight when the partition is re-fetched
-	r3 := tr.Track(0, 3)
-	r4 := tr.Track(0, 4)
-	r5 := tr.Track(0, 5)
-	r6 := tr.Track(0, 6)
-	if got := tr.Commitable()[0]; got != 5 {
-		t.Errorf("commit after rewind = %d, want 5", got)
+	old := tr.Track(e, 5, 0) // in flight when the partition is re-fetched
+	e2 := tr.Assign(map[int]int64{0: 3})[0]
+	r3 := tr.Track(e2, 3, 0)
+	r4 := tr.Track(e2, 4, 0)
+	r5 := tr.Track(e2, 5, 0)
+	r6 := tr.Track(e2, 6, 0)
+	if got, ok := byPartition(tr)[0]; ok {
+		t.Errorf("commit %d after rewind, before anything of the new run is done", got)
 	}
 	tr.Done(old)
 	tr.Done(r3)
 	tr.Done(r4)
-	if got := tr.Commitable()[0]; got != 5 {
-		t.Errorf("commit = %d, want 5 (no regression to 5 via 3,4)", got)
+	if got := byPartition(tr)[0]; got != 5 {
+		t.Errorf("commit = %d, want 5", got)
 	}
 	tr.Done(r6)
-	if got := tr.Commitable()[0]; got != 5 {
+	if got := byPartition(tr)[0]; got != 5 {
 		t.Errorf("commit = %d, want 5 while 5 of the new run is in flight", got)
 	}
 	tr.Done(r5)
-	if got := tr.Commitable()[0]; got != 7 {
+	if got := byPartition(tr)[0]; got != 7 {
 		t.Errorf("commit = %d, want 7", got)
 	}
 }
@@ -73,10 +98,11 @@ func TestTrackerRewind(t *testing.T) {
 func TestTrackerRandomOrder(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	tr := NewTracker()
+	e := assign(tr, 7)[7]
 	const n = 2000
 	acks := make([]Ack, n)
 	for i := range acks {
-		acks[i] = tr.Track(7, int64(i))
+		acks[i] = tr.Track(e, int64(i), 0)
 	}
 	done := make([]bool, n)
 	for _, i := range r.Perm(n) {
@@ -86,7 +112,7 @@ func TestTrackerRandomOrder(t *testing.T) {
 		for first < n && done[first] {
 			first++
 		}
-		got, ok := tr.Commitable()[7]
+		got, ok := byPartition(tr)[7]
 		if first == 0 && ok || first > 0 && got != int64(first) {
 			t.Fatalf("after %d: commit %d (ok %t), want %d", i, got, ok, first)
 		}
@@ -98,25 +124,113 @@ func TestTrackerRandomOrder(t *testing.T) {
 // its earlier assignment, which lies behind and would move the group back.
 func TestTrackerResetForgetsEarlierAssignment(t *testing.T) {
 	tr := NewTracker()
+	e := assign(tr, 5)[5]
 	var late []Ack
 	for off := int64(0); off < 300; off++ {
-		a := tr.Track(5, off)
+		a := tr.Track(e, off, 0)
 		if off < 281 {
 			tr.Done(a)
 		} else {
 			late = append(late, a) // still in flight when the partition is revoked
 		}
 	}
-	tr.Reset(5) // assigned again, at the offset another member committed: 3665
+	e2 := tr.Assign(map[int]int64{5: 3665}) // assigned again, at the offset another member committed
 	for _, a := range late {
 		tr.Done(a)
 	}
-	if got, ok := tr.Commitable()[5]; ok {
-		t.Fatalf("after Reset, commitable %d from the earlier assignment", got)
+	if got, ok := byPartition(tr)[5]; ok {
+		t.Fatalf("after reassignment, commitable %d from the earlier assignment", got)
 	}
-	a := tr.Track(5, 3665)
-	tr.Done(a)
-	if got := tr.Commitable()[5]; got != 3666 {
+	tr.Done(tr.Track(e2[5], 3665, 0))
+	if got := byPartition(tr)[5]; got != 3666 {
 		t.Errorf("commit = %d, want 3666", got)
+	}
+}
+
+// Regression (issue 10, item 4): a message of the previous generation,
+// offset 150, checked as current just before a rebalance and tracked just
+// after it, once made the new assignment's commitable offset 151 while its
+// offsets 100..104 were unwritten. Now every message is tracked in the
+// epoch that fetched it, so the interleaving cannot reach the new epoch.
+func TestStaleMessageCannotMoveTheNewAssignment(t *testing.T) {
+	tr := NewTracker()
+	gen1 := tr.Assign(map[int]int64{0: 100})[0]
+	// The rebalance happens between the message's fetch and its tracking.
+	gen2 := tr.Assign(map[int]int64{0: 100})[0]
+	if !gen1.Stale() || gen2.Stale() {
+		t.Fatalf("stale: first epoch %t, second %t", gen1.Stale(), gen2.Stale())
+	}
+	tr.Done(tr.Track(gen1, 150, 0))
+	var pending []Ack
+	for o := int64(100); o <= 104; o++ {
+		pending = append(pending, tr.Track(gen2, o, 0))
+	}
+	if got, ok := byPartition(tr)[0]; ok {
+		t.Fatalf("commitable %d with offsets 100..104 unwritten", got)
+	}
+	for _, a := range pending {
+		tr.Done(a)
+	}
+	if got := byPartition(tr)[0]; got != 105 {
+		t.Errorf("commit = %d after 100..104 are done, want 105", got)
+	}
+}
+
+// An offset reset starts an epoch whose commits may go below the old floor:
+// the topic was recreated, and its offsets start over.
+func TestTrackerRestartAllowsALowerCommit(t *testing.T) {
+	tr := NewTracker()
+	e := tr.Assign(map[int]int64{2: 500})[2]
+	tr.Done(tr.Track(e, 500, 0))
+	tr.Committed(tr.Commitable())
+	e2 := tr.Restart(e)
+	if e2 == nil || !e.Stale() {
+		t.Fatal("restart of a current epoch refused")
+	}
+	if tr.Restart(e) != nil {
+		t.Error("a stale epoch restarted")
+	}
+	tr.Done(tr.Track(e2, 0, 0))
+	tr.Done(tr.Track(e2, 1, 0))
+	if got := byPartition(tr)[2]; got != 2 {
+		t.Errorf("commit after reset = %d, want 2 (below the old 501)", got)
+	}
+}
+
+// Transaction markers are settled at once: a partition whose last record is
+// a marker commits past it.
+func TestTrackerSkipsMarkers(t *testing.T) {
+	tr := NewTracker()
+	e := assign(tr, 0)[0]
+	a := tr.Track(e, 0, 0)
+	tr.TrackSkipped(e, 1)
+	tr.Done(a)
+	if got := byPartition(tr)[0]; got != 2 {
+		t.Errorf("commit = %d, want 2", got)
+	}
+}
+
+// Messages queued under an epoch that went stale (a rebalance between their
+// fetch and their delivery) are dropped by Fetch, not delivered, and their
+// bytes go back to the budget.
+func TestFetchDropsMessagesOfAStaleEpoch(t *testing.T) {
+	tr := NewTracker()
+	c := &Consumer{tracker: tr, budget: NewBudget(1 << 20), fetched: make(chan []Fetched, 2), fatal: make(chan error, 1)}
+	old := assign(tr, 0)[0]
+	c.budget.Fill(0, 300)
+	c.fetched <- []Fetched{{Msg: kafka.Message{Offset: 150}, Ack: tr.Track(old, 150, 300)}}
+	cur := tr.Assign(map[int]int64{0: 100})[0]
+	c.budget.Fill(0, 200)
+	c.fetched <- []Fetched{{Msg: kafka.Message{Offset: 100}, Ack: tr.Track(cur, 100, 200)}}
+	m, a, err := c.Fetch(context.Background())
+	if err != nil || m.Offset != 100 {
+		t.Fatalf("fetched offset %d (%v), want 100: the stale 150 must be dropped", m.Offset, err)
+	}
+	if got := c.budget.Held(); got != 200 {
+		t.Errorf("budget holds %d bytes, want 200: the dropped message's bytes come back", got)
+	}
+	c.Done(a)
+	if got := byPartition(tr)[0]; got != 101 {
+		t.Errorf("commit = %d, want 101", got)
 	}
 }

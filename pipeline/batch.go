@@ -90,11 +90,11 @@ func (p *Pipeline) writeLoop(ctx context.Context, batches <-chan batch, dead cha
 		for i := range b.items {
 			it := &b.items[i]
 			if rerr := results[i]; rerr != nil {
-				dead <- deadItem{dl: ingest.DeadLetter{Msg: it.msg, Reason: rerr.Error()}, ack: it.ack, tenant: it.tenant, size: it.size}
+				dead <- deadItem{dl: ingest.DeadLetter{Msg: it.msg, Reason: rerr.Error()}, ack: it.ack, tenant: it.tenant}
 				continue
 			}
 			it.tenant.Written.Add(1)
-			p.settle(it.ack, it.size)
+			p.src.Done(it.ack)
 			written, lastWritten = written+1, i
 		}
 		if lastWritten >= 0 {

@@ -14,7 +14,6 @@ type deadItem struct {
 	dl     ingest.DeadLetter
 	ack    ingest.Ack
 	tenant *TenantStats
-	size   int64
 }
 
 // maxDeadLetterBatch bounds one produce to the dead-letter topic.
@@ -47,7 +46,7 @@ func (p *Pipeline) deadLetterLoop(ctx context.Context, dead <-chan deadItem) {
 		}
 		for _, d := range buf {
 			d.tenant.DeadLettered.Add(1)
-			p.settle(d.ack, d.size)
+			p.src.Done(d.ack)
 		}
 	}
 }

@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"go.opentelemetry.io/otel"
@@ -51,10 +50,8 @@ func (p *Pipeline) registerMetrics() error {
 	dead := counter("cellttl.events.dead_lettered", "events produced to the dead-letter topic, by tenant (_other: no valid tenant)")
 	expired := counter("cellttl.events.expired", "events skipped because they had expired before they were processed, by tenant")
 	clamped := counter("cellttl.events.clamped", "events whose occurred_at lay beyond --max-clock-skew and was clamped, by tenant")
-	inflight, ierr := meter.Int64ObservableGauge("cellttl.inflight.bytes", metric.WithUnit("By"),
-		metric.WithDescription("bytes of events fetched and not yet settled (bounded by --max-inflight-bytes)"))
-	if err != nil || ierr != nil {
-		return fmt.Errorf("register pipeline metrics: %w", errors.Join(err, ierr))
+	if err != nil {
+		return fmt.Errorf("register pipeline metrics: %w", err)
 	}
 	m.registration, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		p.stats.Each(func(tenant string, t *TenantStats) {
@@ -65,9 +62,8 @@ func (p *Pipeline) registerMetrics() error {
 			o.ObserveInt64(expired, t.Expired.Load(), attrs)
 			o.ObserveInt64(clamped, t.Clamped.Load(), attrs)
 		})
-		o.ObserveInt64(inflight, p.inflightBytes.Load())
 		return nil
-	}, consumed, written, dead, expired, clamped, inflight)
+	}, consumed, written, dead, expired, clamped)
 	if err != nil {
 		return fmt.Errorf("register pipeline metrics: %w", err)
 	}

@@ -10,13 +10,11 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
-	"golang.org/x/sync/semaphore"
 
 	"github.com/cellttl/cellttl/event"
 	"github.com/cellttl/cellttl/expiry"
@@ -53,9 +51,6 @@ type Config struct {
 	FlushInterval time.Duration
 	// Writers is the number of batches written concurrently.
 	Writers int
-	// MaxInflightBytes bounds the bytes of messages fetched and not yet
-	// settled; fetching pauses at the bound (backpressure).
-	MaxInflightBytes int64
 	// DrainTimeout bounds shutdown once ctx ends.
 	DrainTimeout time.Duration
 	Decoder      event.Decoder
@@ -64,14 +59,20 @@ type Config struct {
 // DefaultConfig returns the defaults the worker's flags document.
 func DefaultConfig() Config {
 	return Config{
-		FlushRows:        1000,
-		FlushBytes:       8 << 20,
-		FlushInterval:    100 * time.Millisecond,
-		Writers:          4,
-		MaxInflightBytes: 64 << 20,
-		DrainTimeout:     30 * time.Second,
-		Decoder:          event.Decoder{MaxBytes: 1 << 20, MaxClockSkew: 5 * time.Minute},
+		FlushRows:     1000,
+		FlushBytes:    8 << 20,
+		FlushInterval: 100 * time.Millisecond,
+		Writers:       4,
+		DrainTimeout:  30 * time.Second,
+		Decoder:       event.Decoder{MaxBytes: 1 << 20, MaxClockSkew: 5 * time.Minute},
 	}
+}
+
+// EncodingBytes bounds the bytes the Bigtable client holds while it writes:
+// each writer's batch, encoded once more into its request. A batch is cut
+// at FlushBytes, so it holds at most one event beyond.
+func (c Config) EncodingBytes() int64 {
+	return int64(c.Writers) * int64(c.FlushBytes+c.Decoder.MaxBytes)
 }
 
 // Validate checks the settings, naming the flag at fault.
@@ -92,9 +93,6 @@ func (c Config) Validate() error {
 	if c.Decoder.MaxBytes < 1 {
 		errs = append(errs, fmt.Errorf("--max-event-bytes %d: must be positive", c.Decoder.MaxBytes))
 	}
-	if c.MaxInflightBytes < int64(c.Decoder.MaxBytes)+rowOverhead {
-		errs = append(errs, fmt.Errorf("--max-inflight-bytes %d: must hold at least one event of --max-event-bytes %d", c.MaxInflightBytes, c.Decoder.MaxBytes))
-	}
 	if c.DrainTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--drain-timeout %s: must be positive", c.DrainTimeout))
 	}
@@ -103,11 +101,6 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
-
-// rowOverhead approximates the memory of a message beyond its value: key,
-// headers, the row and bookkeeping. It keeps tiny events from escaping the
-// in-flight bound.
-const rowOverhead = 256
 
 // Pipeline moves events from a Source to a RowWriter.
 type Pipeline struct {
@@ -119,10 +112,7 @@ type Pipeline struct {
 	log     *slog.Logger
 	now     func() time.Time
 	stats   *Stats
-	inlight *semaphore.Weighted
-	// inflightBytes mirrors what inlight holds, for the metric.
-	inflightBytes atomic.Int64
-	metrics       instruments
+	metrics instruments
 	// tracer records a span per write batch; it does nothing until a tracer
 	// provider is installed.
 	tracer trace.Tracer
@@ -136,10 +126,9 @@ const scope = "github.com/cellttl/cellttl/pipeline"
 func New(cfg Config, src Source, rows RowWriter, dlq DeadLetterer, config func() *tenants.Config, log *slog.Logger) *Pipeline {
 	return &Pipeline{
 		cfg: cfg, src: src, rows: rows, dlq: dlq, config: config, log: log,
-		now:     time.Now,
-		stats:   &Stats{},
-		inlight: semaphore.NewWeighted(cfg.MaxInflightBytes),
-		tracer:  otel.Tracer(scope),
+		now:    time.Now,
+		stats:  &Stats{},
+		tracer: otel.Tracer(scope),
 	}
 }
 
@@ -153,7 +142,6 @@ type item struct {
 	msg    kafka.Message
 	tenant *TenantStats
 	expiry time.Time
-	size   int64
 	// version of the tenants config the row's timestamp was computed under.
 	version string
 }
@@ -222,7 +210,9 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	return nil
 }
 
-// fetchLoop fetches and routes messages until ctx ends.
+// fetchLoop fetches and routes messages until ctx ends. Memory is bounded
+// by the Source: it holds back messages beyond its byte budget until
+// earlier ones are settled.
 func (p *Pipeline) fetchLoop(ctx context.Context, items chan<- item, dead chan<- deadItem) error {
 	for {
 		msg, ack, err := p.src.Fetch(ctx)
@@ -232,23 +222,12 @@ func (p *Pipeline) fetchLoop(ctx context.Context, items chan<- item, dead chan<-
 			}
 			return err
 		}
-		size := int64(len(msg.Value)) + rowOverhead
-		if size > p.cfg.MaxInflightBytes {
-			// Oversized events are refused before decoding anyway; count them
-			// at the bound so that Acquire cannot fail on them.
-			size = p.cfg.MaxInflightBytes
-		}
-		if err := p.inlight.Acquire(ctx, size); err != nil {
-			// Stopping: the message is unsettled and will be redelivered.
-			return nil
-		}
-		p.inflightBytes.Add(size)
-		p.route(msg, ack, size, items, dead)
+		p.route(msg, ack, items, dead)
 	}
 }
 
 // route decides a message's fate: dead letter, skip, or a row to write.
-func (p *Pipeline) route(msg kafka.Message, ack ingest.Ack, size int64, items chan<- item, dead chan<- deadItem) {
+func (p *Pipeline) route(msg kafka.Message, ack ingest.Ack, items chan<- item, dead chan<- deadItem) {
 	now := p.now()
 	ev, err := p.cfg.Decoder.Decode(msg.Value, msg.Time)
 	if err != nil {
@@ -259,7 +238,7 @@ func (p *Pipeline) route(msg kafka.Message, ack ingest.Ack, size int64, items ch
 		}
 		ts := p.stats.Tenant(ev.Tenant)
 		ts.Consumed.Add(1)
-		dead <- deadItem{dl: ingest.DeadLetter{Msg: msg, Reason: err.Error(), Field: field}, ack: ack, tenant: ts, size: size}
+		dead <- deadItem{dl: ingest.DeadLetter{Msg: msg, Reason: err.Error(), Field: field}, ack: ack, tenant: ts}
 		return
 	}
 	ts := p.stats.Tenant(ev.Tenant)
@@ -272,7 +251,7 @@ func (p *Pipeline) route(msg kafka.Message, ack ingest.Ack, size int64, items ch
 	cell := pol.Cell(ev.Tenant, ev.Base)
 	if expiry.Expired(cell.Expiry, now) {
 		ts.Expired.Add(1)
-		p.settle(ack, size)
+		p.src.Done(ack)
 		return
 	}
 	items <- item{
@@ -281,13 +260,6 @@ func (p *Pipeline) route(msg kafka.Message, ack ingest.Ack, size int64, items ch
 		msg:     msg,
 		tenant:  ts,
 		expiry:  cell.Expiry,
-		size:    size,
 		version: cfg.Version,
 	}
-}
-
-func (p *Pipeline) settle(ack ingest.Ack, size int64) {
-	p.src.Done(ack)
-	p.inflightBytes.Add(-size)
-	p.inlight.Release(size)
 }

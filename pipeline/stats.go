@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,7 +66,10 @@ func (s *Stats) Tenant(id string) *TenantStats {
 	if id == "" || id == OtherTenants || s.n.Load() >= MaxTenantsTracked {
 		return &s.other
 	}
-	v, loaded := s.tenants.LoadOrStore(id, &TenantStats{})
+	// The id may alias a message's value (the decoder does not copy): a key
+	// kept for the life of the process must own its bytes, or it pins the
+	// whole value, up to --max-event-bytes per tenant.
+	v, loaded := s.tenants.LoadOrStore(strings.Clone(id), &TenantStats{})
 	if !loaded {
 		s.n.Add(1)
 	}

@@ -6,7 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
+	"runtime/debug"
 	"time"
 
 	"cloud.google.com/go/bigtable"
@@ -170,6 +172,9 @@ type runOptions struct {
 	security                        ingest.Security
 	adminAddr                       string
 	writeTimeout                    time.Duration
+	maxInflightBytes                int64
+	offsetOutOfRange                string
+	offsetReset                     ingest.OffsetReset
 	pipe                            pipeline.Config
 	// onPipeline, when set, is handed the pipeline before it runs (the demo
 	// reads its stats).
@@ -200,7 +205,8 @@ func (o *runOptions) register(f *flags) {
 	f.Int(&o.pipe.FlushBytes, "flush-bytes", "FLUSH_BYTES", d.FlushBytes, "flush a batch at this many bytes of event values")
 	f.Duration(&o.pipe.FlushInterval, "flush-interval", "FLUSH_INTERVAL", d.FlushInterval, "flush a batch when its first row is this old")
 	f.Int(&o.pipe.Writers, "writers", "WRITERS", d.Writers, "batches written to Bigtable concurrently")
-	f.Int64(&o.pipe.MaxInflightBytes, "max-inflight-bytes", "MAX_INFLIGHT_BYTES", d.MaxInflightBytes, "bytes of events fetched and not yet settled; fetching pauses beyond")
+	f.Int64(&o.maxInflightBytes, "max-inflight-bytes", "MAX_INFLIGHT_BYTES", 64<<20, "bytes of events fetched and not yet settled, over all partitions; fetching pauses beyond")
+	f.String(&o.offsetOutOfRange, "offset-out-of-range", "OFFSET_OUT_OF_RANGE", "earliest", "when a committed offset lies outside the log (topic recreated, retention passed it): earliest, latest or fail")
 	f.Duration(&o.pipe.DrainTimeout, "drain-timeout", "DRAIN_TIMEOUT", d.DrainTimeout, "on SIGTERM, time allowed to flush, commit and leave the group")
 	f.Int(&o.pipe.Decoder.MaxBytes, "max-event-bytes", "MAX_EVENT_BYTES", d.Decoder.MaxBytes, "larger events go to the dead-letter topic")
 	f.Duration(&o.pipe.Decoder.MaxClockSkew, "max-clock-skew", "MAX_CLOCK_SKEW", d.Decoder.MaxClockSkew, "an occurred_at further after the Kafka record timestamp is replaced by the record timestamp")
@@ -227,6 +233,12 @@ func (o *runOptions) resolve() ([]string, error) {
 		return nil, &exitError{code: 2, err: fmt.Errorf("--tenants-reload-interval %s: must be positive", o.reloadInterval)}
 	}
 	if err := o.pipe.Validate(); err != nil {
+		return nil, &exitError{code: 2, err: err}
+	}
+	if o.maxInflightBytes < int64(o.pipe.Decoder.MaxBytes)+ingest.MessageOverhead {
+		return nil, &exitError{code: 2, err: fmt.Errorf("--max-inflight-bytes %d: must hold at least one event of --max-event-bytes %d", o.maxInflightBytes, o.pipe.Decoder.MaxBytes)}
+	}
+	if o.offsetReset, err = ingest.ParseOffsetReset(o.offsetOutOfRange); err != nil {
 		return nil, &exitError{code: 2, err: err}
 	}
 	return brokers, nil
@@ -260,6 +272,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		return fmt.Errorf("refusing to start: %w (the tenants file asks for %s%s)", err, describePolicy(cfg.Policy), hint)
 	}
+	limitMemory(o.maxInflightBytes, log)
 	tel, err := telemetry.Setup(ctx, version())
 	if err != nil {
 		return err
@@ -272,4 +285,24 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 	}()
 	return serve(ctx, &o, brokers, cfg, s.dc, tel.MetricsHandler(), log)
+}
+
+// memoryOverhead is what the worker needs beyond --max-inflight-bytes: the
+// runtime, the clients' buffers, the metrics, and room for the garbage
+// collector to work. Measured: see RELIABILITY.md.
+const memoryOverhead = 32 << 20
+
+// limitMemory gives the garbage collector a soft limit of --max-inflight-bytes
+// plus memoryOverhead, unless GOMEMLIMIT sets one: without it the heap may
+// grow to twice what is live before a collection, and the event bytes the
+// bound holds would count twice in the process's memory. An operator's
+// GOMEMLIMIT (the Deployment derives it from the pod's limit) wins.
+func limitMemory(maxInflight int64, log *slog.Logger) {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		log.Info("memory limit from GOMEMLIMIT", "bytes", debug.SetMemoryLimit(-1))
+		return
+	}
+	limit := maxInflight + memoryOverhead
+	debug.SetMemoryLimit(limit)
+	log.Info("memory limit for the garbage collector", "bytes", limit, "max_inflight_bytes", maxInflight)
 }

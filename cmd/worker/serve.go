@@ -36,14 +36,21 @@ func serve(ctx context.Context, o *runOptions, brokers []string, cfg *tenants.Co
 	if err != nil {
 		return err
 	}
+	fetchTransport, err := o.security.Transport()
+	if err != nil {
+		return err
+	}
 	consumer, err := ingest.NewConsumer(ingest.ConsumerConfig{
-		Brokers:        brokers,
-		Topic:          o.topic,
-		Group:          o.group,
-		CommitInterval: o.commitInterval,
-		SessionTimeout: o.sessionTimeout,
-		FetchMaxBytes:  max(10<<20, 2*o.pipe.Decoder.MaxBytes),
-		Dialer:         dialer,
+		Brokers:          brokers,
+		Topic:            o.topic,
+		Group:            o.group,
+		CommitInterval:   o.commitInterval,
+		SessionTimeout:   o.sessionTimeout,
+		MaxInflightBytes: fetchBudget(o.maxInflightBytes, o.pipe),
+		MaxEventBytes:    o.pipe.Decoder.MaxBytes,
+		OffsetReset:      o.offsetReset,
+		Dialer:           dialer,
+		Transport:        fetchTransport,
 	}, log)
 	if err != nil {
 		return err
@@ -94,6 +101,16 @@ func serve(ctx context.Context, o *runOptions, brokers []string, cfg *tenants.Co
 	t := p.Stats().Totals()
 	log.Info("worker stopping", "consumed", t.Consumed, "written", t.Written, "expired", t.Expired, "dead_lettered", t.DeadLettered, "clamped", t.Clamped, "committed", consumer.Committed())
 	return errors.Join(runErr, consumer.Close(), dlq.Close())
+}
+
+// fetchBudget is the part of --max-inflight-bytes that fetched messages may
+// hold. The rest is for the copies the Bigtable client encodes of the
+// batches it is writing (up to half): fetched data too, so counted in the
+// same bound. Fetched messages are never more than the budget, and the
+// encoded copies never more than the messages they copy, so together they
+// stay within --max-inflight-bytes.
+func fetchBudget(maxInflight int64, p pipeline.Config) int64 {
+	return maxInflight - min(p.EncodingBytes(), maxInflight/2)
 }
 
 // readinessChecks: in the consumer group, Bigtable answering and taking

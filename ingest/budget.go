@@ -1,0 +1,88 @@
+package ingest
+
+import "sync"
+
+// Budget bounds the bytes of fetched data the worker holds: a fetch reserves
+// its response's size before it is sent, the messages it returns are held
+// one by one, and each message's bytes come back when it is settled. One
+// budget covers every partition, so memory is bounded by
+// --max-inflight-bytes whatever the number of partitions or the size of the
+// events, and a partition with nothing to read holds nothing.
+type Budget struct {
+	limit int64
+
+	mu       sync.Mutex
+	reserved int64         // for fetches not yet answered
+	held     int64         // by messages not yet settled
+	freed    chan struct{} // closed when bytes come back to a waiter, then replaced
+	waiting  bool          // someone holds freed: Release closes it
+}
+
+// NewBudget returns a budget of limit bytes.
+func NewBudget(limit int64) *Budget {
+	return &Budget{limit: limit, freed: make(chan struct{})}
+}
+
+// Limit is the number of bytes the budget allows.
+func (b *Budget) Limit() int64 { return b.limit }
+
+// Held is the number of bytes of fetched messages not yet settled.
+func (b *Budget) Held() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.held
+}
+
+// TryReserve takes as many free bytes as it can, up to most, if at least
+// least are free, and returns how many it took (0 when fewer than least are
+// free). It never waits: Freed says when to try again.
+func (b *Budget) TryReserve(least, most int64) int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	free := b.limit - b.reserved - b.held
+	if free < least || free <= 0 {
+		return 0
+	}
+	n := min(free, most)
+	b.reserved += n
+	return n
+}
+
+// Fill turns a reservation into the bytes of the messages its fetch
+// returned, which may exceed it: Kafka returns a first record batch larger
+// than the request's limit rather than make no progress. The next
+// reservation then waits until the budget is back under its limit.
+func (b *Budget) Fill(reserved, held int64) {
+	b.mu.Lock()
+	b.reserved -= reserved
+	b.held += held
+	b.freeLocked()
+	b.mu.Unlock()
+}
+
+// Release gives back the bytes of a settled message.
+func (b *Budget) Release(n int64) {
+	if n == 0 {
+		return
+	}
+	b.mu.Lock()
+	b.held -= n
+	b.freeLocked()
+	b.mu.Unlock()
+}
+
+func (b *Budget) freeLocked() {
+	if b.waiting {
+		// Only when someone waits: Release runs once per settled event.
+		close(b.freed)
+		b.freed, b.waiting = make(chan struct{}), false
+	}
+}
+
+// Freed returns a channel closed when bytes next come back.
+func (b *Budget) Freed() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.waiting = true
+	return b.freed
+}

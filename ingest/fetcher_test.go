@@ -1,0 +1,258 @@
+package ingest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
+	fetchAPI "github.com/segmentio/kafka-go/protocol/fetch"
+
+	"github.com/cellttl/cellttl/internal/testenv"
+)
+
+var quiet = slog.New(slog.DiscardHandler)
+
+func newTestConsumer(t *testing.T, cfg ConsumerConfig) *Consumer {
+	t.Helper()
+	if cfg.SessionTimeout == 0 {
+		cfg.SessionTimeout = 6 * time.Second
+	}
+	c, err := NewConsumer(cfg, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func values(n, size int) [][]byte {
+	out := make([][]byte, n)
+	for i := range out {
+		v := fmt.Sprintf("%06d", i)
+		out[i] = []byte(v + strings.Repeat("x", size-len(v)))
+	}
+	return out
+}
+
+// fetchFor fetches until nothing more comes for quietFor, settling nothing.
+func fetchFor(t *testing.T, c *Consumer, quietFor time.Duration) []Fetched {
+	t.Helper()
+	var out []Fetched
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), quietFor)
+		m, a, err := c.Fetch(ctx)
+		cancel()
+		if err != nil {
+			return out
+		}
+		out = append(out, Fetched{Msg: m, Ack: a})
+	}
+}
+
+// With nothing settled, fetching stops at the byte budget, whatever the
+// number of partitions; settling lets the rest through.
+func TestFetchingStopsAtTheByteBudget(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	topic := testenv.Name("budget")
+	testenv.CreateTopic(t, brokers, topic, 6)
+	const n, size = 3000, 1000
+	testenv.Produce(t, brokers, topic, values(n, size)...)
+	const budget = 300 * (size + MessageOverhead) // about 300 messages
+	c := newTestConsumer(t, ConsumerConfig{Brokers: brokers, Topic: topic, Group: testenv.Name("group"), MaxInflightBytes: budget})
+	held := fetchFor(t, c, time.Second)
+	// A fetch may return one record batch beyond its reservation; the
+	// producer's batches hold 100 messages.
+	if len(held) < 100 || int64(len(held))*(size+MessageOverhead) > budget+6*100*(size+MessageOverhead) {
+		t.Errorf("fetched %d messages (%d bytes) with nothing settled, budget %d bytes", len(held), c.InflightBytes(), budget)
+	}
+	if got, want := c.InflightBytes(), int64(len(held))*(size+MessageOverhead); got != want {
+		t.Errorf("in-flight bytes %d, want %d for the %d messages held", got, want, len(held))
+	}
+	t.Logf("held %d messages, %d bytes, budget %d", len(held), c.InflightBytes(), budget)
+	total := len(held)
+	for total < n {
+		for _, f := range held {
+			c.Done(f.Ack)
+		}
+		held = fetchFor(t, c, time.Second)
+		if len(held) == 0 {
+			t.Fatalf("fetched %d of %d after settling", total, n)
+		}
+		total += len(held)
+	}
+	for _, f := range held {
+		c.Done(f.Ack)
+	}
+	if c.InflightBytes() != 0 {
+		t.Errorf("in-flight bytes %d with everything settled", c.InflightBytes())
+	}
+}
+
+// While fetching waits on the budget, the lag still follows the log.
+func TestLagGrowsWhileFetchingWaits(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	topic := testenv.Name("lag")
+	testenv.CreateTopic(t, brokers, topic, 1)
+	c := newTestConsumer(t, ConsumerConfig{Brokers: brokers, Topic: topic, Group: testenv.Name("group"), MaxInflightBytes: 50 * (1000 + MessageOverhead)})
+	testenv.Produce(t, brokers, topic, values(100, 1000)...)
+	held := fetchFor(t, c, 2*time.Second)
+	testenv.Produce(t, brokers, topic, values(400, 1000)...)
+	testenv.Eventually(t, 3*lagEvery, func() (bool, string) {
+		s := c.Status()
+		return len(s.Partitions) == 1 && s.Partitions[0].Lag == int64(500-len(held)), fmt.Sprintf("status %+v, %d held", s, len(held))
+	})
+}
+
+// failPartition answers the first n fetches of one partition with an error
+// the broker gives for a leader change.
+type failPartition struct {
+	kafka.RoundTripper
+	partition int32
+	left      atomic.Int32
+}
+
+func (f *failPartition) RoundTrip(ctx context.Context, addr net.Addr, req protocol.Message) (protocol.Message, error) {
+	res, err := f.RoundTripper.RoundTrip(ctx, addr, req)
+	if r, ok := res.(*fetchAPI.Response); ok && err == nil {
+		for i := range r.Topics {
+			for j := range r.Topics[i].Partitions {
+				p := &r.Topics[i].Partitions[j]
+				if p.Partition == f.partition && f.left.Add(-1) >= 0 {
+					p.ErrorCode = int16(kafka.NotLeaderForPartition)
+					p.RecordSet = protocol.RecordSet{}
+				}
+			}
+		}
+	}
+	return res, err
+}
+
+// One partition failing alone is retried alone: the others flow, the
+// generation goes on (no rebalance), and the partition catches up.
+func TestOnePartitionFailingAloneKeepsTheGeneration(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	topic := testenv.Name("alone")
+	testenv.CreateTopic(t, brokers, topic, 3)
+	testenv.Produce(t, brokers, topic, values(300, 100)...)
+	fp := &failPartition{partition: 1}
+	fp.left.Store(5)
+	c := newTestConsumer(t, ConsumerConfig{Brokers: brokers, Topic: topic, Group: testenv.Name("group"),
+		wrap: func(rt kafka.RoundTripper) kafka.RoundTripper { fp.RoundTripper = rt; return fp }})
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) { return c.Status().Joined, "not joined" })
+	gen := c.Status().Generation
+	sawError := false
+	perPartition := map[int]int{}
+	deadline := time.Now().Add(30 * time.Second)
+	for perPartition[0]+perPartition[1]+perPartition[2] < 300 && time.Now().Before(deadline) {
+		for _, p := range c.Status().Partitions {
+			sawError = sawError || p.Partition == 1 && strings.Contains(p.Error, "Not Leader")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		m, a, err := c.Fetch(ctx)
+		cancel()
+		if err == nil {
+			perPartition[m.Partition]++
+			c.Done(a)
+		}
+	}
+	if perPartition[0]+perPartition[1]+perPartition[2] != 300 {
+		t.Errorf("fetched %v, want all 300", perPartition)
+	}
+	if g := c.Status().Generation; g != gen {
+		t.Errorf("generation %d → %d: a partition's errors ended the generation", gen, g)
+	}
+	if !sawError {
+		t.Error("the partition's error never showed in its status")
+	}
+	if fp.left.Load() > 0 {
+		t.Errorf("%d injected errors left: the partition was not retried", fp.left.Load())
+	}
+}
+
+// commitBeyond commits, for a group with no member, an offset per
+// partition: what the group would hold after its topic was recreated.
+func commitBeyond(t *testing.T, brokers []string, group, topic string, offsets map[int]int64) {
+	t.Helper()
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	c := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: tr, Timeout: 10 * time.Second}
+	var commits []kafka.OffsetCommit
+	for p, o := range offsets {
+		commits = append(commits, kafka.OffsetCommit{Partition: p, Offset: o})
+	}
+	res, err := c.OffsetCommit(context.Background(), &kafka.OffsetCommitRequest{GroupID: group, GenerationID: -1, Topics: map[string][]kafka.OffsetCommit{topic: commits}})
+	if err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	for _, ps := range res.Topics[topic] {
+		if ps.Error != nil {
+			t.Fatalf("commit partition %d: %v", ps.Partition, ps.Error)
+		}
+	}
+}
+
+// A committed offset outside the log does not stall: earliest reads what
+// the log holds, latest skips it, fail stops with the partition and the
+// offsets named. The group's commit follows the new log, even downwards.
+func TestCommittedOffsetOutsideTheLog(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	for _, policy := range []OffsetReset{ResetEarliest, ResetLatest, ResetFail} {
+		t.Run(policy.String(), func(t *testing.T) {
+			topic, group := testenv.Name("oor"), testenv.Name("group")
+			testenv.CreateTopic(t, brokers, topic, 1)
+			testenv.Produce(t, brokers, topic, values(10, 100)...)
+			commitBeyond(t, brokers, group, topic, map[int]int64{0: 500})
+			c := newTestConsumer(t, ConsumerConfig{Brokers: brokers, Topic: topic, Group: group, OffsetReset: policy, CommitInterval: 100 * time.Millisecond})
+			switch policy {
+			case ResetFail:
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				_, _, err := c.Fetch(ctx)
+				if err == nil || !strings.Contains(err.Error(), "offset 500 is outside the log, which holds offsets 0 to 9") {
+					t.Fatalf("fetch: %v", err)
+				}
+				return
+			case ResetLatest:
+				// Assigned at the group's 500, then reset: the new epoch
+				// knows no committed offset yet.
+				testenv.Eventually(t, 20*time.Second, func() (bool, string) {
+					s := c.Status()
+					return s.Joined && len(s.Partitions) == 1 && s.Partitions[0].Committed == -1, fmt.Sprintf("%+v", s)
+				})
+				testenv.Produce(t, brokers, topic, values(3, 100)...)
+			}
+			var got []int64
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			want := map[OffsetReset]int{ResetEarliest: 10, ResetLatest: 3}[policy]
+			for len(got) < want {
+				m, a, err := c.Fetch(ctx)
+				if err != nil {
+					t.Fatalf("fetched offsets %v: %v", got, err)
+				}
+				got = append(got, m.Offset)
+				c.Done(a)
+			}
+			if policy == ResetLatest && got[0] != 10 {
+				t.Errorf("latest read from offset %d, want 10 (the end when it started)", got[0])
+			}
+			if policy == ResetEarliest && got[0] != 0 {
+				t.Errorf("earliest read from offset %d, want 0", got[0])
+			}
+			if err := c.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			committed, _ := testenv.Offsets(t, brokers, group, topic, 1)
+			if want := got[len(got)-1] + 1; committed[0] != want {
+				t.Errorf("committed %d, want %d: the commit follows the new log", committed[0], want)
+			}
+		})
+	}
+}
