@@ -4,9 +4,8 @@ import (
 	"context"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
-
 	"github.com/cellttl/cellttl/ingest"
+	"github.com/cellttl/cellttl/internal/retry"
 )
 
 // deadItem is a message on its way to the dead-letter topic.
@@ -56,10 +55,7 @@ func (p *Pipeline) produceDeadLetters(ctx context.Context, items []deadItem) boo
 	for i, d := range items {
 		dls[i] = d.dl
 	}
-	bo := backoff.NewExponentialBackOff()
-	bo.InitialInterval = 100 * time.Millisecond
-	bo.MaxInterval = 10 * time.Second
-	bo.MaxElapsedTime = 0
+	b := retry.New(ctx, retry.Policy{Initial: 100 * time.Millisecond, Max: 10 * time.Second})
 	for {
 		err := p.dlq.Write(ctx, dls)
 		if err == nil {
@@ -69,12 +65,16 @@ func (p *Pipeline) produceDeadLetters(ctx context.Context, items []deadItem) boo
 			p.log.Error("dead letters abandoned at the drain deadline; their events will be redelivered", "messages", len(dls), "err", err)
 			return false
 		}
-		wait := bo.NextBackOff()
-		p.log.Warn("dead-letter produce failed, retrying; offsets wait for it", "messages", len(dls), "backoff", wait, "err", err)
-		select {
-		case <-ctx.Done():
+		if ingest.IsPermanent(err) {
+			// Retrying cannot fix this, but the events must not be lost:
+			// their offsets wait, uncommitted, and /readyz says why.
+			p.log.Error("dead letters cannot be produced until this is fixed; their offsets and every later one of their partitions wait, uncommitted",
+				"messages", len(dls), "attempt", b.Attempt(), "backoff", b.Next(), "err", err)
+		} else {
+			p.log.Warn("dead-letter produce failed, retrying; offsets wait for it", "messages", len(dls), "attempt", b.Attempt(), "backoff", b.Next(), "err", err)
+		}
+		if !b.Wait() {
 			return false
-		case <-time.After(wait):
 		}
 	}
 }

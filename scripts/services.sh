@@ -88,6 +88,11 @@ sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512,PLAIN
 listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$sasl_user="$sasl_password";
+# An authorizer, so that tests can deny the SASL user a topic: the
+# plaintext listeners' principal (ANONYMOUS) is a super user, as are the
+# broker and the controller themselves; the SASL user gets ACLs below.
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users=User:ANONYMOUS
 log.dirs=$data
 num.partitions=3
 offsets.topic.replication.factor=1
@@ -105,6 +110,13 @@ PROPS
 	echo "127.0.0.1:$port" >"$dir/kafka.addr"
 	echo "127.0.0.1:$sport" >"$dir/kafka-sasl.addr"
 	run_kafka
+	# The SASL user may do anything with topics and groups; tests deny it
+	# single topics with ACLs of their own.
+	for resource in --topic --group; do
+		kjava kafka.admin.AclCommand --bootstrap-server "127.0.0.1:$port" --add --allow-principal "User:$sasl_user" \
+			--operation All "$resource" '*' >>"$dir/kafka-acls.log" 2>&1
+	done
+	log "ACLs for User:$sasl_user: all on every topic and group"
 }
 
 # run_kafka starts the broker on the formatted data directory and waits

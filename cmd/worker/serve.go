@@ -32,9 +32,17 @@ func serve(ctx context.Context, o *runOptions, brokers []string, cfg *tenants.Co
 	if err != nil {
 		return err
 	}
-	transport, err := o.security.Transport()
+	dlq, err := ingest.NewDeadLetterWriter(brokers, o.dlqTopic, o.security, log)
 	if err != nil {
 		return err
+	}
+	// Before joining the group: a dead-letter topic that cannot take dead
+	// letters is said at once, not at the first bad event. The worker runs
+	// anyway (good events flow); /readyz answers 503 until it is fixed.
+	if info, err := dlq.Check(ctx); err != nil {
+		log.Error("dead-letter topic cannot take dead letters; bad events will wait, uncommitted, until it can", "topic", o.dlqTopic, "err", err)
+	} else {
+		log.Info("dead-letter topic ready", "topic", info.Topic, "created", info.Created, "max_message_bytes", info.MaxMessageBytes, "writable", info.Writable)
 	}
 	fetchTransport, err := o.security.Transport()
 	if err != nil {
@@ -53,9 +61,9 @@ func serve(ctx context.Context, o *runOptions, brokers []string, cfg *tenants.Co
 		Transport:        fetchTransport,
 	}, log)
 	if err != nil {
+		_ = dlq.Close()
 		return err
 	}
-	dlq := ingest.NewDeadLetterWriter(brokers, o.dlqTopic, transport)
 	var lastWriteErr lastError
 	wcfg := sink.DefaultWriterConfig()
 	wcfg.AttemptTimeout = o.writeTimeout
@@ -74,6 +82,7 @@ func serve(ctx context.Context, o *runOptions, brokers []string, cfg *tenants.Co
 	defer wg.Wait()
 	bg, stopBackground := context.WithCancel(ctx)
 	defer stopBackground()
+	wg.Go(func() { dlq.Run(bg, 30*time.Second) })
 	if o.tenantsFile != "" {
 		hup := make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)
@@ -81,8 +90,8 @@ func serve(ctx context.Context, o *runOptions, brokers []string, cfg *tenants.Co
 		wg.Go(func() { reloader.Run(bg, hup) })
 	}
 	if o.adminAddr != "" {
-		st := &statusSource{o: o, consumer: consumer, reloader: reloader, stats: p.Stats(), started: time.Now(), lastWriteErr: &lastWriteErr}
-		srv := admin.New(o.adminAddr, metrics, st.status, readinessChecks(consumer, dc.Open(o.table), writer, reloader), log)
+		st := &statusSource{o: o, consumer: consumer, reloader: reloader, stats: p.Stats(), started: time.Now(), lastWriteErr: &lastWriteErr, dlq: dlq}
+		srv := admin.New(o.adminAddr, metrics, st.status, readinessChecks(consumer, dc.Open(o.table), writer, dlq, reloader), log)
 		addr, err := srv.Start()
 		if err != nil {
 			return err
@@ -114,8 +123,8 @@ func fetchBudget(maxInflight int64, p pipeline.Config) int64 {
 }
 
 // readinessChecks: in the consumer group, Bigtable answering and taking
-// writes, a config loaded.
-func readinessChecks(c *ingest.Consumer, tbl *bigtable.Table, w *sink.Writer, r *tenants.Reloader) []admin.Check {
+// writes, the dead-letter topic taking dead letters, a config loaded.
+func readinessChecks(c *ingest.Consumer, tbl *bigtable.Table, w *sink.Writer, dlq *ingest.DeadLetterWriter, r *tenants.Reloader) []admin.Check {
 	return []admin.Check{
 		{Name: "kafka", Fn: func(context.Context) error {
 			s := c.Status()
@@ -137,6 +146,7 @@ func readinessChecks(c *ingest.Consumer, tbl *bigtable.Table, w *sink.Writer, r 
 			// that routes nowhere, missing write permission).
 			return w.Outage()
 		}},
+		{Name: "dead-letter", Fn: func(context.Context) error { return dlq.Problem() }},
 		{Name: "config", Fn: func(context.Context) error {
 			if r.Current() == nil {
 				return errors.New("no tenants config loaded")
@@ -175,6 +185,7 @@ type statusSource struct {
 	stats        *pipeline.Stats
 	started      time.Time
 	lastWriteErr *lastError
+	dlq          *ingest.DeadLetterWriter
 }
 
 type tenantCounts struct {
@@ -233,6 +244,9 @@ func (s *statusSource) status() any {
 	}
 	if p.Config.Reload.LastError != "" {
 		p.LastErrors["config"] = p.Config.Reload.LastError
+	}
+	if err := s.dlq.Problem(); err != nil {
+		p.LastErrors["dead_letter"] = err.Error()
 	}
 	return p
 }

@@ -104,6 +104,17 @@ func Table(t testing.TB, ac *bigtable.AdminClient, dc *bigtable.Client, maxAge t
 // CreateTopic creates a topic with partitions partitions.
 func CreateTopic(t testing.TB, brokers []string, topic string, partitions int) {
 	t.Helper()
+	CreateTopicWith(t, brokers, topic, partitions, nil)
+}
+
+// CreateTopicWith creates a topic with partitions partitions and the given
+// topic configs (max.message.bytes, ...).
+func CreateTopicWith(t testing.TB, brokers []string, topic string, partitions int, configs map[string]string) {
+	t.Helper()
+	var entries []kafka.ConfigEntry
+	for k, v := range configs {
+		entries = append(entries, kafka.ConfigEntry{ConfigName: k, ConfigValue: v})
+	}
 	conn, err := kafka.Dial("tcp", brokers[0])
 	if err != nil {
 		t.Fatalf("dial kafka: %v", err)
@@ -118,7 +129,7 @@ func CreateTopic(t testing.TB, brokers []string, topic string, partitions int) {
 		t.Fatalf("dial controller: %v", err)
 	}
 	defer cc.Close()
-	if err := cc.CreateTopics(kafka.TopicConfig{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1}); err != nil {
+	if err := cc.CreateTopics(kafka.TopicConfig{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1, ConfigEntries: entries}); err != nil {
 		t.Fatalf("create topic %s: %v", topic, err)
 	}
 	// The controller answers before every broker knows the topic: wait

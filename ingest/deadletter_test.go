@@ -1,0 +1,126 @@
+package ingest
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/cellttl/cellttl/internal/testenv"
+)
+
+func header(m kafka.Message, key string) (string, bool) {
+	for _, h := range m.Headers {
+		if h.Key == key {
+			return string(h.Value), true
+		}
+	}
+	return "", false
+}
+
+// A dead letter that fits is sent whole; one byte more and its value is cut
+// to fit, with its size and SHA-256; if the original headers or key alone
+// do not leave room, they go too, and a header says so.
+func TestDeadLetterFitsAtTheEdge(t *testing.T) {
+	src := kafka.Message{Topic: "clicks", Partition: 3, Offset: 77, Key: []byte("user-9"),
+		Headers: []kafka.Header{{Key: "traceparent", Value: []byte("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")}}}
+	dl := func(value []byte) DeadLetter {
+		m := src
+		m.Value = value
+		return DeadLetter{Msg: m, Reason: "value is too large", Field: ""}
+	}
+	const max = 20000
+	whole, _ := deadLetterMessage(dl(nil), max)
+	exact := bytes.Repeat([]byte("v"), int(max-messageSize(whole)))
+	m, cut := deadLetterMessage(dl(exact), max)
+	if cut || !bytes.Equal(m.Value, exact) || messageSize(m) != max {
+		t.Fatalf("a dead letter of exactly %d bytes: cut %t, size %d", max, cut, messageSize(m))
+	}
+	over := append(exact, 'w')
+	m, cut = deadLetterMessage(dl(over), max)
+	if !cut || messageSize(m) > max {
+		t.Fatalf("one byte over: cut %t, size %d", cut, messageSize(m))
+	}
+	sum := sha256.Sum256(over)
+	if v, _ := header(m, HeaderTruncated); v != "true" {
+		t.Errorf("truncated header %q", v)
+	}
+	if v, _ := header(m, HeaderOriginalSize); v != strconv.Itoa(len(over)) {
+		t.Errorf("original size header %q, want %d", v, len(over))
+	}
+	if v, _ := header(m, HeaderOriginalSHA256); v != hex.EncodeToString(sum[:]) {
+		t.Errorf("sha256 header %q", v)
+	}
+	if !bytes.HasPrefix(over, m.Value) || len(m.Value) == 0 {
+		t.Errorf("value is not a prefix of the original (%d bytes)", len(m.Value))
+	}
+	if _, ok := header(m, "traceparent"); !ok || !bytes.Equal(m.Key, src.Key) {
+		t.Error("original key and headers dropped although they fit")
+	}
+
+	// Original headers that leave no room: dropped, and said so.
+	big := src
+	big.Headers = []kafka.Header{{Key: "huge", Value: bytes.Repeat([]byte("h"), max)}}
+	m, _ = deadLetterMessage(DeadLetter{Msg: big, Reason: "r"}, max)
+	if v, _ := header(m, HeaderDropped); v != "headers" || messageSize(m) > max || !bytes.Equal(m.Key, src.Key) {
+		t.Errorf("huge headers: dropped %q, size %d, key %q", v, messageSize(m), m.Key)
+	}
+	// A key that leaves no room: the key goes too.
+	big.Key = bytes.Repeat([]byte("k"), max)
+	m, _ = deadLetterMessage(DeadLetter{Msg: big, Reason: "r"}, max)
+	if v, _ := header(m, HeaderDropped); v != "headers,key" || m.Key != nil || messageSize(m) > max {
+		t.Errorf("huge key: dropped %q, size %d", v, messageSize(m))
+	}
+	for _, h := range m.Headers {
+		if strings.HasPrefix(h.Key, "cellttl.source.") && len(h.Value) == 0 {
+			t.Errorf("header %s empty", h.Key)
+		}
+	}
+}
+
+// The real broker takes every dead letter, at and around the edge of the
+// topic's max.message.bytes, several to a batch: the size estimate is never
+// below what the broker counts.
+func TestDeadLettersFitTheBroker(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	topic := testenv.Name("dlq")
+	const limit = 20000
+	testenv.CreateTopicWith(t, brokers, topic, 1, map[string]string{"max.message.bytes": strconv.Itoa(limit)})
+	d, err := NewDeadLetterWriter(brokers, topic, Security{}, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	info, err := d.Check(context.Background())
+	if err != nil || info.MaxMessageBytes != limit || info.Created {
+		t.Fatalf("check: %+v, %v", info, err)
+	}
+	base, _ := deadLetterMessage(DeadLetter{Msg: kafka.Message{Topic: "in", Offset: 1}, Reason: "r"}, limit)
+	room := int(limit - recordBatchOverhead - messageSize(base))
+	var dls []DeadLetter
+	for i, n := range []int{room - 1, room, room + 1, 2 * limit, 10 * limit} {
+		dls = append(dls, DeadLetter{Msg: kafka.Message{Topic: "in", Offset: int64(i), Value: bytes.Repeat([]byte{'a' + byte(i)}, n)}, Reason: "r"})
+	}
+	if err := d.Write(context.Background(), dls); err != nil {
+		t.Fatalf("the broker refused dead letters fitted to its limit: %v", err)
+	}
+	got := testenv.ReadAll(t, brokers, topic, len(dls), 20*time.Second)
+	if len(got) != len(dls) {
+		t.Fatalf("%d dead letters in the topic, want %d", len(got), len(dls))
+	}
+	for i, m := range got {
+		_, cut := header(m, HeaderTruncated)
+		if want := i >= 2; cut != want {
+			t.Errorf("dead letter of %d bytes: truncated %t, want %t", len(dls[i].Msg.Value), cut, want)
+		}
+		if !bytes.HasPrefix(dls[i].Msg.Value, m.Value) {
+			t.Errorf("dead letter %d: value is not a prefix of the original", i)
+		}
+	}
+}
