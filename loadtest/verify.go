@@ -20,6 +20,7 @@ type check struct {
 	valid, invalid        int
 	found                 int
 	missing               []int // seqs of valid events not in Bigtable
+	duplicateRows         []int // seqs of valid events in more than one row
 	wrongTimestamp        []int
 	wrongKey              []int
 	duplicateVersions     []int
@@ -30,7 +31,7 @@ type check struct {
 }
 
 func (c *check) ok() bool {
-	return len(c.missing)+len(c.wrongTimestamp)+len(c.wrongKey)+len(c.duplicateVersions)+len(c.missingDeadLetters)+len(c.unexpectedDeadLetters) == 0
+	return len(c.missing)+len(c.duplicateRows)+len(c.wrongTimestamp)+len(c.wrongKey)+len(c.duplicateVersions)+len(c.missingDeadLetters)+len(c.unexpectedDeadLetters) == 0
 }
 
 func (c *check) summary() string {
@@ -43,7 +44,7 @@ func (c *check) summary() string {
 	for _, l := range []struct {
 		name string
 		seqs []int
-	}{{"missing from Bigtable", c.missing}, {"wrong timestamp", c.wrongTimestamp}, {"wrong row key", c.wrongKey},
+	}{{"missing from Bigtable", c.missing}, {"in more than one row", c.duplicateRows}, {"wrong timestamp", c.wrongTimestamp}, {"wrong row key", c.wrongKey},
 		{"more than one version", c.duplicateVersions}, {"missing from the dead-letter topic", c.missingDeadLetters},
 		{"valid but dead-lettered", c.unexpectedDeadLetters}} {
 		fmt.Fprintf(&b, "  %-36s %d%s\n", l.name, len(l.seqs), examples(l.seqs))
@@ -81,7 +82,9 @@ func verify(ctx context.Context, o *options, brokers []string, cfg *tenants.Conf
 	tbl := dc.Open(o.table)
 	rd := reader.New(tbl, o.family, cfg.Policy)
 	prefix := g.run + "-"
-	seen := make([]bool, len(recs))
+	// Rows per event, counted: a second row of one event is a duplicate,
+	// and a set of events seen would hide it.
+	rows := make([]int, len(recs))
 	for ti := range g.mix.tenants {
 		tenant := g.mix.tenantName(ti)
 		err := rd.Read(ctx, reader.Query{Tenant: tenant}, func(ev reader.Event) bool {
@@ -93,8 +96,11 @@ func verify(ctx context.Context, o *options, brokers []string, cfg *tenants.Conf
 				return true
 			}
 			r := recs[seq]
-			seen[seq] = true
-			c.found++
+			if rows[seq]++; rows[seq] == 1 {
+				c.found++
+			} else if rows[seq] == 2 {
+				c.duplicateRows = append(c.duplicateRows, seq)
+			}
 			base := time.UnixMilli(r.millis)
 			if ev.Key != rowkey.Key(tenant, userName(r.user), ev.EventID, r.millis) || ev.Tenant != g.mix.tenantName(int(r.tenant)) {
 				c.wrongKey = append(c.wrongKey, seq)
@@ -136,7 +142,7 @@ func verify(ctx context.Context, o *options, brokers []string, cfg *tenants.Conf
 		}
 	}
 	for seq, r := range recs {
-		if r.valid && !seen[seq] {
+		if r.valid && rows[seq] == 0 {
 			c.missing = append(c.missing, seq)
 		}
 	}
