@@ -3,7 +3,10 @@ package faults
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -23,7 +26,6 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/cellttl/cellttl/internal/testenv"
-	"github.com/cellttl/cellttl/rowkey"
 	"github.com/cellttl/cellttl/tenants"
 )
 
@@ -69,6 +71,15 @@ type produced struct {
 	millis int64
 	kind   kind
 	sentAt time.Time
+	// fromRecord: the event has no occurred_at; its time is the record's.
+	fromRecord bool
+	// size and sha256 of the value, for a dead letter that may be cut
+	size   int
+	sha256 string
+}
+
+func (k kind) String() string {
+	return [...]string{"valid", "clamped", "invalid", "expired"}[k]
 }
 
 // suite is one scenario's services, workers and bookkeeping.
@@ -76,12 +87,24 @@ type suite struct {
 	t       *testing.T
 	brokers []string
 	topic   string
+	dlq     string
 	group   string
 	table   string
 	tenants string
 	bin     string
 	dc      *bigtable.Client
 	ac      *bigtable.AdminClient
+	// configs are the tenants files the run went through, the first one
+	// first: a timestamp must follow one of them.
+	configs []*tenants.Config
+	// event makes event seq; s.poisoned unless a scenario says otherwise.
+	event func(r *rand.Rand, seq int) ([]byte, produced)
+	// workerArgs are extra flags of every worker (SASL credentials...).
+	workerArgs []string
+	// workerBrokers, when set, are what workers connect to.
+	workerBrokers []string
+	// maxEvent is the workers' --max-event-bytes.
+	maxEvent int
 
 	mu      sync.Mutex
 	workers map[int]*worker
@@ -104,23 +127,47 @@ type worker struct {
 
 type syncBuffer = testenv.Buffer
 
+// topicOptions shape the suite's topics.
+type topicOptions struct {
+	config      map[string]string // of the input topic
+	replication int
+}
+
+type option func(*topicOptions)
+
+// withTopicConfig sets configs of the input topic (max.message.bytes...).
+func withTopicConfig(c map[string]string) option { return func(o *topicOptions) { o.config = c } }
+
+// withReplication replicates the topics (a second broker must run).
+func withReplication(n int) option { return func(o *topicOptions) { o.replication = n } }
+
 // newSuite needs the real broker: the suite kills and restarts it.
-func newSuite(t *testing.T, partitions int) *suite {
+func newSuite(t *testing.T, partitions int, opts ...option) *suite {
 	if os.Getenv("CELLTTL_FAULTS") == "" {
 		t.Skip("the fault suite kills the broker, so it runs on its own: CELLTTL_FAULTS=short|full (make test and make faults set it)")
 	}
 	if !testenv.Real() || os.Getenv("CELLTTL_SERVICES_DIR") == "" {
 		t.Fatal("the fault suite needs the services of scripts/services.sh (make test or make faults start them)")
 	}
+	to := topicOptions{replication: 1}
+	for _, o := range opts {
+		o(&to)
+	}
 	s := &suite{t: t, brokers: testenv.Kafka(t), topic: testenv.Name("faults"), table: testenv.Name("faults"), workers: map[int]*worker{}}
-	s.group = s.topic
+	s.group, s.dlq = s.topic, s.topic+".dlq"
+	s.event, s.maxEvent = s.poisoned, maxEventBytes
 	s.dc, s.ac = testenv.Clients(t)
-	testenv.CreateTopic(t, s.brokers, s.topic, partitions)
-	testenv.CreateTopic(t, s.brokers, s.topic+".dlq", 1)
+	createTopic(t, s.brokers, s.topic, partitions, to.replication, to.config)
+	createTopic(t, s.brokers, s.dlq, 1, to.replication, nil)
 	s.tenants = filepath.Join(t.TempDir(), "tenants.yaml")
 	if err := os.WriteFile(s.tenants, []byte(tenantsYAML), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	cfg, err := tenants.Load(s.tenants)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.configs = []*tenants.Config{cfg}
 	s.logf("suite: topic and table ready")
 	s.bin = testenv.WorkerBinary(t)
 	s.logf("suite: worker built")
@@ -170,10 +217,14 @@ func (s *suite) start(extra ...string) *worker {
 	id := s.nextID
 	s.nextID++
 	s.mu.Unlock()
-	args := append([]string{"run", "--brokers", strings.Join(s.brokers, ","), "--topic", s.topic, "--group", s.group,
+	brokers := s.brokers
+	if s.workerBrokers != nil {
+		brokers = s.workerBrokers
+	}
+	args := append([]string{"run", "--brokers", strings.Join(brokers, ","), "--topic", s.topic, "--group", s.group, "--dlq-topic", s.dlq,
 		"--table", s.table, "--tenants", s.tenants, "--log-format", "text", "--log-level", "warn",
 		"--admin-addr", fmt.Sprintf("127.0.0.1:%d", port), "--session-timeout", "6s", "--commit-interval", "200ms",
-		"--drain-timeout", drainTimeout.String(), "--max-event-bytes", strconv.Itoa(maxEventBytes)}, extra...)
+		"--drain-timeout", drainTimeout.String(), "--max-event-bytes", strconv.Itoa(s.maxEvent)}, append(append([]string{}, s.workerArgs...), extra...)...)
 	w := &worker{id: id, admin: fmt.Sprintf("http://127.0.0.1:%d", port), done: make(chan error, 1), out: &syncBuffer{}}
 	w.cmd = exec.Command(s.bin, args...)
 	w.cmd.Env = append(os.Environ(), s.env...)
@@ -245,7 +296,7 @@ func (s *suite) produce(ctx context.Context, n, rate int) {
 	r := rand.New(rand.NewPCG(uint64(n), uint64(rate)))
 	tr := &kafka.Transport{}
 	defer tr.CloseIdleConnections()
-	w := &kafka.Writer{Addr: kafka.TCP(s.brokers...), Topic: s.topic, Balancer: &kafka.Hash{}, BatchSize: 500,
+	w := &kafka.Writer{Addr: kafka.TCP(s.brokers...), Topic: s.topic, Balancer: &kafka.Hash{}, BatchSize: 500, BatchBytes: 3_000_000,
 		BatchTimeout: 5 * time.Millisecond, RequiredAcks: kafka.RequireAll, MaxAttempts: 20, Transport: tr}
 	defer w.Close()
 	const chunk = 500
@@ -258,10 +309,19 @@ func (s *suite) produce(ctx context.Context, n, rate int) {
 		s.mu.Lock()
 		for i := seq; i < min(seq+chunk, n); i++ {
 			v, ev := s.event(r, i)
+			if ev.kind == invalid {
+				sum := sha256.Sum256(v)
+				ev.size, ev.sha256 = len(v), hex.EncodeToString(sum[:])
+			}
 			s.events = append(s.events, ev)
-			msgs = append(msgs, kafka.Message{Key: []byte(ev.user), Value: v, Headers: []kafka.Header{{Key: "seq", Value: []byte(strconv.Itoa(i))}}})
+			// The record time is set here, once: a retry below sends the
+			// same record again, as a careful producer does. (A record sent
+			// again with a new time is another record: an event whose time
+			// is its record's would land in a second row.)
+			msgs = append(msgs, kafka.Message{Key: []byte(ev.user), Value: v, Time: ev.sentAt, Headers: []kafka.Header{{Key: "seq", Value: []byte(strconv.Itoa(i))}}})
 		}
 		s.mu.Unlock()
+		sent := len(msgs)
 		for attempt := 0; ; attempt++ {
 			err := w.WriteMessages(ctx, msgs...)
 			if err == nil {
@@ -271,14 +331,26 @@ func (s *suite) produce(ctx context.Context, n, rate int) {
 				s.t.Errorf("produce: %v", err)
 				return
 			}
+			// Send again only what failed.
+			var failed kafka.WriteErrors
+			if errors.As(err, &failed) && len(failed) == len(msgs) {
+				var again []kafka.Message
+				for i, e := range failed {
+					if e != nil {
+						again = append(again, msgs[i])
+					}
+				}
+				msgs = again
+			}
 			time.Sleep(500 * time.Millisecond) // the broker may be down on purpose
 		}
-		s.sent.Add(int64(len(msgs)))
+		s.sent.Add(int64(sent))
 	}
 }
 
-// event makes event seq: mostly valid, with each kind of poison mixed in.
-func (s *suite) event(r *rand.Rand, seq int) ([]byte, produced) {
+// poisoned makes event seq: mostly valid, with each kind of poison mixed
+// in, and times the worker must treat exactly.
+func (s *suite) poisoned(r *rand.Rand, seq int) ([]byte, produced) {
 	now := time.Now()
 	ev := produced{tenant: tenantIDs[r.IntN(len(tenantIDs))], user: "u" + strconv.Itoa(r.IntN(500)), millis: now.UnixMilli(), sentAt: now}
 	id := "f-" + strconv.Itoa(seq)
@@ -295,7 +367,7 @@ func (s *suite) event(r *rand.Rand, seq int) ([]byte, produced) {
 		return []byte(`{"event_id":"` + id + `#x","tenant_id":"` + ev.tenant + `"}`), ev // '#' in an id
 	case 37:
 		ev.kind = invalid
-		return []byte(`{"event_id":"` + id + `","tenant_id":"` + ev.tenant + `","pad":"` + strings.Repeat("p", maxEventBytes) + `"}`), ev // oversize
+		return []byte(`{"event_id":"` + id + `","tenant_id":"` + ev.tenant + `","pad":"` + strings.Repeat("p", s.maxEvent) + `"}`), ev // oversize
 	case 47:
 		ev.kind = invalid
 		return append([]byte{0xff, 0x00, 0xfe}, id...), ev // binary garbage
@@ -305,6 +377,12 @@ func (s *suite) event(r *rand.Rand, seq int) ([]byte, produced) {
 	case 23:
 		ev.kind = expired
 		at = "1969-07-20T20:17:40Z"
+	case 33:
+		ev.kind = expired // a present time means what it says: year 1
+		at = "0001-01-01T00:00:00Z"
+	case 43:
+		ev.kind = invalid // the same field twice: readers disagree on which
+		return []byte(`{"event_id":"` + id + `","tenant_id":"` + ev.tenant + `","tenant_id":"other"}`), ev
 	}
 	return []byte(`{"event_id":"` + id + `","tenant_id":"` + ev.tenant + `","user_id":"` + ev.user + `","occurred_at":"` + at + `"}`), ev
 }
@@ -397,8 +475,6 @@ func (s *suite) status(w *worker) (map[string]any, error) {
 	return st, json.NewDecoder(resp.Body).Decode(&st)
 }
 
-var _ = rowkey.Key
-var _ = tenants.Load
 
 // writtenIDs returns the event ids in the table.
 func (s *suite) writtenIDs() map[string]bool {
@@ -412,4 +488,102 @@ func (s *suite) writtenIDs() map[string]bool {
 		s.t.Fatal(err)
 	}
 	return out
+}
+
+// createTopic creates a topic with a replication factor and configs.
+func createTopic(t *testing.T, brokers []string, topic string, partitions, replication int, configs map[string]string) {
+	t.Helper()
+	if replication <= 1 {
+		testenv.CreateTopicWith(t, brokers, topic, partitions, configs)
+		return
+	}
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	c := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: tr, Timeout: 20 * time.Second}
+	tc := kafka.TopicConfig{Topic: topic, NumPartitions: partitions, ReplicationFactor: replication}
+	for k, v := range configs {
+		tc.ConfigEntries = append(tc.ConfigEntries, kafka.ConfigEntry{ConfigName: k, ConfigValue: v})
+	}
+	res, err := c.CreateTopics(context.Background(), &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{tc}})
+	if err == nil {
+		err = res.Errors[topic]
+	}
+	if err != nil {
+		t.Fatalf("create topic %s with replication %d: %v", topic, replication, err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		md, err := c.Metadata(context.Background(), &kafka.MetadataRequest{Topics: []string{topic}})
+		if err != nil || len(md.Topics) != 1 || len(md.Topics[0].Partitions) != partitions {
+			return false, fmt.Sprintf("topic %s not ready: %v", topic, err)
+		}
+		for _, p := range md.Topics[0].Partitions {
+			if p.Leader.Host == "" || len(p.Isr) < replication {
+				return false, fmt.Sprintf("partition %d of %s: leader %v, isr %v", p.ID, topic, p.Leader, p.Isr)
+			}
+		}
+		return true, ""
+	})
+}
+
+// aclAdmin manages ACLs as the super user of the plaintext listener.
+type aclAdmin struct{ c *kafka.Client }
+
+func aclClient(t *testing.T, brokers []string) aclAdmin {
+	tr := &kafka.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	return aclAdmin{c: &kafka.Client{Addr: kafka.TCP(brokers...), Transport: tr, Timeout: 10 * time.Second}}
+}
+
+// deny adds, or removes, an ACL denying user WRITE on topic.
+func (a aclAdmin) deny(t *testing.T, user, topic string, add bool) {
+	t.Helper()
+	var err error
+	if add {
+		var res *kafka.CreateACLsResponse
+		res, err = a.c.CreateACLs(context.Background(), &kafka.CreateACLsRequest{ACLs: []kafka.ACLEntry{{
+			ResourceType: kafka.ResourceTypeTopic, ResourceName: topic, ResourcePatternType: kafka.PatternTypeLiteral,
+			Principal: "User:" + user, Host: "*", Operation: kafka.ACLOperationTypeWrite, PermissionType: kafka.ACLPermissionTypeDeny}}})
+		if err == nil && len(res.Errors) > 0 {
+			err = res.Errors[0]
+		}
+	} else {
+		_, err = a.c.DeleteACLs(context.Background(), &kafka.DeleteACLsRequest{Filters: []kafka.DeleteACLsFilter{{
+			ResourceTypeFilter: kafka.ResourceTypeTopic, ResourceNameFilter: topic, ResourcePatternTypeFilter: kafka.PatternTypeLiteral,
+			PrincipalFilter: "User:" + user, HostFilter: "*", Operation: kafka.ACLOperationTypeWrite, PermissionType: kafka.ACLPermissionTypeDeny}}})
+	}
+	if err != nil {
+		t.Fatalf("ACL on %s: %v", topic, err)
+	}
+}
+
+// tcpActiveOpens is the machine's count of TCP connections opened.
+func tcpActiveOpens(t *testing.T) int64 {
+	out, err := exec.Command("nstat", "-az", "TcpActiveOpens").Output()
+	if err != nil {
+		t.Fatalf("nstat: %v", err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "TcpActiveOpens" {
+			n, _ := strconv.ParseInt(f[1], 10, 64)
+			return n
+		}
+	}
+	t.Fatalf("nstat: no TcpActiveOpens in %q", out)
+	return 0
+}
+
+// ensureCoordinator waits until a group coordinator answers for group, so
+// that __consumer_offsets exists.
+func ensureCoordinator(t *testing.T, brokers []string, group string) {
+	t.Helper()
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	c := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: tr, Timeout: 10 * time.Second}
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		res, err := c.FindCoordinator(context.Background(), &kafka.FindCoordinatorRequest{Key: group, KeyType: kafka.CoordinatorKeyTypeConsumer})
+		if err == nil && res.Error != nil {
+			err = res.Error
+		}
+		return err == nil, fmt.Sprintf("no coordinator for group %s: %v", group, err)
+	})
 }

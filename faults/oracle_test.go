@@ -26,11 +26,15 @@ type verdict struct {
 	Poison            int    `json:"poison"`
 	Faults            int    `json:"faults"`
 	Lost              int    `json:"lost"`
-	DuplicateVersions int    `json:"duplicate_versions"`
+	DuplicateRows     int    `json:"duplicate_rows"`     // valid events in more than one row
+	DuplicateVersions int    `json:"duplicate_versions"` // cells with more than one version
 	WrongTimestamps   int    `json:"wrong_timestamps"`
 	Misrouted         int    `json:"misrouted"`   // in the wrong place: a valid event dead-lettered, an expired one written...
 	Uncommitted       int    `json:"uncommitted"` // settled events the final commit does not cover
+	Truncated         int    `json:"truncated"`   // dead letters cut to fit, each with the original size and SHA-256
 	MaxLag            int64  `json:"max_lag"`
+	PeakRSSMiB        int64  `json:"peak_rss_mib,omitempty"`
+	BoundMiB          int64  `json:"bound_mib,omitempty"` // --max-inflight-bytes
 	Recovery          string `json:"recovery"`
 	Notes             string `json:"notes,omitempty"`
 	problems          []string
@@ -42,139 +46,198 @@ func (v *verdict) problem(format string, args ...any) {
 	}
 }
 
+// clean reports whether the oracle found nothing wrong.
+func (v *verdict) clean() bool {
+	return v.Lost+v.DuplicateRows+v.DuplicateVersions+v.WrongTimestamps+v.Misrouted+v.Uncommitted == 0
+}
+
+// rowInfo is one row of the table: an event's cells, every version.
 type rowInfo struct {
 	key      string
-	versions map[string]int
+	versions map[string]int // per column
 	ts       int64
 }
 
-// check runs the oracle over everything the suite produced: every valid
-// event in Bigtable exactly once, one version per column, the contract's
-// timestamp; every invalid one in the dead-letter topic with a reason;
-// expired ones nowhere; and the group's commits covering all of it.
-func (s *suite) check(name string, partitions int, recovery time.Duration, notes string) verdict {
-	s.t.Helper()
-	ctx := context.Background()
-	cfg, err := tenants.Load(s.tenants)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	s.mu.Lock()
-	events := append([]produced(nil), s.events...)
-	v := verdict{Scenario: name, Produced: len(events), Faults: s.faults, MaxLag: s.maxLag, Recovery: recovery.Round(100 * time.Millisecond).String(), Notes: notes}
-	s.mu.Unlock()
-	end := time.Now()
-	s.logf("oracle: reading the topic")
+// observed is what the run left behind, read back from Kafka and Bigtable.
+type observed struct {
+	// where each produced event landed in the topic, and its record time
+	where     map[int]kafka.Message
+	committed map[int]int64
+	rows      map[string][]*rowInfo // by event id: every row, so that a second one shows
+	dead      map[int]kafka.Message // dead letters by seq (a redelivered one may be there twice: harmless)
+}
 
-	// Where each event landed in the topic, and what the group committed.
-	where := map[int][2]int64{}
+// observe reads the topic, the group's commits, the table and the
+// dead-letter topic.
+func (s *suite) observe(partitions int) observed {
+	s.t.Helper()
+	o := observed{where: map[int]kafka.Message{}, rows: map[string][]*rowInfo{}, dead: map[int]kafka.Message{}}
+	s.logf("oracle: reading the topic")
 	for _, m := range readTopic(s.t, s.brokers, s.topic) {
 		seq, _ := strconv.Atoi(header(m, "seq"))
-		where[seq] = [2]int64{int64(m.Partition), m.Offset}
+		m.Value = nil // the oracle needs where and when, not the bytes
+		o.where[seq] = m
 	}
-	committed, _ := testenv.Offsets(s.t, s.brokers, s.group, s.topic, partitions)
-
+	o.committed, _ = testenv.Offsets(s.t, s.brokers, s.group, s.topic, partitions)
 	s.logf("oracle: reading the table")
-	rows := map[string]*rowInfo{}
-	err = s.dc.Open(s.table).ReadRows(ctx, bigtable.InfiniteRange(""), func(r bigtable.Row) bool {
+	err := s.dc.Open(s.table).ReadRows(context.Background(), bigtable.InfiniteRange(""), func(r bigtable.Row) bool {
 		key := r.Key()
 		ri := &rowInfo{key: key, versions: map[string]int{}}
 		for _, it := range r["c"] {
 			ri.versions[it.Column]++
 			ri.ts = int64(it.Timestamp)
 		}
-		rows[key[strings.LastIndexByte(key, '#')+1:]] = ri
+		id := key[strings.LastIndexByte(key, '#')+1:]
+		o.rows[id] = append(o.rows[id], ri)
 		return true
 	}, bigtable.RowFilter(bigtable.StripValueFilter()))
 	if err != nil {
 		s.t.Fatalf("read table: %v", err)
 	}
 	s.logf("oracle: reading the dead-letter topic")
-	dead := map[int]string{}
-	for _, m := range readTopic(s.t, s.brokers, s.topic+".dlq") {
+	for _, m := range readTopic(s.t, s.brokers, s.dlq) {
 		seq, _ := strconv.Atoi(header(m, "seq"))
-		dead[seq] = header(m, ingest.HeaderReason)
+		o.dead[seq] = m
 	}
+	return o
+}
 
-	s.logf("oracle: checking")
-	for seq, ev := range events {
-		id := "f-" + strconv.Itoa(seq)
-		row, inTable := rows[id]
-		reason, inDLQ := dead[seq]
-		if ev.kind == invalid {
-			v.Poison++
-		}
-		switch ev.kind {
-		case valid, clamped:
-			if !inTable {
-				v.Lost++
-				v.problem("seq %d (%s) not in Bigtable", seq, ev.tenant)
-				break
-			}
-			if row.versions["c:event"] != 1 || row.versions["c:written_at"] != 1 {
-				v.DuplicateVersions++
-				v.problem("seq %d: versions %v", seq, row.versions)
-			}
-			if ev.kind == valid {
-				if want := cfg.Policy.Cell(ev.tenant, time.UnixMilli(ev.millis)).Timestamp; row.ts != want {
-					v.WrongTimestamps++
-					v.problem("seq %d: timestamp %d, want %d", seq, row.ts, want)
-				}
-				if row.key != rowkey.Key(ev.tenant, ev.user, id, ev.millis) {
-					v.Misrouted++
-					v.problem("seq %d: key %s", seq, row.key)
-				}
-			} else {
-				lo, hi := cfg.Policy.Cell(ev.tenant, ev.sentAt.Add(-time.Millisecond)).Timestamp, cfg.Policy.Cell(ev.tenant, end).Timestamp
-				if row.ts < lo || row.ts > hi {
-					v.WrongTimestamps++
-					v.problem("seq %d (clamped): timestamp %d outside [%d, %d]", seq, row.ts, lo, hi)
-				}
-			}
-			if inDLQ {
-				v.Misrouted++
-				v.problem("seq %d valid but dead-lettered: %s", seq, reason)
-			}
-		case invalid:
-			if !inDLQ {
-				v.Lost++
-				v.problem("seq %d (poison) not in the dead-letter topic", seq)
-			} else if reason == "" {
-				v.Misrouted++
-				v.problem("seq %d dead-lettered without a reason", seq)
-			}
-			if inTable {
-				v.Misrouted++
-				v.problem("seq %d (poison) written to Bigtable", seq)
-			}
-		case expired:
-			if inTable || inDLQ {
-				v.Misrouted++
-				v.problem("seq %d (expired) written or dead-lettered", seq)
-			}
-		}
-		if w, ok := where[seq]; !ok {
-			v.Lost++
-			v.problem("seq %d not found in the topic", seq)
-		} else if w[1] >= committed[int(w[0])] {
-			v.Uncommitted++
-			v.problem("seq %d at %d/%d beyond the committed offset %d", seq, w[0], w[1], committed[int(w[0])])
-		}
-	}
-	s.t.Logf("%s: produced %d (poison %d), faults %d, lost %d, duplicate versions %d, wrong timestamps %d, misrouted %d, uncommitted %d, max lag %d, recovery %s",
-		name, v.Produced, v.Poison, v.Faults, v.Lost, v.DuplicateVersions, v.WrongTimestamps, v.Misrouted, v.Uncommitted, v.MaxLag, v.Recovery)
+// check runs the oracle over everything the suite produced and fails the
+// test on what it finds (see judge).
+func (s *suite) check(name string, partitions int, recovery time.Duration, notes string) verdict {
+	s.t.Helper()
+	v := s.judge(s.observe(partitions))
+	v.Scenario, v.Recovery, v.Notes = name, recovery.Round(100*time.Millisecond).String(), notes
+	s.mu.Lock()
+	v.Faults, v.MaxLag = s.faults, s.maxLag
+	s.mu.Unlock()
+	s.t.Logf("%s: produced %d (poison %d), faults %d, lost %d, duplicate rows %d, duplicate versions %d, wrong timestamps %d, misrouted %d, uncommitted %d, truncated %d, max lag %d, recovery %s",
+		name, v.Produced, v.Poison, v.Faults, v.Lost, v.DuplicateRows, v.DuplicateVersions, v.WrongTimestamps, v.Misrouted, v.Uncommitted, v.Truncated, v.MaxLag, v.Recovery)
 	for _, p := range v.problems {
 		s.t.Error(p)
 	}
 	s.mu.Lock()
 	s.t.Logf("timeline:\n%s", s.log.String())
 	s.mu.Unlock()
+	s.record(v)
+	return v
+}
+
+// record keeps a scenario's verdict for RELIABILITY.md.
+func (s *suite) record(v verdict) {
 	if dir := os.Getenv("CELLTTL_FAULTS_OUT"); dir != "" {
 		data, _ := json.MarshalIndent(v, "", "  ")
 		_ = os.MkdirAll(dir, 0o755)
-		_ = os.WriteFile(filepath.Join(dir, name+".json"), data, 0o644)
+		_ = os.WriteFile(filepath.Join(dir, v.Scenario+".json"), data, 0o644)
+	}
+}
+
+// judge holds what the run left behind against what was produced: every
+// valid event in Bigtable in exactly one row (counted per event id), one
+// version per cell, the contract's row key and timestamp (for a clamped
+// occurred_at, exactly the record timestamp's); every invalid one in the
+// dead-letter topic with a reason (a dead letter cut to fit with its
+// original size and SHA-256); expired ones nowhere; and the group's commits
+// covering all of it. When the run changed tenants.yaml, a timestamp may
+// follow any of the files it went through, and no other.
+func (s *suite) judge(o observed) verdict {
+	s.mu.Lock()
+	events := append([]produced(nil), s.events...)
+	configs := append([]*tenants.Config(nil), s.configs...)
+	s.mu.Unlock()
+	v := verdict{Produced: len(events)}
+	s.logf("oracle: checking")
+	for seq, ev := range events {
+		id := "f-" + strconv.Itoa(seq)
+		rows := o.rows[id]
+		dl, inDLQ := o.dead[seq]
+		msg, inTopic := o.where[seq]
+		if ev.kind == invalid {
+			v.Poison++
+		}
+		switch ev.kind {
+		case valid, clamped:
+			if len(rows) == 0 {
+				v.Lost++
+				v.problem("seq %d (%s) not in Bigtable", seq, ev.tenant)
+				break
+			}
+			if len(rows) > 1 {
+				v.DuplicateRows++
+				keys := make([]string, len(rows))
+				for i, r := range rows {
+					keys[i] = r.key
+				}
+				v.problem("seq %d in %d rows: %v", seq, len(rows), keys)
+			}
+			row := rows[0]
+			if row.versions["c:event"] != 1 || row.versions["c:written_at"] != 1 {
+				v.DuplicateVersions++
+				v.problem("seq %d: versions %v", seq, row.versions)
+			}
+			base := time.UnixMilli(ev.millis)
+			if ev.kind == clamped || ev.fromRecord {
+				if !inTopic {
+					break
+				}
+				base = msg.Time // the record timestamp is the reference clock
+			}
+			if !oneOf(configs, func(c *tenants.Config) bool { return row.ts == c.Policy.Cell(ev.tenant, base).Timestamp }) {
+				v.WrongTimestamps++
+				v.problem("seq %d (%s, %s): timestamp %d, want %d (or that of another file the run went through)", seq, ev.tenant, ev.kind, row.ts, configs[0].Policy.Cell(ev.tenant, base).Timestamp)
+			}
+			if row.key != rowkey.Key(ev.tenant, ev.user, id, base.UnixMilli()) {
+				v.Misrouted++
+				v.problem("seq %d: key %s", seq, row.key)
+			}
+			if inDLQ {
+				v.Misrouted++
+				v.problem("seq %d valid but dead-lettered: %s", seq, header(dl, ingest.HeaderReason))
+			}
+		case invalid:
+			switch {
+			case !inDLQ:
+				v.Lost++
+				v.problem("seq %d (poison) not in the dead-letter topic", seq)
+			case header(dl, ingest.HeaderReason) == "":
+				v.Misrouted++
+				v.problem("seq %d dead-lettered without a reason", seq)
+			case header(dl, ingest.HeaderTruncated) == "true":
+				v.Truncated++
+				if header(dl, ingest.HeaderOriginalSize) != strconv.Itoa(ev.size) || header(dl, ingest.HeaderOriginalSHA256) != ev.sha256 {
+					v.Misrouted++
+					v.problem("seq %d: truncated dead letter says size %s sha256 %s, want %d %s", seq,
+						header(dl, ingest.HeaderOriginalSize), header(dl, ingest.HeaderOriginalSHA256), ev.size, ev.sha256)
+				}
+			}
+			if len(rows) > 0 {
+				v.Misrouted++
+				v.problem("seq %d (poison) written to Bigtable", seq)
+			}
+		case expired:
+			if len(rows) > 0 || inDLQ {
+				v.Misrouted++
+				v.problem("seq %d (expired) written or dead-lettered", seq)
+			}
+		}
+		if !inTopic {
+			v.Lost++
+			v.problem("seq %d not found in the topic", seq)
+		} else if msg.Offset >= o.committed[msg.Partition] {
+			v.Uncommitted++
+			v.problem("seq %d at %d/%d beyond the committed offset %d", seq, msg.Partition, msg.Offset, o.committed[msg.Partition])
+		}
 	}
 	return v
+}
+
+func oneOf(configs []*tenants.Config, ok func(*tenants.Config) bool) bool {
+	for _, c := range configs {
+		if ok(c) {
+			return true
+		}
+	}
+	return false
 }
 
 func header(m kafka.Message, key string) string {

@@ -7,6 +7,8 @@
 #   scripts/services.sh stop
 #   scripts/services.sh env     # the environment of the running services
 #   scripts/services.sh kafka-kill | kafka-start   # crash and restart the broker
+#   scripts/services.sh kafka2-start | kafka2-kill | kafka2-stop | elect-preferred
+#                                   # a second broker, and leader changes
 #
 # State lives in $CELLTTL_SERVICES_DIR (default .services/ in the repo); the
 # Kafka jars are cached in ~/.cache/cellttl so later starts take seconds.
@@ -104,6 +106,8 @@ auto.create.topics.enable=true
 PROPS
 	local id
 	id=$(kjava kafka.tools.StorageTool random-uuid 2>/dev/null)
+	echo "$id" >"$dir/cluster.id"
+	echo "$cport" >"$dir/controller.port"
 	kjava kafka.tools.StorageTool format -t "$id" -c "$dir/server.properties" \
 		--add-scram "SCRAM-SHA-256=[name=$sasl_user,password=$sasl_password]" \
 		--add-scram "SCRAM-SHA-512=[name=$sasl_user,password=$sasl_password]" >"$dir/kafka-format.log" 2>&1
@@ -138,6 +142,50 @@ run_kafka() {
 		sleep 0.5
 	done
 	log "Kafka $kafka_version on $addr (pid $(cat "$dir/kafka.pid"))"
+}
+
+# A second broker (broker only, node 2) in the same cluster, for the fault
+# suite's leader changes; not started by default.
+start_kafka2() {
+	local port data
+	if [ -f "$dir/kafka2.pid" ] && kill -0 "$(cat "$dir/kafka2.pid")" 2>/dev/null; then
+		return
+	fi
+	data=$dir/kafka2-data
+	if [ ! -f "$dir/server2.properties" ]; then
+		port=$(free_port)
+		mkdir -p "$data"
+		cat >"$dir/server2.properties" <<PROPS
+process.roles=broker
+node.id=2
+controller.quorum.voters=1@127.0.0.1:$(cat "$dir/controller.port")
+listeners=PLAINTEXT://127.0.0.1:$port
+advertised.listeners=PLAINTEXT://127.0.0.1:$port
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users=User:ANONYMOUS
+log.dirs=$data
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=3
+group.initial.rebalance.delay.ms=0
+PROPS
+		kjava kafka.tools.StorageTool format -t "$(cat "$dir/cluster.id")" -c "$dir/server2.properties" >"$dir/kafka2-format.log" 2>&1
+		echo "127.0.0.1:$port" >"$dir/kafka2.addr"
+	fi
+	nohup java -Xmx384m -Xms128m -Dlog4j.configuration="file:$repo/scripts/kafka/log4j.properties" -cp "$kafka_lib/*" kafka.Kafka "$dir/server2.properties" >>"$dir/kafka2.log" 2>&1 &
+	echo $! >"$dir/kafka2.pid"
+	local deadline=$((SECONDS + 90))
+	until kjava org.apache.kafka.tools.TopicCommand --bootstrap-server "$(cat "$dir/kafka2.addr")" --list >/dev/null 2>&1; do
+		if ! kill -0 "$(cat "$dir/kafka2.pid")" 2>/dev/null || [ $SECONDS -ge $deadline ]; then
+			log "the second Kafka broker did not start; last lines of $dir/kafka2.log:"
+			tail -20 "$dir/kafka2.log" >&2
+			return 1
+		fi
+		sleep 0.5
+	done
+	log "second Kafka broker (node 2) on $(cat "$dir/kafka2.addr") (pid $(cat "$dir/kafka2.pid"))"
 }
 
 start_emulator() {
@@ -184,8 +232,24 @@ start)
 	print_env | tee "$dir/env"
 	;;
 stop)
+	stop_one kafka2
 	stop_one kafka
 	stop_one emulator
+	;;
+kafka2-start)
+	start_kafka2
+	;;
+kafka2-kill)
+	kill -9 "$(cat "$dir/kafka2.pid")" 2>/dev/null || true
+	rm -f "$dir/kafka2.pid"
+	;;
+kafka2-stop)
+	stop_one kafka2
+	;;
+elect-preferred)
+	# Move every partition's leadership back to its preferred replica.
+	kjava org.apache.kafka.tools.LeaderElectionCommand --bootstrap-server "$(cat "$dir/kafka.addr")" \
+		--election-type preferred --all-topic-partitions >&2 || true
 	;;
 env)
 	cat "$dir/env"
@@ -199,7 +263,7 @@ kafka-start)
 	run_kafka
 	;;
 *)
-	echo "usage: $0 start|stop|env|kafka-kill|kafka-start" >&2
+	echo "usage: $0 start|stop|env|kafka-kill|kafka-start|kafka2-start|kafka2-kill|kafka2-stop|elect-preferred" >&2
 	exit 2
 	;;
 esac
