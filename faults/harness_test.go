@@ -475,7 +475,6 @@ func (s *suite) status(w *worker) (map[string]any, error) {
 	return st, json.NewDecoder(resp.Body).Decode(&st)
 }
 
-
 // writtenIDs returns the event ids in the table.
 func (s *suite) writtenIDs() map[string]bool {
 	out := map[string]bool{}
