@@ -160,7 +160,23 @@ func NewConsumer(cfg ConsumerConfig, log *slog.Logger) (*Consumer, error) {
 
 // generations follows the group from generation to generation.
 func (c *Consumer) generations(ctx context.Context) {
+	var started time.Time
+	var pause time.Duration
 	for {
+		// Generations that end as soon as they start (the input topic is
+		// missing: kafka-go's partition watcher ends each at once) would
+		// spin: pause before taking the next, doubling from 1s to 10s.
+		// kafka-go holds the next generation meanwhile, heartbeating.
+		if !started.IsZero() && time.Since(started) < time.Second {
+			pause = min(max(2*pause, time.Second), 10*time.Second)
+			select {
+			case <-time.After(pause):
+			case <-ctx.Done():
+				return
+			}
+		} else {
+			pause = 0
+		}
 		gen, err := c.group.Next(ctx)
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, kafka.ErrGroupClosed) {
@@ -170,7 +186,11 @@ func (c *Consumer) generations(ctx context.Context) {
 			c.log.Warn("joining consumer group", "group", c.cfg.Group, "err", err)
 			continue
 		}
+		started = time.Now()
 		assigned := gen.Assignments[c.cfg.Topic]
+		if len(assigned) == 0 {
+			c.noPartitions(ctx)
+		}
 		offsets := make(map[int]int64, len(assigned))
 		for _, a := range assigned {
 			offsets[a.ID] = a.Offset
@@ -192,7 +212,10 @@ func (c *Consumer) generations(ctx context.Context) {
 			ids[i] = p.id
 		}
 		c.mu.Lock()
-		c.gen, c.parts, c.lastErr, c.joinedAt = gen, parts, nil, time.Now()
+		c.gen, c.parts, c.joinedAt = gen, parts, time.Now()
+		if len(parts) > 0 {
+			c.lastErr = nil
+		}
 		c.mu.Unlock()
 		c.log.Info("joined consumer group", "group", c.cfg.Group, "generation", gen.ID, "member", gen.MemberID, "partitions", ids)
 		// The fetcher runs until the group ends the generation; errors of a
@@ -222,6 +245,23 @@ func (c *Consumer) generations(ctx context.Context) {
 			c.mu.Unlock()
 		})
 	}
+}
+
+// noPartitions says why a generation assigned nothing, when the reason is
+// the input topic missing (more members than partitions is no problem).
+func (c *Consumer) noPartitions(ctx context.Context) {
+	md, err := c.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{c.cfg.Topic}})
+	if err != nil || len(md.Topics) != 1 || !errors.Is(md.Topics[0].Error, kafka.UnknownTopicOrPartition) {
+		return
+	}
+	missing := fmt.Errorf("input topic %s does not exist: create it, or check --topic", c.cfg.Topic)
+	c.mu.Lock()
+	said := c.lastErr != nil && c.lastErr.Error() == missing.Error()
+	c.mu.Unlock()
+	if !said {
+		c.log.Error("waiting for the input topic", "topic", c.cfg.Topic, "err", missing)
+	}
+	c.setErr(missing)
 }
 
 func (c *Consumer) setErr(err error) {

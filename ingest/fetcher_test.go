@@ -13,6 +13,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
 	fetchAPI "github.com/segmentio/kafka-go/protocol/fetch"
+	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/cellttl/cellttl/internal/testenv"
 )
@@ -256,3 +257,64 @@ func TestCommittedOffsetOutsideTheLog(t *testing.T) {
 		})
 	}
 }
+
+// A missing input topic on a broker that does not create topics: every
+// generation ends as soon as it starts (kafka-go's partition watcher finds
+// no topic), and the group must not spin on that; the status says why, and
+// consumption starts once the topic exists. The test's broker creates
+// topics on demand, so this one runs on an in-process kfake broker started
+// without that (kafka-go's group code is the real one either way).
+func TestMissingInputTopic(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	brokers := cluster.ListenAddrs()
+	topic := testenv.Name("later")
+	joins := &countingHandler{msg: "joined consumer group"}
+	c, err := NewConsumer(ConsumerConfig{Brokers: brokers, Topic: topic, Group: testenv.Name("group"), SessionTimeout: 6 * time.Second}, slog.New(joins))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	testenv.Eventually(t, 20*time.Second, func() (bool, string) {
+		s := c.Status()
+		return strings.Contains(s.LastError, "input topic "+topic+" does not exist"), fmt.Sprintf("status %+v", s)
+	})
+	j0 := joins.n.Load()
+	time.Sleep(8 * time.Second)
+	if j := joins.n.Load() - j0; j > 6 {
+		t.Errorf("%d generations joined in 8s with the topic missing: the group spins", j)
+	} else {
+		t.Logf("%d generations joined in 8s with the topic missing", j)
+	}
+	testenv.CreateTopic(t, brokers, topic, 1)
+	testenv.Produce(t, brokers, topic, []byte("hello"))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	m, a, err := c.Fetch(ctx)
+	if err != nil || string(m.Value) != "hello" {
+		t.Fatalf("once the topic exists: %q, %v", m.Value, err)
+	}
+	c.Done(a)
+	if s := c.Status(); s.LastError != "" {
+		t.Errorf("status still says %q", s.LastError)
+	}
+}
+
+// countingHandler counts the log records with one message.
+type countingHandler struct {
+	msg string
+	n   atomic.Int64
+}
+
+func (h *countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.n.Add(1)
+	}
+	return nil
+}
+func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *countingHandler) WithGroup(string) slog.Handler      { return h }

@@ -39,6 +39,8 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	var configs multiFlag
 	fs.Var(&configs, "worker", `worker flags of one worker measurement, e.g. "--writers 8"; repeat for more (default: one run with the defaults)`)
 	tenantsFile := fs.String("tenants", "tenants.yaml", "tenants file")
+	baseline := fs.String("baseline-bin", "", "another build of the worker to time in the same run, interleaved with this one (e.g. one built from an earlier commit)")
+	rounds := fs.Int("rounds", 1, "times each worker measurement is repeated (interleaved with the baseline's)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -100,16 +102,26 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(filepath.Dir(bin))
-	for i, flags := range configs {
-		c, rss, err := benchWorker(ctx, bin, bl, *tenantsFile, fmt.Sprintf("%s-w%d", run, i), *partitions, keys, values, flags)
-		if err != nil {
-			return err
-		}
+	builds := []struct{ name, bin string }{{"this build", bin}}
+	if *baseline != "" {
+		builds = append(builds, struct{ name, bin string }{"baseline " + filepath.Base(*baseline), *baseline})
+	}
+	n := 0
+	for _, flags := range configs {
 		label := flags
 		if label == "" {
 			label = "defaults"
 		}
-		fmt.Fprintf(stdout, "(c) worker (%s): %8.0f events/s = %.2f × min(a, b); peak RSS %d MiB\n", label, c, c/ceiling, rss>>20)
+		for round := range *rounds {
+			for _, b := range builds {
+				c, rss, err := benchWorker(ctx, b.bin, bl, *tenantsFile, fmt.Sprintf("%s-w%d", run, n), *partitions, keys, values, flags)
+				n++
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(stdout, "(c) worker, %s (%s), round %d: %8.0f events/s = %.2f × min(a, b); peak RSS %d MiB\n", b.name, label, round+1, c, c/ceiling, rss>>20)
+			}
+		}
 	}
 	return nil
 }
