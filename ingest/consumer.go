@@ -34,7 +34,8 @@ type ConsumerConfig struct {
 	// share of a fetch holds at least one such message.
 	MaxEventBytes int
 	// FetchMaxBytes bounds one fetch request, which covers every owned
-	// partition a broker leads.
+	// partition a broker leads (default 4 MiB: a response and its decoding
+	// are held while it is read, beside the budget).
 	FetchMaxBytes int64
 	// OffsetReset is what to do when a committed offset lies outside the log.
 	OffsetReset OffsetReset
@@ -100,7 +101,7 @@ func NewConsumer(cfg ConsumerConfig, log *slog.Logger) (*Consumer, error) {
 		cfg.MaxEventBytes = 1 << 20
 	}
 	if cfg.FetchMaxBytes <= 0 {
-		cfg.FetchMaxBytes = 16 << 20
+		cfg.FetchMaxBytes = 4 << 20
 	}
 	transport := cfg.Transport
 	if transport == nil {

@@ -94,6 +94,10 @@ type fetcher struct {
 
 	parts  []*partition // in partition order
 	rotate int          // first partition of the next request, for fairness
+	// ratio is how many bytes of the budget a byte on the wire turned into
+	// lately (a message is charged its overhead beyond its bytes): a
+	// request asks the broker for its reservation divided by it.
+	ratio float64
 }
 
 // partition is a partition of the generation, as the fetcher reads it.
@@ -326,9 +330,14 @@ func (f *fetcher) leaders(ctx context.Context) (map[int]int, error) {
 	return out, nil
 }
 
-// request is one Fetch request for parts, all led by one broker, for at
-// most max bytes. It marks them in flight.
-func (f *fetcher) request(parts []*partition, max int64) *fetchAPI.Request {
+// request is one Fetch request for parts, all led by one broker, whose
+// messages should fit in reserved bytes of the budget. It marks them in
+// flight.
+func (f *fetcher) request(parts []*partition, reserved int64) *fetchAPI.Request {
+	if f.ratio < 1 {
+		f.ratio = 2 // until a response says otherwise
+	}
+	max := int64(float64(reserved) / f.ratio)
 	req := &fetchAPI.Request{
 		ReplicaID:    -1,
 		MaxWaitTime:  int32(maxFetchWait / time.Millisecond),
@@ -387,7 +396,7 @@ func (f *fetcher) handle(ctx context.Context, r fetchResult) error {
 		byID[p.id] = p
 	}
 	var batch []Fetched
-	var charged int64
+	var charged, wire int64
 	for _, t := range r.res.Topics {
 		for i := range t.Partitions {
 			rp := &t.Partitions[i]
@@ -403,13 +412,14 @@ func (f *fetcher) handle(ctx context.Context, r fetchResult) error {
 			}
 			p.ok()
 			p.answered = time.Now()
-			msgs, bytes := f.read(p, rp.RecordSet.Records)
-			batch = append(batch, msgs...)
-			charged += bytes
+			charged, wire = f.read(p, rp.RecordSet.Records, &batch, charged, wire, r.reserved)
 			p.lag.Store(max(0, rp.HighWatermark-p.next))
 		}
 	}
 	f.budget.Fill(r.reserved, charged)
+	if wire > 0 {
+		f.ratio = 0.5*f.ratio + 0.5*max(1, float64(charged)/float64(wire))
+	}
 	if len(batch) == 0 {
 		return nil
 	}
@@ -424,19 +434,22 @@ func (f *fetcher) handle(ctx context.Context, r fetchResult) error {
 	return nil
 }
 
-// read copies a partition's records out of the response and tracks them.
-// It returns the messages and the bytes charged for them.
-func (f *fetcher) read(p *partition, records protocol.RecordReader) ([]Fetched, int64) {
+// read copies a partition's records out of the response and tracks them,
+// appending them to batch, while they fit in the reservation: charged is
+// what the response's messages took so far, wire their bytes in the
+// response. A message that does not fit stays in Kafka, with every later
+// one of its partition, and is fetched again; the first of a response is
+// always taken, so that a batch larger than the reservation still goes
+// through (by that much over the budget).
+func (f *fetcher) read(p *partition, records protocol.RecordReader, batch *[]Fetched, charged, wire, reserved int64) (int64, int64) {
 	stream, ok := records.(*protocol.RecordStream)
 	if !ok {
-		return nil, 0
+		return charged, wire
 	}
-	var out []Fetched
-	var charged int64
-	for _, batch := range stream.Records {
-		_, control := batch.(*protocol.ControlBatch)
+	for _, b := range stream.Records {
+		_, control := b.(*protocol.ControlBatch)
 		for {
-			rec, err := batch.ReadRecord()
+			rec, err := b.ReadRecord()
 			if err != nil {
 				break
 			}
@@ -453,17 +466,35 @@ func (f *fetcher) read(p *partition, records protocol.RecordReader) ([]Fetched, 
 				closeRecord(rec)
 				continue
 			}
-			m := message(f.topic, p.id, rec)
-			size := int64(len(m.Key)+len(m.Value)) + MessageOverhead
-			for _, h := range m.Headers {
-				size += int64(len(h.Key) + len(h.Value))
+			size, bytes := recordSize(rec)
+			if charged > 0 && charged+size > reserved {
+				closeRecord(rec)
+				return charged, wire // full: the rest is fetched again
 			}
-			out = append(out, Fetched{Msg: m, Ack: f.tracker.Track(p.a, rec.Offset, size)})
-			charged += size
+			m := message(f.topic, p.id, rec)
+			*batch = append(*batch, Fetched{Msg: m, Ack: f.tracker.Track(p.a, rec.Offset, size)})
+			charged, wire = charged+size, wire+bytes
 			p.next = rec.Offset + 1
 		}
 	}
-	return out, charged
+	return charged, wire
+}
+
+// recordSize is what a record is charged (its key, value and headers, and
+// MessageOverhead) and its bytes as counted on the wire.
+func recordSize(rec *protocol.Record) (charged, wire int64) {
+	if rec.Key != nil {
+		wire += int64(rec.Key.Len())
+	}
+	if rec.Value != nil {
+		wire += int64(rec.Value.Len())
+	}
+	for _, h := range rec.Headers {
+		wire += int64(len(h.Key) + len(h.Value))
+	}
+	// A record's own framing on the wire: lengths, delta varints, attributes.
+	const framing = 16
+	return wire + MessageOverhead, wire + framing
 }
 
 // message copies a record out of the response's buffers: one allocation
