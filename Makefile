@@ -24,7 +24,8 @@ services-stop:
 FUZZTIME ?= 30s
 fuzz:
 	go test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./tenants
-	go test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./event
+	go test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./event
+	go test -run '^$$' -fuzz FuzzRFC3339 -fuzztime $(FUZZTIME) ./event
 
 # Per-event Go benchmarks, then the ceilings and the worker measured in one
 # run against the real broker and emulator (see BENCHMARKS.md).
