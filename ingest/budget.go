@@ -34,18 +34,20 @@ func (b *Budget) Held() int64 {
 }
 
 // TryReserve takes as many free bytes as it can, up to most, if at least
-// least are free, and returns how many it took (0 when fewer than least are
-// free). It never waits: Freed says when to try again.
-func (b *Budget) TryReserve(least, most int64) int64 {
+// least are free, and returns how many it took. It never waits: when fewer
+// than least are free it takes none and returns a channel closed when bytes
+// next come back (registered in the same step, so that none is missed).
+func (b *Budget) TryReserve(least, most int64) (int64, <-chan struct{}) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	free := b.limit - b.reserved - b.held
 	if free < least || free <= 0 {
-		return 0
+		b.waiting = true
+		return 0, b.freed
 	}
 	n := min(free, most)
 	b.reserved += n
-	return n
+	return n, nil
 }
 
 // Fill turns a reservation into the bytes of the messages its fetch
@@ -77,12 +79,4 @@ func (b *Budget) freeLocked() {
 		close(b.freed)
 		b.freed, b.waiting = make(chan struct{}), false
 	}
-}
-
-// Freed returns a channel closed when bytes next come back.
-func (b *Budget) Freed() <-chan struct{} {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.waiting = true
-	return b.freed
 }

@@ -46,33 +46,63 @@ func (c *committer) end(gen *kafka.Generation) {
 }
 
 // Commit commits, through the current generation, every current epoch's
-// settled prefix that lies above what the group has committed.
+// settled prefix that lies above what the group has committed. It holds
+// the lock until the commit is done, so that no epoch changes under it: an
+// offset read from an epoch that a reset replaced meanwhile would be
+// written after the reset's own.
 func (c *committer) Commit(ctx context.Context) error {
 	c.mu.Lock()
-	gen := c.gen
+	defer c.mu.Unlock()
 	epochs := c.tracker.Commitable()
-	c.mu.Unlock()
-	if gen == nil || len(epochs) == 0 {
+	if c.gen == nil || len(epochs) == 0 {
 		return nil
 	}
 	offsets := make(map[int]int64, len(epochs))
 	for a, o := range epochs {
 		offsets[a.partition] = o
 	}
-	// CommitOffsets takes no context; a stalled coordinator must not hold
-	// the caller past its deadline.
+	if err := c.commit(ctx, offsets); err != nil {
+		return fmt.Errorf("commit offsets of %d partitions: %w", len(offsets), err)
+	}
+	c.tracker.Committed(epochs)
+	return nil
+}
+
+// restart begins a new epoch of a's partition at offset, which an offset
+// reset chose (the log started over, or retention passed the committed
+// offset), and commits offset at once: a crash before the next commit then
+// restarts from the reset, not from the stale offset. It returns nil when
+// a is no longer current.
+func (c *committer) restart(ctx context.Context, a *Assignment, offset int64) *Assignment {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.tracker.Restart(a)
+	if n == nil || c.gen == nil {
+		return n
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := c.commit(cctx, map[int]int64{a.partition: offset}); err != nil {
+		c.log.Warn("commit of a reset offset failed; it is committed with the next progress", "partition", a.partition, "offset", offset, "err", err)
+		return n
+	}
+	c.tracker.Committed(map[*Assignment]int64{n: offset})
+	return n
+}
+
+// commit commits offsets through the current generation; c.mu is held.
+// CommitOffsets takes no context: a stalled coordinator must not hold the
+// caller past its deadline.
+func (c *committer) commit(ctx context.Context, offsets map[int]int64) error {
+	gen := c.gen
 	done := make(chan error, 1)
 	go func() { done <- gen.CommitOffsets(map[string]map[int]int64{c.topic: offsets}) }()
 	select {
 	case err := <-done:
-		if err != nil {
-			return fmt.Errorf("commit offsets of %d partitions: %w", len(offsets), err)
-		}
+		return err
 	case <-ctx.Done():
-		return fmt.Errorf("commit offsets: %w", ctx.Err())
+		return ctx.Err()
 	}
-	c.tracker.Committed(epochs)
-	return nil
 }
 
 // Loop commits every interval until ctx ends. Failures are logged and

@@ -129,6 +129,7 @@ func NewConsumer(cfg ConsumerConfig, log *slog.Logger) (*Consumer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("consumer group %s: %w", cfg.Group, err)
 	}
+	limitBatches(cfg.MaxInflightBytes)
 	ctx, stop := context.WithCancel(context.Background())
 	tracker := NewTracker()
 	var rt kafka.RoundTripper = transport
@@ -224,7 +225,7 @@ func (c *Consumer) generations(ctx context.Context) {
 		gen.Start(func(gctx context.Context) {
 			f := &fetcher{
 				transport: c.rt, client: c.client, topic: c.cfg.Topic,
-				budget: c.budget, tracker: c.tracker, reset: c.cfg.OffsetReset,
+				budget: c.budget, tracker: c.tracker, restart: c.committer.restart, reset: c.cfg.OffsetReset,
 				requestMax: c.cfg.FetchMaxBytes, partMax: int64(max(1<<20, c.cfg.MaxEventBytes+64<<10)),
 				out: c.fetched, log: c.log, m: c.m, parts: parts,
 			}
@@ -378,6 +379,21 @@ func (c *Consumer) Status() Status {
 		s.Partitions = append(s.Partitions, ps)
 	}
 	return s
+}
+
+// Problem returns why a partition cannot go on without an operator (a
+// batch too large to decompress), nil when none is stuck.
+func (c *Consumer) Problem() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.parts {
+		if p.stuck.Load() {
+			if e := p.lastErr.Load(); e != nil {
+				return errors.New(*e)
+			}
+		}
+	}
+	return nil
 }
 
 // Committed returns the committed offset of each owned partition as this

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -28,6 +27,12 @@ const (
 	HeaderSourceTopic     = "cellttl.source.topic"
 	HeaderSourcePartition = "cellttl.source.partition"
 	HeaderSourceOffset    = "cellttl.source.offset"
+	// HeaderSourceTimestamp is the original record's timestamp (RFC 3339,
+	// empty when it had none). The dead letter's own timestamp is the time
+	// it is produced: a dead-letter topic that bounds timestamps
+	// (message.timestamp.after.max.ms) would refuse the original's forever,
+	// and a record timestamp out of bounds is one reason to dead-letter.
+	HeaderSourceTimestamp = "cellttl.source.timestamp"
 
 	HeaderTruncated      = "cellttl.truncated"       // "true"
 	HeaderOriginalSize   = "cellttl.original.size"   // bytes of the original value
@@ -51,6 +56,10 @@ const defaultMaxMessageBytes = 1048588
 // compares the whole batch with max.message.bytes.
 const recordBatchOverhead = 61
 
+// loudAfter is how long a produce error time should heal may last before
+// it is reported like one it does not.
+const loudAfter = time.Minute
+
 // DeadLetterWriter produces rejected messages to the dead-letter topic. A
 // dead letter always fits: the topic's max.message.bytes is learned at
 // start-up (and again when the broker says a message is too large), and a
@@ -65,14 +74,22 @@ type DeadLetterWriter struct {
 	security  Security
 	transport *kafka.Transport
 	client    *kafka.Client
-	w         *kafka.Writer
 	log       *slog.Logger
-	limit     atomic.Int64 // the topic's max.message.bytes
 	sent      metric.Int64Counter
 	truncated metric.Int64Counter
+	now       func() time.Time
 
-	mu      sync.Mutex
-	problem error // why dead letters cannot be produced; nil when they can
+	// wmu guards the writer and the limit it was made for: a new limit
+	// means a new writer (a writer's batch size is not to change in use).
+	wmu   sync.RWMutex
+	w     *kafka.Writer
+	limit int64 // the topic's max.message.bytes
+
+	mu sync.Mutex
+	// checkProblem is what Check found, produceProblem what produces meet:
+	// why dead letters cannot be produced, nil when they can.
+	checkProblem, produceProblem error
+	failingSince                 time.Time // of the produces failing in a row
 }
 
 // NewDeadLetterWriter writes to topic. Each Write waits for all in-sync
@@ -85,22 +102,10 @@ func NewDeadLetterWriter(brokers []string, topic string, security Security, log 
 	}
 	transport.MetadataTopics = []string{topic}
 	d := &DeadLetterWriter{
-		brokers: brokers, topic: topic, security: security, transport: transport, log: log,
+		brokers: brokers, topic: topic, security: security, transport: transport, log: log, now: time.Now,
 		client: &kafka.Client{Addr: kafka.TCP(brokers...), Transport: transport, Timeout: 10 * time.Second},
-		w: &kafka.Writer{
-			Addr:         kafka.TCP(brokers...),
-			Topic:        topic,
-			Balancer:     &kafka.Hash{},
-			RequiredAcks: kafka.RequireAll,
-			BatchTimeout: 5 * time.Millisecond,
-			MaxAttempts:  3,
-			Transport:    transport,
-			// Check creates the topic when it is missing and the worker may;
-			// a topic deleted later is reported, not silently recreated.
-			AllowAutoTopicCreation: false,
-		},
 	}
-	d.setLimit(defaultMaxMessageBytes)
+	d.w, d.limit = d.writer(defaultMaxMessageBytes), defaultMaxMessageBytes
 	meter := otel.Meter(scope)
 	if d.sent, err = meter.Int64Counter("messaging.client.sent.messages", metric.WithUnit("{message}"),
 		metric.WithDescription("messages produced to the dead-letter topic")); err != nil {
@@ -113,11 +118,41 @@ func NewDeadLetterWriter(brokers []string, topic string, security Security, log 
 	return d, nil
 }
 
-// setLimit records the topic's limit: kafka-go then accepts any batch
-// whose estimated size fits under it, header included.
+// writer makes the producer for a topic limit: kafka-go accepts any batch
+// whose estimated size fits under it, the batch's header included.
+func (d *DeadLetterWriter) writer(maxMessageBytes int64) *kafka.Writer {
+	return &kafka.Writer{
+		Addr:         kafka.TCP(d.brokers...),
+		Topic:        d.topic,
+		Balancer:     &kafka.Hash{},
+		RequiredAcks: kafka.RequireAll,
+		BatchTimeout: 5 * time.Millisecond,
+		BatchBytes:   maxMessageBytes - recordBatchOverhead,
+		MaxAttempts:  3,
+		Transport:    d.transport,
+		// Check creates the topic when it is missing and the worker may;
+		// a topic deleted later is reported, not silently recreated.
+		AllowAutoTopicCreation: false,
+	}
+}
+
+// setLimit records the topic's limit, with a writer made for it.
 func (d *DeadLetterWriter) setLimit(maxMessageBytes int64) {
-	d.limit.Store(maxMessageBytes)
-	d.w.BatchBytes = maxMessageBytes - recordBatchOverhead
+	d.wmu.Lock()
+	if maxMessageBytes == d.limit {
+		d.wmu.Unlock()
+		return
+	}
+	old := d.w
+	d.w, d.limit = d.writer(maxMessageBytes), maxMessageBytes
+	d.wmu.Unlock()
+	_ = old.Close() // no produce uses it any more: they hold wmu
+}
+
+func (d *DeadLetterWriter) currentLimit() int64 {
+	d.wmu.RLock()
+	defer d.wmu.RUnlock()
+	return d.limit
 }
 
 // TopicInfo is what Check found.
@@ -135,7 +170,9 @@ type TopicInfo struct {
 // write to it. An error is also kept for Problem.
 func (d *DeadLetterWriter) Check(ctx context.Context) (TopicInfo, error) {
 	info, err := d.check(ctx)
-	d.setProblem(err)
+	d.mu.Lock()
+	d.checkProblem = err
+	d.mu.Unlock()
 	return info, err
 }
 
@@ -206,30 +243,47 @@ func (d *DeadLetterWriter) learnLimit(ctx context.Context) int64 {
 		}
 		err = errors.New("max.message.bytes not in the answer")
 	}
-	n := d.limit.Load()
+	n := d.currentLimit()
 	d.log.Warn("could not read the dead-letter topic's max.message.bytes; dead letters are cut to the last known limit", "topic", d.topic, "limit", n, "err", err)
 	return n
 }
 
-// Problem returns why dead letters cannot be produced, nil when they can.
+// Problem returns why dead letters cannot be produced, nil when they can:
+// what Check found, or a produce error that time does not heal, or one
+// that should but has lasted loudAfter.
 func (d *DeadLetterWriter) Problem() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.problem
+	if d.checkProblem != nil {
+		return d.checkProblem
+	}
+	return d.produceProblem
 }
 
-func (d *DeadLetterWriter) setProblem(err error) {
-	var pe *ProduceError
-	if err != nil && !(errors.As(err, &pe) && pe.Permanent) {
-		return // transient: time heals it, nothing to report
-	}
+// produced records a produce's outcome.
+func (d *DeadLetterWriter) produced(pe *ProduceError) {
 	d.mu.Lock()
-	was := d.problem
-	d.problem = err
-	d.mu.Unlock()
-	if was != nil && err == nil {
-		d.log.Info("the dead-letter topic takes dead letters again", "topic", d.topic)
+	was := d.checkProblem != nil || d.produceProblem != nil
+	if pe == nil {
+		// Dead letters flow: whatever Check found is over too.
+		d.checkProblem, d.produceProblem, d.failingSince = nil, nil, time.Time{}
+		d.mu.Unlock()
+		if was {
+			d.log.Info("the dead-letter topic takes dead letters again", "topic", d.topic)
+		}
+		return
 	}
+	now := d.now()
+	if d.failingSince.IsZero() {
+		d.failingSince = now
+	}
+	if failing := now.Sub(d.failingSince); pe.Permanent || failing >= loudAfter {
+		if !pe.Permanent {
+			pe.Err = fmt.Errorf("%w (failing for %s)", pe.Err, failing.Round(time.Second))
+		}
+		d.produceProblem = pe
+	}
+	d.mu.Unlock()
 }
 
 // Run checks again every interval while there is a problem, until ctx
@@ -242,7 +296,10 @@ func (d *DeadLetterWriter) Run(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if d.Problem() != nil {
+			d.mu.Lock()
+			checkFailed := d.checkProblem != nil
+			d.mu.Unlock()
+			if checkFailed {
 				if _, err := d.Check(ctx); err == nil {
 					d.log.Info("dead-letter topic ready", "topic", d.topic)
 				}
@@ -278,7 +335,8 @@ func IsPermanent(err error) bool {
 // concerned: on error none may be treated as delivered. The error is a
 // *ProduceError.
 func (d *DeadLetterWriter) Write(ctx context.Context, dls []DeadLetter) error {
-	limit := d.limit.Load()
+	d.wmu.RLock()
+	limit := d.limit
 	msgs := make([]kafka.Message, len(dls))
 	cut := 0
 	for i, dl := range dls {
@@ -288,8 +346,9 @@ func (d *DeadLetterWriter) Write(ctx context.Context, dls []DeadLetter) error {
 		}
 	}
 	err := d.w.WriteMessages(ctx, msgs...)
+	d.wmu.RUnlock()
 	if err == nil {
-		d.setProblem(nil)
+		d.produced(nil)
 		attrs := metric.WithAttributes(attribute.String("messaging.system", "kafka"), attribute.String("messaging.destination.name", d.topic))
 		d.sent.Add(ctx, int64(len(msgs)), attrs)
 		if cut > 0 {
@@ -299,7 +358,7 @@ func (d *DeadLetterWriter) Write(ctx context.Context, dls []DeadLetter) error {
 	}
 	pe := d.classify(ctx, err)
 	pe.Err = fmt.Errorf("produce %d messages to dead-letter topic %s: %w", len(msgs), d.topic, err)
-	d.setProblem(pe)
+	d.produced(pe)
 	return pe
 }
 
@@ -319,7 +378,7 @@ func (d *DeadLetterWriter) classify(ctx context.Context, err error) *ProduceErro
 	case errors.As(err, &tooLarge), errors.Is(err, kafka.MessageSizeTooLarge), errors.Is(err, kafka.RecordListTooLarge):
 		// The topic's limit went down since it was learned: learn it again,
 		// and the next attempt cuts the dead letters to the new one.
-		before := d.limit.Load()
+		before := d.currentLimit()
 		if after := d.learnLimit(ctx); after < before {
 			return &ProduceError{Fix: fmt.Sprintf("max.message.bytes of %s went down from %d to %d; retrying with smaller dead letters", d.topic, before, after)}
 		}
@@ -328,8 +387,12 @@ func (d *DeadLetterWriter) classify(ctx context.Context, err error) *ProduceErro
 		return &ProduceError{Permanent: true, Fix: fmt.Sprintf("grant this worker's principal WRITE on topic %s", d.topic)}
 	case errors.Is(err, kafka.SASLAuthenticationFailed):
 		return &ProduceError{Permanent: true, Fix: "check the SASL mechanism, user name and password"}
-	case errors.Is(err, kafka.UnknownTopicOrPartition), errors.Is(err, kafka.InvalidTopic):
-		return &ProduceError{Permanent: true, Fix: fmt.Sprintf("create topic %s, or allow this worker to create it", d.topic)}
+	case errors.Is(err, kafka.InvalidTopic):
+		return &ProduceError{Permanent: true, Fix: fmt.Sprintf("topic name %s is invalid: check --dlq-topic", d.topic)}
+	case errors.Is(err, kafka.UnknownTopicOrPartition):
+		// Also what a topic created a moment ago says, so it is loud only
+		// once it has lasted: a topic deleted under the worker.
+		return &ProduceError{Fix: fmt.Sprintf("create topic %s, or allow this worker to create it", d.topic)}
 	case errors.Is(err, kafka.PolicyViolation), errors.Is(err, kafka.InvalidRecord), errors.Is(err, kafka.InvalidRequiredAcks):
 		return &ProduceError{Permanent: true, Fix: fmt.Sprintf("the broker refuses records on %s: check its configuration", d.topic)}
 	}
@@ -344,16 +407,21 @@ func (d *DeadLetterWriter) classify(ctx context.Context, err error) *ProduceErro
 // out.
 func deadLetterMessage(dl DeadLetter, max int64) (m kafka.Message, truncated bool) {
 	src := dl.Msg
+	var ts []byte
+	if !src.Time.IsZero() {
+		ts = src.Time.UTC().AppendFormat(nil, time.RFC3339Nano)
+	}
 	ours := []kafka.Header{
 		{Key: HeaderReason, Value: []byte(dl.Reason)},
 		{Key: HeaderSourceTopic, Value: []byte(src.Topic)},
 		{Key: HeaderSourcePartition, Value: strconv.AppendInt(nil, int64(src.Partition), 10)},
 		{Key: HeaderSourceOffset, Value: strconv.AppendInt(nil, src.Offset, 10)},
+		{Key: HeaderSourceTimestamp, Value: ts},
 	}
 	if dl.Field != "" {
 		ours = append(ours, kafka.Header{Key: HeaderField, Value: []byte(dl.Field)})
 	}
-	m = kafka.Message{Key: src.Key, Value: src.Value, Headers: append(append(make([]kafka.Header, 0, len(src.Headers)+len(ours)+4), src.Headers...), ours...), Time: src.Time}
+	m = kafka.Message{Key: src.Key, Value: src.Value, Headers: append(append(make([]kafka.Header, 0, len(src.Headers)+len(ours)+4), src.Headers...), ours...)}
 	if messageSize(m) <= max {
 		return m, false
 	}
@@ -364,7 +432,7 @@ func deadLetterMessage(dl DeadLetter, max int64) (m kafka.Message, truncated boo
 		{Key: HeaderOriginalSHA256, Value: []byte(hex.EncodeToString(sum[:]))},
 	}
 	for _, drop := range []string{"", "headers", "headers,key"} {
-		m = kafka.Message{Key: src.Key, Time: src.Time}
+		m = kafka.Message{Key: src.Key}
 		switch drop {
 		case "":
 			m.Headers = append(append(append([]kafka.Header{}, src.Headers...), ours...), truncation...)
@@ -397,7 +465,9 @@ func messageSize(m kafka.Message) int64 {
 
 // Close flushes and closes the producer.
 func (d *DeadLetterWriter) Close() error {
+	d.wmu.Lock()
 	err := d.w.Close()
+	d.wmu.Unlock()
 	// The transport's connections and their goroutines go with it.
 	d.transport.CloseIdleConnections()
 	if err != nil {

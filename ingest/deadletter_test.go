@@ -28,7 +28,7 @@ func header(m kafka.Message, key string) (string, bool) {
 // to fit, with its size and SHA-256; if the original headers or key alone
 // do not leave room, they go too, and a header says so.
 func TestDeadLetterFitsAtTheEdge(t *testing.T) {
-	src := kafka.Message{Topic: "clicks", Partition: 3, Offset: 77, Key: []byte("user-9"),
+	src := kafka.Message{Topic: "clicks", Partition: 3, Offset: 77, Key: []byte("user-9"), Time: time.UnixMilli(1_777_000_000_123),
 		Headers: []kafka.Header{{Key: "traceparent", Value: []byte("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")}}}
 	dl := func(value []byte) DeadLetter {
 		m := src
@@ -122,5 +122,56 @@ func TestDeadLettersFitTheBroker(t *testing.T) {
 		if !bytes.HasPrefix(dls[i].Msg.Value, m.Value) {
 			t.Errorf("dead letter %d: value is not a prefix of the original", i)
 		}
+	}
+}
+
+// A produce error time should heal is quiet at first, and reported once it
+// has lasted a minute (a topic deleted under the worker, replicas that never
+// come back); one time does not heal is reported at once; a produce that
+// goes through clears both.
+func TestDeadLetterProblemsBecomeLoud(t *testing.T) {
+	d := &DeadLetterWriter{topic: "dlq", log: quiet}
+	clock := time.Unix(1_800_000_000, 0)
+	d.now = func() time.Time { return clock }
+	transient := func() *ProduceError { return &ProduceError{Err: kafka.NotEnoughReplicas} }
+	d.produced(transient())
+	if err := d.Problem(); err != nil {
+		t.Fatalf("a first transient error reported: %v", err)
+	}
+	clock = clock.Add(59 * time.Second)
+	d.produced(transient())
+	if err := d.Problem(); err != nil {
+		t.Fatalf("a transient error of 59s reported: %v", err)
+	}
+	clock = clock.Add(time.Second)
+	d.produced(transient())
+	if err := d.Problem(); err == nil || !strings.Contains(err.Error(), "failing for 1m0s") {
+		t.Fatalf("a transient error lasting a minute: %v", err)
+	}
+	d.produced(nil)
+	if err := d.Problem(); err != nil {
+		t.Fatalf("after a produce went through: %v", err)
+	}
+	d.produced(&ProduceError{Err: kafka.TopicAuthorizationFailed, Permanent: true})
+	if err := d.Problem(); err == nil {
+		t.Fatal("a permanent error not reported at once")
+	}
+}
+
+// The dead letter's own timestamp is its produce time: a topic bounding
+// timestamps would refuse the original's (say, past 2286) forever. The
+// original goes in a header.
+func TestDeadLetterKeepsTheOriginalTimestampInAHeader(t *testing.T) {
+	orig := time.UnixMilli(10_000_000_000_000)
+	m, _ := deadLetterMessage(DeadLetter{Msg: kafka.Message{Topic: "in", Value: []byte("v"), Time: orig}, Reason: "r"}, 1<<20)
+	if !m.Time.IsZero() {
+		t.Errorf("dead letter stamped %s, want the produce time (zero: the producer's clock)", m.Time)
+	}
+	if v, _ := header(m, HeaderSourceTimestamp); v != "2286-11-20T17:46:40Z" {
+		t.Errorf("source timestamp header %q", v)
+	}
+	m, _ = deadLetterMessage(DeadLetter{Msg: kafka.Message{Topic: "in", Value: []byte("v")}, Reason: "r"}, 1<<20)
+	if v, ok := header(m, HeaderSourceTimestamp); !ok || v != "" {
+		t.Errorf("a record without a timestamp: header %q (present %t), want empty", v, ok)
 	}
 }

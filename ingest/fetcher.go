@@ -80,11 +80,13 @@ const (
 // runs on one goroutine, with the network round trips beside it, and shares
 // the Transport's connections: one per broker, none per partition.
 type fetcher struct {
-	transport  kafka.RoundTripper
-	client     *kafka.Client
-	topic      string
-	budget     *Budget
-	tracker    *Tracker
+	transport kafka.RoundTripper
+	client    *kafka.Client
+	topic     string
+	budget    *Budget
+	tracker   *Tracker
+	// restart begins a partition's epoch anew at an offset reset.
+	restart    func(context.Context, *Assignment, int64) *Assignment
 	reset      OffsetReset
 	requestMax int64 // bytes of one request
 	partMax    int64 // bytes of one partition in a request
@@ -108,6 +110,9 @@ type partition struct {
 	a        *Assignment
 	next     int64 // next offset to fetch; kafka.FirstOffset or LastOffset until resolved
 	inFlight bool  // in a request not yet answered
+	// solo: fetched in a request of its own, since a request with it held
+	// a batch too large to decompress (see decompress.go).
+	solo bool
 
 	delay    time.Duration // current backoff, 0 after a success
 	retryAt  time.Time
@@ -115,6 +120,9 @@ type partition struct {
 
 	lag     atomic.Int64 // high watermark minus next, at the last fetch
 	lastErr atomic.Pointer[string]
+	// stuck is set while the partition cannot go on without an operator
+	// (a batch too large to decompress): /readyz says so.
+	stuck atomic.Bool
 }
 
 func (p *partition) failed(err error) {
@@ -128,13 +136,16 @@ func (p *partition) failed(err error) {
 func (p *partition) ok() {
 	p.delay, p.retryAt = 0, time.Time{}
 	p.lastErr.Store(nil)
+	p.stuck.Store(false)
 }
 
 // fetchResult is a round trip's outcome.
 type fetchResult struct {
 	broker   int
 	parts    []*partition
-	reserved int64
+	reserved int64 // bytes of the budget reserved for its messages
+	asked    int64 // bytes asked of the broker
+	refused  bool  // a batch was refused (too large) while it was read
 	res      *fetchAPI.Response
 	err      error
 }
@@ -147,6 +158,11 @@ func (f *fetcher) run(ctx context.Context) error {
 	busy := map[int]bool{} // brokers with a request in flight
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	// Round trips end with the loop, whatever ends it: one still in its
+	// long poll then gives its reservation back rather than wait, forever,
+	// for a loop that is gone to take its result.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	lagTick := time.NewTicker(lagEvery)
@@ -158,27 +174,24 @@ func (f *fetcher) run(ctx context.Context) error {
 			return err
 		}
 		ready, wake := f.ready(ctx, busy)
-		waitBudget := false
+		var freed <-chan struct{}
 		for broker, parts := range ready {
-			n := f.budget.TryReserve(min(minFetchBytes, f.budget.Limit()/4), f.requestMax)
-			if n == 0 {
-				waitBudget = true
+			var n int64
+			if n, freed = f.budget.TryReserve(min(minFetchBytes, f.budget.Limit()/4), f.requestMax); n == 0 {
 				break
 			}
 			busy[broker] = true
 			req := f.request(parts, n)
 			wg.Go(func() {
+				before := refusals.Load()
 				res, err := f.roundTrip(ctx, req)
+				refused := refusals.Load() != before // ours, or a concurrent round trip's
 				select {
-				case results <- fetchResult{broker: broker, parts: parts, reserved: n, res: res, err: err}:
+				case results <- fetchResult{broker: broker, parts: parts, reserved: n, asked: int64(req.MaxBytes), refused: refused, res: res, err: err}:
 				case <-ctx.Done():
 					f.budget.Fill(n, 0)
 				}
 			})
-		}
-		var freed <-chan struct{}
-		if waitBudget {
-			freed = f.budget.Freed()
 		}
 		timer.Reset(time.Until(wake))
 		select {
@@ -292,6 +305,9 @@ func (f *fetcher) ready(ctx context.Context, busy map[int]bool) (map[int][]*part
 			wake = earliest(wake, p.retryAt, now)
 			continue
 		}
+		if p.solo {
+			broker = soloSlot(p.id) // a request of its own, beside the broker's
+		}
 		if !busy[broker] {
 			ready[broker] = append(ready[broker], p)
 		}
@@ -299,6 +315,10 @@ func (f *fetcher) ready(ctx context.Context, busy map[int]bool) (map[int][]*part
 	f.rotate++
 	return ready, wake
 }
+
+// soloSlot is the in-flight slot of a partition fetched on its own: apart
+// from any broker's id.
+func soloSlot(partition int) int { return -1 - partition }
 
 func earliest(wake, t, now time.Time) time.Time {
 	if t.Before(now) {
@@ -384,6 +404,10 @@ func (f *fetcher) handle(ctx context.Context, r fetchResult) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		if errors.Is(r.err, errBatchTooLarge) {
+			f.tooLarge(ctx, r.parts)
+			return nil
+		}
 		for _, p := range r.parts {
 			p.failed(r.err)
 		}
@@ -395,8 +419,9 @@ func (f *fetcher) handle(ctx context.Context, r fetchResult) error {
 	for _, p := range r.parts {
 		byID[p.id] = p
 	}
-	var batch []Fetched
-	var charged, wire int64
+	rs := readState{reserved: r.reserved}
+	var fatal error
+	var suspects []*partition // nothing new, while a batch was refused
 	for _, t := range r.res.Topics {
 		for i := range t.Partitions {
 			rp := &t.Partitions[i]
@@ -406,45 +431,92 @@ func (f *fetcher) handle(ctx context.Context, r fetchResult) error {
 			}
 			if rp.ErrorCode != 0 {
 				if err := f.partitionError(ctx, p, kafka.Error(rp.ErrorCode)); err != nil {
-					return err
+					fatal = err // the worker stops; the rest is still settled below
 				}
 				continue
 			}
 			p.ok()
+			p.solo = false
 			p.answered = time.Now()
-			charged, wire = f.read(p, rp.RecordSet.Records, &batch, charged, wire, r.reserved)
+			saw, advanced, full := f.read(p, rp.RecordSet.Records, &rs)
+			if r.refused && !advanced && !full {
+				suspects = append(suspects, p)
+			} else if saw && !advanced && !full {
+				// Only records below next: the tail of a compacted batch,
+				// which the broker hands out again until newer records come.
+				// Wait for those rather than ask again at once.
+				p.retryAt = time.Now().Add(maxFetchWait)
+			}
 			p.lag.Store(max(0, rp.HighWatermark-p.next))
 		}
 	}
-	f.budget.Fill(r.reserved, charged)
-	if wire > 0 {
-		f.ratio = 0.5*f.ratio + 0.5*max(1, float64(charged)/float64(wire))
+	if len(suspects) > 0 {
+		f.tooLarge(ctx, suspects)
 	}
-	if len(batch) == 0 {
-		return nil
+	f.budget.Fill(r.reserved, rs.charged)
+	if rs.wire > 0 {
+		// What a byte asked for became in the budget: from the messages
+		// taken, or from all the response held (more when the records were
+		// compressed: the broker counts compressed bytes).
+		observed := max(float64(rs.charged)/float64(rs.wire), float64(rs.all)/float64(r.asked))
+		f.ratio = 0.5*f.ratio + 0.5*max(1, observed)
 	}
-	select {
-	case f.out <- batch:
-	case <-ctx.Done():
-		// The generation is over: its messages are stale and dropped.
-		for _, m := range batch {
-			f.budget.Release(m.Ack.size)
+	if len(rs.batch) > 0 {
+		select {
+		case f.out <- rs.batch:
+		case <-ctx.Done():
+			// The generation is over: its messages are stale and dropped.
+			for _, m := range rs.batch {
+				f.budget.Release(m.Ack.size)
+			}
 		}
 	}
-	return nil
+	return fatal
+}
+
+// readState is a response's reading so far.
+type readState struct {
+	batch    []Fetched
+	reserved int64 // the reservation the messages must fit in
+	charged  int64 // what the messages taken are charged
+	wire     int64 // their bytes as counted on the wire
+	all      int64 // what every record of the response would be charged
+}
+
+// tooLarge handles a response that held a batch too large to decompress:
+// its partitions are fetched one by one from now on, until the one that
+// holds the batch is found; that one waits for an operator, loudly, and
+// the others go on.
+func (f *fetcher) tooLarge(ctx context.Context, parts []*partition) {
+	f.m.fetchErrors.Add(ctx, 1)
+	if len(parts) > 1 {
+		for _, p := range parts {
+			p.solo = true
+		}
+		f.log.Warn("a fetch response held a batch too large to decompress; fetching its partitions one by one to find it", "topic", f.topic, "partitions", len(parts))
+		return
+	}
+	p := parts[0]
+	err := batchTooLarge(f.topic, p.id, p.next)
+	if !p.stuck.Load() {
+		f.log.Error("partition stopped until an operator acts; the others go on", "topic", f.topic, "partition", p.id, "offset", p.next, "err", err)
+	}
+	p.failed(err)
+	p.retryAt = time.Now().Add(30 * time.Second) // retrying costs a decompression up to the limit
+	p.stuck.Store(true)
 }
 
 // read copies a partition's records out of the response and tracks them,
-// appending them to batch, while they fit in the reservation: charged is
-// what the response's messages took so far, wire their bytes in the
-// response. A message that does not fit stays in Kafka, with every later
-// one of its partition, and is fetched again; the first of a response is
-// always taken, so that a batch larger than the reservation still goes
-// through (by that much over the budget).
-func (f *fetcher) read(p *partition, records protocol.RecordReader, batch *[]Fetched, charged, wire, reserved int64) (int64, int64) {
+// appending them to rs.batch, while they fit in the reservation. A message
+// that does not fit stays in Kafka, with every later one of its partition,
+// and is fetched again; the first of a response is always taken, so that a
+// batch larger than the reservation still goes through (by that much over
+// the budget). It reports whether the response held records for the
+// partition, whether it moved next, and whether it stopped for want of room.
+func (f *fetcher) read(p *partition, records protocol.RecordReader, rs *readState) (saw, advanced, full bool) {
 	stream, ok := records.(*protocol.RecordStream)
 	if !ok {
-		return charged, wire
+		return false, false, false
 	}
 	for _, b := range stream.Records {
 		_, control := b.(*protocol.ControlBatch)
@@ -453,31 +525,36 @@ func (f *fetcher) read(p *partition, records protocol.RecordReader, batch *[]Fet
 			if err != nil {
 				break
 			}
+			saw = true
 			if rec.Offset < p.next {
 				// Batches may start before the offset asked for.
 				closeRecord(rec)
 				continue
 			}
 			if control {
-				// A transaction marker: nothing to deliver, but its offset
-				// is settled, or the commit would stop before it.
-				f.tracker.TrackSkipped(p.a, rec.Offset)
-				p.next = rec.Offset + 1
+				if !full {
+					// A transaction marker: nothing to deliver, but its
+					// offset is settled, or the commit would stop before it.
+					f.tracker.TrackSkipped(p.a, rec.Offset)
+					p.next, advanced = rec.Offset+1, true
+				}
 				closeRecord(rec)
 				continue
 			}
 			size, bytes := recordSize(rec)
-			if charged > 0 && charged+size > reserved {
+			rs.all += size
+			if full || rs.charged > 0 && rs.charged+size > rs.reserved {
+				full = true // the rest is fetched again
 				closeRecord(rec)
-				return charged, wire // full: the rest is fetched again
+				continue
 			}
 			m := message(f.topic, p.id, rec)
-			*batch = append(*batch, Fetched{Msg: m, Ack: f.tracker.Track(p.a, rec.Offset, size)})
-			charged, wire = charged+size, wire+bytes
-			p.next = rec.Offset + 1
+			rs.batch = append(rs.batch, Fetched{Msg: m, Ack: f.tracker.Track(p.a, rec.Offset, size)})
+			rs.charged, rs.wire = rs.charged+size, rs.wire+bytes
+			p.next, advanced = rec.Offset+1, true
 		}
 	}
-	return charged, wire
+	return saw, advanced, full
 }
 
 // recordSize is what a record is charged (its key, value and headers, and
@@ -569,7 +646,7 @@ func (f *fetcher) outOfRange(ctx context.Context, p *partition) error {
 	if f.reset == ResetLatest {
 		to = last
 	}
-	a := f.tracker.Restart(p.a)
+	a := f.restart(ctx, p.a, to)
 	if a == nil {
 		return nil // the generation is over
 	}

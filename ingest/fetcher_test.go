@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -221,12 +222,16 @@ func TestCommittedOffsetOutsideTheLog(t *testing.T) {
 				}
 				return
 			case ResetLatest:
-				// Assigned at the group's 500, then reset: the new epoch
-				// knows no committed offset yet.
+				// Assigned at the group's 500, then reset to the end: the
+				// reset offset is committed at once, so a restart before
+				// the next event does not meet offset 500 again.
 				testenv.Eventually(t, 20*time.Second, func() (bool, string) {
 					s := c.Status()
-					return s.Joined && len(s.Partitions) == 1 && s.Partitions[0].Committed == -1, fmt.Sprintf("%+v", s)
+					return s.Joined && len(s.Partitions) == 1 && s.Partitions[0].Committed == 10, fmt.Sprintf("%+v", s)
 				})
+				if committed, _ := testenv.Offsets(t, brokers, group, topic, 1); committed[0] != 10 {
+					t.Fatalf("group's offset after the reset: %d, want 10", committed[0])
+				}
 				testenv.Produce(t, brokers, topic, values(3, 100)...)
 			}
 			var got []int64
@@ -318,3 +323,100 @@ func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
 }
 func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h *countingHandler) WithGroup(string) slog.Handler      { return h }
+
+// Regression (review): with --offset-out-of-range fail and partitions led
+// by two brokers, the fetcher waited for the other broker's request, whose
+// result no one would take: the member froze, in the group, with no error.
+// It must stop with the error. (Two brokers: in-process kfake.)
+func TestResetFailStopsWithPartitionsOnTwoBrokers(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	brokers := cluster.ListenAddrs()
+	topic, group := testenv.Name("oor"), testenv.Name("group")
+	testenv.CreateTopic(t, brokers, topic, 4)
+	testenv.Produce(t, brokers, topic, values(8, 100)...)
+	commitBeyond(t, brokers, group, topic, map[int]int64{0: 500, 1: 0, 2: 0, 3: 0})
+	c := newTestConsumer(t, ConsumerConfig{Brokers: brokers, Topic: topic, Group: group, OffsetReset: ResetFail})
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+	defer cancel()
+	for {
+		_, a, err := c.Fetch(ctx)
+		if err != nil {
+			if !strings.Contains(err.Error(), "offset 500 is outside the log") {
+				t.Fatalf("fetch: %v; status %+v", err, c.Status())
+			}
+			return
+		}
+		c.Done(a)
+	}
+}
+
+// A compressed batch that decompresses past the budget (16 MiB of zeros in a
+// few kilobytes of zstd) is never decompressed whole: its partition stops,
+// loudly, after the messages before it, and the other partitions go on.
+func TestCompressedBatchLargerThanTheBudget(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	brokers := cluster.ListenAddrs()
+	topic := testenv.Name("bomb")
+	testenv.CreateTopic(t, brokers, topic, 2)
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	toPartition := kafka.BalancerFunc(func(m kafka.Message, _ ...int) int {
+		if strings.HasPrefix(string(m.Key), "p0") {
+			return 0
+		}
+		return 1
+	})
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: toPartition, Compression: kafka.Zstd,
+		BatchBytes: 64 << 20, BatchSize: 1000, BatchTimeout: 50 * time.Millisecond, RequiredAcks: kafka.RequireAll, Transport: tr}
+	defer w.Close()
+	write := func(key string, n, size int) {
+		msgs := make([]kafka.Message, n)
+		for i := range msgs {
+			msgs[i] = kafka.Message{Key: []byte(key), Value: make([]byte, size)}
+		}
+		if err := w.WriteMessages(context.Background(), msgs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("p0-before", 3, 100)
+	write("p0-bomb", 64, 256<<10) // one batch: 16 MiB decompressed
+	write("p1", 50, 100)
+	const budget = 1 << 20
+	// The limit is the process's largest budget: earlier tests' consumers
+	// (64 MiB) raised it. A worker has one consumer.
+	defer batchLimit.Store(batchLimit.Swap(0))
+	c := newTestConsumer(t, ConsumerConfig{Brokers: brokers, Topic: topic, Group: testenv.Name("group"), MaxInflightBytes: budget})
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	allocated := ms.TotalAlloc
+	got := map[string]int{}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for got["p0-before"] < 3 || got["p1"] < 50 {
+		m, a, err := c.Fetch(ctx)
+		if err != nil {
+			t.Fatalf("fetched %v: %v", got, err)
+		}
+		got[string(m.Key)]++
+		c.Done(a)
+	}
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		err := c.Problem()
+		return err != nil && strings.Contains(err.Error(), "partition 0 of "+topic+": a compressed record batch at or after offset 3 decompresses to more than"), fmt.Sprintf("problem: %v", err)
+	})
+	if got["p0-bomb"] != 0 {
+		t.Errorf("%d messages of the oversized batch delivered", got["p0-bomb"])
+	}
+	runtime.ReadMemStats(&ms)
+	if a := ms.TotalAlloc - allocated; a > 48<<20 {
+		t.Errorf("%d MiB allocated while a 16 MiB batch was refused under a 1 MiB budget", a>>20)
+	}
+}

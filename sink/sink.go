@@ -263,6 +263,12 @@ func (w *Writer) settle(rows []Row, pending []int, rowErrs []error, results []er
 // requests without these rows, until each refusal falls on one row.
 func (w *Writer) isolate(ctx context.Context, rows []Row, pending []int, results []error, code codes.Code, err error, ev *evidence) outcome {
 	if len(pending) == 1 {
+		// The evidence may be older than this refusal: an outage that
+		// began while the request was being split would look like this
+		// row's fault. Ask again before blaming it.
+		if perr := w.probe(ctx); perr != nil {
+			return outcome{retry: pending, code: code, err: err}
+		}
 		results[pending[0]] = &RowError{Code: code, Err: err}
 		return outcome{}
 	}

@@ -134,7 +134,7 @@ func readinessChecks(c *ingest.Consumer, tbl *bigtable.Table, w *sink.Writer, dl
 				}
 				return errors.New("not in the consumer group")
 			}
-			return nil
+			return c.Problem()
 		}},
 		{Name: "bigtable", Fn: func(ctx context.Context) error {
 			// A point read of a key no event can have ('#' is not allowed in
