@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/cellttl/cellttl/internal/envflag"
 )
 
 // Check is one readiness condition.
@@ -119,4 +121,18 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		return fmt.Errorf("admin server shutdown: %w", err)
 	}
 	return nil
+}
+
+// Config is where the admin server listens.
+type Config struct {
+	Addr string // empty: no admin server
+}
+
+// DefaultConfig returns the defaults the flags document.
+func DefaultConfig() Config { return Config{Addr: ":8080"} }
+
+// RegisterFlags declares the flags that fill c, with c's values as their
+// defaults.
+func (c *Config) RegisterFlags(f *envflag.FlagSet) {
+	f.String(&c.Addr, "admin-addr", "ADMIN_ADDR", c.Addr, "address of /healthz, /readyz, /status and /metrics (empty: off)")
 }

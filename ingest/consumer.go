@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -448,19 +447,4 @@ func (c *trackedConn) Close() error {
 	delete(c.set.conns, c.Conn)
 	c.set.mu.Unlock()
 	return c.Conn.Close()
-}
-
-// SplitBrokers parses a comma-separated broker list.
-func SplitBrokers(s string) ([]string, error) {
-	var out []string
-	for _, b := range strings.Split(s, ",") {
-		if b = strings.TrimSpace(b); b != "" {
-			out = append(out, b)
-		}
-	}
-	if len(out) == 0 {
-		return nil, errors.New("no Kafka brokers given (--brokers or KAFKA_BROKERS)")
-	}
-	sort.Strings(out)
-	return out, nil
 }

@@ -31,21 +31,23 @@ const (
 	ResetFail
 )
 
-// ParseOffsetReset accepts earliest, latest and fail.
-func ParseOffsetReset(s string) (OffsetReset, error) {
-	switch s {
-	case "earliest":
-		return ResetEarliest, nil
-	case "latest":
-		return ResetLatest, nil
-	case "fail":
-		return ResetFail, nil
-	}
-	return 0, fmt.Errorf("--offset-out-of-range %q: want earliest, latest or fail", s)
-}
-
 func (r OffsetReset) String() string {
 	return [...]string{"earliest", "latest", "fail"}[r]
+}
+
+// Set accepts earliest, latest and fail, as a flag.
+func (r *OffsetReset) Set(s string) error {
+	switch s {
+	case "earliest":
+		*r = ResetEarliest
+	case "latest":
+		*r = ResetLatest
+	case "fail":
+		*r = ResetFail
+	default:
+		return errors.New("want earliest, latest or fail")
+	}
+	return nil
 }
 
 // Fetched is a message and the Ack that settles it.

@@ -14,8 +14,8 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
 	fetchAPI "github.com/segmentio/kafka-go/protocol/fetch"
-	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/cellttl/cellttl/internal/inproc"
 	"github.com/cellttl/cellttl/internal/testenv"
 )
 
@@ -270,12 +270,12 @@ func TestCommittedOffsetOutsideTheLog(t *testing.T) {
 // topics on demand, so this one runs on an in-process kfake broker started
 // without that (kafka-go's group code is the real one either way).
 func TestMissingInputTopic(t *testing.T) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	cluster, err := inproc.StartKafka(inproc.KafkaOptions{Brokers: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cluster.Close()
-	brokers := cluster.ListenAddrs()
+	brokers := cluster.Brokers()
 	topic := testenv.Name("later")
 	joins := &countingHandler{msg: "joined consumer group"}
 	c, err := NewConsumer(ConsumerConfig{Brokers: brokers, Topic: topic, Group: testenv.Name("group"), SessionTimeout: 6 * time.Second}, slog.New(joins))
@@ -329,12 +329,12 @@ func (h *countingHandler) WithGroup(string) slog.Handler      { return h }
 // result no one would take: the member froze, in the group, with no error.
 // It must stop with the error. (Two brokers: in-process kfake.)
 func TestResetFailStopsWithPartitionsOnTwoBrokers(t *testing.T) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(2))
+	cluster, err := inproc.StartKafka(inproc.KafkaOptions{Brokers: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cluster.Close()
-	brokers := cluster.ListenAddrs()
+	brokers := cluster.Brokers()
 	topic, group := testenv.Name("oor"), testenv.Name("group")
 	testenv.CreateTopic(t, brokers, topic, 4)
 	testenv.Produce(t, brokers, topic, values(8, 100)...)
@@ -358,12 +358,12 @@ func TestResetFailStopsWithPartitionsOnTwoBrokers(t *testing.T) {
 // few kilobytes of zstd) is never decompressed whole: its partition stops,
 // loudly, after the messages before it, and the other partitions go on.
 func TestCompressedBatchLargerThanTheBudget(t *testing.T) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	cluster, err := inproc.StartKafka(inproc.KafkaOptions{Brokers: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cluster.Close()
-	brokers := cluster.ListenAddrs()
+	brokers := cluster.Brokers()
 	topic := testenv.Name("bomb")
 	testenv.CreateTopic(t, brokers, topic, 2)
 	tr := &kafka.Transport{}

@@ -12,6 +12,8 @@ import (
 	"github.com/segmentio/kafka-go/sasl"
 	"github.com/segmentio/kafka-go/sasl/plain"
 	"github.com/segmentio/kafka-go/sasl/scram"
+
+	"github.com/cellttl/cellttl/internal/envflag"
 )
 
 // Security is how the worker connects to Kafka: TLS and SASL settings
@@ -124,4 +126,16 @@ func (s Security) Transport() (*kafka.Transport, error) {
 		return nil, err
 	}
 	return &kafka.Transport{TLS: t, SASL: m}, nil
+}
+
+// RegisterFlags declares the flags that fill s.
+func (s *Security) RegisterFlags(f *envflag.FlagSet) {
+	f.Bool(&s.TLS, "kafka-tls", "KAFKA_TLS", s.TLS, "connect to Kafka over TLS")
+	f.String(&s.CAFile, "kafka-tls-ca", "KAFKA_TLS_CA_FILE", s.CAFile, "PEM file of the CA that signed the brokers' certificates (default: the system pool)")
+	f.String(&s.CertFile, "kafka-tls-cert", "KAFKA_TLS_CERT_FILE", s.CertFile, "PEM client certificate, for mutual TLS")
+	f.String(&s.KeyFile, "kafka-tls-key", "KAFKA_TLS_KEY_FILE", s.KeyFile, "PEM key of the client certificate")
+	f.Bool(&s.InsecureSkipVerify, "kafka-tls-insecure-skip-verify", "KAFKA_TLS_INSECURE_SKIP_VERIFY", s.InsecureSkipVerify, "do not verify the brokers' certificates (testing only)")
+	f.String(&s.SASLMechanism, "kafka-sasl-mechanism", "KAFKA_SASL_MECHANISM", s.SASLMechanism, "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+	f.String(&s.Username, "kafka-sasl-username", "KAFKA_SASL_USERNAME", s.Username, "SASL user name")
+	f.String(&s.Password, "kafka-sasl-password", "KAFKA_SASL_PASSWORD", s.Password, "SASL password; prefer the environment variable, flags show in process lists")
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,6 +19,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/cellttl/cellttl/expiry"
+	"github.com/cellttl/cellttl/internal/envflag"
 	"github.com/cellttl/cellttl/rowkey"
 	"github.com/cellttl/cellttl/sink"
 	"github.com/cellttl/cellttl/tenants"
@@ -30,31 +30,33 @@ import (
 // become, no Kafka; (b) raw kafka-go consumer-group consumption of the
 // events, no Bigtable; (c) the worker, once per set of worker flags.
 func runBench(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("loadtest bench", flag.ContinueOnError)
-	brokers := fs.String("brokers", env("KAFKA_BROKERS", ""), "Kafka brokers (env KAFKA_BROKERS; scripts/services.sh starts one)")
-	events := fs.Int("events", 300000, "events per measurement")
-	payload := fs.Int("payload-bytes", 200, "bytes of filler per event")
-	partitions := fs.Int("partitions", 6, "partitions of the topics")
-	writers := fs.Int("writers", 4, "concurrent ApplyBulk calls of the raw Bigtable measurement (the worker's default)")
+	fs := envflag.New("loadtest bench", "loadtest bench: the ceilings and the worker measured in one run (BENCHMARKS.md).", os.Stderr)
+	var brokers, tenantsFile, baseline string
+	var events, payload, partitions, writers, rounds int
+	fs.String(&brokers, "brokers", "KAFKA_BROKERS", "", "Kafka brokers (scripts/services.sh starts one)")
+	fs.Int(&events, "events", "", 300000, "events per measurement")
+	fs.Int(&payload, "payload-bytes", "", 200, "bytes of filler per event")
+	fs.Int(&partitions, "partitions", "", 6, "partitions of the topics")
+	fs.Int(&writers, "writers", "", 4, "concurrent ApplyBulk calls of the raw Bigtable measurement (the worker's default)")
 	var configs multiFlag
 	fs.Var(&configs, "worker", `worker flags of one worker measurement, e.g. "--writers 8"; repeat for more (default: one run with the defaults)`)
-	tenantsFile := fs.String("tenants", "tenants.yaml", "tenants file")
-	baseline := fs.String("baseline-bin", "", "another build of the worker to time in the same run, interleaved with this one (e.g. one built from an earlier commit)")
-	rounds := fs.Int("rounds", 1, "times each worker measurement is repeated (interleaved with the baseline's)")
+	fs.String(&tenantsFile, "tenants", "", "tenants.yaml", "tenants file")
+	fs.String(&baseline, "baseline-bin", "", "", "another build of the worker to time in the same run, interleaved with this one (e.g. one built from an earlier commit)")
+	fs.Int(&rounds, "rounds", "", 1, "times each worker measurement is repeated (interleaved with the baseline's)")
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+		if envflag.IsHelp(err) {
 			return nil
 		}
 		return err
 	}
-	if *brokers == "" || os.Getenv("BIGTABLE_EMULATOR_HOST") == "" {
+	if brokers == "" || os.Getenv("BIGTABLE_EMULATOR_HOST") == "" {
 		return errors.New("bench needs KAFKA_BROKERS and BIGTABLE_EMULATOR_HOST: eval \"$(scripts/services.sh start)\" first, or run make bench")
 	}
 	if len(configs) == 0 {
 		configs = multiFlag{""}
 	}
-	bl := strings.Split(*brokers, ",")
-	cfg, err := tenants.Load(*tenantsFile)
+	bl := strings.Split(brokers, ",")
+	cfg, err := tenants.Load(tenantsFile)
 	if err != nil {
 		return err
 	}
@@ -67,24 +69,24 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	run := fmt.Sprintf("b%x", time.Now().UnixNano()/1e6%0xffffff)
-	gen := newGenerator(run, m, 10000, 1.1, *payload, 0, 1)
+	gen := newGenerator(run, m, 10000, 1.1, payload, 0, 1)
 	now := time.Now()
-	values := make([][]byte, *events)
-	keys := make([][]byte, *events)
-	recs := make([]record, *events)
+	values := make([][]byte, events)
+	keys := make([][]byte, events)
+	recs := make([]record, events)
 	for i := range values {
 		values[i], keys[i], recs[i] = gen.next(i, now)
 	}
-	fmt.Fprintf(stdout, "bench %s: %d events of %d bytes, %d partitions, %d tenants\n", run, *events, len(values[0]), *partitions, len(m.tenants))
+	fmt.Fprintf(stdout, "bench %s: %d events of %d bytes, %d partitions, %d tenants\n", run, events, len(values[0]), partitions, len(m.tenants))
 
-	a, err := benchApplyBulk(ctx, cfg.Policy, m, values, recs, *writers)
+	a, err := benchApplyBulk(ctx, cfg.Policy, m, values, recs, writers)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "(a) raw ApplyBulk, %d writers, batches of 1000:  %8.0f rows/s\n", *writers, a)
+	fmt.Fprintf(stdout, "(a) raw ApplyBulk, %d writers, batches of 1000:  %8.0f rows/s\n", writers, a)
 
 	topic := run + "-raw"
-	if err := createTopic(bl, topic, *partitions); err != nil {
+	if err := createTopic(bl, topic, partitions); err != nil {
 		return err
 	}
 	if err := produceAll(ctx, bl, topic, keys, values); err != nil {
@@ -103,8 +105,8 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	defer os.RemoveAll(filepath.Dir(bin))
 	builds := []struct{ name, bin string }{{"this build", bin}}
-	if *baseline != "" {
-		builds = append(builds, struct{ name, bin string }{"baseline " + filepath.Base(*baseline), *baseline})
+	if baseline != "" {
+		builds = append(builds, struct{ name, bin string }{"baseline " + filepath.Base(baseline), baseline})
 	}
 	n := 0
 	for _, flags := range configs {
@@ -112,9 +114,9 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		if label == "" {
 			label = "defaults"
 		}
-		for round := range *rounds {
+		for round := range rounds {
 			for _, b := range builds {
-				c, rss, err := benchWorker(ctx, b.bin, bl, *tenantsFile, fmt.Sprintf("%s-w%d", run, n), *partitions, keys, values, flags)
+				c, rss, err := benchWorker(ctx, b.bin, bl, tenantsFile, fmt.Sprintf("%s-w%d", run, n), partitions, keys, values, flags)
 				n++
 				if err != nil {
 					return err

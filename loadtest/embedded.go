@@ -12,14 +12,13 @@ import (
 	"syscall"
 	"time"
 
-	"cloud.google.com/go/bigtable/bttest"
-	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/cellttl/cellttl/internal/inproc"
 )
 
 // embedded is in-process Kafka and Bigtable with a worker process between.
 type embedded struct {
-	kafka  *kfake.Cluster
-	bt     *bttest.Server
+	kafka  *inproc.Kafka
+	bt     *inproc.Bigtable
 	worker *exec.Cmd
 	dir    string
 }
@@ -32,15 +31,20 @@ func startEmbedded(ctx context.Context, o *options, log *slog.Logger) (*embedded
 	if e.dir, err = os.MkdirTemp("", "cellttl-loadtest"); err != nil {
 		return nil, err
 	}
-	if e.bt, err = bttest.NewServer("127.0.0.1:0"); err != nil {
-		return nil, fmt.Errorf("start in-process Bigtable emulator: %w", err)
+	if e.bt, err = inproc.StartBigtable(inproc.BigtableOptions{}); err != nil {
+		return nil, err
 	}
-	if e.kafka, err = kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(o.partitions), o.topic), kfake.SeedTopics(1, o.dlqTopic)); err != nil {
+	if e.kafka, err = inproc.StartKafka(inproc.KafkaOptions{Topics: []inproc.Topic{{Name: o.topic, Partitions: o.partitions}, {Name: o.dlqTopic, Partitions: 1}}}); err != nil {
 		e.stop()
-		return nil, fmt.Errorf("start in-process Kafka: %w", err)
+		return nil, err
 	}
-	o.brokers = strings.Join(e.kafka.ListenAddrs(), ",")
-	os.Setenv("BIGTABLE_EMULATOR_HOST", e.bt.Addr)
+	o.brokers = strings.Join(e.kafka.Brokers(), ",")
+	// The worker process and this one's verifying clients find the
+	// emulator through the variable the client library defines.
+	if err := os.Setenv("BIGTABLE_EMULATOR_HOST", e.bt.Addr()); err != nil {
+		e.stop()
+		return nil, err
+	}
 	o.project, o.instance = "local", "local"
 
 	bin := filepath.Join(e.dir, "worker")
@@ -69,7 +73,7 @@ func startEmbedded(ctx context.Context, o *options, log *slog.Logger) (*embedded
 		return nil, fmt.Errorf("start the worker: %w", err)
 	}
 	o.statusURL = fmt.Sprintf("http://127.0.0.1:%d/status", port)
-	fmt.Fprintf(os.Stderr, "loadtest: embedded Kafka %s, emulator %s, worker pid %d (status %s)\n", o.brokers, e.bt.Addr, e.worker.Process.Pid, o.statusURL)
+	fmt.Fprintf(os.Stderr, "loadtest: embedded Kafka %s, emulator %s, worker pid %d (status %s)\n", o.brokers, e.bt.Addr(), e.worker.Process.Pid, o.statusURL)
 	return e, nil
 }
 

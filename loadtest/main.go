@@ -17,7 +17,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,7 +26,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cellttl/cellttl/internal/duration"
+	"github.com/cellttl/cellttl/internal/envflag"
 )
 
 func main() {
@@ -72,54 +71,38 @@ type options struct {
 	partitions   int
 }
 
-func env(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
-}
-
-func durationFlag(fs *flag.FlagSet, p *time.Duration, name string, def time.Duration, usage string) {
-	*p = def
-	fs.Func(name, usage+" (default "+duration.Format(def)+")", func(s string) error {
-		d, err := duration.Parse(s)
-		*p = d
-		return err
-	})
-}
-
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) > 0 && args[0] == "bench" {
 		return runBench(ctx, args[1:], stdout)
 	}
 	var o options
-	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
-	fs.BoolVar(&o.embedded, "embedded", false, "start in-process Kafka (kfake) and Bigtable emulator (bttest) and a worker process against them")
-	fs.StringVar(&o.brokers, "brokers", env("KAFKA_BROKERS", ""), "Kafka brokers of the worker under test (env KAFKA_BROKERS)")
-	fs.StringVar(&o.topic, "topic", "clicks", "topic the worker consumes")
-	fs.StringVar(&o.dlqTopic, "dlq-topic", "", "dead-letter topic (default <topic>.dlq)")
-	fs.StringVar(&o.tenantsFile, "tenants", "tenants.yaml", "the worker's tenants file: the tenant mix and the expected timestamps")
-	fs.StringVar(&o.weights, "weights", "", `tenant weights, e.g. "acme=5,globex=1,*=2" (* is a tenant the file does not list); others weigh 1`)
-	fs.IntVar(&o.rate, "rate", 0, "events per second (0: as fast as possible)")
-	fs.IntVar(&o.count, "count", 0, "events to produce (0: until --duration)")
-	durationFlag(fs, &o.duration, "duration", time.Minute, "how long to produce when --count is 0")
-	fs.Uint64Var(&o.users, "users", 10000, "distinct users")
-	fs.Float64Var(&o.zipfS, "zipf", 1.1, "Zipf exponent of the user distribution (> 1; larger is more skewed)")
-	fs.IntVar(&o.payloadBytes, "payload-bytes", 200, "bytes of filler per event")
-	fs.Float64Var(&o.malformed, "malformed", 0.01, "share of malformed events")
-	fs.StringVar(&o.statusURL, "worker-status", "http://127.0.0.1:8080/status", "the worker's /status, for written counts and lag")
-	fs.StringVar(&o.project, "project", env("BIGTABLE_PROJECT", "local"), "Bigtable project")
-	fs.StringVar(&o.instance, "instance", env("BIGTABLE_INSTANCE", "local"), "Bigtable instance")
-	fs.StringVar(&o.table, "table", env("BIGTABLE_TABLE", "clicks"), "Bigtable table")
-	fs.StringVar(&o.family, "family", "c", "column family")
-	fs.StringVar(&o.reportDir, "report-dir", "", "where the report goes (default loadtest-report/<run id>)")
-	fs.BoolVar(&o.verify, "verify", true, "check Bigtable and the dead-letter topic afterwards")
-	durationFlag(fs, &o.settle, "settle-timeout", 5*time.Minute, "how long to wait for the worker to catch up")
-	fs.Uint64Var(&o.seed, "seed", 0, "random seed (0: from the clock)")
-	fs.StringVar(&o.workerFlags, "worker-flags", "", "extra flags for the embedded worker, space-separated")
-	fs.IntVar(&o.partitions, "partitions", 6, "partitions of the embedded topic")
+	fs := envflag.New("loadtest", "loadtest: drive the worker with synthetic click events and check what it wrote.", os.Stderr)
+	fs.Bool(&o.embedded, "embedded", "", false, "start in-process Kafka (kfake) and Bigtable emulator (bttest) and a worker process against them")
+	fs.String(&o.brokers, "brokers", "KAFKA_BROKERS", "", "Kafka brokers of the worker under test")
+	fs.String(&o.topic, "topic", "", "clicks", "topic the worker consumes")
+	fs.String(&o.dlqTopic, "dlq-topic", "", "", "dead-letter topic (default <topic>.dlq)")
+	fs.String(&o.tenantsFile, "tenants", "", "tenants.yaml", "the worker's tenants file: the tenant mix and the expected timestamps")
+	fs.String(&o.weights, "weights", "", "", `tenant weights, e.g. "acme=5,globex=1,*=2" (* is a tenant the file does not list); others weigh 1`)
+	fs.Int(&o.rate, "rate", "", 0, "events per second (0: as fast as possible)")
+	fs.Int(&o.count, "count", "", 0, "events to produce (0: until --duration)")
+	fs.Duration(&o.duration, "duration", "", time.Minute, "how long to produce when --count is 0")
+	fs.Uint64(&o.users, "users", "", 10000, "distinct users")
+	fs.Float64(&o.zipfS, "zipf", "", 1.1, "Zipf exponent of the user distribution (> 1; larger is more skewed)")
+	fs.Int(&o.payloadBytes, "payload-bytes", "", 200, "bytes of filler per event")
+	fs.Float64(&o.malformed, "malformed", "", 0.01, "share of malformed events")
+	fs.String(&o.statusURL, "worker-status", "", "http://127.0.0.1:8080/status", "the worker's /status, for written counts and lag")
+	fs.String(&o.project, "project", "BIGTABLE_PROJECT", "local", "Bigtable project")
+	fs.String(&o.instance, "instance", "BIGTABLE_INSTANCE", "local", "Bigtable instance")
+	fs.String(&o.table, "table", "BIGTABLE_TABLE", "clicks", "Bigtable table")
+	fs.String(&o.family, "family", "", "c", "column family")
+	fs.String(&o.reportDir, "report-dir", "", "", "where the report goes (default loadtest-report/<run id>)")
+	fs.Bool(&o.verify, "verify", "", true, "check Bigtable and the dead-letter topic afterwards")
+	fs.Duration(&o.settle, "settle-timeout", "", 5*time.Minute, "how long to wait for the worker to catch up")
+	fs.Uint64(&o.seed, "seed", "", 0, "random seed (0: from the clock)")
+	fs.String(&o.workerFlags, "worker-flags", "", "", "extra flags for the embedded worker, space-separated")
+	fs.Int(&o.partitions, "partitions", "", 6, "partitions of the embedded topic")
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+		if envflag.IsHelp(err) {
 			return nil
 		}
 		return err

@@ -86,7 +86,7 @@ func (p *Pipeline) writeLoop(ctx context.Context, batches <-chan batch, dead cha
 				"rows", len(rows), "config_version", b.version, "err", err)
 			continue
 		}
-		written, lastWritten := 0, -1
+		written := 0
 		for i := range b.items {
 			it := &b.items[i]
 			if rerr := results[i]; rerr != nil {
@@ -95,11 +95,7 @@ func (p *Pipeline) writeLoop(ctx context.Context, batches <-chan batch, dead cha
 			}
 			it.tenant.Written.Add(1)
 			p.src.Done(it.ack)
-			written, lastWritten = written+1, i
-		}
-		if lastWritten >= 0 {
-			last := &b.items[lastWritten]
-			last.tenant.setSample(Sample{Key: last.row.Key, Timestamp: last.row.Timestamp, Expiry: last.expiry})
+			written++
 		}
 		span.SetAttributes(attribute.Int("cellttl.batch.written", written), attribute.Int("cellttl.batch.dead_lettered", len(rows)-written))
 		span.End()

@@ -42,66 +42,6 @@ type DeadLetterer interface {
 	Write(ctx context.Context, dls []ingest.DeadLetter) error
 }
 
-// Config tunes the pipeline.
-type Config struct {
-	// A batch is flushed when it has FlushRows rows, FlushBytes bytes of
-	// values, or its first row is FlushInterval old, whichever comes first.
-	FlushRows     int
-	FlushBytes    int
-	FlushInterval time.Duration
-	// Writers is the number of batches written concurrently.
-	Writers int
-	// DrainTimeout bounds shutdown once ctx ends.
-	DrainTimeout time.Duration
-	Decoder      event.Decoder
-}
-
-// DefaultConfig returns the defaults the worker's flags document.
-func DefaultConfig() Config {
-	return Config{
-		FlushRows:     1000,
-		FlushBytes:    8 << 20,
-		FlushInterval: 100 * time.Millisecond,
-		Writers:       4,
-		DrainTimeout:  30 * time.Second,
-		Decoder:       event.Decoder{MaxBytes: 1 << 20, MaxClockSkew: 5 * time.Minute},
-	}
-}
-
-// EncodingBytes bounds the bytes the Bigtable client holds while it writes:
-// each writer's batch, encoded once more into its request. A batch is cut
-// at FlushBytes, so it holds at most one event beyond.
-func (c Config) EncodingBytes() int64 {
-	return int64(c.Writers) * int64(c.FlushBytes+c.Decoder.MaxBytes)
-}
-
-// Validate checks the settings, naming the flag at fault.
-func (c Config) Validate() error {
-	var errs []error
-	if c.FlushRows < 1 || c.FlushRows*2 > sink.MaxMutationsPerRequest {
-		errs = append(errs, fmt.Errorf("--flush-rows %d: want 1..%d (each row writes up to 2 cells, a request at most %d)", c.FlushRows, sink.MaxMutationsPerRequest/2, sink.MaxMutationsPerRequest))
-	}
-	if c.FlushBytes < 1 {
-		errs = append(errs, fmt.Errorf("--flush-bytes %d: must be positive", c.FlushBytes))
-	}
-	if c.FlushInterval <= 0 {
-		errs = append(errs, fmt.Errorf("--flush-interval %s: must be positive", c.FlushInterval))
-	}
-	if c.Writers < 1 {
-		errs = append(errs, fmt.Errorf("--writers %d: must be at least 1", c.Writers))
-	}
-	if c.Decoder.MaxBytes < 1 {
-		errs = append(errs, fmt.Errorf("--max-event-bytes %d: must be positive", c.Decoder.MaxBytes))
-	}
-	if c.DrainTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("--drain-timeout %s: must be positive", c.DrainTimeout))
-	}
-	if c.Decoder.MaxClockSkew < 0 {
-		errs = append(errs, fmt.Errorf("--max-clock-skew %s: must not be negative", c.Decoder.MaxClockSkew))
-	}
-	return errors.Join(errs...)
-}
-
 // Pipeline moves events from a Source to a RowWriter.
 type Pipeline struct {
 	cfg     Config
@@ -141,7 +81,6 @@ type item struct {
 	ack    ingest.Ack
 	msg    kafka.Message
 	tenant *TenantStats
-	expiry time.Time
 	// version of the tenants config the row's timestamp was computed under.
 	version string
 }
@@ -259,7 +198,6 @@ func (p *Pipeline) route(msg kafka.Message, ack ingest.Ack, items chan<- item, d
 		ack:     ack,
 		msg:     msg,
 		tenant:  ts,
-		expiry:  cell.Expiry,
 		version: cfg.Version,
 	}
 }

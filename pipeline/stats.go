@@ -5,7 +5,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // MaxTenantsTracked caps the tenants counted one by one; the rest share the
@@ -25,30 +24,6 @@ type TenantStats struct {
 	DeadLettered atomic.Int64
 	Clamped      atomic.Int64 // occurred_at clamped for clock skew
 
-	mu         sync.Mutex
-	sampleKey  string
-	sampleExp  time.Time
-	sampleTime int64
-}
-
-// Sample is the last row written for a tenant.
-type Sample struct {
-	Key       string
-	Timestamp int64
-	Expiry    time.Time
-}
-
-func (t *TenantStats) setSample(s Sample) {
-	t.mu.Lock()
-	t.sampleKey, t.sampleTime, t.sampleExp = s.Key, s.Timestamp, s.Expiry
-	t.mu.Unlock()
-}
-
-// Sample returns the last row written, if any.
-func (t *TenantStats) Sample() (Sample, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return Sample{Key: t.sampleKey, Timestamp: t.sampleTime, Expiry: t.sampleExp}, t.sampleKey != ""
 }
 
 // Stats counts events per tenant. Lookups of a known tenant take no lock.

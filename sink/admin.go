@@ -56,19 +56,20 @@ func (e *GCRuleMismatchError) Error() string {
 func Setup(ctx context.Context, ac *bigtable.AdminClient, c *bigtable.Client, t Target, maxAge time.Duration, opts SetupOptions) (SetupResult, error) {
 	var res SetupResult
 	want := bigtable.MaxAgePolicy(maxAge)
-	info, err := ac.TableInfo(ctx, t.Table)
-	if status.Code(err) == codes.NotFound {
+	fam, err := ReadFamily(ctx, ac, t)
+	if err != nil {
+		return res, err
+	}
+	if !fam.TableExists {
 		if err := ac.CreateTable(ctx, t.Table); err != nil && status.Code(err) != codes.AlreadyExists {
 			return res, fmt.Errorf("create table %q: %w", t.Table, err)
 		}
 		res.CreatedTable = true
-		info, err = ac.TableInfo(ctx, t.Table)
+		if fam, err = ReadFamily(ctx, ac, t); err != nil {
+			return res, err
+		}
 	}
-	if err != nil {
-		return res, fmt.Errorf("read table %q: %w", t.Table, err)
-	}
-	fam, ok := findFamily(info, t.Family)
-	if !ok {
+	if !fam.Exists {
 		// One ModifyColumnFamilies call with the rule inline: there is no
 		// moment at which the family exists without its GC rule.
 		if err := ac.CreateColumnFamilyWithConfig(ctx, t.Table, t.Family, bigtable.Family{GCPolicy: want}); err != nil {
@@ -77,10 +78,10 @@ func Setup(ctx context.Context, ac *bigtable.AdminClient, c *bigtable.Client, t 
 		res.CreatedFamily = true
 		return res, nil
 	}
-	if sameMaxAge(fam.FullGCPolicy, maxAge) {
+	if fam.Matches(maxAge) {
 		return res, nil
 	}
-	mismatch := &GCRuleMismatchError{Target: t, Have: DescribeGC(fam.FullGCPolicy), Want: DescribeGC(want)}
+	mismatch := &GCRuleMismatchError{Target: t, Have: DescribeGC(fam.Rule), Want: DescribeGC(want)}
 	if !opts.UpdateGCPolicy {
 		return res, fmt.Errorf("%w; pass --update-gc-policy to replace it", mismatch)
 	}
@@ -103,19 +104,16 @@ func Setup(ctx context.Context, ac *bigtable.AdminClient, c *bigtable.Client, t 
 
 // CheckGC verifies that the family exists with GC rule max-age maxAge.
 func CheckGC(ctx context.Context, ac *bigtable.AdminClient, t Target, maxAge time.Duration) error {
-	info, err := ac.TableInfo(ctx, t.Table)
-	if err != nil {
-		if status.Code(err) == codes.NotFound {
-			return fmt.Errorf("table %q does not exist; run worker setup", t.Table)
-		}
-		return fmt.Errorf("read table %q: %w", t.Table, err)
-	}
-	fam, ok := findFamily(info, t.Family)
-	if !ok {
+	fam, err := ReadFamily(ctx, ac, t)
+	switch {
+	case err != nil:
+		return err
+	case !fam.TableExists:
+		return fmt.Errorf("table %q does not exist; run worker setup", t.Table)
+	case !fam.Exists:
 		return fmt.Errorf("family %s does not exist; run worker setup", t)
-	}
-	if !sameMaxAge(fam.FullGCPolicy, maxAge) {
-		return &GCRuleMismatchError{Target: t, Have: DescribeGC(fam.FullGCPolicy), Want: DescribeGC(bigtable.MaxAgePolicy(maxAge))}
+	case !fam.Matches(maxAge):
+		return &GCRuleMismatchError{Target: t, Have: DescribeGC(fam.Rule), Want: DescribeGC(bigtable.MaxAgePolicy(maxAge))}
 	}
 	return nil
 }
@@ -152,41 +150,41 @@ func DescribeGC(p bigtable.GCPolicy) string {
 	return "none"
 }
 
-func sameMaxAge(p bigtable.GCPolicy, want time.Duration) bool {
-	d, ok := MaxAge(p)
-	return ok && d == want
-}
-
-func findFamily(info *bigtable.TableInfo, name string) (bigtable.FamilyInfo, bool) {
-	for _, f := range info.FamilyInfos {
-		if f.Name == name {
-			return f, true
-		}
-	}
-	return bigtable.FamilyInfo{}, false
-}
-
 // IsMismatch reports whether err is a GC rule mismatch.
 func IsMismatch(err error) bool {
 	var m *GCRuleMismatchError
 	return errors.As(err, &m)
 }
 
-// FamilyGC returns the family's GC rule; ok is false when the table or the
-// family does not exist.
-func FamilyGC(ctx context.Context, ac *bigtable.AdminClient, t Target) (rule bigtable.GCPolicy, ok bool, err error) {
+// FamilyState is what the table says of the target family.
+type FamilyState struct {
+	TableExists bool
+	Exists      bool              // the family exists
+	Rule        bigtable.GCPolicy // its GC rule
+}
+
+// Matches reports whether the family's rule is a plain max-age of maxAge.
+func (f FamilyState) Matches(maxAge time.Duration) bool {
+	d, ok := MaxAge(f.Rule)
+	return f.Exists && ok && d == maxAge
+}
+
+// ReadFamily reads the table's description once and finds the family.
+func ReadFamily(ctx context.Context, ac *bigtable.AdminClient, t Target) (FamilyState, error) {
 	info, err := ac.TableInfo(ctx, t.Table)
 	if status.Code(err) == codes.NotFound {
-		return nil, false, nil
+		return FamilyState{}, nil
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("read table %q: %w", t.Table, err)
+		return FamilyState{}, fmt.Errorf("read table %q: %w", t.Table, err)
 	}
-	fam, found := findFamily(info, t.Family)
-	if !found {
-		return nil, false, nil
+	st := FamilyState{TableExists: true}
+	for _, f := range info.FamilyInfos {
+		if f.Name == t.Family {
+			st.Exists, st.Rule = true, f.FullGCPolicy
+		}
 	}
-	return fam.FullGCPolicy, true, nil
+	return st, nil
 }
 
 // MaxAge returns the max-age of a plain max-age rule.

@@ -1,7 +1,10 @@
 package tenants
 
 import (
+	"encoding/json"
+	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/cellttl/cellttl/expiry"
@@ -15,23 +18,108 @@ const MaxReplicatedGCIncrease = 90 * 24 * time.Hour
 // TenantChange is one tenant's TTL before and after an edit. A tenant not
 // listed on one side has that side's default TTL, and Listed says so.
 type TenantChange struct {
-	Tenant    string        `json:"tenant"`
-	OldTTL    time.Duration `json:"old_ttl"`
-	NewTTL    time.Duration `json:"new_ttl"`
-	OldListed bool          `json:"old_listed"`
-	NewListed bool          `json:"new_listed"`
+	Tenant    string
+	OldTTL    time.Duration
+	NewTTL    time.Duration
+	OldListed bool
+	NewListed bool
+}
+
+// Kind is "added", "removed" or "changed".
+func (c TenantChange) Kind() string {
+	switch {
+	case !c.OldListed:
+		return "added"
+	case !c.NewListed:
+		return "removed"
+	}
+	return "changed"
 }
 
 // String says the change in a few words: "acme 1h→2h", "newco added 30m",
 // "wonka removed, default 2d".
 func (c TenantChange) String() string {
-	switch {
-	case !c.OldListed:
+	switch c.Kind() {
+	case "added":
 		return c.Tenant + " added " + duration.Format(c.NewTTL)
-	case !c.NewListed:
+	case "removed":
 		return c.Tenant + " removed, default " + duration.Format(c.NewTTL)
 	}
 	return c.Tenant + " " + duration.Format(c.OldTTL) + "→" + duration.Format(c.NewTTL)
+}
+
+// tenantChangeJSON is TenantChange as worker check prints it.
+type tenantChangeJSON struct {
+	Tenant string `json:"tenant"`
+	Change string `json:"change"` // added, removed, changed
+	OldTTL string `json:"old_ttl"`
+	NewTTL string `json:"new_ttl"`
+}
+
+// MarshalJSON writes the TTLs as durations people read ("2d").
+func (c TenantChange) MarshalJSON() ([]byte, error) {
+	return json.Marshal(tenantChangeJSON{Tenant: c.Tenant, Change: c.Kind(), OldTTL: duration.Format(c.OldTTL), NewTTL: duration.Format(c.NewTTL)})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (c *TenantChange) UnmarshalJSON(b []byte) error {
+	var j tenantChangeJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	o, err := duration.Parse(j.OldTTL)
+	if err != nil {
+		return fmt.Errorf("old_ttl: %w", err)
+	}
+	n, err := duration.Parse(j.NewTTL)
+	if err != nil {
+		return fmt.Errorf("new_ttl: %w", err)
+	}
+	*c = TenantChange{Tenant: j.Tenant, OldTTL: o, NewTTL: n, OldListed: j.Change != "added", NewListed: j.Change != "removed"}
+	return nil
+}
+
+// Shift is how far an expiry moves: positive later, negative earlier.
+type Shift time.Duration
+
+// String is the signed shift: "+1d", "-12h".
+func (s Shift) String() string {
+	if s < 0 {
+		return "-" + s.Size()
+	}
+	return "+" + s.Size()
+}
+
+// Size is the shift without its sign: "1d".
+func (s Shift) Size() string { return duration.Format(time.Duration(max(s, -s))) }
+
+// Direction is "later" or "earlier".
+func (s Shift) Direction() string {
+	if s < 0 {
+		return "earlier"
+	}
+	return "later"
+}
+
+// MarshalJSON writes the signed shift as a string.
+func (s Shift) MarshalJSON() ([]byte, error) { return json.Marshal(s.String()) }
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (s *Shift) UnmarshalJSON(b []byte) error {
+	var str string
+	if err := json.Unmarshal(b, &str); err != nil {
+		return err
+	}
+	neg := strings.HasPrefix(str, "-")
+	d, err := duration.Parse(strings.TrimLeft(str, "+-"))
+	if err != nil {
+		return fmt.Errorf("expiry shift: %w", err)
+	}
+	if neg {
+		d = -d
+	}
+	*s = Shift(d)
+	return nil
 }
 
 // Plan is what an edit of tenants.yaml changes.
@@ -48,7 +136,10 @@ type Plan struct {
 	// written moves once the GC rule changes (positive: later). For
 	// tenants at the default TTL that is the intended new default; for the
 	// others it breaks the TTL they were promised.
-	ExpiryShift time.Duration `json:"expiry_shift"`
+	ExpiryShift Shift `json:"expiry_shift,omitempty"`
+	// ShiftedTenants are the listed tenants whose cells ExpiryShift moves
+	// away from their TTL, in id order.
+	ShiftedTenants []string `json:"shifted_tenants,omitempty"`
 	// ReplicatedSteps is set when the GC max-age grows by more than
 	// MaxReplicatedGCIncrease: on a replicated table it must be raised in
 	// steps.
@@ -57,7 +148,7 @@ type Plan struct {
 
 // Compare returns the plan of replacing old by new.
 func Compare(old, new *expiry.Policy) Plan {
-	p := Plan{Old: old, New: new}
+	p := Plan{Old: old, New: new, Tenants: []TenantChange{}}
 	ids := map[string]bool{}
 	for id := range old.Tenants {
 		ids[id] = true
@@ -78,7 +169,13 @@ func Compare(old, new *expiry.Policy) Plan {
 	p.GCRuleChange = old.Strategy != new.Strategy || old.GCMaxAge() != new.GCMaxAge()
 	if p.GCRuleChange && old.Strategy == new.Strategy {
 		// Same strategy, new max-age: expiry = timestamp + max-age.
-		p.ExpiryShift = new.GCMaxAge() - old.GCMaxAge()
+		p.ExpiryShift = Shift(new.GCMaxAge() - old.GCMaxAge())
+	}
+	if p.ExpiryShift != 0 {
+		for id := range old.Tenants {
+			p.ShiftedTenants = append(p.ShiftedTenants, id)
+		}
+		sort.Strings(p.ShiftedTenants)
 	}
 	p.ReplicatedSteps = new.GCMaxAge()-old.GCMaxAge() > MaxReplicatedGCIncrease
 	return p

@@ -238,7 +238,7 @@ func TestCompare(t *testing.T) {
 		}
 	}
 	p = Compare(old.Policy, parse("default_ttl: 3d\ntenants:\n  acme: 1h\n  globex: 3d\n  gone: 5h\n").Policy)
-	if p.SafeAtRuntime() || p.ExpiryShift != 24*time.Hour || p.ReplicatedSteps {
+	if p.SafeAtRuntime() || p.ExpiryShift != Shift(24*time.Hour) || p.ReplicatedSteps {
 		t.Errorf("default_ttl 2d→3d: %+v", p)
 	}
 	p = Compare(old.Policy, parse("default_ttl: 200d\ntenants:\n  acme: 1h\n  globex: 3d\n  gone: 5h\n").Policy)

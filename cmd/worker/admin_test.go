@@ -11,9 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"cloud.google.com/go/bigtable/bttest"
-	"github.com/twmb/franz-go/pkg/kfake"
-
+	"github.com/cellttl/cellttl/internal/inproc"
 	"github.com/cellttl/cellttl/internal/testenv"
 )
 
@@ -149,17 +147,17 @@ func TestMetricsAndStatus(t *testing.T) {
 // returns, and turns 503 when the Kafka broker goes away. The services are
 // in-process here because the test stops them.
 func TestReadinessFollowsDependencies(t *testing.T) {
-	bt, err := bttest.NewServer("127.0.0.1:0")
+	bt, err := inproc.StartBigtable(inproc.BigtableOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	btAddr := bt.Addr
+	btAddr := bt.Addr()
 	t.Setenv("BIGTABLE_EMULATOR_HOST", btAddr)
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "clicks"), kfake.AllowAutoTopicCreation())
+	kc, err := inproc.StartKafka(inproc.KafkaOptions{Topics: []inproc.Topic{{Name: "clicks", Partitions: 3}}, AutoCreate: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{brokers: kc.ListenAddrs(), topic: "clicks", group: "ready", table: "clicks"}
+	e := &env{brokers: kc.Brokers(), topic: "clicks", group: "ready", table: "clicks"}
 	e.dc, e.ac = testenv.Clients(t)
 	e.tenantsFile = t.TempDir() + "/tenants.yaml"
 	e.writeTenants(t, tenantsYAML)
@@ -179,7 +177,7 @@ func TestReadinessFollowsDependencies(t *testing.T) {
 
 	bt.Close()
 	ready(503, "bigtable: not ready")
-	if bt, err = bttest.NewServer(btAddr); err != nil {
+	if bt, err = inproc.StartBigtable(inproc.BigtableOptions{Addr: btAddr}); err != nil {
 		t.Fatalf("restart the emulator on %s: %v", btAddr, err)
 	}
 	defer bt.Close()

@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sort"
 	"strings"
 	"time"
 
 	"cloud.google.com/go/bigtable"
 
 	"github.com/cellttl/cellttl/internal/duration"
+	"github.com/cellttl/cellttl/internal/envflag"
 	"github.com/cellttl/cellttl/sink"
 	"github.com/cellttl/cellttl/tenants"
 )
@@ -35,7 +35,7 @@ type checkReport struct {
 	Default  string      `json:"default_ttl,omitempty"`
 	Tenants  int         `json:"tenants"`
 	Table    *tableCheck `json:"table,omitempty"`
-	Against  *editPlan   `json:"against,omitempty"`
+	Against  *comparison `json:"against,omitempty"`
 	Exit     int         `json:"exit"`
 	Verdict  string      `json:"verdict"`
 }
@@ -49,31 +49,24 @@ type tableCheck struct {
 	Error   string `json:"error,omitempty"`
 }
 
-type editPlan struct {
-	File            string         `json:"file"`
-	Version         string         `json:"version"`
-	Tenants         []tenantChange `json:"tenants"`
-	GCRuleChange    bool           `json:"gc_rule_change"`
-	ExpiryShift     string         `json:"expiry_shift,omitempty"`
-	ShiftedTenants  []string       `json:"shifted_tenants,omitempty"`
-	ReplicatedSteps bool           `json:"replicated_steps"`
-	Notes           []string       `json:"notes"`
+// comparison is what --against found: the plan of the edit, and notes for
+// the operator.
+type comparison struct {
+	File    string `json:"file"`
+	Version string `json:"version"`
+	tenants.Plan
+	Notes []string `json:"notes"`
 }
 
-type tenantChange struct {
-	Tenant string `json:"tenant"`
-	Change string `json:"change"` // changed, added, removed
-	Old    string `json:"old_ttl"`
-	New    string `json:"new_ttl"`
-}
-
+// runCheck is worker check: validate a tenants file, and explain what
+// loading it changes, against the table's GC rule and an earlier file.
 func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var c common
+	o := defaultTableOptions()
 	var against, format string
 	var offline bool
-	f := newFlags("worker check", "worker check: validate a tenants file and explain what loading it would change.\n"+
+	f := envflag.New("worker check", "worker check: validate a tenants file and explain what loading it would change.\n"+
 		"Exit status: 0 valid and safe to reload, 1 valid but needs `worker setup --update-gc-policy` and a restart, 2 invalid, 3 valid but the table could not be read.", stderr)
-	c.register(f)
+	o.register(f)
 	f.String(&against, "against", "TENANTS_AGAINST", "", "the previous tenants file, to list what the edit changes")
 	f.String(&format, "format", "CHECK_FORMAT", "text", "output: text or json")
 	f.Bool(&offline, "offline", "CHECK_OFFLINE", false, "do not read the table's GC rule")
@@ -81,10 +74,10 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if format != "text" && format != "json" {
-		return &exitError{code: 2, err: fmt.Errorf("--format %q: want text or json", format)}
+		return usageError(fmt.Errorf("--format %q: want text or json", format))
 	}
-	rep := checkReport{File: c.tenantsFile}
-	cfg, err := tenants.Load(c.tenantsFile)
+	rep := checkReport{File: o.tenants.Path}
+	cfg, err := tenants.Load(o.tenants.Path)
 	switch {
 	case err != nil:
 		rep.Errors = strings.Split(err.Error(), "\n")
@@ -96,13 +89,13 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			if err != nil {
 				return &exitError{code: checkInvalid, err: fmt.Errorf("--against: %w", err)}
 			}
-			rep.Against = planOf(against, old, cfg)
+			rep.Against = compare(against, old, cfg)
 		}
 		if !offline {
-			if err := c.resolve(); err != nil {
+			if err := o.resolve(); err != nil {
 				return err
 			}
-			rep.Table = checkTable(ctx, &c, cfg)
+			rep.Table = checkTable(ctx, o.table, cfg)
 		}
 	}
 	rep.Exit, rep.Verdict = verdict(&rep)
@@ -121,71 +114,40 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return nil
 }
 
-func checkTable(ctx context.Context, c *common, cfg *tenants.Config) *tableCheck {
+func checkTable(ctx context.Context, tc sink.TableConfig, cfg *tenants.Config) *tableCheck {
 	want := cfg.Policy.GCMaxAge()
-	tc := &tableCheck{Target: c.target().String(), Wanted: sink.DescribeGC(bigtable.MaxAgePolicy(want))}
+	res := &tableCheck{Target: tc.Target().String(), Wanted: sink.DescribeGC(bigtable.MaxAgePolicy(want))}
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	dc, ac, err := c.bigtableClients(ctx)
+	dc, ac, err := tc.Clients(ctx)
 	if err != nil {
-		tc.Error = err.Error()
-		return tc
+		res.Error = err.Error()
+		return res
 	}
 	defer dc.Close()
 	defer ac.Close()
-	rule, ok, err := sink.FamilyGC(ctx, ac, c.target())
+	fam, err := sink.ReadFamily(ctx, ac, tc.Target())
 	if err != nil {
-		tc.Error = err.Error()
-		return tc
+		res.Error = err.Error()
+		return res
 	}
-	tc.Exists = ok
-	if ok {
-		tc.Rule = sink.DescribeGC(rule)
-		d, isMaxAge := sink.MaxAge(rule)
-		tc.Matches = isMaxAge && d == want
+	res.Exists = fam.Exists
+	if fam.Exists {
+		res.Rule = sink.DescribeGC(fam.Rule)
+		res.Matches = fam.Matches(want)
 	}
-	return tc
+	return res
 }
 
-func planOf(path string, old, cfg *tenants.Config) *editPlan {
-	p := tenants.Compare(old.Policy, cfg.Policy)
-	ep := &editPlan{File: path, Version: old.Version, GCRuleChange: p.GCRuleChange, ReplicatedSteps: p.ReplicatedSteps, Tenants: []tenantChange{}}
-	for _, tc := range p.Tenants {
-		kind := "changed"
-		switch {
-		case !tc.OldListed:
-			kind = "added"
-		case !tc.NewListed:
-			kind = "removed"
-		}
-		ep.Tenants = append(ep.Tenants, tenantChange{Tenant: tc.Tenant, Change: kind, Old: duration.Format(tc.OldTTL), New: duration.Format(tc.NewTTL)})
-	}
-	if len(p.Tenants) > 0 {
-		ep.Notes = append(ep.Notes, "per-tenant edits apply to events processed after the reload; cells already written keep the expiry they were written with")
+func compare(path string, old, cfg *tenants.Config) *comparison {
+	c := &comparison{File: path, Version: old.Version, Plan: tenants.Compare(old.Policy, cfg.Policy), Notes: []string{}}
+	if len(c.Tenants) > 0 {
+		c.Notes = append(c.Notes, "per-tenant edits apply to events processed after the reload; cells already written keep the expiry they were written with")
 	}
 	if old.Policy.RecordRealTimestamp != cfg.Policy.RecordRealTimestamp {
-		ep.Notes = append(ep.Notes, fmt.Sprintf("record_real_timestamp %t → %t applies to events processed after the reload", old.Policy.RecordRealTimestamp, cfg.Policy.RecordRealTimestamp))
+		c.Notes = append(c.Notes, fmt.Sprintf("record_real_timestamp %t → %t applies to events processed after the reload", old.Policy.RecordRealTimestamp, cfg.Policy.RecordRealTimestamp))
 	}
-	if p.GCRuleChange {
-		if p.ExpiryShift != 0 {
-			ep.ExpiryShift = signed(p.ExpiryShift)
-			for id := range old.Policy.Tenants {
-				ep.ShiftedTenants = append(ep.ShiftedTenants, id)
-			}
-			sort.Strings(ep.ShiftedTenants)
-		}
-	}
-	if ep.Notes == nil {
-		ep.Notes = []string{}
-	}
-	return ep
-}
-
-func signed(d time.Duration) string {
-	if d < 0 {
-		return "-" + duration.Format(-d)
-	}
-	return "+" + duration.Format(d)
+	return c
 }
 
 func verdict(rep *checkReport) (int, string) {
@@ -229,13 +191,13 @@ func printCheck(w io.Writer, rep *checkReport) {
 			fmt.Fprintln(w, "  no change to any TTL.")
 		}
 		for _, c := range a.Tenants {
-			switch c.Change {
+			switch c.Kind() {
 			case "added":
-				fmt.Fprintf(w, "  %-16s added:   %s (was the default, %s)\n", c.Tenant, c.New, c.Old)
+				fmt.Fprintf(w, "  %-16s added:   %s (was the default, %s)\n", c.Tenant, duration.Format(c.NewTTL), duration.Format(c.OldTTL))
 			case "removed":
-				fmt.Fprintf(w, "  %-16s removed: %s → the default, %s\n", c.Tenant, c.Old, c.New)
+				fmt.Fprintf(w, "  %-16s removed: %s → the default, %s\n", c.Tenant, duration.Format(c.OldTTL), duration.Format(c.NewTTL))
 			default:
-				fmt.Fprintf(w, "  %-16s %s → %s\n", c.Tenant, c.Old, c.New)
+				fmt.Fprintf(w, "  %-16s %s → %s\n", c.Tenant, duration.Format(c.OldTTL), duration.Format(c.NewTTL))
 			}
 		}
 		for _, n := range a.Notes {
@@ -243,9 +205,9 @@ func printCheck(w io.Writer, rep *checkReport) {
 		}
 		if a.GCRuleChange {
 			fmt.Fprintf(w, "  The family's GC rule must change, which moves the expiry of every cell already written.\n")
-			if a.ExpiryShift != "" {
-				fmt.Fprintf(w, "  Cells already written expire %s %s: right for unlisted tenants, which follow the default, but the cells of", strings.TrimLeft(a.ExpiryShift, "+-"), laterOrEarlier(a.ExpiryShift))
-				fmt.Fprintf(w, " every listed tenant (%s) then expire %s %s than their TTL promised, until they age out.\n", strings.Join(a.ShiftedTenants, ", "), strings.TrimLeft(a.ExpiryShift, "+-"), laterOrEarlier(a.ExpiryShift))
+			if sh := a.ExpiryShift; sh != 0 {
+				fmt.Fprintf(w, "  Cells already written expire %s %s: right for unlisted tenants, which follow the default, but the cells of", sh.Size(), sh.Direction())
+				fmt.Fprintf(w, " every listed tenant (%s) then expire %s %s than their TTL promised, until they age out.\n", strings.Join(a.ShiftedTenants, ", "), sh.Size(), sh.Direction())
 			} else {
 				fmt.Fprintf(w, "  The strategy changes: cells written under the old one no longer mean what they did; plan a migration.\n")
 			}
@@ -255,11 +217,4 @@ func printCheck(w io.Writer, rep *checkReport) {
 		}
 	}
 	fmt.Fprintf(w, "\n%s\n", rep.Verdict)
-}
-
-func laterOrEarlier(shift string) string {
-	if strings.HasPrefix(shift, "-") {
-		return "earlier"
-	}
-	return "later"
 }

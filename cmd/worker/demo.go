@@ -1,3 +1,5 @@
+//go:build !nodemo
+
 package main
 
 import (
@@ -5,24 +7,24 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	stdlog "log"
 	"math/rand/v2"
-	"os"
 	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
 
 	"cloud.google.com/go/bigtable"
-	"cloud.google.com/go/bigtable/bttest"
 	"github.com/segmentio/kafka-go"
-	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/cellttl/cellttl/expiry"
 	"github.com/cellttl/cellttl/internal/duration"
+	"github.com/cellttl/cellttl/internal/envflag"
+	"github.com/cellttl/cellttl/internal/inproc"
 	"github.com/cellttl/cellttl/pipeline"
+	"github.com/cellttl/cellttl/reader"
 	"github.com/cellttl/cellttl/rowkey"
 	"github.com/cellttl/cellttl/sink"
+	"github.com/cellttl/cellttl/telemetry"
 	"github.com/cellttl/cellttl/tenants"
 )
 
@@ -48,11 +50,11 @@ type demoOptions struct {
 	logLevel   string
 }
 
-// runDemo runs the real pipeline against in-process Kafka (kfake) and an
-// in-process Bigtable emulator (bttest), fed with synthetic clicks.
+// runDemo runs the real worker against in-process Kafka and Bigtable
+// (internal/inproc), fed with synthetic clicks.
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var o demoOptions
-	f := newFlags("worker demo", "worker demo: the whole pipeline in one process, with in-process Kafka and Bigtable emulator and synthetic clicks.\nTenants (TTL): flash 5s, brief 15s, walk-in (unlisted: default 30s), keeper 45s. Ctrl-C stops it.", stderr)
+	f := envflag.New("worker demo", "worker demo: the whole pipeline in one process, with in-process Kafka and Bigtable emulator and synthetic clicks.\nTenants (TTL): flash 5s, brief 15s, walk-in (unlisted: default 30s), keeper 45s. Ctrl-C stops it.", stderr)
 	f.Int(&o.rate, "rate", "DEMO_RATE", 200, "synthetic clicks per second")
 	f.Duration(&o.produceFor, "produce-for", "DEMO_PRODUCE_FOR", 10*time.Second, "produce for this long, then watch the cells expire")
 	f.Duration(&o.every, "every", "DEMO_EVERY", 5*time.Second, "print the per-tenant summary this often")
@@ -62,11 +64,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	if o.rate < 1 || o.every <= 0 {
-		return &exitError{code: 2, err: errors.New("--rate and --every must be positive")}
+		return usageError(errors.New("--rate and --every must be positive"))
 	}
-	log, err := newLogger(stderr, "text", o.logLevel)
+	log, err := telemetry.LogConfig{Format: "text", Level: o.logLevel}.Logger(stderr)
 	if err != nil {
-		return &exitError{code: 2, err: err}
+		return usageError(err)
 	}
 	if o.runFor > 0 {
 		var cancel context.CancelFunc
@@ -74,52 +76,44 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		defer cancel()
 	}
 
-	// bttest logs every cell its GC deletes through the standard logger:
-	// thousands of lines that would bury the summary.
-	stdlog.SetOutput(io.Discard)
-	bt, err := bttest.NewServer("127.0.0.1:0")
+	bt, err := inproc.StartBigtable(inproc.BigtableOptions{Quiet: true})
 	if err != nil {
-		return fmt.Errorf("start in-process Bigtable emulator: %w", err)
-	}
-	defer bt.Close()
-	// The client library finds an emulator through this variable alone.
-	if err := os.Setenv("BIGTABLE_EMULATOR_HOST", bt.Addr); err != nil {
 		return err
 	}
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "clicks"), kfake.SeedTopics(1, "clicks.dlq"))
+	defer bt.Close()
+	kc, err := inproc.StartKafka(inproc.KafkaOptions{Topics: []inproc.Topic{{Name: "clicks", Partitions: 3}, {Name: "clicks.dlq", Partitions: 1}}})
 	if err != nil {
-		return fmt.Errorf("start in-process Kafka: %w", err)
+		return err
 	}
 	defer kc.Close()
-	brokers := kc.ListenAddrs()
+	brokers := kc.Brokers()
 
 	cfg, err := tenants.Parse([]byte(demoTenants))
 	if err != nil {
 		return fmt.Errorf("demo tenants: %w", err)
 	}
-	ro := &runOptions{
-		common:         common{project: "local", instance: "local", table: "clicks", family: "c"},
-		topic:          "clicks",
-		group:          "cellttl-demo",
-		dlqTopic:       "clicks.dlq",
-		commitInterval: time.Second,
-		sessionTimeout: 30 * time.Second,
-		writeTimeout:   30 * time.Second,
-		pipe:           pipeline.DefaultConfig(),
-	}
-	dc, ac, err := ro.bigtableClients(ctx)
+	ro := defaultRunOptions()
+	ro.tenants.Path = "" // the demo's tenants are fixed: nothing to reload
+	ro.admin.Addr = ""
+	ro.kafka.Brokers, ro.kafka.Group = brokers, "cellttl-demo"
+	dc, ac, err := bt.Clients(ctx)
 	if err != nil {
 		return err
 	}
 	defer dc.Close()
 	defer ac.Close()
-	if _, err := sink.Setup(ctx, ac, dc, ro.target(), cfg.Policy.GCMaxAge(), sink.SetupOptions{}); err != nil {
+	target := ro.table.Target()
+	if _, err := sink.Setup(ctx, ac, dc, target, cfg.Policy.GCMaxAge(), sink.SetupOptions{}); err != nil {
 		return fmt.Errorf("demo setup: %w", err)
 	}
-	fmt.Fprintf(stdout, "cellttl demo: Kafka (in-process) %s, Bigtable emulator (in-process) %s\n", brokers[0], bt.Addr)
-	fmt.Fprintf(stdout, "table clicks, family c with GC rule %q (%s)\n", sink.DescribeGC(bigtable.MaxAgePolicy(cfg.Policy.GCMaxAge())), describePolicy(cfg.Policy))
+	fmt.Fprintf(stdout, "cellttl demo: Kafka (in-process) %s, Bigtable emulator (in-process) %s\n", brokers[0], bt.Addr())
+	fmt.Fprintf(stdout, "table %s, family %s with GC rule %q (%s)\n", target.Table, target.Family, sink.DescribeGC(bigtable.MaxAgePolicy(cfg.Policy.GCMaxAge())), describePolicy(cfg.Policy))
 	fmt.Fprintf(stdout, "producing %d clicks/s for %s (1 in 25 an hour old, 1 in 40 malformed), then watching GC; Ctrl-C stops\n\n", o.rate, duration.Format(o.produceFor))
 
+	w, err := newWorker(ctx, &ro, cfg, dc, log)
+	if err != nil {
+		return err
+	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	pctx, stopProducing := context.WithCancel(ctx)
@@ -129,19 +123,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			log.Error("demo producer stopped", "err", err)
 		}
 	})
-
 	started := time.Now()
-	var stats *pipeline.Stats
-	statsReady := make(chan struct{})
-	ro.onPipeline = func(p *pipeline.Pipeline) { stats = p.Stats(); close(statsReady) }
 	sctx, stopSummaries := context.WithCancel(ctx)
 	defer stopSummaries()
 	wg.Go(func() {
-		select {
-		case <-statsReady:
-		case <-sctx.Done():
-			return
-		}
 		t := time.NewTicker(o.every)
 		defer t.Stop()
 		for {
@@ -149,11 +134,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			case <-sctx.Done():
 				return
 			case <-t.C:
-				printSummary(sctx, stdout, dc.Open("clicks"), cfg.Policy, stats, time.Since(started))
+				printSummary(sctx, stdout, dc.Open(target.Table), target.Family, cfg.Policy, w.pipeline.Stats(), time.Since(started))
 			}
 		}
 	})
-	err = serve(ctx, ro, brokers, cfg, dc, nil, log)
+	err = w.serve(ctx, nil)
 	stopProducing()
 	stopSummaries()
 	wg.Wait() // the summaries write to stdout too
@@ -203,23 +188,22 @@ func produceDemo(ctx context.Context, brokers []string, rate int, d time.Duratio
 
 // printSummary prints, per tenant, what the worker did and what the table
 // holds now: stored counts every row GC has not yet removed, live only the
-// rows a correct reader returns.
-func printSummary(ctx context.Context, w io.Writer, tbl *bigtable.Table, p *expiry.Policy, stats *pipeline.Stats, elapsed time.Duration) {
+// rows a correct reader returns (reader.Filter), and the first live row
+// with its expiry.
+func printSummary(ctx context.Context, w io.Writer, tbl *bigtable.Table, family string, p *expiry.Policy, stats *pipeline.Stats, elapsed time.Duration) {
 	now := time.Now()
+	r := reader.New(tbl, family, p)
 	tw := tabwriter.NewWriter(w, 2, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "t+%s\ttenant\tttl\twritten\tskipped\tdead-lettered\tstored\tlive\tsample row (expiry)\n", elapsed.Truncate(time.Second))
 	for _, id := range demoTenantIDs {
 		ts := stats.Tenant(id)
 		stored := countRows(ctx, tbl, id, nil)
-		live := countRows(ctx, tbl, id, bigtable.TimestampRangeFilterMicros(bigtable.Timestamp(p.ReadFrom(now)), 0))
+		live := countRows(ctx, tbl, id, reader.Filter(p, family, now))
 		sample := "-"
-		if s, ok := ts.Sample(); ok {
-			when := "expires in " + s.Expiry.Sub(now).Truncate(100*time.Millisecond).String()
-			if expiry.Expired(s.Expiry, now) {
-				when = "expired " + now.Sub(s.Expiry).Truncate(100*time.Millisecond).String() + " ago"
-			}
-			sample = fmt.Sprintf("%s (%s)", shorten(s.Key), when)
-		}
+		_ = r.Read(ctx, reader.Query{Tenant: id, Limit: 1}, func(ev reader.Event) bool {
+			sample = fmt.Sprintf("%s (expires in %s)", shorten(ev.Key), ev.Expiry.Sub(now).Truncate(100*time.Millisecond))
+			return false
+		})
 		fmt.Fprintf(tw, "\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", id, duration.Format(p.TTL(id)), ts.Written.Load(), ts.Expired.Load(), ts.DeadLettered.Load(), stored, live, sample)
 	}
 	if o := stats.Tenant(pipeline.OtherTenants); o.Consumed.Load() > 0 {
@@ -236,6 +220,8 @@ func shorten(key string) string {
 	return key
 }
 
+// countRows counts a tenant's rows that pass f (every stored row when f is
+// nil).
 func countRows(ctx context.Context, tbl *bigtable.Table, tenant string, f bigtable.Filter) int {
 	filter := bigtable.ChainFilters(bigtable.CellsPerRowLimitFilter(1), bigtable.StripValueFilter())
 	if f != nil {

@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
+
+	"github.com/cellttl/cellttl/internal/envflag"
 )
 
 const usage = `worker: per-tenant TTLs on Bigtable, fed from Kafka.
@@ -90,31 +92,32 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return &exitError{code: 2, err: fmt.Errorf("unknown command %q\n\n%s", cmd, usage)}
 }
 
-// parse parses a command's flags, turning --help into a clean exit.
-func parse(f *flags, args []string) error {
+// parse parses a command's flags, turning --help into a clean exit and
+// any other flag error into exit status 2.
+func parse(f *envflag.FlagSet, args []string) error {
 	if err := f.Parse(args); err != nil {
-		if errors.Is(err, errFlagHelp) {
+		if envflag.IsHelp(err) {
 			return errHelp
 		}
-		return &exitError{code: 2, err: err}
-	}
-	if f.NArg() > 0 {
-		return &exitError{code: 2, err: fmt.Errorf("unexpected argument %q", f.Arg(0))}
+		return usageError(err)
 	}
 	return nil
 }
 
-func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
-	var lv slog.Level
-	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+// usageError is an error of the command line or its files: exit status 2.
+func usageError(err error) error { return &exitError{code: 2, err: err} }
+
+// version is the module version, or the VCS revision of a source build.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
 	}
-	opts := &slog.HandlerOptions{Level: lv}
-	switch format {
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
-	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+	v := bi.Main.Version
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			v += " " + s.Value[:12]
+		}
 	}
-	return nil, fmt.Errorf("--log-format %q: want json or text", format)
+	return v
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -10,16 +11,19 @@ import (
 	"time"
 
 	"github.com/cellttl/cellttl/internal/duration"
+	"github.com/cellttl/cellttl/internal/envflag"
 	"github.com/cellttl/cellttl/reader"
 	"github.com/cellttl/cellttl/sink"
 )
 
+// runRead is worker read: a tenant's live events, read as a correct reader
+// reads them.
 func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var c common
+	o := defaultTableOptions()
 	var q reader.Query
 	var since, until, format string
-	f := newFlags("worker read", "worker read: a tenant's live events, with their expiry, read with the filter that hides expired cells.", stderr)
-	c.register(f)
+	f := envflag.New("worker read", "worker read: a tenant's live events, with their expiry, read with the filter that hides expired cells.", stderr)
+	o.register(f)
 	f.String(&q.Tenant, "tenant", "READ_TENANT", "", "tenant to read (required)")
 	f.String(&q.User, "user", "READ_USER", "", "only this user's events (one key range)")
 	f.String(&since, "since", "READ_SINCE", "", "event time from: RFC 3339, or a duration ago such as 1h or 2d")
@@ -31,29 +35,29 @@ func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	if q.Tenant == "" {
-		return &exitError{code: 2, err: fmt.Errorf("--tenant is required")}
+		return usageError(errors.New("--tenant is required"))
 	}
 	if format != "text" && format != "json" {
-		return &exitError{code: 2, err: fmt.Errorf("--format %q: want text or json", format)}
+		return usageError(fmt.Errorf("--format %q: want text or json", format))
 	}
 	now := time.Now()
 	var err error
 	if q.Since, err = parseWhen("--since", since, now); err != nil {
-		return &exitError{code: 2, err: err}
+		return usageError(err)
 	}
 	if q.Until, err = parseWhen("--until", until, now); err != nil {
-		return &exitError{code: 2, err: err}
+		return usageError(err)
 	}
-	s, err := c.open(ctx)
+	s, err := o.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
 	// The filter is only right for the GC rule the file describes.
-	if err := sink.CheckGC(ctx, s.ac, c.target(), s.cfg.Policy.GCMaxAge()); err != nil {
+	if err := sink.CheckGC(ctx, s.ac, o.table.Target(), s.cfg.Policy.GCMaxAge()); err != nil {
 		return fmt.Errorf("refusing to read: %w (the tenants file says %s)", err, describePolicy(s.cfg.Policy))
 	}
-	r := reader.New(s.dc.Open(c.table), c.family, s.cfg.Policy)
+	r := reader.New(s.dc.Open(o.table.Table), o.table.Family, s.cfg.Policy)
 	out := newEventPrinter(stdout, format, now)
 	if err := r.Read(ctx, q, out.print); err != nil {
 		return err

@@ -105,7 +105,7 @@ func TestCheckExplainsEdits(t *testing.T) {
 	if jerr := json.Unmarshal([]byte(out), &rep); jerr != nil {
 		t.Fatalf("json output: %v\n%s", jerr, out)
 	}
-	if code(err) != 1 || rep.Exit != 1 || rep.Against.ExpiryShift != "-1d" || strings.Join(rep.Against.ShiftedTenants, ",") != "acme,globex" ||
+	if code(err) != 1 || rep.Exit != 1 || rep.Against.ExpiryShift.String() != "-1d" || strings.Join(rep.Against.ShiftedTenants, ",") != "acme,globex" ||
 		rep.Table.Matches || rep.Table.Rule != "max-age 2d" || rep.Table.Wanted != "max-age 1d" {
 		t.Errorf("default_ttl edit: exit %d %+v %+v", code(err), rep.Against, rep.Table)
 	}

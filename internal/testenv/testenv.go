@@ -16,10 +16,9 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable"
-	"cloud.google.com/go/bigtable/bttest"
 	"github.com/segmentio/kafka-go"
-	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/cellttl/cellttl/internal/inproc"
 	"github.com/cellttl/cellttl/sink"
 )
 
@@ -36,13 +35,13 @@ func Kafka(t testing.TB) []string {
 		t.Logf("Kafka: real broker at %s", b)
 		return strings.Split(b, ",")
 	}
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(3))
+	k, err := inproc.StartKafka(inproc.KafkaOptions{AutoCreate: true, DefaultPartitions: 3})
 	if err != nil {
-		t.Fatalf("start in-process Kafka: %v", err)
+		t.Fatal(err)
 	}
-	t.Cleanup(c.Close)
-	t.Logf("Kafka: in-process kfake at %v (set KAFKA_BROKERS for a real broker)", c.ListenAddrs())
-	return c.ListenAddrs()
+	t.Cleanup(k.Close)
+	t.Logf("Kafka: in-process kfake at %v (set KAFKA_BROKERS for a real broker)", k.Brokers())
+	return k.Brokers()
 }
 
 // Bigtable points BIGTABLE_EMULATOR_HOST at an emulator, the configured one
@@ -53,14 +52,14 @@ func Bigtable(t testing.TB) string {
 		t.Logf("Bigtable: emulator at %s", addr)
 		return addr
 	}
-	srv, err := bttest.NewServer("127.0.0.1:0")
+	bt, err := inproc.StartBigtable(inproc.BigtableOptions{})
 	if err != nil {
-		t.Fatalf("start in-process Bigtable emulator: %v", err)
+		t.Fatal(err)
 	}
-	t.Cleanup(srv.Close)
-	t.Setenv("BIGTABLE_EMULATOR_HOST", srv.Addr)
-	t.Logf("Bigtable: in-process bttest at %s (set BIGTABLE_EMULATOR_HOST for the emulator binary)", srv.Addr)
-	return srv.Addr
+	t.Cleanup(bt.Close)
+	t.Setenv("BIGTABLE_EMULATOR_HOST", bt.Addr())
+	t.Logf("Bigtable: in-process bttest at %s (set BIGTABLE_EMULATOR_HOST for the emulator binary)", bt.Addr())
+	return bt.Addr()
 }
 
 var seq atomic.Int64

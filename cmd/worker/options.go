@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"cloud.google.com/go/bigtable"
+
+	"github.com/cellttl/cellttl/expiry"
+	"github.com/cellttl/cellttl/internal/duration"
+	"github.com/cellttl/cellttl/internal/envflag"
+	"github.com/cellttl/cellttl/sink"
+	"github.com/cellttl/cellttl/telemetry"
+	"github.com/cellttl/cellttl/tenants"
+)
+
+// tableOptions are the flags of every command that works on the table:
+// the tenants file, where the table is, and the log.
+type tableOptions struct {
+	tenants tenants.FileConfig
+	table   sink.TableConfig
+	log     telemetry.LogConfig
+}
+
+func defaultTableOptions() tableOptions {
+	return tableOptions{tenants: tenants.DefaultFileConfig(), table: sink.DefaultTableConfig(), log: telemetry.DefaultLogConfig()}
+}
+
+func (o *tableOptions) register(f *envflag.FlagSet) {
+	o.tenants.RegisterFlags(f)
+	o.table.RegisterFlags(f)
+	o.log.RegisterFlags(f)
+}
+
+// resolve checks the table flags (exit status 2 when they are wrong).
+func (o *tableOptions) resolve() error {
+	if err := o.table.Resolve(); err != nil {
+		return usageError(err)
+	}
+	return nil
+}
+
+// session is what a command working on the table needs: the tenants config
+// and Bigtable clients.
+type session struct {
+	cfg *tenants.Config
+	dc  *bigtable.Client
+	ac  *bigtable.AdminClient
+}
+
+func (s *session) Close() {
+	s.dc.Close()
+	s.ac.Close()
+}
+
+// open resolves the flags, loads the tenants file (exit status 2 when it is
+// invalid) and opens the clients.
+func (o *tableOptions) open(ctx context.Context) (*session, error) {
+	if err := o.resolve(); err != nil {
+		return nil, err
+	}
+	cfg, err := tenants.Load(o.tenants.Path)
+	if err != nil {
+		return nil, usageError(err)
+	}
+	dc, ac, err := o.table.Clients(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &session{cfg: cfg, dc: dc, ac: ac}, nil
+}
+
+// describePolicy says what GC rule a policy needs and why.
+func describePolicy(p *expiry.Policy) string {
+	return fmt.Sprintf("strategy %s with default_ttl %s", p.Strategy, duration.Format(p.DefaultTTL))
+}

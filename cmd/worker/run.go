@@ -1,0 +1,281 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"sync"
+	"syscall"
+	"time"
+
+	"cloud.google.com/go/bigtable"
+	"go.opentelemetry.io/otel"
+	"google.golang.org/grpc/codes"
+
+	"github.com/cellttl/cellttl/admin"
+	"github.com/cellttl/cellttl/ingest"
+	"github.com/cellttl/cellttl/internal/duration"
+	"github.com/cellttl/cellttl/internal/envflag"
+	"github.com/cellttl/cellttl/pipeline"
+	"github.com/cellttl/cellttl/sink"
+	"github.com/cellttl/cellttl/telemetry"
+	"github.com/cellttl/cellttl/tenants"
+)
+
+// runOptions are the flags of worker run, each declared by the package
+// whose config it fills.
+type runOptions struct {
+	tableOptions
+	kafka  ingest.Config
+	pipe   pipeline.Config
+	writer sink.WriterConfig
+	admin  admin.Config
+}
+
+func defaultRunOptions() runOptions {
+	return runOptions{
+		tableOptions: defaultTableOptions(),
+		kafka:        ingest.DefaultConfig(),
+		pipe:         pipeline.DefaultConfig(),
+		writer:       sink.DefaultWriterConfig(),
+		admin:        admin.DefaultConfig(),
+	}
+}
+
+func (o *runOptions) register(f *envflag.FlagSet) {
+	o.tableOptions.register(f)
+	o.tenants.RegisterReloadFlags(f)
+	o.kafka.RegisterFlags(f)
+	o.admin.RegisterFlags(f)
+	o.writer.RegisterFlags(f)
+	o.pipe.RegisterFlags(f)
+}
+
+// resolve checks every flag, each error naming its flag (exit status 2).
+func (o *runOptions) resolve() error {
+	if err := o.tableOptions.resolve(); err != nil {
+		return err
+	}
+	if err := errors.Join(o.kafka.Validate(), o.tenants.Validate(), o.writer.Validate(), o.pipe.Validate()); err != nil {
+		return usageError(err)
+	}
+	return nil
+}
+
+// runWorker is worker run: consume, compute cell timestamps, write.
+func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
+	o := defaultRunOptions()
+	f := envflag.New("worker run", "worker run: consume click events and write them with per-tenant TTLs.", stderr)
+	o.register(f)
+	if err := parse(f, args); err != nil {
+		return err
+	}
+	if err := o.resolve(); err != nil {
+		return err
+	}
+	log, err := o.log.Logger(stderr)
+	if err != nil {
+		return usageError(err)
+	}
+	s, err := o.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	cfg := s.cfg
+	if err := sink.CheckGC(ctx, s.ac, o.table.Target(), cfg.Policy.GCMaxAge()); err != nil {
+		hint := ""
+		if sink.IsMismatch(err) {
+			hint = "; `worker setup --update-gc-policy` changes the rule, see `worker check` first"
+		}
+		return fmt.Errorf("refusing to start: %w (the tenants file asks for %s%s)", err, describePolicy(cfg.Policy), hint)
+	}
+	limitMemory(o.pipe.MaxInflightBytes, log)
+	tel, err := telemetry.Setup(ctx, version())
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := tel.Shutdown(sctx); err != nil {
+			log.Warn("telemetry shutdown", "err", err)
+		}
+	}()
+	w, err := newWorker(ctx, &o, cfg, s.dc, log)
+	if err != nil {
+		return err
+	}
+	return w.serve(ctx, tel.MetricsHandler())
+}
+
+// memoryOverhead is what the Go heap may hold beyond --max-inflight-bytes:
+// the runtime, the clients' buffers, the metrics, and room for the garbage
+// collector to work. The process also maps its binary (about 35 MiB
+// resident): measured, peak RSS stays within --max-inflight-bytes + 64 MiB
+// (RELIABILITY.md).
+const memoryOverhead = 24 << 20
+
+// limitMemory gives the garbage collector a soft limit of --max-inflight-bytes
+// plus memoryOverhead, unless GOMEMLIMIT sets one: without it the heap may
+// grow to twice what is live before a collection, and the event bytes the
+// bound holds would count twice in the process's memory. An operator's
+// GOMEMLIMIT (the Deployment derives it from the pod's limit) wins.
+func limitMemory(maxInflight int64, log *slog.Logger) {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		log.Info("memory limit from GOMEMLIMIT", "bytes", debug.SetMemoryLimit(-1))
+		return
+	}
+	limit := maxInflight + memoryOverhead
+	debug.SetMemoryLimit(limit)
+	log.Info("memory limit for the garbage collector", "bytes", limit, "max_inflight_bytes", maxInflight)
+}
+
+// worker is a running worker's parts: the consumer, the dead-letter
+// writer, the Bigtable writer and the pipeline between them.
+type worker struct {
+	o            *runOptions
+	cfg          *tenants.Config
+	dc           *bigtable.Client
+	log          *slog.Logger
+	dlq          *ingest.DeadLetterWriter
+	consumer     *ingest.Consumer
+	writer       *sink.Writer
+	reloader     *tenants.Reloader
+	pipeline     *pipeline.Pipeline
+	lastWriteErr lastError
+}
+
+// newWorker builds the parts, checks the dead-letter topic and joins the
+// consumer group.
+func newWorker(ctx context.Context, o *runOptions, cfg *tenants.Config, dc *bigtable.Client, log *slog.Logger) (*worker, error) {
+	w := &worker{o: o, cfg: cfg, dc: dc, log: log}
+	brokers, sec := o.kafka.Brokers, o.kafka.Security
+	dialer, err := sec.Dialer()
+	if err != nil {
+		return nil, err
+	}
+	fetchTransport, err := sec.Transport()
+	if err != nil {
+		return nil, err
+	}
+	if w.dlq, err = ingest.NewDeadLetterWriter(brokers, o.kafka.DeadLetterTopic(), sec, log); err != nil {
+		return nil, err
+	}
+	// Before joining the group: a dead-letter topic that cannot take dead
+	// letters is said at once, not at the first bad event. The worker runs
+	// anyway (good events flow); /readyz answers 503 until it is fixed.
+	if info, err := w.dlq.Check(ctx); err != nil {
+		log.Error("dead-letter topic cannot take dead letters; bad events will wait, uncommitted, until it can", "topic", o.kafka.DeadLetterTopic(), "err", err)
+	} else {
+		log.Info("dead-letter topic ready", "topic", info.Topic, "created", info.Created, "max_message_bytes", info.MaxMessageBytes, "writable", info.Writable)
+	}
+	w.consumer, err = ingest.NewConsumer(ingest.ConsumerConfig{
+		Brokers:          brokers,
+		Topic:            o.kafka.Topic,
+		Group:            o.kafka.Group,
+		CommitInterval:   o.kafka.CommitInterval,
+		SessionTimeout:   o.kafka.SessionTimeout,
+		MaxInflightBytes: o.pipe.FetchBudget(),
+		MaxEventBytes:    o.pipe.Decoder.MaxBytes,
+		OffsetReset:      o.kafka.OffsetReset,
+		Dialer:           dialer,
+		Transport:        fetchTransport,
+	}, log)
+	if err != nil {
+		_ = w.dlq.Close()
+		return nil, err
+	}
+	wcfg := o.writer
+	wcfg.OnRetry = func(rows int, code codes.Code, err error) { w.lastWriteErr.set(err) }
+	w.writer = sink.NewWriter(dc, o.table.Target(), wcfg, log)
+	w.reloader = tenants.NewReloader(o.tenants.Path, cfg, o.tenants.ReloadInterval, log)
+	if err := w.reloader.RegisterMetrics(otel.Meter(meterName)); err != nil {
+		_ = errors.Join(w.consumer.Close(), w.dlq.Close())
+		return nil, err
+	}
+	w.pipeline = pipeline.New(o.pipe, w.consumer, w.writer, w.dlq, w.reloader.Current, log)
+	return w, nil
+}
+
+// meterName scopes the metrics the command itself registers.
+const meterName = "github.com/cellttl/cellttl"
+
+// serve runs the pipeline until ctx ends and it has drained, with the
+// admin server beside it when --admin-addr is set, and closes the parts.
+func (w *worker) serve(ctx context.Context, metrics http.Handler) error {
+	o, log := w.o, w.log
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	bg, stopBackground := context.WithCancel(ctx)
+	defer stopBackground()
+	wg.Go(func() { w.dlq.Run(bg, 30*time.Second) })
+	if o.tenants.Path != "" {
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		wg.Go(func() { w.reloader.Run(bg, hup) })
+	}
+	if o.admin.Addr != "" {
+		st := &statusSource{w: w, started: time.Now()}
+		srv := admin.New(o.admin.Addr, metrics, st.status, w.readinessChecks(), log)
+		addr, err := srv.Start()
+		if err != nil {
+			return errors.Join(err, w.consumer.Close(), w.dlq.Close())
+		}
+		log.Info("admin server listening", "addr", addr.String())
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+		}()
+	}
+	log.Info("worker started", "topic", o.kafka.Topic, "group", o.kafka.Group, "dlq_topic", o.kafka.DeadLetterTopic(),
+		"table", o.table.Table, "family", o.table.Family, "strategy", w.cfg.Policy.Strategy.String(),
+		"default_ttl", duration.Format(w.cfg.Policy.DefaultTTL), "tenants", len(w.cfg.Policy.Tenants), "config_version", w.cfg.Version)
+	runErr := w.pipeline.Run(ctx)
+	t := w.pipeline.Stats().Totals()
+	log.Info("worker stopping", "consumed", t.Consumed, "written", t.Written, "expired", t.Expired, "dead_lettered", t.DeadLettered, "clamped", t.Clamped, "committed", w.consumer.Committed())
+	return errors.Join(runErr, w.consumer.Close(), w.dlq.Close())
+}
+
+// readinessChecks: in the consumer group, Bigtable answering and taking
+// writes, the dead-letter topic taking dead letters, a config loaded.
+func (w *worker) readinessChecks() []admin.Check {
+	tbl := w.dc.Open(w.o.table.Table)
+	return []admin.Check{
+		{Name: "kafka", Fn: func(context.Context) error {
+			s := w.consumer.Status()
+			if !s.Joined {
+				if s.LastError != "" {
+					return fmt.Errorf("not in the consumer group: %s", s.LastError)
+				}
+				return errors.New("not in the consumer group")
+			}
+			return w.consumer.Problem()
+		}},
+		{Name: "bigtable", Fn: func(ctx context.Context) error {
+			// A point read of a key no event can have ('#' is not allowed in
+			// a tenant id): cheap, and it fails when Bigtable is unreachable.
+			if _, err := tbl.ReadRow(ctx, "#readiness-probe"); err != nil {
+				return fmt.Errorf("bigtable read: %w", err)
+			}
+			// Reads can pass while every write is refused (an app profile
+			// that routes nowhere, missing write permission).
+			return w.writer.Outage()
+		}},
+		{Name: "dead-letter", Fn: func(context.Context) error { return w.dlq.Problem() }},
+		{Name: "config", Fn: func(context.Context) error {
+			if w.reloader.Current() == nil {
+				return errors.New("no tenants config loaded")
+			}
+			return nil
+		}},
+	}
+}

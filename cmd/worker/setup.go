@@ -1,0 +1,47 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"cloud.google.com/go/bigtable"
+
+	"github.com/cellttl/cellttl/internal/envflag"
+	"github.com/cellttl/cellttl/sink"
+)
+
+// runSetup is worker setup: the table and family with the GC rule the
+// tenants file's strategy needs.
+func runSetup(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o := defaultTableOptions()
+	var opts sink.SetupOptions
+	f := envflag.New("worker setup", "worker setup: create the table and column family with the GC rule the strategy needs.", stderr)
+	o.register(f)
+	f.Bool(&opts.UpdateGCPolicy, "update-gc-policy", "UPDATE_GC_POLICY", false, "replace the family's GC rule when it differs")
+	f.Bool(&opts.Force, "force", "FORCE", false, "allow the one-second strategy's 1s max-age on a family that already holds cells (they will be deleted)")
+	if err := parse(f, args); err != nil {
+		return err
+	}
+	s, err := o.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	cfg, target := s.cfg, o.table.Target()
+	want := cfg.Policy.GCMaxAge()
+	res, err := sink.Setup(ctx, s.ac, s.dc, target, want, opts)
+	if err != nil {
+		return fmt.Errorf("setup for %s: %w", describePolicy(cfg.Policy), err)
+	}
+	rule := sink.DescribeGC(bigtable.MaxAgePolicy(want))
+	switch {
+	case res.CreatedFamily:
+		fmt.Fprintf(stdout, "created family %s (table created: %t) with GC rule %q for %s\n", target, res.CreatedTable, rule, describePolicy(cfg.Policy))
+	case res.UpdatedRule:
+		fmt.Fprintf(stdout, "changed GC rule of %s from %q to %q for %s\n", target, res.OldRule, rule, describePolicy(cfg.Policy))
+	default:
+		fmt.Fprintf(stdout, "family %s already has GC rule %q for %s; nothing to do\n", target, rule, describePolicy(cfg.Policy))
+	}
+	return nil
+}

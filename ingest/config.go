@@ -1,0 +1,90 @@
+package ingest
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/cellttl/cellttl/internal/envflag"
+)
+
+// Config is the Kafka side of the worker as its flags give it: where to
+// consume, where dead letters go, and how to connect.
+type Config struct {
+	Brokers        Brokers
+	Topic          string
+	Group          string
+	DeadLetter     string // the dead-letter topic; <Topic>.dlq when empty
+	CommitInterval time.Duration
+	SessionTimeout time.Duration
+	OffsetReset    OffsetReset
+	Security       Security
+}
+
+// DefaultConfig returns the defaults the worker's flags document.
+func DefaultConfig() Config {
+	return Config{Topic: "clicks", Group: "cellttl", CommitInterval: time.Second, SessionTimeout: 30 * time.Second, OffsetReset: ResetEarliest}
+}
+
+// RegisterFlags declares the flags that fill c, with c's values as their
+// defaults.
+func (c *Config) RegisterFlags(f *envflag.FlagSet) {
+	f.Value(&c.Brokers, "brokers", "KAFKA_BROKERS", "comma-separated Kafka bootstrap brokers (required)")
+	f.String(&c.Topic, "topic", "KAFKA_TOPIC", c.Topic, "topic of click events")
+	f.String(&c.Group, "group", "KAFKA_GROUP", c.Group, "consumer group; workers in one group share the topic's partitions")
+	f.String(&c.DeadLetter, "dlq-topic", "KAFKA_DLQ_TOPIC", c.DeadLetter, "dead-letter topic (default <topic>.dlq)")
+	f.Duration(&c.CommitInterval, "commit-interval", "COMMIT_INTERVAL", c.CommitInterval, "how often settled offsets are committed")
+	f.Duration(&c.SessionTimeout, "session-timeout", "KAFKA_SESSION_TIMEOUT", c.SessionTimeout, "how long the group waits for a silent member before reassigning its partitions (the broker allows 6s..5m by default)")
+	f.Value(&c.OffsetReset, "offset-out-of-range", "OFFSET_OUT_OF_RANGE", "when a committed offset lies outside the log (topic recreated, retention passed it): earliest, latest or fail")
+	c.Security.RegisterFlags(f)
+}
+
+// DeadLetterTopic is the dead-letter topic, the default filled in.
+func (c Config) DeadLetterTopic() string {
+	if c.DeadLetter == "" {
+		return c.Topic + ".dlq"
+	}
+	return c.DeadLetter
+}
+
+// Validate checks the settings, naming the flag at fault.
+func (c Config) Validate() error {
+	var errs []error
+	if len(c.Brokers) == 0 {
+		errs = append(errs, errors.New("no Kafka brokers given (--brokers or KAFKA_BROKERS)"))
+	}
+	if c.Topic == "" {
+		errs = append(errs, errors.New("--topic must not be empty"))
+	}
+	if c.Group == "" {
+		errs = append(errs, errors.New("--group must not be empty"))
+	}
+	if c.DeadLetterTopic() == c.Topic {
+		errs = append(errs, fmt.Errorf("--dlq-topic %q is the input topic", c.DeadLetterTopic()))
+	}
+	if c.CommitInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--commit-interval %s: must be positive", c.CommitInterval))
+	}
+	errs = append(errs, c.Security.Validate())
+	return errors.Join(errs...)
+}
+
+// Brokers is a broker list, given as comma-separated addresses.
+type Brokers []string
+
+func (b *Brokers) String() string { return strings.Join(*b, ",") }
+
+// Set parses a comma-separated list; blanks between commas are ignored.
+func (b *Brokers) Set(s string) error {
+	var out []string
+	for _, a := range strings.Split(s, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	sort.Strings(out)
+	*b = out
+	return nil
+}

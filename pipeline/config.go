@@ -1,0 +1,103 @@
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cellttl/cellttl/event"
+	"github.com/cellttl/cellttl/ingest"
+	"github.com/cellttl/cellttl/internal/envflag"
+	"github.com/cellttl/cellttl/sink"
+)
+
+// Config tunes the pipeline.
+type Config struct {
+	// A batch is flushed when it has FlushRows rows, FlushBytes bytes of
+	// values, or its first row is FlushInterval old, whichever comes first.
+	FlushRows     int
+	FlushBytes    int
+	FlushInterval time.Duration
+	// Writers is the number of batches written concurrently.
+	Writers int
+	// DrainTimeout bounds shutdown once ctx ends.
+	DrainTimeout time.Duration
+	Decoder      event.Decoder
+	// MaxInflightBytes bounds the event data the worker holds: the messages
+	// fetched and not yet settled, and the copies the Bigtable client
+	// encodes of the batches it writes. FetchBudget splits it.
+	MaxInflightBytes int64
+}
+
+// DefaultConfig returns the defaults the worker's flags document.
+func DefaultConfig() Config {
+	return Config{
+		FlushRows:        1000,
+		FlushBytes:       8 << 20,
+		FlushInterval:    100 * time.Millisecond,
+		Writers:          4,
+		DrainTimeout:     30 * time.Second,
+		Decoder:          event.Decoder{MaxBytes: 1 << 20, MaxClockSkew: 5 * time.Minute},
+		MaxInflightBytes: 64 << 20,
+	}
+}
+
+// RegisterFlags declares the flags that fill c, with c's values as their
+// defaults.
+func (c *Config) RegisterFlags(f *envflag.FlagSet) {
+	f.Int(&c.FlushRows, "flush-rows", "FLUSH_ROWS", c.FlushRows, "flush a batch at this many rows")
+	f.Int(&c.FlushBytes, "flush-bytes", "FLUSH_BYTES", c.FlushBytes, "flush a batch at this many bytes of event values")
+	f.Duration(&c.FlushInterval, "flush-interval", "FLUSH_INTERVAL", c.FlushInterval, "flush a batch when its first row is this old")
+	f.Int(&c.Writers, "writers", "WRITERS", c.Writers, "batches written to Bigtable concurrently")
+	f.Int64(&c.MaxInflightBytes, "max-inflight-bytes", "MAX_INFLIGHT_BYTES", c.MaxInflightBytes, "bytes of events fetched and not yet settled, over all partitions; fetching pauses beyond")
+	f.Duration(&c.DrainTimeout, "drain-timeout", "DRAIN_TIMEOUT", c.DrainTimeout, "on SIGTERM, time allowed to flush, commit and leave the group")
+	f.Int(&c.Decoder.MaxBytes, "max-event-bytes", "MAX_EVENT_BYTES", c.Decoder.MaxBytes, "larger events go to the dead-letter topic")
+	f.Duration(&c.Decoder.MaxClockSkew, "max-clock-skew", "MAX_CLOCK_SKEW", c.Decoder.MaxClockSkew, "an occurred_at further after the Kafka record timestamp is replaced by the record timestamp")
+}
+
+// EncodingBytes bounds the bytes the Bigtable client holds while it writes:
+// each writer's batch, encoded once more into its request. A batch is cut
+// at FlushBytes, so it holds at most one event beyond.
+func (c Config) EncodingBytes() int64 {
+	return int64(c.Writers) * int64(c.FlushBytes+c.Decoder.MaxBytes)
+}
+
+// FetchBudget is the part of MaxInflightBytes that fetched messages may
+// hold. The rest is for the copies the Bigtable client encodes of the
+// batches it is writing (up to half): fetched data too, so counted in the
+// same bound. Fetched messages are never more than the budget, and the
+// encoded copies never more than the messages they copy, so together they
+// stay within MaxInflightBytes.
+func (c Config) FetchBudget() int64 {
+	return c.MaxInflightBytes - min(c.EncodingBytes(), c.MaxInflightBytes/2)
+}
+
+// Validate checks the settings, naming the flag at fault.
+func (c Config) Validate() error {
+	var errs []error
+	if c.FlushRows < 1 || c.FlushRows*2 > sink.MaxMutationsPerRequest {
+		errs = append(errs, fmt.Errorf("--flush-rows %d: want 1..%d (each row writes up to 2 cells, a request at most %d)", c.FlushRows, sink.MaxMutationsPerRequest/2, sink.MaxMutationsPerRequest))
+	}
+	if c.FlushBytes < 1 {
+		errs = append(errs, fmt.Errorf("--flush-bytes %d: must be positive", c.FlushBytes))
+	}
+	if c.FlushInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--flush-interval %s: must be positive", c.FlushInterval))
+	}
+	if c.Writers < 1 {
+		errs = append(errs, fmt.Errorf("--writers %d: must be at least 1", c.Writers))
+	}
+	if c.Decoder.MaxBytes < 1 {
+		errs = append(errs, fmt.Errorf("--max-event-bytes %d: must be positive", c.Decoder.MaxBytes))
+	}
+	if c.DrainTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--drain-timeout %s: must be positive", c.DrainTimeout))
+	}
+	if c.Decoder.MaxClockSkew < 0 {
+		errs = append(errs, fmt.Errorf("--max-clock-skew %s: must not be negative", c.Decoder.MaxClockSkew))
+	}
+	if c.MaxInflightBytes < int64(c.Decoder.MaxBytes)+ingest.MessageOverhead {
+		errs = append(errs, fmt.Errorf("--max-inflight-bytes %d: must hold at least one event of --max-event-bytes %d", c.MaxInflightBytes, c.Decoder.MaxBytes))
+	}
+	return errors.Join(errs...)
+}

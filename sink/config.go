@@ -1,0 +1,93 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"cloud.google.com/go/bigtable"
+
+	"github.com/cellttl/cellttl/internal/envflag"
+)
+
+// TableConfig is where cellttl's table is, as the flags of every command
+// that touches Bigtable give it.
+type TableConfig struct {
+	Project, Instance string
+	AppProfile        string
+	Table, Family     string
+}
+
+// DefaultTableConfig returns the defaults the flags document.
+func DefaultTableConfig() TableConfig { return TableConfig{Table: "clicks", Family: "c"} }
+
+// RegisterFlags declares the flags that fill c, with c's values as their
+// defaults.
+func (c *TableConfig) RegisterFlags(f *envflag.FlagSet) {
+	f.String(&c.Project, "project", "BIGTABLE_PROJECT", c.Project, "Google Cloud project of the Bigtable instance (default \"local\" with BIGTABLE_EMULATOR_HOST)")
+	f.String(&c.Instance, "instance", "BIGTABLE_INSTANCE", c.Instance, "Bigtable instance (default \"local\" with BIGTABLE_EMULATOR_HOST)")
+	f.String(&c.Table, "table", "BIGTABLE_TABLE", c.Table, "Bigtable table")
+	f.String(&c.AppProfile, "app-profile", "BIGTABLE_APP_PROFILE", c.AppProfile, "Bigtable app profile of data requests (default: the instance's default profile)")
+	f.String(&c.Family, "family", "BIGTABLE_FAMILY", c.Family, "column family of the event and written_at columns")
+}
+
+// Resolve fills the project and instance of an emulator ("local", when
+// BIGTABLE_EMULATOR_HOST is set and they are not given), then validates,
+// naming the flag at fault.
+func (c *TableConfig) Resolve() error {
+	if os.Getenv("BIGTABLE_EMULATOR_HOST") != "" {
+		if c.Project == "" {
+			c.Project = "local"
+		}
+		if c.Instance == "" {
+			c.Instance = "local"
+		}
+	}
+	var errs []error
+	if c.Project == "" {
+		errs = append(errs, errors.New("--project is required (or BIGTABLE_PROJECT)"))
+	}
+	if c.Instance == "" {
+		errs = append(errs, errors.New("--instance is required (or BIGTABLE_INSTANCE)"))
+	}
+	if c.Table == "" {
+		errs = append(errs, errors.New("--table must not be empty"))
+	}
+	if c.Family == "" {
+		errs = append(errs, errors.New("--family must not be empty"))
+	}
+	return errors.Join(errs...)
+}
+
+// Target is the family the config names.
+func (c TableConfig) Target() Target { return Target{Table: c.Table, Family: c.Family} }
+
+// Clients opens the data and admin clients. BIGTABLE_EMULATOR_HOST, when
+// set, points both at an emulator, as the client library defines.
+func (c TableConfig) Clients(ctx context.Context) (*bigtable.Client, *bigtable.AdminClient, error) {
+	dc, err := bigtable.NewClientWithConfig(ctx, c.Project, c.Instance, bigtable.ClientConfig{AppProfile: c.AppProfile})
+	if err != nil {
+		return nil, nil, fmt.Errorf("bigtable client for %s/%s: %w", c.Project, c.Instance, err)
+	}
+	ac, err := bigtable.NewAdminClient(ctx, c.Project, c.Instance)
+	if err != nil {
+		dc.Close()
+		return nil, nil, fmt.Errorf("bigtable admin client for %s/%s: %w", c.Project, c.Instance, err)
+	}
+	return dc, ac, nil
+}
+
+// RegisterFlags declares the flags that fill c, with c's values as their
+// defaults.
+func (c *WriterConfig) RegisterFlags(f *envflag.FlagSet) {
+	f.Duration(&c.AttemptTimeout, "write-timeout", "WRITE_TIMEOUT", c.AttemptTimeout, "bound on one Bigtable bulk write attempt before it is retried")
+}
+
+// Validate checks the settings, naming the flag at fault.
+func (c WriterConfig) Validate() error {
+	if c.AttemptTimeout <= 0 {
+		return fmt.Errorf("--write-timeout %s: must be positive", c.AttemptTimeout)
+	}
+	return nil
+}
