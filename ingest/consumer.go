@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // ConsumerConfig configures a Consumer.
@@ -86,7 +87,7 @@ type Consumer struct {
 }
 
 // NewConsumer starts joining the group.
-func NewConsumer(cfg ConsumerConfig, log *slog.Logger) (*Consumer, error) {
+func NewConsumer(cfg ConsumerConfig, mp metric.MeterProvider, log *slog.Logger) (*Consumer, error) {
 	if cfg.CommitInterval <= 0 {
 		cfg.CommitInterval = time.Second
 	}
@@ -150,7 +151,7 @@ func NewConsumer(cfg ConsumerConfig, log *slog.Logger) (*Consumer, error) {
 		fatal:     make(chan error, 1),
 		stop:      stop,
 	}
-	if c.m, err = c.registerMetrics(); err != nil {
+	if c.m, err = c.registerMetrics(meter(mp)); err != nil {
 		stop()
 		_ = group.Close()
 		return nil, err

@@ -27,7 +27,7 @@ func TestConsumerGroupSharesAndCommits(t *testing.T) {
 	cfg := ConsumerConfig{Brokers: brokers, Topic: topic, Group: group, SessionTimeout: 6 * time.Second}
 	log := slog.New(slog.DiscardHandler)
 
-	c1, err := NewConsumer(cfg, log)
+	c1, err := NewConsumer(cfg, nil, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func TestConsumerGroupSharesAndCommits(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
 		return len(owned(c1)) == 4, fmt.Sprintf("first member owns %v", owned(c1))
 	})
-	c2, err := NewConsumer(cfg, log)
+	c2, err := NewConsumer(cfg, nil, log)
 	if err != nil {
 		t.Fatal(err)
 	}

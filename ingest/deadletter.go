@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -95,7 +94,7 @@ type DeadLetterWriter struct {
 // NewDeadLetterWriter writes to topic. Each Write waits for all in-sync
 // replicas: a dead-lettered offset is committed right after. Call Check
 // before the first Write.
-func NewDeadLetterWriter(brokers []string, topic string, security Security, log *slog.Logger) (*DeadLetterWriter, error) {
+func NewDeadLetterWriter(brokers []string, topic string, security Security, mp metric.MeterProvider, log *slog.Logger) (*DeadLetterWriter, error) {
 	transport, err := security.Transport()
 	if err != nil {
 		return nil, err
@@ -106,7 +105,7 @@ func NewDeadLetterWriter(brokers []string, topic string, security Security, log 
 		client: &kafka.Client{Addr: kafka.TCP(brokers...), Transport: transport, Timeout: 10 * time.Second},
 	}
 	d.w, d.limit = d.writer(defaultMaxMessageBytes), defaultMaxMessageBytes
-	meter := otel.Meter(scope)
+	meter := meter(mp)
 	if d.sent, err = meter.Int64Counter("messaging.client.sent.messages", metric.WithUnit("{message}"),
 		metric.WithDescription("messages produced to the dead-letter topic")); err != nil {
 		return nil, fmt.Errorf("register dead-letter metrics: %w", err)

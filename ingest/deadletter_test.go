@@ -92,7 +92,7 @@ func TestDeadLettersFitTheBroker(t *testing.T) {
 	topic := testenv.Name("dlq")
 	const limit = 20000
 	testenv.CreateTopicWith(t, brokers, topic, 1, map[string]string{"max.message.bytes": strconv.Itoa(limit)})
-	d, err := NewDeadLetterWriter(brokers, topic, Security{}, quiet)
+	d, err := NewDeadLetterWriter(brokers, topic, Security{}, nil, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,7 @@ func newTestConsumer(t *testing.T, cfg ConsumerConfig) *Consumer {
 	if cfg.SessionTimeout == 0 {
 		cfg.SessionTimeout = 6 * time.Second
 	}
-	c, err := NewConsumer(cfg, quiet)
+	c, err := NewConsumer(cfg, nil, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +278,7 @@ func TestMissingInputTopic(t *testing.T) {
 	brokers := cluster.Brokers()
 	topic := testenv.Name("later")
 	joins := &countingHandler{msg: "joined consumer group"}
-	c, err := NewConsumer(ConsumerConfig{Brokers: brokers, Topic: topic, Group: testenv.Name("group"), SessionTimeout: 6 * time.Second}, slog.New(joins))
+	c, err := NewConsumer(ConsumerConfig{Brokers: brokers, Topic: topic, Group: testenv.Name("group"), SessionTimeout: 6 * time.Second}, nil, slog.New(joins))
 	if err != nil {
 		t.Fatal(err)
 	}

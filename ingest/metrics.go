@@ -6,15 +6,22 @@ import (
 	"fmt"
 	"strconv"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 )
 
-// scope names the package's metrics. Instruments come from the global
-// provider when a consumer or producer is built: telemetry.Setup installs
-// one before.
+// scope names the package's metrics.
 const scope = "github.com/cellttl/cellttl/ingest"
+
+// meter is the package's meter of mp; a meter that records nothing when
+// mp is nil.
+func meter(mp metric.MeterProvider) metric.Meter {
+	if mp == nil {
+		mp = noop.NewMeterProvider()
+	}
+	return mp.Meter(scope)
+}
 
 // consumerMetrics are the instruments the fetcher counts with, and the
 // registration of those read at collection time.
@@ -26,8 +33,7 @@ type consumerMetrics struct {
 
 // registerMetrics reports consumption, lag, commits and the byte budget,
 // read from the consumer's state when metrics are collected.
-func (c *Consumer) registerMetrics() (*consumerMetrics, error) {
-	meter := otel.Meter(scope)
+func (c *Consumer) registerMetrics(meter metric.Meter) (*consumerMetrics, error) {
 	consumed, err1 := meter.Int64ObservableCounter("messaging.client.consumed.messages", metric.WithUnit("{message}"),
 		metric.WithDescription("messages fetched from Kafka"))
 	lag, err2 := meter.Int64ObservableGauge("cellttl.kafka.consumer.lag", metric.WithUnit("{message}"),

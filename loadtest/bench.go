@@ -156,7 +156,10 @@ func benchApplyBulk(ctx context.Context, p *expiry.Policy, m mix, values [][]byt
 		rows[i] = sink.Row{Key: rowkey.Key(tenant, userName(r.user), strconv.Itoa(i), r.millis),
 			Timestamp: p.Cell(tenant, time.UnixMilli(r.millis)).Timestamp, Value: values[i], WrittenAt: true}
 	}
-	w := sink.NewWriter(dc, t, sink.DefaultWriterConfig(), slog.New(slog.DiscardHandler))
+	w, err := sink.NewWriter(dc, t, sink.DefaultWriterConfig(), nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return 0, err
+	}
 	batches := make(chan []sink.Row)
 	errs := make(chan error, writers)
 	start := time.Now()

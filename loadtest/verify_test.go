@@ -52,7 +52,10 @@ func TestVerifierReportsEachDefect(t *testing.T) {
 					dead = append(dead, deadLetter(g.run, seq))
 				}
 			}
-			w := sink.NewWriter(dc, tgt, sink.DefaultWriterConfig(), quietLog)
+			w, err := sink.NewWriter(dc, tgt, sink.DefaultWriterConfig(), nil, quietLog)
+			if err != nil {
+				t.Fatal(err)
+			}
 			write := func(rows ...sink.Row) {
 				t.Helper()
 				if res, err := w.Write(ctx, rows); err != nil || slices.ContainsFunc(res, func(e error) bool { return e != nil }) {

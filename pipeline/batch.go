@@ -16,48 +16,108 @@ import (
 	"github.com/cellttl/cellttl/sink"
 )
 
-// batchLoop groups items into batches by count, bytes and age, and cuts a
-// batch early when the tenants config version changes, so that every batch
-// was computed under exactly one version. It flushes what it holds when
-// items closes, then closes batches.
+// Why a batch was flushed: the cellttl.batch.flushes counter's reason.
+const (
+	flushRows     = "rows"           // it reached --flush-rows
+	flushBytes    = "bytes"          // it reached --flush-bytes
+	flushInterval = "interval"       // its first row was --flush-interval old
+	flushVersion  = "config_version" // the next item was computed under another tenants config
+	flushDrain    = "drain"          // the input ended: shutdown
+)
+
+// batchPolicy decides when the batch being built is flushed: at a number
+// of rows, of bytes, at an age, and before an item of another tenants
+// config version, so that every batch was computed under exactly one.
+type batchPolicy struct {
+	maxRows, maxBytes int
+	interval          time.Duration
+	cur               batch
+	first             time.Time // when the first item was added
+}
+
+func newBatchPolicy(c Config) *batchPolicy {
+	p := &batchPolicy{maxRows: c.FlushRows, maxBytes: c.FlushBytes, interval: c.FlushInterval}
+	p.cur.items = make([]item, 0, c.FlushRows)
+	return p
+}
+
+// Empty reports whether the batch being built has no item yet.
+func (p *batchPolicy) Empty() bool { return len(p.cur.items) == 0 }
+
+// Fits reports whether it may join the batch being built.
+func (p *batchPolicy) Fits(it *item) bool {
+	return len(p.cur.items) == 0 || it.version == p.cur.version
+}
+
+// Add adds it (Fits must hold) and reports whether the batch is now due,
+// and why.
+func (p *batchPolicy) Add(it item, now time.Time) (due bool, reason string) {
+	if len(p.cur.items) == 0 {
+		p.cur.version, p.first = it.version, now
+	}
+	p.cur.items = append(p.cur.items, it)
+	p.cur.bytes += len(it.row.Value)
+	switch {
+	case len(p.cur.items) >= p.maxRows:
+		return true, flushRows
+	case p.cur.bytes >= p.maxBytes:
+		return true, flushBytes
+	}
+	return false, ""
+}
+
+// UntilNext is how long until the batch is due by age; false when the
+// batch is empty.
+func (p *batchPolicy) UntilNext(now time.Time) (time.Duration, bool) {
+	if len(p.cur.items) == 0 {
+		return 0, false
+	}
+	return p.interval - now.Sub(p.first), true
+}
+
+// Flush returns the batch built so far, nil-itemed when empty, and starts
+// a new one.
+func (p *batchPolicy) Flush() batch {
+	b := p.cur
+	if len(b.items) > 0 {
+		p.cur = batch{items: make([]item, 0, p.maxRows)}
+	}
+	return b
+}
+
+// batchLoop groups items into batches as the batch policy says. It flushes
+// what it holds when items closes, then closes batches.
 func (p *Pipeline) batchLoop(items <-chan item, batches chan<- batch) {
 	defer close(batches)
-	var cur batch
-	var bytes int
+	policy := newBatchPolicy(p.cfg)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
-	flush := func() {
-		if len(cur.items) == 0 {
-			return
-		}
+	flush := func(reason string) {
 		timer.Stop()
-		cur.bytes = bytes
-		batches <- cur
-		cur = batch{items: make([]item, 0, p.cfg.FlushRows)}
-		bytes = 0
+		if b := policy.Flush(); len(b.items) > 0 {
+			p.metrics.flushes.Add(context.Background(), 1, metric.WithAttributes(attribute.String("reason", reason)))
+			batches <- b
+		}
 	}
-	cur.items = make([]item, 0, p.cfg.FlushRows)
 	for {
 		select {
 		case it, ok := <-items:
 			if !ok {
-				flush()
+				flush(flushDrain)
 				return
 			}
-			if len(cur.items) > 0 && it.version != cur.version {
-				flush()
+			if !policy.Fits(&it) {
+				flush(flushVersion)
 			}
-			if len(cur.items) == 0 {
-				cur.version = it.version
-				timer.Reset(p.cfg.FlushInterval)
-			}
-			cur.items = append(cur.items, it)
-			bytes += len(it.row.Value)
-			if len(cur.items) >= p.cfg.FlushRows || bytes >= p.cfg.FlushBytes {
-				flush()
+			now, first := time.Now(), policy.Empty()
+			if due, reason := policy.Add(it, now); due {
+				flush(reason)
+			} else if first {
+				wait, _ := policy.UntilNext(now) // its age starts now
+				timer.Reset(wait)
 			}
 		case <-timer.C:
-			flush()
+			flush(flushInterval)
 		}
 	}
 }

@@ -2,7 +2,11 @@ package pipeline
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/internal/retry"
@@ -50,31 +54,43 @@ func (p *Pipeline) deadLetterLoop(ctx context.Context, dead <-chan deadItem) {
 	}
 }
 
+// produceDeadLetters produces items through the retry loop; false when
+// the drain deadline cut it short.
 func (p *Pipeline) produceDeadLetters(ctx context.Context, items []deadItem) bool {
 	dls := make([]ingest.DeadLetter, len(items))
 	for i, d := range items {
 		dls[i] = d.dl
 	}
-	b := retry.New(ctx, retry.Policy{Initial: 100 * time.Millisecond, Max: 10 * time.Second})
-	for {
-		err := p.dlq.Write(ctx, dls)
-		if err == nil {
-			return true
+	err := p.dlqLoop.Do(ctx, func(ctx context.Context) error {
+		if err := p.dlq.Write(ctx, dls); err != nil {
+			return fmt.Errorf("produce %d dead letters: %w", len(dls), err)
 		}
-		if ctx.Err() != nil {
-			p.log.Error("dead letters abandoned at the drain deadline; their events will be redelivered", "messages", len(dls), "err", err)
-			return false
-		}
-		if ingest.IsPermanent(err) {
-			// Retrying cannot fix this, but the events must not be lost:
-			// their offsets wait, uncommitted, and /readyz says why.
-			p.log.Error("dead letters cannot be produced until this is fixed; their offsets and every later one of their partitions wait, uncommitted",
-				"messages", len(dls), "attempt", b.Attempt(), "backoff", b.Next(), "err", err)
-		} else {
-			p.log.Warn("dead-letter produce failed, retrying; offsets wait for it", "messages", len(dls), "attempt", b.Attempt(), "backoff", b.Next(), "err", err)
-		}
-		if !b.Wait() {
-			return false
-		}
+		return nil
+	})
+	if err != nil {
+		p.log.Error("dead letters abandoned at the drain deadline; their events will be redelivered", "messages", len(dls), "err", err)
+		return false
 	}
+	return true
+}
+
+// newDeadLetterLoop is the retry loop of dead-letter produces: permanent
+// errors (authorization, a missing topic) are retried too, since the
+// events must not be lost, but loudly: their offsets wait, uncommitted, and
+// /readyz says why.
+func newDeadLetterLoop(mp metric.MeterProvider, log *slog.Logger) (*retry.Loop, error) {
+	l, err := retry.NewLoop("dead_letter.produce", retry.Policy{Initial: 100 * time.Millisecond, Max: 10 * time.Second}, mp)
+	if err != nil {
+		return nil, err
+	}
+	l.Permanent = ingest.IsPermanent
+	l.OnFailure = func(_ context.Context, f retry.Failure) {
+		if f.Permanent {
+			log.Error("dead letters cannot be produced until this is fixed; their offsets and every later one of their partitions wait, uncommitted",
+				"attempt", f.Attempt, "backoff", f.Next, "err", f.Err)
+			return
+		}
+		log.Warn("dead-letter produce failed, retrying; offsets wait for it", "attempt", f.Attempt, "backoff", f.Next, "err", f.Err)
+	}
+	return l, nil
 }

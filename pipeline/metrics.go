@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -15,15 +14,14 @@ type instruments struct {
 	batchRows     metric.Int64Histogram
 	batchBytes    metric.Int64Histogram
 	batchDuration metric.Float64Histogram
+	flushes       metric.Int64Counter
 	registration  metric.Registration
 }
 
 func (p *Pipeline) registerMetrics() error {
 	var err error
 	m := &p.metrics
-	// From the global provider as it is now: telemetry.Setup installs one
-	// before the pipeline is built.
-	meter := otel.Meter(scope)
+	meter := p.meter
 	if m.batchRows, err = meter.Int64Histogram("cellttl.batch.rows", metric.WithUnit("{row}"),
 		metric.WithDescription("rows per Bigtable write batch"),
 		metric.WithExplicitBucketBoundaries(1, 10, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 50000)); err != nil {
@@ -36,6 +34,10 @@ func (p *Pipeline) registerMetrics() error {
 	}
 	if m.batchDuration, err = meter.Float64Histogram("cellttl.batch.duration", metric.WithUnit("s"),
 		metric.WithDescription("time to write a batch to Bigtable, retries included")); err != nil {
+		return err
+	}
+	if m.flushes, err = meter.Int64Counter("cellttl.batch.flushes", metric.WithUnit("{batch}"),
+		metric.WithDescription("batches flushed, by reason: rows, bytes, interval, config_version, drain")); err != nil {
 		return err
 	}
 	counter := func(name, desc string) metric.Int64ObservableCounter {

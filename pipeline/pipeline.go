@@ -14,11 +14,14 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cellttl/cellttl/event"
 	"github.com/cellttl/cellttl/expiry"
 	"github.com/cellttl/cellttl/ingest"
+	"github.com/cellttl/cellttl/internal/retry"
 	"github.com/cellttl/cellttl/rowkey"
 	"github.com/cellttl/cellttl/sink"
 	"github.com/cellttl/cellttl/tenants"
@@ -53,6 +56,9 @@ type Pipeline struct {
 	now     func() time.Time
 	stats   *Stats
 	metrics instruments
+	meter   metric.Meter
+	mp      metric.MeterProvider
+	dlqLoop *retry.Loop
 	// tracer records a span per write batch; it does nothing until a tracer
 	// provider is installed.
 	tracer trace.Tracer
@@ -61,11 +67,17 @@ type Pipeline struct {
 // scope names the pipeline's metrics and spans.
 const scope = "github.com/cellttl/cellttl/pipeline"
 
-// New returns a Pipeline. config returns the tenants configuration in force;
-// it is called once per message and must not block.
-func New(cfg Config, src Source, rows RowWriter, dlq DeadLetterer, config func() *tenants.Config, log *slog.Logger) *Pipeline {
+// New returns a Pipeline, its metrics from mp (none when nil). config
+// returns the tenants configuration in force; it is called once per
+// message and must not block.
+func New(cfg Config, src Source, rows RowWriter, dlq DeadLetterer, config func() *tenants.Config, mp metric.MeterProvider, log *slog.Logger) *Pipeline {
+	if mp == nil {
+		mp = noop.NewMeterProvider()
+	}
 	return &Pipeline{
 		cfg: cfg, src: src, rows: rows, dlq: dlq, config: config, log: log,
+		meter:  mp.Meter(scope),
+		mp:     mp,
 		now:    time.Now,
 		stats:  &Stats{},
 		tracer: otel.Tracer(scope),
@@ -96,6 +108,10 @@ type batch struct {
 // drain finished within DrainTimeout.
 func (p *Pipeline) Run(ctx context.Context) error {
 	if err := p.registerMetrics(); err != nil {
+		return err
+	}
+	var err error
+	if p.dlqLoop, err = newDeadLetterLoop(p.mp, p.log); err != nil {
 		return err
 	}
 	defer func() { _ = p.metrics.registration.Unregister() }()

@@ -170,7 +170,7 @@ func good(i int) string {
 
 func start(t *testing.T, cfg Config, src Source, w RowWriter, dlq DeadLetterer, config func() *tenants.Config) (stop func() error, p *Pipeline) {
 	ctx, cancel := context.WithCancel(context.Background())
-	p = New(cfg, src, w, dlq, config, slog.New(slog.DiscardHandler))
+	p = New(cfg, src, w, dlq, config, nil, slog.New(slog.DiscardHandler))
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
 	return func() error { cancel(); return <-done }, p

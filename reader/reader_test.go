@@ -36,7 +36,10 @@ func writeEvents(t *testing.T, dc *bigtable.Client, tgt sink.Target, p *expiry.P
 			out = append(out, written{key: key, tenant: tenant, expiry: base.Truncate(time.Millisecond).Add(ttl)})
 		}
 	}
-	w := sink.NewWriter(dc, tgt, sink.DefaultWriterConfig(), slog.Default())
+	w, err := sink.NewWriter(dc, tgt, sink.DefaultWriterConfig(), nil, slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
 	res, err := w.Write(ctx, rows)
 	if err != nil {
 		t.Fatal(err)
@@ -149,7 +152,10 @@ func TestQueryUserWindowAndLimit(t *testing.T) {
 	// An expired event of alice: visible only with IncludeExpired.
 	old := time.Now().Add(-72 * time.Hour)
 	rows = append(rows, sink.Row{Key: string(rowkey.Build(nil, "acme", "alice", "alice-old", old.UnixMilli())), Timestamp: p.Cell("acme", old).Timestamp, Value: []byte("old")})
-	w := sink.NewWriter(dc, tgt, sink.DefaultWriterConfig(), slog.Default())
+	w, err := sink.NewWriter(dc, tgt, sink.DefaultWriterConfig(), nil, slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := w.Write(ctx, rows); err != nil {
 		t.Fatal(err)
 	}

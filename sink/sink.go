@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -60,6 +60,7 @@ type Writer struct {
 	cfg       WriterConfig
 	log       *slog.Logger
 	m         writerMetrics
+	loop      *retry.Loop
 
 	mu          sync.Mutex
 	outageSince time.Time // zero while writes go through
@@ -73,19 +74,25 @@ type writerMetrics struct {
 	retries  metric.Int64Counter
 }
 
-func newWriterMetrics() writerMetrics {
-	// From the global provider as it is now: telemetry.Setup installs one
-	// before the writer is built.
-	meter := otel.Meter("github.com/cellttl/cellttl/sink")
-	// Instrument creation only fails on invalid names; these are constant.
-	d, _ := meter.Float64Histogram("db.client.operation.duration", metric.WithUnit("s"),
+// scope names the package's metrics.
+const scope = "github.com/cellttl/cellttl/sink"
+
+func newWriterMetrics(mp metric.MeterProvider) (writerMetrics, error) {
+	if mp == nil {
+		mp = noop.NewMeterProvider()
+	}
+	meter := mp.Meter(scope)
+	d, err1 := meter.Float64Histogram("db.client.operation.duration", metric.WithUnit("s"),
 		metric.WithDescription("duration of Bigtable MutateRows calls, one per attempt"),
 		metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
-	r, _ := meter.Int64Counter("cellttl.bigtable.rows_attempted", metric.WithUnit("{row}"),
+	r, err2 := meter.Int64Counter("cellttl.bigtable.rows_attempted", metric.WithUnit("{row}"),
 		metric.WithDescription("rows sent to Bigtable, retries included"))
-	re, _ := meter.Int64Counter("cellttl.bigtable.retries", metric.WithUnit("{row}"),
+	re, err3 := meter.Int64Counter("cellttl.bigtable.retries", metric.WithUnit("{row}"),
 		metric.WithDescription("rows retried after a retryable failure, by gRPC status code"))
-	return writerMetrics{duration: d, rows: r, retries: re}
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return writerMetrics{}, fmt.Errorf("register Bigtable writer metrics: %w", err)
+	}
+	return writerMetrics{duration: d, rows: r, retries: re}, nil
 }
 
 // WriterConfig tunes retries.
@@ -109,12 +116,25 @@ func DefaultWriterConfig() WriterConfig {
 	return WriterConfig{AttemptTimeout: 30 * time.Second, InitialBackoff: 100 * time.Millisecond, MaxBackoff: 10 * time.Second}
 }
 
-// NewWriter returns a Writer for the target family.
-func NewWriter(c *bigtable.Client, t Target, cfg WriterConfig, log *slog.Logger) *Writer {
+// NewWriter returns a Writer for the target family, its metrics from mp
+// (none when nil).
+func NewWriter(c *bigtable.Client, t Target, cfg WriterConfig, mp metric.MeterProvider, log *slog.Logger) (*Writer, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Writer{table: c.Open(t.Table), tableName: t.Table, family: t.Family, cfg: cfg, log: log, m: newWriterMetrics()}
+	m, err := newWriterMetrics(mp)
+	if err != nil {
+		return nil, err
+	}
+	loop, err := retry.NewLoop("bigtable.write", retry.Policy{Initial: cfg.InitialBackoff, Max: cfg.MaxBackoff}, mp)
+	if err != nil {
+		return nil, err
+	}
+	w := &Writer{table: c.Open(t.Table), tableName: t.Table, family: t.Family, cfg: cfg, log: log, m: m, loop: loop}
+	// Every failure the loop retries is one every row shares or one time
+	// heals: a row's own refusal never comes back to it (see attempt).
+	w.loop.OnFailure = w.onFailure
+	return w, nil
 }
 
 // RowError is a permanent failure of one row: writing it again cannot
@@ -147,34 +167,50 @@ func (w *Writer) Write(ctx context.Context, rows []Row) ([]error, error) {
 	for i := range pending {
 		pending[i] = i
 	}
-	b := retry.New(ctx, retry.Policy{Initial: w.cfg.InitialBackoff, Max: w.cfg.MaxBackoff})
-	for {
+	attempts := 0
+	err := w.loop.Do(ctx, func(ctx context.Context) error {
+		attempts++
 		out := w.attempt(ctx, rows, pending, results)
 		// The caller's span (one per batch) learns how hard the write was.
-		trace.SpanFromContext(ctx).SetAttributes(attribute.Int("cellttl.batch.attempts", b.Attempt()))
+		trace.SpanFromContext(ctx).SetAttributes(attribute.Int("cellttl.batch.attempts", attempts))
 		if out.wrote {
 			w.recovered()
 		}
 		if len(out.retry) == 0 {
-			return results, nil
-		}
-		if ctx.Err() != nil {
-			return results, fmt.Errorf("write %d rows: %w", len(out.retry), ctx.Err())
-		}
-		if out.whole {
-			w.failing(out.code, out.err)
-		}
-		w.m.retries.Add(ctx, int64(len(out.retry)), metric.WithAttributes(attribute.String("rpc.grpc.status_code", out.code.String())))
-		if w.cfg.OnRetry != nil {
-			w.cfg.OnRetry(len(out.retry), out.code, out.err)
-		}
-		w.log.Warn("bigtable write failed, retrying", "rows", len(out.retry), "attempt", b.Attempt(), "code", out.code.String(),
-			"whole_request", out.whole, "backoff", b.Next(), "err", out.err)
-		if !b.Wait() {
-			return results, fmt.Errorf("write %d rows: %w", len(out.retry), ctx.Err())
+			return nil
 		}
 		pending = out.retry
+		if out.whole && ctx.Err() == nil {
+			w.failing(out.code, out.err)
+		}
+		return &retryable{out: out}
+	})
+	if err != nil {
+		return results, fmt.Errorf("write %d rows: %w", len(pending), ctx.Err())
 	}
+	return results, nil
+}
+
+// retryable is an attempt that left rows to write again.
+type retryable struct{ out outcome }
+
+func (r *retryable) Error() string {
+	return fmt.Sprintf("%d rows to retry (%s): %v", len(r.out.retry), r.out.code, r.out.err)
+}
+
+// onFailure counts, reports and logs an attempt that left rows to retry.
+func (w *Writer) onFailure(ctx context.Context, f retry.Failure) {
+	var r *retryable
+	if !errors.As(f.Err, &r) {
+		return
+	}
+	out := r.out
+	w.m.retries.Add(ctx, int64(len(out.retry)), metric.WithAttributes(attribute.String("rpc.grpc.status_code", out.code.String())))
+	if w.cfg.OnRetry != nil {
+		w.cfg.OnRetry(len(out.retry), out.code, out.err)
+	}
+	w.log.Warn("bigtable write failed, retrying", "rows", len(out.retry), "attempt", f.Attempt, "code", out.code.String(),
+		"whole_request", out.whole, "backoff", f.Next, "err", out.err)
 }
 
 // outcome is what one attempt left to do.

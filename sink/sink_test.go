@@ -62,11 +62,14 @@ func TestSetupCreatesAndChecks(t *testing.T) {
 func TestSetupRefusesOneSecondOnCells(t *testing.T) {
 	dc, ac := testenv.Clients(t)
 	tgt := testenv.Table(t, ac, dc, 48*time.Hour)
-	w := sink.NewWriter(dc, tgt, sink.DefaultWriterConfig(), slog.Default())
+	w, err := sink.NewWriter(dc, tgt, sink.DefaultWriterConfig(), nil, slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := w.Write(ctx, []sink.Row{{Key: "k", Timestamp: time.Now().UnixMilli() * 1000, Value: []byte("v")}}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := sink.Setup(ctx, ac, dc, tgt, time.Second, sink.SetupOptions{UpdateGCPolicy: true})
+	_, err = sink.Setup(ctx, ac, dc, tgt, time.Second, sink.SetupOptions{UpdateGCPolicy: true})
 	if err == nil || !strings.Contains(err.Error(), "holds cells") || !strings.Contains(err.Error(), "--force") {
 		t.Fatalf("one-second on a family with cells: %v", err)
 	}
@@ -101,7 +104,10 @@ func TestWriteCells(t *testing.T) {
 	writeTime := time.Date(2026, 4, 30, 9, 0, 1, 0, time.UTC)
 	cfg := sink.DefaultWriterConfig()
 	cfg.Now = func() time.Time { return writeTime }
-	w := sink.NewWriter(dc, tgt, cfg, slog.Default())
+	w, err := sink.NewWriter(dc, tgt, cfg, nil, slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
 	ts := time.Date(2026, 4, 30, 9, 0, 0, 123e6, time.UTC).UnixMicro()
 	rows := []sink.Row{
 		{Key: "a", Timestamp: ts, Value: []byte(`{"x":1}`), WrittenAt: true},
@@ -210,7 +216,10 @@ func TestWriteRetriesWholeCallFailures(t *testing.T) {
 		}
 		retried.Add(1)
 	}
-	w := sink.NewWriter(dc, tgt, cfg, slog.Default())
+	w, err := sink.NewWriter(dc, tgt, cfg, nil, slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
 	rec := tracetest.NewSpanRecorder()
 	sctx, span := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)).Tracer("test").Start(ctx, "batch")
 	res, err := w.Write(sctx, rowsOf("k"))
@@ -247,7 +256,10 @@ func TestWriteIsolatesRefusedRow(t *testing.T) {
 	dc, ac, proxy := faultyEmulator(t)
 	tgt := testenv.Table(t, ac, dc, time.Hour)
 	proxy.SetFault(refuseRequestsWith)
-	w := sink.NewWriter(dc, tgt, fastRetries(), slog.Default())
+	w, err := sink.NewWriter(dc, tgt, fastRetries(), nil, slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
 	keys := []string{"k0", "k1", "poison", "k3", "k4"}
 	res, err := w.Write(ctx, rowsOf(keys...))
 	if err != nil {
@@ -262,7 +274,10 @@ func TestWriteBlamesAnEntryRefusedBesideWrittenOnes(t *testing.T) {
 	dc, ac, proxy := faultyEmulator(t)
 	tgt := testenv.Table(t, ac, dc, time.Hour)
 	proxy.SetFault(refuseEntriesWith)
-	w := sink.NewWriter(dc, tgt, fastRetries(), slog.Default())
+	w, err := sink.NewWriter(dc, tgt, fastRetries(), nil, slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
 	keys := []string{"k0", "poison", "k2"}
 	res, err := w.Write(ctx, rowsOf(keys...))
 	if err != nil {
@@ -279,7 +294,10 @@ func TestWriteBlamesAnEntryRefusedBesideWrittenOnes(t *testing.T) {
 func TestWriteBlamesALoneRowOnlyWhenOthersPass(t *testing.T) {
 	dc, ac, proxy := faultyEmulator(t)
 	tgt := testenv.Table(t, ac, dc, time.Hour)
-	w := sink.NewWriter(dc, tgt, fastRetries(), slog.Default())
+	w, err := sink.NewWriter(dc, tgt, fastRetries(), nil, slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, fault := range []func(*btpb.MutateRowsRequest) testenv.MutateRowsFault{refuseEntriesWith, refuseRequestsWith} {
 		proxy.SetFault(fault)
 		res, err := w.Write(ctx, rowsOf("poison"))
@@ -321,7 +339,10 @@ func TestWholeRequestRefusalIsAnOutageForEveryCode(t *testing.T) {
 				refused.Add(1)
 				return testenv.MutateRowsFault{Refuse: status.Error(code, "injected: refused whole")}
 			})
-			w := sink.NewWriter(dc, tgt, fastRetries(), slog.New(slog.DiscardHandler))
+			w, err := sink.NewWriter(dc, tgt, fastRetries(), nil, slog.New(slog.DiscardHandler))
+			if err != nil {
+				t.Fatal(err)
+			}
 			keys := []string{"a-" + code.String(), "b-" + code.String(), "c-" + code.String()}
 			done := make(chan []error, 1)
 			go func() {
@@ -365,10 +386,13 @@ func TestWriteStopsWithContext(t *testing.T) {
 	dc, ac, proxy := faultyEmulator(t)
 	tgt := testenv.Table(t, ac, dc, time.Hour)
 	proxy.SetFault(refuseFirst(1<<30, codes.Unavailable)) // never recovers
-	w := sink.NewWriter(dc, tgt, fastRetries(), slog.Default())
+	w, err := sink.NewWriter(dc, tgt, fastRetries(), nil, slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
 	cctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	_, err := w.Write(cctx, rowsOf("k"))
+	_, err = w.Write(cctx, rowsOf("k"))
 	if err == nil {
 		t.Fatal("write during an outage reported success")
 	}

@@ -1,8 +1,8 @@
 // Package telemetry sets up OpenTelemetry for the worker: metrics exported
 // on a Prometheus endpoint and, when the standard OTEL_EXPORTER_OTLP_*
 // variables are set, over OTLP; traces over OTLP only when configured. The
-// other packages record through the global OTel API and know nothing of
-// exporters.
+// other packages take a metric.MeterProvider (MeterProvider) and know
+// nothing of exporters.
 package telemetry
 
 import (
@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -37,7 +38,8 @@ type Telemetry struct {
 }
 
 // Setup installs global meter and tracer providers and the W3C trace
-// context propagator.
+// context propagator. The parts get the meter provider from MeterProvider;
+// the global one is set too, for libraries that use it.
 func Setup(ctx context.Context, version string) (*Telemetry, error) {
 	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(
 		semconv.ServiceName(serviceName()), semconv.ServiceVersion(version)))
@@ -72,6 +74,9 @@ func Setup(ctx context.Context, version string) (*Telemetry, error) {
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 	return t, nil
 }
+
+// MeterProvider is the provider the worker's parts take their meters from.
+func (t *Telemetry) MeterProvider() metric.MeterProvider { return t.meters }
 
 // MetricsHandler serves the Prometheus exposition of every metric.
 func (t *Telemetry) MetricsHandler() http.Handler {

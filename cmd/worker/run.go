@@ -15,7 +15,8 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable"
-	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 	"google.golang.org/grpc/codes"
 
 	"github.com/cellttl/cellttl/admin"
@@ -108,7 +109,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 			log.Warn("telemetry shutdown", "err", err)
 		}
 	}()
-	w, err := newWorker(ctx, &o, cfg, s.dc, log)
+	w, err := newWorker(ctx, &o, cfg, s.dc, tel.MeterProvider(), log)
 	if err != nil {
 		return err
 	}
@@ -153,8 +154,12 @@ type worker struct {
 }
 
 // newWorker builds the parts, checks the dead-letter topic and joins the
-// consumer group.
-func newWorker(ctx context.Context, o *runOptions, cfg *tenants.Config, dc *bigtable.Client, log *slog.Logger) (*worker, error) {
+// consumer group. The parts record their metrics through mp (nothing when
+// nil).
+func newWorker(ctx context.Context, o *runOptions, cfg *tenants.Config, dc *bigtable.Client, mp metric.MeterProvider, log *slog.Logger) (*worker, error) {
+	if mp == nil {
+		mp = noop.NewMeterProvider()
+	}
 	w := &worker{o: o, cfg: cfg, dc: dc, log: log}
 	brokers, sec := o.kafka.Brokers, o.kafka.Security
 	dialer, err := sec.Dialer()
@@ -165,7 +170,7 @@ func newWorker(ctx context.Context, o *runOptions, cfg *tenants.Config, dc *bigt
 	if err != nil {
 		return nil, err
 	}
-	if w.dlq, err = ingest.NewDeadLetterWriter(brokers, o.kafka.DeadLetterTopic(), sec, log); err != nil {
+	if w.dlq, err = ingest.NewDeadLetterWriter(brokers, o.kafka.DeadLetterTopic(), sec, mp, log); err != nil {
 		return nil, err
 	}
 	// Before joining the group: a dead-letter topic that cannot take dead
@@ -187,24 +192,28 @@ func newWorker(ctx context.Context, o *runOptions, cfg *tenants.Config, dc *bigt
 		OffsetReset:      o.kafka.OffsetReset,
 		Dialer:           dialer,
 		Transport:        fetchTransport,
-	}, log)
+	}, mp, log)
 	if err != nil {
 		_ = w.dlq.Close()
 		return nil, err
 	}
 	wcfg := o.writer
 	wcfg.OnRetry = func(rows int, code codes.Code, err error) { w.lastWriteErr.set(err) }
-	w.writer = sink.NewWriter(dc, o.table.Target(), wcfg, log)
-	w.reloader = tenants.NewReloader(o.tenants.Path, cfg, o.tenants.ReloadInterval, log)
-	if err := w.reloader.RegisterMetrics(otel.Meter(meterName)); err != nil {
+	if w.writer, err = sink.NewWriter(dc, o.table.Target(), wcfg, mp, log); err != nil {
 		_ = errors.Join(w.consumer.Close(), w.dlq.Close())
 		return nil, err
 	}
-	w.pipeline = pipeline.New(o.pipe, w.consumer, w.writer, w.dlq, w.reloader.Current, log)
+	w.reloader = tenants.NewReloader(o.tenants.Path, cfg, o.tenants.ReloadInterval, log)
+	if err := w.reloader.RegisterMetrics(mp.Meter(meterName)); err != nil {
+		_ = errors.Join(w.consumer.Close(), w.dlq.Close())
+		return nil, err
+	}
+	w.pipeline = pipeline.New(o.pipe, w.consumer, w.writer, w.dlq, w.reloader.Current, mp, log)
 	return w, nil
 }
 
-// meterName scopes the metrics the command itself registers.
+// meterName scopes the metrics the command registers: the tenants
+// reloader's.
 const meterName = "github.com/cellttl/cellttl"
 
 // serve runs the pipeline until ctx ends and it has drained, with the

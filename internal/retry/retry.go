@@ -8,9 +8,14 @@ package retry
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 )
 
 // Policy is the range of waits: from Initial, doubling up to Max, each wait
@@ -68,4 +73,76 @@ func (r *Backoff) Wait() bool {
 	r.attempt++
 	r.next = r.b.NextBackOff()
 	return true
+}
+
+// Failure is one failed attempt, as Do reports it before waiting.
+type Failure struct {
+	Attempt int           // from 1
+	Next    time.Duration // the wait before the next attempt
+	Err     error
+	// Permanent is the classification hook's verdict: a fault time does not
+	// heal (a permission, a missing topic). It is retried all the same, so
+	// that nothing is lost, and must be made loud.
+	Permanent bool
+}
+
+// Loop is the retry-forever loop of cellttl: the Bigtable writes and the
+// dead-letter produces both run through it, with one classification hook
+// and one metric.
+type Loop struct {
+	Op     string // what is retried, the label of cellttl.retries
+	Policy Policy
+	// Permanent classifies an error; nil treats every error as transient.
+	Permanent func(error) bool
+	// OnFailure, when set, is told of each failure before the wait: the
+	// caller's log line and its own counters.
+	OnFailure func(context.Context, Failure)
+	retries   metric.Int64Counter
+}
+
+// NewLoop returns a loop whose failures are counted in cellttl.retries
+// {op, class} through mp (not counted when nil).
+func NewLoop(op string, p Policy, mp metric.MeterProvider) (*Loop, error) {
+	if mp == nil {
+		mp = noop.NewMeterProvider()
+	}
+	c, err := mp.Meter(scope).Int64Counter("cellttl.retries", metric.WithUnit("{attempt}"),
+		metric.WithDescription("failed attempts retried with backoff, by operation and class (transient or permanent)"))
+	if err != nil {
+		return nil, fmt.Errorf("register retry metric: %w", err)
+	}
+	return &Loop{Op: op, Policy: p, retries: c}, nil
+}
+
+// scope names the package's metric.
+const scope = "github.com/cellttl/cellttl/internal/retry"
+
+// Do calls attempt until it returns nil, waiting between calls, without a
+// limit on the number of attempts: until ctx ends, when Do returns the last
+// error joined with ctx's.
+func (l *Loop) Do(ctx context.Context, attempt func(ctx context.Context) error) error {
+	b := New(ctx, l.Policy)
+	for {
+		err := attempt(ctx)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return errors.Join(err, ctx.Err())
+		}
+		f := Failure{Attempt: b.Attempt(), Next: b.Next(), Err: err, Permanent: l.Permanent != nil && l.Permanent(err)}
+		class := "transient"
+		if f.Permanent {
+			class = "permanent"
+		}
+		if l.retries != nil {
+			l.retries.Add(ctx, 1, metric.WithAttributes(attribute.String("op", l.Op), attribute.String("class", class)))
+		}
+		if l.OnFailure != nil {
+			l.OnFailure(ctx, f)
+		}
+		if !b.Wait() {
+			return errors.Join(err, ctx.Err())
+		}
+	}
 }

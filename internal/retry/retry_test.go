@@ -2,9 +2,13 @@ package retry
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
 func TestBackoffGrowsToItsCapAndStopsWithTheContext(t *testing.T) {
@@ -40,6 +44,57 @@ func TestBackoffGrowsToItsCapAndStopsWithTheContext(t *testing.T) {
 		start := time.Now()
 		if b.Wait() || time.Since(start) != 0 {
 			t.Error("Wait slept after the context ended")
+		}
+	})
+}
+
+func TestLoopClassifiesCountsAndStops(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reader := sdkmetric.NewManualReader()
+		l, err := NewLoop("op", Policy{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond}, sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		permanent := errors.New("denied")
+		l.Permanent = func(err error) bool { return errors.Is(err, permanent) }
+		var seen []Failure
+		l.OnFailure = func(_ context.Context, f Failure) { seen = append(seen, f) }
+		n := 0
+		err = l.Do(context.Background(), func(context.Context) error {
+			n++
+			switch n {
+			case 1:
+				return errors.New("leader moved")
+			case 2:
+				return permanent
+			}
+			return nil
+		})
+		if err != nil || n != 3 || len(seen) != 2 || seen[0].Permanent || !seen[1].Permanent || seen[1].Attempt != 2 {
+			t.Fatalf("err %v, %d attempts, failures %+v", err, n, seen)
+		}
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(context.Background(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		counts := map[string]int64{}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+					class, _ := dp.Attributes.Value("class")
+					counts[m.Name+" "+class.AsString()] += dp.Value
+				}
+			}
+		}
+		if counts["cellttl.retries transient"] != 1 || counts["cellttl.retries permanent"] != 1 {
+			t.Errorf("counted %v", counts)
+		}
+
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(time.Second, cancel)
+		err = l.Do(ctx, func(context.Context) error { return permanent })
+		if !errors.Is(err, context.Canceled) || !errors.Is(err, permanent) {
+			t.Errorf("a loop that never succeeds ended with %v, want the last error and the context's", err)
 		}
 	})
 }
