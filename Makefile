@@ -1,5 +1,5 @@
 # The two commands of the README, and a few for development.
-.PHONY: demo test test-short services-start services-stop fuzz bench faults
+.PHONY: demo test test-short lint services-start services-stop fuzz bench faults
 
 # The whole pipeline in one process: in-process Kafka and Bigtable emulator.
 demo:
@@ -9,6 +9,10 @@ demo:
 # this starts and stops (first run fetches the Kafka jars from Maven Central).
 test:
 	scripts/test.sh
+
+# go vet, staticcheck and deadcode at pinned versions (make test runs it).
+lint:
+	scripts/lint.sh
 
 # Without services: in-process Kafka (kfake) and Bigtable (bttest).
 test-short:

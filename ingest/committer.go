@@ -53,7 +53,7 @@ func (c *committer) end(gen *kafka.Generation) {
 func (c *committer) Commit(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	epochs := c.tracker.Commitable()
+	epochs := c.tracker.Committable()
 	if c.gen == nil || len(epochs) == 0 {
 		return nil
 	}

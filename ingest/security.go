@@ -66,7 +66,7 @@ func (s Security) tlsConfig() (*tls.Config, error) {
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("Kafka CA file %s holds no PEM certificate", s.CAFile)
+			return nil, fmt.Errorf("--kafka-tls-ca %s holds no PEM certificate", s.CAFile)
 		}
 		cfg.RootCAs = pool
 	}

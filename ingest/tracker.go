@@ -16,7 +16,7 @@ import (
 // and every message is tracked in the epoch that fetched it. A rebalance or
 // an offset reset starts a new epoch; messages of an earlier one may still
 // be tracked and finish, but they decide nothing: only current epochs are
-// commitable. So a message fetched before a rebalance can never move the
+// committable. So a message fetched before a rebalance can never move the
 // commit point of the partition's next assignment, whatever the
 // interleaving, because the check and the tracking are one step.
 type Tracker struct {
@@ -164,10 +164,10 @@ func (t *Tracker) doneLocked(ack Ack) {
 	}
 }
 
-// Commitable returns the current epochs whose settled prefix lies above
+// Committable returns the current epochs whose settled prefix lies above
 // what the group has committed, with the offset to commit (the next offset
 // to read).
-func (t *Tracker) Commitable() map[*Assignment]int64 {
+func (t *Tracker) Committable() map[*Assignment]int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := map[*Assignment]int64{}

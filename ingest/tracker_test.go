@@ -17,10 +17,10 @@ func assign(tr *Tracker, partitions ...int) map[int]*Assignment {
 	return tr.Assign(offsets)
 }
 
-// byPartition is Commitable keyed by partition.
+// byPartition is Committable keyed by partition.
 func byPartition(tr *Tracker) map[int]int64 {
 	out := map[int]int64{}
-	for a, o := range tr.Commitable() {
+	for a, o := range tr.Committable() {
 		out[a.Partition()] = o
 	}
 	return out
@@ -35,7 +35,7 @@ func TestTrackerCommitsOnlyDonePrefix(t *testing.T) {
 	}
 	b := tr.Track(e[1], 0, 0)
 	if got := byPartition(tr); len(got) != 0 {
-		t.Fatalf("commitable before anything is done: %v", got)
+		t.Fatalf("committable before anything is done: %v", got)
 	}
 	tr.Done(a[11])
 	tr.Done(a[12])
@@ -139,7 +139,7 @@ func TestTrackerResetForgetsEarlierAssignment(t *testing.T) {
 		tr.Done(a)
 	}
 	if got, ok := byPartition(tr)[5]; ok {
-		t.Fatalf("after reassignment, commitable %d from the earlier assignment", got)
+		t.Fatalf("after reassignment, committable %d from the earlier assignment", got)
 	}
 	tr.Done(tr.Track(e2[5], 3665, 0))
 	if got := byPartition(tr)[5]; got != 3666 {
@@ -149,7 +149,7 @@ func TestTrackerResetForgetsEarlierAssignment(t *testing.T) {
 
 // Regression (issue 10, item 4): a message of the previous generation,
 // offset 150, checked as current just before a rebalance and tracked just
-// after it, once made the new assignment's commitable offset 151 while its
+// after it, once made the new assignment's committable offset 151 while its
 // offsets 100..104 were unwritten. Now every message is tracked in the
 // epoch that fetched it, so the interleaving cannot reach the new epoch.
 func TestStaleMessageCannotMoveTheNewAssignment(t *testing.T) {
@@ -166,7 +166,7 @@ func TestStaleMessageCannotMoveTheNewAssignment(t *testing.T) {
 		pending = append(pending, tr.Track(gen2, o, 0))
 	}
 	if got, ok := byPartition(tr)[0]; ok {
-		t.Fatalf("commitable %d with offsets 100..104 unwritten", got)
+		t.Fatalf("committable %d with offsets 100..104 unwritten", got)
 	}
 	for _, a := range pending {
 		tr.Done(a)
@@ -182,7 +182,7 @@ func TestTrackerRestartAllowsALowerCommit(t *testing.T) {
 	tr := NewTracker()
 	e := tr.Assign(map[int]int64{2: 500})[2]
 	tr.Done(tr.Track(e, 500, 0))
-	tr.Committed(tr.Commitable())
+	tr.Committed(tr.Committable())
 	e2 := tr.Restart(e)
 	if e2 == nil || !e.Stale() {
 		t.Fatal("restart of a current epoch refused")

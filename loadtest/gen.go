@@ -27,7 +27,7 @@ func parseMix(tenants []string, weights string) (mix, error) {
 			k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
 			f, err := strconv.ParseFloat(v, 64)
 			if !ok || err != nil || f < 0 {
-				return mix{}, fmt.Errorf("--weights %q: want tenant=weight,...", part)
+				return mix{}, fmt.Errorf("--weights %q: want tenant=weight pairs separated by commas", part)
 			}
 			w[k] = f
 		}

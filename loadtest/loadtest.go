@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -301,6 +300,3 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 func sortDurations(d []time.Duration) {
 	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
 }
-
-var _ = os.Stderr
-var _ = slog.Default

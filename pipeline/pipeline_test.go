@@ -55,18 +55,12 @@ func (s *fakeSource) Fetch(ctx context.Context) (kafka.Message, ingest.Ack, erro
 	return kafka.Message{}, ingest.Ack{}, ctx.Err()
 }
 
-func (s *fakeSource) fetched() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.next
-}
-
 func (s *fakeSource) Done(a ingest.Ack) { s.tracker.Done(a) }
 
 func (s *fakeSource) Commit(context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if off, ok := s.tracker.Commitable()[s.epoch]; ok && (len(s.commits) == 0 || s.commits[len(s.commits)-1] != off) {
+	if off, ok := s.tracker.Committable()[s.epoch]; ok && (len(s.commits) == 0 || s.commits[len(s.commits)-1] != off) {
 		s.commits = append(s.commits, off)
 	}
 	return nil
@@ -350,7 +344,7 @@ func TestBatchSpan(t *testing.T) {
 	s := spans[0]
 	attrs := map[string]string{}
 	for _, a := range s.Attributes() {
-		attrs[string(a.Key)] = a.Value.Emit()
+		attrs[string(a.Key)] = a.Value.String()
 	}
 	if attrs["cellttl.batch.rows"] != "2" || attrs["cellttl.config_version"] != cfg.Version || attrs["cellttl.batch.written"] != "2" {
 		t.Errorf("span attributes %v", attrs)

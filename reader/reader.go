@@ -18,7 +18,6 @@ import (
 
 	"github.com/cellttl/cellttl/expiry"
 	"github.com/cellttl/cellttl/rowkey"
-	"github.com/cellttl/cellttl/sink"
 )
 
 // Reader reads one family of one table.
@@ -81,7 +80,7 @@ func Filter(policy *expiry.Policy, family string, now time.Time) bigtable.Filter
 func columnsFilter(family string) bigtable.Filter {
 	return bigtable.ChainFilters(
 		bigtable.FamilyFilter("^"+regexp.QuoteMeta(family)+"$"),
-		bigtable.ColumnFilter("^("+sink.ColumnEvent+"|"+sink.ColumnWrittenAt+")$"),
+		bigtable.ColumnFilter("^("+rowkey.ColumnEvent+"|"+rowkey.ColumnWrittenAt+")$"),
 	)
 }
 
@@ -147,9 +146,9 @@ func (r *Reader) decode(row bigtable.Row, now time.Time) (Event, bool, error) {
 	found := false
 	for _, it := range row[r.family] {
 		switch it.Column {
-		case r.family + ":" + sink.ColumnEvent:
+		case r.family + ":" + rowkey.ColumnEvent:
 			ev.Value, ev.Timestamp, found = it.Value, int64(it.Timestamp), true
-		case r.family + ":" + sink.ColumnWrittenAt:
+		case r.family + ":" + rowkey.ColumnWrittenAt:
 			if len(it.Value) == 8 {
 				ev.WrittenAt = time.UnixMicro(int64(binary.BigEndian.Uint64(it.Value))).UTC()
 			}

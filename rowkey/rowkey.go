@@ -1,5 +1,7 @@
-// Package rowkey owns the layout of cellttl's Bigtable row keys and the rules
-// for the ids that go into them.
+// Package rowkey owns the layout of cellttl's Bigtable rows: the row keys,
+// the rules for the ids that go into them, and the columns (ColumnEvent,
+// ColumnWrittenAt). The writer (sink) and the readers (reader, the tools)
+// take the layout from here.
 //
 // A row key is
 //
@@ -28,6 +30,14 @@ import (
 	"strconv"
 	"unicode/utf8"
 	"unsafe"
+)
+
+// Column qualifiers within the family: the event as consumed, and the real
+// write time when the tenants file asks for it. Both cells of a row carry
+// the same timestamp, so that they expire together.
+const (
+	ColumnEvent     = "event"
+	ColumnWrittenAt = "written_at"
 )
 
 // Sep separates the parts of a row key.

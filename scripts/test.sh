@@ -10,7 +10,7 @@ trap 'scripts/services.sh stop' EXIT
 eval "$(scripts/services.sh start)"
 echo "testing against Kafka at $KAFKA_BROKERS and the Bigtable emulator at $BIGTABLE_EMULATOR_HOST" >&2
 
-go vet ./...
+scripts/lint.sh
 unformatted=$(gofmt -l $(git ls-files '*.go'))
 if [ -n "$unformatted" ]; then
 	echo "gofmt would change: $unformatted" >&2

@@ -21,12 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cellttl/cellttl/internal/retry"
-)
-
-// Column qualifiers within the family.
-const (
-	ColumnEvent     = "event"
-	ColumnWrittenAt = "written_at"
+	"github.com/cellttl/cellttl/rowkey"
 )
 
 // MaxMutationsPerRequest is Bigtable's limit for one MutateRows request.
@@ -431,9 +426,9 @@ func fixFor(code codes.Code) string {
 // mutation writes the row's cells, all at the row's timestamp.
 func (w *Writer) mutation(r *Row, writtenAt []byte) *bigtable.Mutation {
 	m := bigtable.NewMutation()
-	m.Set(w.family, ColumnEvent, bigtable.Timestamp(r.Timestamp), r.Value)
+	m.Set(w.family, rowkey.ColumnEvent, bigtable.Timestamp(r.Timestamp), r.Value)
 	if r.WrittenAt {
-		m.Set(w.family, ColumnWrittenAt, bigtable.Timestamp(r.Timestamp), writtenAt)
+		m.Set(w.family, rowkey.ColumnWrittenAt, bigtable.Timestamp(r.Timestamp), writtenAt)
 	}
 	return m
 }
@@ -470,10 +465,4 @@ func aboutContent(code codes.Code) bool {
 		return true
 	}
 	return false
-}
-
-// IsRowError reports whether err is a permanent per-row failure.
-func IsRowError(err error) bool {
-	var re *RowError
-	return errors.As(err, &re)
 }

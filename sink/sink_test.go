@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"log/slog"
 
 	"cloud.google.com/go/bigtable"
 	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
@@ -16,7 +19,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"log/slog"
 
 	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/sink"
@@ -301,7 +303,7 @@ func TestWriteBlamesALoneRowOnlyWhenOthersPass(t *testing.T) {
 	for _, fault := range []func(*btpb.MutateRowsRequest) testenv.MutateRowsFault{refuseEntriesWith, refuseRequestsWith} {
 		proxy.SetFault(fault)
 		res, err := w.Write(ctx, rowsOf("poison"))
-		if err != nil || !sink.IsRowError(res[0]) {
+		if err != nil || !isRowError(res[0]) {
 			t.Errorf("a lone refused row: %v %v, want a RowError", res, err)
 		}
 	}
@@ -311,7 +313,7 @@ func checkOnlyPoisonBlamed(t *testing.T, dc *bigtable.Client, tgt sink.Target, k
 	t.Helper()
 	for i, k := range keys {
 		if k == "poison" {
-			if !sink.IsRowError(res[i]) {
+			if !isRowError(res[i]) {
 				t.Errorf("poison row: %v, want a RowError", res[i])
 			}
 			continue
@@ -396,4 +398,9 @@ func TestWriteStopsWithContext(t *testing.T) {
 	if err == nil {
 		t.Fatal("write during an outage reported success")
 	}
+}
+
+func isRowError(err error) bool {
+	var re *sink.RowError
+	return errors.As(err, &re)
 }

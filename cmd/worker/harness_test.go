@@ -14,7 +14,6 @@ import (
 	"cloud.google.com/go/bigtable"
 
 	"github.com/cellttl/cellttl/internal/testenv"
-	"github.com/cellttl/cellttl/sink"
 )
 
 // env is one test's slice of the services: its own topic, group and table.
@@ -160,8 +159,6 @@ func cellsOf(r bigtable.Row) map[string][]bigtable.ReadItem {
 	}
 	return out
 }
-
-var _ = sink.ColumnEvent
 
 // tenantsFileCopy copies the current tenants file to path.
 func (e *env) tenantsFileCopy(t *testing.T, path string) {
