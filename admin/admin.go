@@ -136,3 +136,14 @@ func DefaultConfig() Config { return Config{Addr: ":8080"} }
 func (c *Config) RegisterFlags(f *envflag.FlagSet) {
 	f.String(&c.Addr, "admin-addr", "ADMIN_ADDR", c.Addr, "address of /healthz, /readyz, /status and /metrics (empty: off)")
 }
+
+// Validate checks the settings, naming the flag at fault.
+func (c Config) Validate() error {
+	if c.Addr == "" {
+		return nil
+	}
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		return fmt.Errorf("--admin-addr %q: want host:port, :port or empty: %w", c.Addr, err)
+	}
+	return nil
+}

@@ -59,3 +59,12 @@ func TestEndpoints(t *testing.T) {
 		t.Errorf("/metrics: %d %q", code, body)
 	}
 }
+
+func TestConfigValidateNamesTheFlag(t *testing.T) {
+	for addr, ok := range map[string]bool{"": true, ":8080": true, "127.0.0.1:0": true, "8080": false, "host": false} {
+		err := Config{Addr: addr}.Validate()
+		if (err == nil) != ok || (err != nil && !strings.Contains(err.Error(), "--admin-addr")) {
+			t.Errorf("%q: %v", addr, err)
+		}
+	}
+}

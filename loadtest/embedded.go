@@ -39,13 +39,11 @@ func startEmbedded(ctx context.Context, o *options, log *slog.Logger) (*embedded
 		return nil, err
 	}
 	o.brokers = strings.Join(e.kafka.Brokers(), ",")
-	// The worker process and this one's verifying clients find the
-	// emulator through the variable the client library defines.
-	if err := os.Setenv("BIGTABLE_EMULATOR_HOST", e.bt.Addr()); err != nil {
-		e.stop()
-		return nil, err
-	}
-	o.project, o.instance = "local", "local"
+	// The worker process finds the emulator through the variable the
+	// client library defines; this process's verifying clients are given
+	// the emulator itself.
+	env := append(os.Environ(), "BIGTABLE_EMULATOR_HOST="+e.bt.Addr())
+	o.project, o.instance, o.emulator = "local", "local", e.bt
 
 	bin := filepath.Join(e.dir, "worker")
 	fmt.Fprintln(os.Stderr, "loadtest: building the worker")
@@ -54,7 +52,9 @@ func startEmbedded(ctx context.Context, o *options, log *slog.Logger) (*embedded
 		return nil, fmt.Errorf("build the worker (run from the repository root): %v\n%s", err, out)
 	}
 	common := []string{"--tenants", o.tenantsFile, "--table", o.table, "--family", o.family}
-	if out, err := exec.CommandContext(ctx, bin, append([]string{"setup"}, common...)...).CombinedOutput(); err != nil {
+	setup := exec.CommandContext(ctx, bin, append([]string{"setup"}, common...)...)
+	setup.Env = env
+	if out, err := setup.CombinedOutput(); err != nil {
 		e.stop()
 		return nil, fmt.Errorf("worker setup: %v\n%s", err, out)
 	}
@@ -67,6 +67,7 @@ func startEmbedded(ctx context.Context, o *options, log *slog.Logger) (*embedded
 		"--admin-addr", fmt.Sprintf("127.0.0.1:%d", port), "--log-level", "warn"}, common...)
 	args = append(args, strings.Fields(o.workerFlags)...)
 	e.worker = exec.Command(bin, args...)
+	e.worker.Env = env
 	e.worker.Stdout, e.worker.Stderr = os.Stderr, os.Stderr
 	if err := e.worker.Start(); err != nil {
 		e.stop()

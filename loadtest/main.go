@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/cellttl/cellttl/internal/envflag"
+	"github.com/cellttl/cellttl/internal/inproc"
 )
 
 func main() {
@@ -69,6 +70,7 @@ type options struct {
 	seed         uint64
 	workerFlags  string
 	partitions   int
+	emulator     *inproc.Bigtable // the embedded emulator, with --embedded
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {

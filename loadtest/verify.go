@@ -74,9 +74,9 @@ func verify(ctx context.Context, o *options, brokers []string, cfg *tenants.Conf
 			c.invalid++
 		}
 	}
-	dc, err := bigtable.NewClient(ctx, o.project, o.instance)
+	dc, err := o.bigtableClient(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("bigtable client: %w", err)
+		return nil, err
 	}
 	defer dc.Close()
 	tbl := dc.Open(o.table)
@@ -221,4 +221,22 @@ func deadLetterSeqs(ctx context.Context, brokers []string, topic, run string) (m
 		r.Close()
 	}
 	return out, nil
+}
+
+// bigtableClient opens a data client of the table under test: of the
+// embedded emulator, or as BIGTABLE_EMULATOR_HOST and the flags say.
+func (o *options) bigtableClient(ctx context.Context) (*bigtable.Client, error) {
+	if o.emulator != nil {
+		dc, ac, err := o.emulator.Clients(ctx)
+		if err != nil {
+			return nil, err
+		}
+		ac.Close()
+		return dc, nil
+	}
+	dc, err := bigtable.NewClient(ctx, o.project, o.instance)
+	if err != nil {
+		return nil, fmt.Errorf("bigtable client: %w", err)
+	}
+	return dc, nil
 }

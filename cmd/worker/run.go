@@ -63,7 +63,7 @@ func (o *runOptions) resolve() error {
 	if err := o.tableOptions.resolve(); err != nil {
 		return err
 	}
-	if err := errors.Join(o.kafka.Validate(), o.tenants.Validate(), o.writer.Validate(), o.pipe.Validate()); err != nil {
+	if err := errors.Join(o.kafka.Validate(), o.tenants.Validate(), o.writer.Validate(), o.pipe.Validate(), o.admin.Validate()); err != nil {
 		return usageError(err)
 	}
 	return nil

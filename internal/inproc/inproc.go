@@ -103,17 +103,25 @@ func (b *Bigtable) Close() { b.srv.Close() }
 // instance "local", without BIGTABLE_EMULATOR_HOST: the connection is
 // given to the client rather than found through the environment.
 func (b *Bigtable) Clients(ctx context.Context) (*bigtable.Client, *bigtable.AdminClient, error) {
-	conn, err := grpc.NewClient(b.srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// A connection each: closing a client closes the connection it was
+	// given.
+	dconn, err := grpc.NewClient(b.srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to the in-process Bigtable emulator: %w", err)
 	}
-	dc, err := bigtable.NewClient(ctx, "local", "local", option.WithGRPCConn(conn))
+	dc, err := bigtable.NewClient(ctx, "local", "local", option.WithGRPCConn(dconn))
 	if err != nil {
-		conn.Close()
+		dconn.Close()
 		return nil, nil, fmt.Errorf("bigtable client of the in-process emulator: %w", err)
 	}
-	ac, err := bigtable.NewAdminClient(ctx, "local", "local", option.WithGRPCConn(conn))
+	aconn, err := grpc.NewClient(b.srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
+		dc.Close()
+		return nil, nil, fmt.Errorf("connect to the in-process Bigtable emulator: %w", err)
+	}
+	ac, err := bigtable.NewAdminClient(ctx, "local", "local", option.WithGRPCConn(aconn))
+	if err != nil {
+		aconn.Close()
 		dc.Close()
 		return nil, nil, fmt.Errorf("bigtable admin client of the in-process emulator: %w", err)
 	}
