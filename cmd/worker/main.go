@@ -22,6 +22,9 @@ Usage:
   worker setup [flags]   create the table and family with the GC rule the strategy needs
   worker read [flags]    a tenant's live events with their expiry
   worker check [flags]   validate a tenants file and explain what an edit changes
+  worker retime [flags]  apply the tenants file's TTLs to cells already written
+  worker forget [flags]  delete a user's rows now
+  worker audit [flags]   check every cell against the tenants file's rule
   worker demo [flags]    everything in-process: Kafka, the Bigtable emulator, synthetic clicks
 
 Run "worker COMMAND --help" for a command's flags.`
@@ -83,6 +86,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runRead(ctx, args, stdout, stderr)
 	case "check":
 		return runCheck(ctx, args, stdout, stderr)
+	case "retime":
+		return runRetime(ctx, args, stdout, stderr)
+	case "forget":
+		return runForget(ctx, args, stdout, stderr)
+	case "audit":
+		return runAudit(ctx, args, stdout, stderr)
 	case "demo":
 		return runDemo(ctx, args, stdout, stderr)
 	case "help":

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/cellttl/cellttl/internal/envflag"
+	"github.com/cellttl/cellttl/retention"
+)
+
+// runAudit is worker audit: every cell against the rule of the current
+// tenants file. Exit status 1 when any breaks it, for scheduled jobs.
+func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o := defaultTableOptions()
+	var ao retention.AuditOptions
+	var tenantList, format string
+	f := envflag.New("worker audit", "worker audit: per tenant, live and expired-but-stored rows, cells that break the rule, when the live data leaves.\n"+
+		"Exit status: 0 every cell follows the rule, 1 some do not (or an error), 2 bad flags.", stderr)
+	o.register(f)
+	f.String(&tenantList, "tenant", "", "", "comma-separated tenants (default: the whole table)")
+	f.Int64(&ao.Sample, "sample", "", 0, "read at most this many rows per tenant (0: all)")
+	f.String(&format, "format", "", "text", "output: text or json")
+	if err := parse(f, args); err != nil {
+		return err
+	}
+	if format != "text" && format != "json" {
+		return usageError(fmt.Errorf("--format %q: want text or json", format))
+	}
+	ao.Tenants = splitList(tenantList)
+	s, err := o.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	rep, err := retention.Audit(ctx, s.dc.Open(o.table.Table), o.table.Family, s.cfg.Policy, ao)
+	if err != nil {
+		return err
+	}
+	if format == "json" {
+		if err := json.NewEncoder(stdout).Encode(struct {
+			Version string `json:"config_version"`
+			Clean   bool   `json:"clean"`
+			*retention.AuditReport
+		}{s.cfg.Version, rep.Clean(), rep}); err != nil {
+			return err
+		}
+	} else {
+		tw := tabwriter.NewWriter(stdout, 2, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "TENANT\tTTL\tLIVE ROWS\tLIVE BYTES\tEXPIRED, NOT COLLECTED\tBREAK THE RULE\tLEAVE WITHIN HOUR\tDAY\tWEEK\tLATER")
+		for _, t := range rep.Tenants {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d (%d bytes)\t%d\t%d\t%d\t%d\t%d\n", t.Tenant, t.TTL, t.LiveRows, t.LiveBytes, t.ExpiredRows, t.ExpiredBytes,
+				t.RuleBreaking, t.LeavesWithin["hour"], t.LeavesWithin["day"], t.LeavesWithin["week"], t.LeavesWithin["later"])
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if rep.Foreign > 0 {
+			fmt.Fprintf(stdout, "%d rows not in cellttl's layout, e.g. %q\n", rep.Foreign, rep.ForeignSamples)
+		}
+	}
+	if !rep.Clean() {
+		return &exitError{code: 1, err: errors.New("some cells break the rule of the tenants file (worker retime repairs them) or lie outside cellttl's layout"), quiet: format == "json"}
+	}
+	return nil
+}

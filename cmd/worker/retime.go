@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/cellttl/cellttl/internal/duration"
+	"github.com/cellttl/cellttl/internal/envflag"
+	"github.com/cellttl/cellttl/retention"
+	"github.com/cellttl/cellttl/sink"
+)
+
+// Exit status of a retention command stopped by a signal: run it again
+// (with --resume) to finish.
+const exitInterrupted = 3
+
+// runRetime is worker retime: move the cells of tenants' rows to the
+// timestamps the current tenants file gives them.
+func runRetime(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o := defaultTableOptions()
+	var tenantList, format string
+	ro := retention.RetimeOptions{Passes: 2, PassDelay: time.Minute}
+	f := envflag.New("worker retime", "worker retime: apply the tenants file's TTLs to the cells already written for some tenants.\n"+
+		"Exit status: 0 done, 2 bad flags or file, 3 interrupted (run again with --resume), 1 other errors.", stderr)
+	o.register(f)
+	f.String(&tenantList, "tenant", "", "", "comma-separated tenants to re-time (required)")
+	f.Bool(&ro.DryRun, "dry-run", "", false, "print the plan and change nothing")
+	f.Int(&ro.RowsPerSecond, "rows-per-second", "", 0, "rows scanned per second at most (0: no limit)")
+	f.String(&ro.Checkpoint, "checkpoint", "", "", "file recording the last row done, to --resume from after an interruption")
+	f.Bool(&ro.Resume, "resume", "", false, "start after the row the --checkpoint file records")
+	f.Int(&ro.Passes, "passes", "", ro.Passes, "passes at most; a pass that changes nothing ends the run (the second catches rows written meanwhile under the old file)")
+	f.Duration(&ro.PassDelay, "pass-delay", "", ro.PassDelay, "wait between passes")
+	f.String(&format, "format", "", "text", "output: text or json")
+	if err := parse(f, args); err != nil {
+		return err
+	}
+	ro.Tenants = splitList(tenantList)
+	switch {
+	case len(ro.Tenants) == 0:
+		return usageError(errors.New("--tenant is required"))
+	case format != "text" && format != "json":
+		return usageError(fmt.Errorf("--format %q: want text or json", format))
+	case ro.RowsPerSecond < 0:
+		return usageError(fmt.Errorf("--rows-per-second %d: must not be negative", ro.RowsPerSecond))
+	}
+	log, err := o.log.Logger(stderr)
+	if err != nil {
+		return usageError(err)
+	}
+	s, err := o.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	// Re-timing is right only under the GC rule the file describes.
+	if err := sink.CheckGC(ctx, s.ac, o.table.Target(), s.cfg.Policy.GCMaxAge()); err != nil {
+		return fmt.Errorf("refusing to re-time: %w (the tenants file says %s)", err, describePolicy(s.cfg.Policy))
+	}
+	ro.Log = log
+	ro.Progress = func(p retention.Progress) {
+		eta := "unknown"
+		if p.ETA >= 0 {
+			eta = duration.Format(p.ETA)
+		}
+		fmt.Fprintf(stderr, "pass %d: scanned %d, rewritten %d, deleted %d, unchanged %d, foreign %d, %.0f rows/s, ETA %s\n",
+			p.Pass, p.Report.Scanned, p.Report.Rewritten, p.Report.Deleted, p.Report.Unchanged, p.Report.Foreign, p.Rate, eta)
+	}
+	rep, err := retention.Retime(ctx, s.dc.Open(o.table.Table), o.table.Family, s.cfg.Policy, ro)
+	if err != nil {
+		if ctx.Err() != nil {
+			how := "run it again to finish (it is idempotent)"
+			if ro.Checkpoint != "" {
+				how = "run it again with --resume --checkpoint " + ro.Checkpoint + " to go on where it stopped"
+			}
+			return &exitError{code: exitInterrupted, err: fmt.Errorf("interrupted after %d rows: every row is either re-timed or as it was; %s", rep.Scanned, how)}
+		}
+		return err
+	}
+	if format == "json" {
+		return json.NewEncoder(stdout).Encode(struct {
+			DryRun  bool     `json:"dry_run"`
+			Tenants []string `json:"tenants"`
+			Version string   `json:"config_version"`
+			retention.Report
+		}{ro.DryRun, ro.Tenants, s.cfg.Version, rep})
+	}
+	head, rewritten, deleted := "re-timed", "re-timed", "deleted (their expiry under the file had passed)"
+	if ro.DryRun {
+		head, rewritten, deleted = "plan (dry run) for", "to re-time", "to delete at once (their expiry under the file has passed)"
+	}
+	fmt.Fprintf(stdout, "%s %s under tenants file version %s: scanned %d rows; %d %s, %d %s, %d unchanged, %d outside cellttl's layout (left alone); %d bytes affected\n",
+		head, strings.Join(ro.Tenants, ","), s.cfg.Version, rep.Scanned, rep.Rewritten, rewritten, rep.Deleted, deleted, rep.Unchanged, rep.Foreign, rep.Bytes)
+	if rep.Rewritten > 0 {
+		fmt.Fprintf(stdout, "new expiries from %s to %s\n", rep.NewExpiryFirst.Format(time.RFC3339), rep.NewExpiryLast.Format(time.RFC3339))
+	}
+	return nil
+}
+
+// splitList splits a comma-separated list, dropping blanks.
+func splitList(s string) []string {
+	var out []string
+	for _, x := range strings.Split(s, ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			out = append(out, x)
+		}
+	}
+	return out
+}

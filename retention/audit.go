@@ -1,0 +1,152 @@
+package retention
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"cloud.google.com/go/bigtable"
+
+	"github.com/cellttl/cellttl/expiry"
+	"github.com/cellttl/cellttl/rowkey"
+)
+
+// AuditOptions say what to audit.
+type AuditOptions struct {
+	// Tenants to audit; every row of the table when empty.
+	Tenants []string
+	// Sample stops after this many rows per tenant (of the table when
+	// Tenants is empty); 0 reads them all.
+	Sample int64
+	Now    func() time.Time
+}
+
+// TenantAudit is what the audit found for one tenant.
+type TenantAudit struct {
+	Tenant string `json:"tenant"`
+	TTL    string `json:"ttl"`
+	// LiveRows and LiveBytes are what a correct reader returns now.
+	LiveRows  int64 `json:"live_rows"`
+	LiveBytes int64 `json:"live_bytes"`
+	// ExpiredRows are rows past their expiry that GC has not collected yet:
+	// storage paid for while GC is lazy.
+	ExpiredRows  int64 `json:"expired_rows"`
+	ExpiredBytes int64 `json:"expired_bytes"`
+	// RuleBreaking are rows with a cell whose timestamp is not the rule's
+	// under the current file, or with more than one version: written under
+	// another TTL, or by another writer. `worker retime` repairs them.
+	RuleBreaking int64 `json:"rule_breaking"`
+	// LeavesWithin counts the live rows by when they expire.
+	LeavesWithin map[string]int64 `json:"leaves_within"`
+}
+
+// AuditReport is the whole audit.
+type AuditReport struct {
+	At      time.Time      `json:"at"`
+	Tenants []*TenantAudit `json:"tenants"`
+	// Foreign are rows whose key is not in cellttl's layout.
+	Foreign        int64    `json:"foreign"`
+	ForeignSamples []string `json:"foreign_samples,omitempty"`
+}
+
+// Clean reports whether every cell follows the rule and every key the
+// layout.
+func (r *AuditReport) Clean() bool {
+	if r.Foreign > 0 {
+		return false
+	}
+	for _, t := range r.Tenants {
+		if t.RuleBreaking > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// Horizons of LeavesWithin, in order.
+var horizons = []struct {
+	name string
+	d    time.Duration
+}{{"hour", time.Hour}, {"day", 24 * time.Hour}, {"week", 7 * 24 * time.Hour}, {"later", 1<<63 - 1}}
+
+// Audit reads the rows (every version of every cell of the family) and
+// checks each against policy.
+func Audit(ctx context.Context, tbl *bigtable.Table, family string, policy *expiry.Policy, o AuditOptions) (*AuditReport, error) {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	now := o.Now()
+	rep := &AuditReport{At: now}
+	byTenant := map[string]*TenantAudit{}
+	tenant := func(id string) *TenantAudit {
+		t, ok := byTenant[id]
+		if !ok {
+			t = &TenantAudit{Tenant: id, TTL: fmtTTL(policy.TTL(id)), LeavesWithin: map[string]int64{}}
+			for _, h := range horizons {
+				t.LeavesWithin[h.name] = 0
+			}
+			byTenant[id] = t
+		}
+		return t
+	}
+	visit := func(r bigtable.Row) {
+		row := readRow(r, family)
+		if !row.layout || len(row.cells) == 0 {
+			rep.Foreign++
+			if len(rep.ForeignSamples) < 5 {
+				rep.ForeignSamples = append(rep.ForeignSamples, row.key)
+			}
+			return
+		}
+		t := tenant(row.parts.Tenant)
+		cell := row.cell(policy)
+		if !row.follows(bigtable.Timestamp(cell.Timestamp)) {
+			t.RuleBreaking++
+		}
+		// Live as a reader sees it: the newest cell's own expiry under the
+		// policy's GC rule, whatever the rule says it should be.
+		exp := policy.ExpiryOf(int64(row.newest()))
+		if expiry.Expired(exp, now) {
+			t.ExpiredRows++
+			t.ExpiredBytes += row.bytes
+			return
+		}
+		t.LiveRows++
+		t.LiveBytes += row.bytes
+		left := exp.Sub(now)
+		for _, h := range horizons {
+			if left <= h.d {
+				t.LeavesWithin[h.name]++
+				break
+			}
+		}
+	}
+	var ranges []bigtable.RowRange
+	if len(o.Tenants) == 0 {
+		ranges = []bigtable.RowRange{bigtable.InfiniteRange("")}
+	}
+	for _, id := range o.Tenants {
+		if err := rowkey.ValidateID("tenant", id); err != nil {
+			return nil, err
+		}
+		tenant(id)
+		p := rowkey.TenantPrefix(id)
+		ranges = append(ranges, bigtable.NewRange(p, prefixEnd(p)))
+	}
+	for _, rng := range ranges {
+		opts := []bigtable.ReadOption{familyFilter(family)}
+		if o.Sample > 0 {
+			opts = append(opts, bigtable.LimitRows(o.Sample))
+		}
+		err := tbl.ReadRows(ctx, rng, func(r bigtable.Row) bool { visit(r); return true }, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("audit: read rows: %w", err)
+		}
+	}
+	for _, t := range byTenant {
+		rep.Tenants = append(rep.Tenants, t)
+	}
+	sort.Slice(rep.Tenants, func(i, j int) bool { return rep.Tenants[i].Tenant < rep.Tenants[j].Tenant })
+	return rep, nil
+}

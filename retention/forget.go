@@ -1,0 +1,79 @@
+package retention
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"cloud.google.com/go/bigtable"
+
+	"github.com/cellttl/cellttl/rowkey"
+)
+
+// ForgetOptions say whose rows to erase.
+type ForgetOptions struct {
+	Tenant, User string
+	// Before, when set, erases only the events whose time is before it.
+	Before time.Time
+	DryRun bool
+}
+
+// ForgetReport says what Forget erased (or, dry, would erase).
+type ForgetReport struct {
+	Rows  int64 `json:"rows"`
+	Bytes int64 `json:"bytes"`
+	// Range is the key range erased, for the audit trail.
+	Start string `json:"start"`
+	End   string `json:"end"`
+}
+
+// Forget deletes a user's rows now, expired or not: the user's rows are one
+// key range (tenant, hash bucket, user), and with Before, the part of it
+// before a time. Rows are deleted in batches; a crash part-way leaves the
+// rest, and running again finishes.
+func Forget(ctx context.Context, tbl *bigtable.Table, o ForgetOptions) (ForgetReport, error) {
+	if err := rowkey.ValidateID("tenant", o.Tenant); err != nil {
+		return ForgetReport{}, err
+	}
+	if err := rowkey.ValidateID("user", o.User); err != nil {
+		return ForgetReport{}, err
+	}
+	start := rowkey.UserPrefix(o.Tenant, o.User)
+	end := prefixEnd(start)
+	if !o.Before.IsZero() {
+		end = rowkey.UserTimeKey(o.Tenant, o.User, max(0, o.Before.UnixMilli()))
+	}
+	rep := ForgetReport{Start: start, End: end}
+	var keys []string
+	var muts []*bigtable.Mutation
+	var applyErr error
+	flush := func() {
+		if len(keys) > 0 && !o.DryRun {
+			applyErr = applyBulk(ctx, tbl, keys, muts)
+		}
+		keys, muts = keys[:0], muts[:0]
+	}
+	err := tbl.ReadRows(ctx, bigtable.NewRange(start, end), func(r bigtable.Row) bool {
+		rep.Rows++
+		for _, items := range r {
+			for _, it := range items {
+				rep.Bytes += int64(len(it.Value))
+			}
+		}
+		m := bigtable.NewMutation()
+		m.DeleteRow()
+		keys, muts = append(keys, r.Key()), append(muts, m)
+		if len(keys) == batchRows {
+			flush()
+		}
+		return applyErr == nil
+	})
+	if err == nil {
+		flush()
+		err = applyErr
+	}
+	if err != nil {
+		return rep, fmt.Errorf("forget user %s of tenant %s: %w", o.User, o.Tenant, err)
+	}
+	return rep, nil
+}

@@ -1,0 +1,344 @@
+package retention
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"cloud.google.com/go/bigtable"
+
+	"github.com/cellttl/cellttl/expiry"
+	"github.com/cellttl/cellttl/rowkey"
+)
+
+// RetimeOptions tune a Retime.
+type RetimeOptions struct {
+	Tenants []string
+	// DryRun computes the plan and changes nothing.
+	DryRun bool
+	// RowsPerSecond bounds the rows scanned per second; 0 for no bound.
+	RowsPerSecond int
+	// Checkpoint is a file that records the last row done, after every
+	// batch; empty for none. Resume starts after the row it records.
+	Checkpoint string
+	Resume     bool
+	// Passes is how many passes run at most: a pass that changes nothing
+	// ends the run. A second pass re-times rows a worker still on the old
+	// tenants file wrote during the first (see the README). 1 when 0.
+	Passes int
+	// PassDelay separates the passes: long enough for batches computed
+	// under the old file to have been written.
+	PassDelay time.Duration
+	// Progress, when set, is called about every ProgressEvery and once at
+	// the end of each pass.
+	Progress      func(Progress)
+	ProgressEvery time.Duration
+	// Now is the clock that decides what has expired; time.Now when nil.
+	Now func() time.Time
+	Log *slog.Logger
+}
+
+// Progress is where a Retime stands.
+type Progress struct {
+	Pass      int
+	Tenant    string
+	Report    Report
+	Rate      float64       // rows scanned per second, this pass
+	ETA       time.Duration // to the end of this pass; -1 when unknown
+	Completed bool          // the pass is over
+}
+
+// Report counts what a Retime did (or, dry, would do).
+type Report struct {
+	Scanned   int64 `json:"scanned"`
+	Rewritten int64 `json:"rewritten"` // re-timed: the row's cells moved to the new timestamp
+	Deleted   int64 `json:"deleted"`   // its new (or current) expiry has passed
+	Unchanged int64 `json:"unchanged"` // already at the rule's timestamp
+	Foreign   int64 `json:"foreign"`   // keys outside cellttl's layout: left alone
+	// Bytes are the values of the rows rewritten or deleted.
+	Bytes int64 `json:"bytes"`
+	// NewExpiryFirst and NewExpiryLast bound the new expiries of the rows
+	// rewritten.
+	NewExpiryFirst time.Time `json:"new_expiry_first,omitzero"`
+	NewExpiryLast  time.Time `json:"new_expiry_last,omitzero"`
+}
+
+// Changed is the number of rows rewritten or deleted.
+func (r Report) Changed() int64 { return r.Rewritten + r.Deleted }
+
+func (r *Report) add(o Report) {
+	r.Scanned += o.Scanned
+	r.Rewritten += o.Rewritten
+	r.Deleted += o.Deleted
+	r.Unchanged += o.Unchanged
+	r.Foreign += o.Foreign
+	r.Bytes += o.Bytes
+	r.expiry(o.NewExpiryFirst)
+	r.expiry(o.NewExpiryLast)
+}
+
+func (r *Report) expiry(t time.Time) {
+	if t.IsZero() {
+		return
+	}
+	if r.NewExpiryFirst.IsZero() || t.Before(r.NewExpiryFirst) {
+		r.NewExpiryFirst = t
+	}
+	if t.After(r.NewExpiryLast) {
+		r.NewExpiryLast = t
+	}
+}
+
+// batchRows is how many row mutations go into one ApplyBulk, and the
+// granularity of the checkpoint.
+const batchRows = 500
+
+// Retime moves the cells of the tenants' rows to the timestamps policy
+// gives them: for each row whose cells are not all at the rule's timestamp
+// (one version each), one row mutation sets each column at the new
+// timestamp, with its newest value, and deletes every other version. A row
+// whose new expiry has passed is deleted, and so is one already expired as
+// it stands (re-timing never brings back an expired event). Rows are
+// visited in key order; a crash leaves each row either wholly old or
+// wholly new, and running again (or Resume) finishes the job: Retime is
+// idempotent.
+func Retime(ctx context.Context, tbl *bigtable.Table, family string, policy *expiry.Policy, o RetimeOptions) (Report, error) {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.ProgressEvery <= 0 {
+		o.ProgressEvery = 5 * time.Second
+	}
+	for _, t := range o.Tenants {
+		if err := rowkey.ValidateID("tenant", t); err != nil {
+			return Report{}, err
+		}
+	}
+	cp := &checkpoint{path: o.Checkpoint, Done: map[string]string{}}
+	if o.DryRun {
+		cp.path = "" // a plan marks nothing done
+	}
+	if o.Resume {
+		if o.Checkpoint == "" {
+			return Report{}, errors.New("--resume needs --checkpoint, the file the interrupted run wrote")
+		}
+		if err := cp.load(); err != nil {
+			return Report{}, err
+		}
+	}
+	var total Report
+	for pass := 1; pass <= max(1, o.Passes); pass++ {
+		if pass > 1 {
+			o.Log.Info("waiting before the next pass, for rows written under the old tenants file", "pass", pass, "delay", o.PassDelay)
+			select {
+			case <-ctx.Done():
+				return total, ctx.Err()
+			case <-time.After(o.PassDelay):
+			}
+			cp.reset()
+		}
+		r, err := retimePass(ctx, tbl, family, policy, o, cp, pass)
+		total.add(r)
+		if err != nil {
+			return total, err
+		}
+		if o.DryRun || r.Changed() == 0 {
+			break
+		}
+	}
+	return total, nil
+}
+
+// retimePass visits every row of the tenants once.
+func retimePass(ctx context.Context, tbl *bigtable.Table, family string, policy *expiry.Policy, o RetimeOptions, cp *checkpoint, pass int) (Report, error) {
+	var rep Report
+	start := time.Now()
+	lastProgress := start
+	pace := pacer{perSecond: o.RowsPerSecond, start: start}
+	for ti, tenant := range o.Tenants {
+		prefix := rowkey.TenantPrefix(tenant)
+		from := prefix
+		if last, ok := cp.Done[tenant]; ok {
+			if last == doneMark {
+				continue
+			}
+			from = last + "\x00" // the first key after the last done
+		}
+		rng := bigtable.NewRange(from, prefixEnd(prefix))
+		var keys []string
+		var muts []*bigtable.Mutation
+		var readErr, applyErr error
+		flush := func(lastKey string) {
+			if len(muts) > 0 && !o.DryRun {
+				if applyErr = applyBulk(ctx, tbl, keys, muts); applyErr != nil {
+					return
+				}
+			}
+			keys, muts = keys[:0], muts[:0]
+			if lastKey != "" {
+				applyErr = cp.save(tenant, lastKey)
+			}
+		}
+		now := o.Now()
+		readErr = tbl.ReadRows(ctx, rng, func(r bigtable.Row) bool {
+			row := readRow(r, family)
+			rep.Scanned++
+			m := plan(&row, tenant, policy, now, &rep)
+			if m != nil {
+				keys, muts = append(keys, row.key), append(muts, m)
+			}
+			if rep.Scanned%batchRows == 0 {
+				flush(row.key)
+				if applyErr != nil {
+					return false
+				}
+				now = o.Now()
+			}
+			if o.Progress != nil && time.Since(lastProgress) >= o.ProgressEvery {
+				lastProgress = time.Now()
+				o.Progress(progress(pass, tenant, rep, start, (float64(ti)+fraction(row.key, tenant))/float64(len(o.Tenants))))
+			}
+			return pace.wait(ctx, rep.Scanned)
+		}, familyFilter(family))
+		if applyErr != nil {
+			return rep, applyErr
+		}
+		if readErr != nil {
+			return rep, fmt.Errorf("read the rows of tenant %s: %w", tenant, readErr)
+		}
+		if err := ctx.Err(); err != nil {
+			return rep, err
+		}
+		flush("")
+		if applyErr != nil {
+			return rep, applyErr
+		}
+		if err := cp.save(tenant, doneMark); err != nil {
+			return rep, err
+		}
+	}
+	if o.Progress != nil {
+		p := progress(pass, "", rep, start, 1)
+		p.Completed = true
+		o.Progress(p)
+	}
+	return rep, nil
+}
+
+// plan decides a row's fate, counts it, and returns its mutation (nil when
+// it stays as it is).
+func plan(row *row, tenant string, policy *expiry.Policy, now time.Time, rep *Report) *bigtable.Mutation {
+	if !row.layout || row.parts.Tenant != tenant || len(row.cells) == 0 {
+		rep.Foreign++
+		return nil
+	}
+	cell := row.cell(policy)
+	ts := bigtable.Timestamp(cell.Timestamp)
+	if row.follows(ts) {
+		rep.Unchanged++
+		return nil
+	}
+	rep.Bytes += row.bytes
+	current := policy.ExpiryOf(int64(row.newest()))
+	if expiry.Expired(cell.Expiry, now) || expiry.Expired(current, now) {
+		rep.Deleted++
+		m := bigtable.NewMutation()
+		m.DeleteRow()
+		return m
+	}
+	rep.Rewritten++
+	rep.expiry(cell.Expiry)
+	return retimeMutation(row, ts)
+}
+
+// retimeMutation sets each column of row at ts with its newest value, and
+// deletes every other version: one mutation, applied atomically.
+func retimeMutation(row *row, ts bigtable.Timestamp) *bigtable.Mutation {
+	m := bigtable.NewMutation()
+	for col, versions := range row.cells {
+		family := versions[0].Column[:len(versions[0].Column)-len(col)-1]
+		newest := versions[0]
+		for _, v := range versions[1:] {
+			if v.Timestamp > newest.Timestamp {
+				newest = v
+			}
+		}
+		for _, v := range versions {
+			if v.Timestamp != ts {
+				// Timestamps are whole milliseconds: the range holds v alone.
+				m.DeleteTimestampRange(family, col, v.Timestamp, v.Timestamp+1000)
+			}
+		}
+		m.Set(family, col, ts, newest.Value)
+	}
+	return m
+}
+
+// applyBulk applies the mutations; a row that fails fails the batch.
+func applyBulk(ctx context.Context, tbl *bigtable.Table, keys []string, muts []*bigtable.Mutation) error {
+	errs, err := tbl.ApplyBulk(ctx, keys, muts)
+	if err != nil {
+		return fmt.Errorf("apply %d row mutations: %w", len(keys), err)
+	}
+	for i, e := range errs {
+		if e != nil {
+			return fmt.Errorf("row %q: %w", keys[i], e)
+		}
+	}
+	return nil
+}
+
+func progress(pass int, tenant string, rep Report, start time.Time, done float64) Progress {
+	el := time.Since(start)
+	p := Progress{Pass: pass, Tenant: tenant, Report: rep, ETA: -1}
+	if el > 0 {
+		p.Rate = float64(rep.Scanned) / el.Seconds()
+	}
+	if done > 0 && done <= 1 {
+		p.ETA = time.Duration(float64(el) * (1 - done) / done).Truncate(time.Second)
+	}
+	return p
+}
+
+// prefixEnd is the first key after every key with prefix.
+func prefixEnd(prefix string) string {
+	b := []byte(prefix)
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] < 0xff {
+			b[i]++
+			return string(b[:i+1])
+		}
+	}
+	return ""
+}
+
+// pacer holds a scan to a number of rows per second.
+type pacer struct {
+	perSecond int
+	start     time.Time
+}
+
+// wait sleeps until row n is due; false when ctx ends.
+func (p *pacer) wait(ctx context.Context, n int64) bool {
+	if p.perSecond <= 0 {
+		return ctx.Err() == nil
+	}
+	due := p.start.Add(time.Duration(float64(n) / float64(p.perSecond) * float64(time.Second)))
+	d := time.Until(due)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
