@@ -72,7 +72,9 @@ var horizons = []struct {
 
 // Audit reads the rows (every version of every cell of the family) and
 // checks each against policy.
-func Audit(ctx context.Context, tbl *bigtable.Table, family string, policy *expiry.Policy, o AuditOptions) (*AuditReport, error) {
+func Audit(ctx context.Context, tbl *bigtable.Table, family string, policy *expiry.Policy, o AuditOptions) (_ *AuditReport, err error) {
+	ctx, span := tracer.Start(ctx, "cellttl.audit")
+	defer func() { endSpan(span, Report{}, err) }()
 	if o.Now == nil {
 		o.Now = time.Now
 	}

@@ -14,7 +14,27 @@ package retention
 import (
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/cellttl/cellttl/internal/duration"
 )
 
 func fmtTTL(d time.Duration) string { return duration.Format(d) }
+
+// tracer records a span per pass, per step and per batch applied; it does
+// nothing until a tracer provider is installed.
+var tracer = otel.Tracer("github.com/cellttl/cellttl/retention")
+
+// endSpan records a step's counts and error, and ends its span.
+func endSpan(span trace.Span, rep Report, err error) {
+	span.SetAttributes(attribute.Int64("cellttl.rows.scanned", rep.Scanned), attribute.Int64("cellttl.rows.rewritten", rep.Rewritten),
+		attribute.Int64("cellttl.rows.deleted", rep.Deleted), attribute.Int64("cellttl.rows.unchanged", rep.Unchanged))
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}

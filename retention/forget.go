@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cellttl/cellttl/rowkey"
 )
@@ -31,7 +33,9 @@ type ForgetReport struct {
 // key range (tenant, hash bucket, user), and with Before, the part of it
 // before a time. Rows are deleted in batches; a crash part-way leaves the
 // rest, and running again finishes.
-func Forget(ctx context.Context, tbl *bigtable.Table, o ForgetOptions) (ForgetReport, error) {
+func Forget(ctx context.Context, tbl *bigtable.Table, o ForgetOptions) (_ ForgetReport, err error) {
+	ctx, span := tracer.Start(ctx, "cellttl.forget", trace.WithAttributes(attribute.String("cellttl.tenant", o.Tenant), attribute.Bool("cellttl.dry_run", o.DryRun)))
+	defer func() { endSpan(span, Report{}, err) }()
 	if err := rowkey.ValidateID("tenant", o.Tenant); err != nil {
 		return ForgetReport{}, err
 	}
@@ -53,7 +57,7 @@ func Forget(ctx context.Context, tbl *bigtable.Table, o ForgetOptions) (ForgetRe
 		}
 		keys, muts = keys[:0], muts[:0]
 	}
-	err := tbl.ReadRows(ctx, bigtable.NewRange(start, end), func(r bigtable.Row) bool {
+	err = tbl.ReadRows(ctx, bigtable.NewRange(start, end), func(r bigtable.Row) bool {
 		rep.Rows++
 		for _, items := range r {
 			for _, it := range items {

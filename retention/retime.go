@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cellttl/cellttl/expiry"
 	"github.com/cellttl/cellttl/rowkey"
@@ -155,8 +157,9 @@ func Retime(ctx context.Context, tbl *bigtable.Table, family string, policy *exp
 }
 
 // retimePass visits every row of the tenants once.
-func retimePass(ctx context.Context, tbl *bigtable.Table, family string, policy *expiry.Policy, o RetimeOptions, cp *checkpoint, pass int) (Report, error) {
-	var rep Report
+func retimePass(ctx context.Context, tbl *bigtable.Table, family string, policy *expiry.Policy, o RetimeOptions, cp *checkpoint, pass int) (rep Report, err error) {
+	ctx, span := tracer.Start(ctx, "cellttl.retime.pass", trace.WithAttributes(attribute.Int("cellttl.pass", pass), attribute.Bool("cellttl.dry_run", o.DryRun)))
+	defer func() { endSpan(span, rep, err) }()
 	start := time.Now()
 	lastProgress := start
 	pace := pacer{perSecond: o.RowsPerSecond, start: start}
@@ -281,6 +284,8 @@ func retimeMutation(row *row, ts bigtable.Timestamp) *bigtable.Mutation {
 
 // applyBulk applies the mutations; a row that fails fails the batch.
 func applyBulk(ctx context.Context, tbl *bigtable.Table, keys []string, muts []*bigtable.Mutation) error {
+	ctx, span := tracer.Start(ctx, "cellttl.retention.apply", trace.WithAttributes(attribute.Int("cellttl.batch.rows", len(keys))))
+	defer span.End()
 	errs, err := tbl.ApplyBulk(ctx, keys, muts)
 	if err != nil {
 		return fmt.Errorf("apply %d row mutations: %w", len(keys), err)

@@ -31,11 +31,16 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usageError(fmt.Errorf("--format %q: want text or json", format))
 	}
 	ao.Tenants = splitList(tenantList)
+	log, err := o.log.Logger(stderr)
+	if err != nil {
+		return usageError(err)
+	}
 	s, err := o.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
+	defer startTraces(ctx, log)()
 	rep, err := retention.Audit(ctx, s.dc.Open(o.table.Table), o.table.Family, s.cfg.Policy, ao)
 	if err != nil {
 		return err

@@ -49,6 +49,7 @@ func runForget(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer s.Close()
+	defer startTraces(ctx, log)()
 	rep, err := retention.Forget(ctx, s.dc.Open(o.table.Table), fo)
 	if err != nil {
 		return err

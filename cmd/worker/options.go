@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"time"
 
 	"cloud.google.com/go/bigtable"
 
@@ -73,4 +75,22 @@ func (o *tableOptions) open(ctx context.Context) (*session, error) {
 // describePolicy says what GC rule a policy needs and why.
 func describePolicy(p *expiry.Policy) string {
 	return fmt.Sprintf("strategy %s with default_ttl %s", p.Strategy, duration.Format(p.DefaultTTL))
+}
+
+// startTraces installs the OpenTelemetry providers for a command that runs
+// to completion (spans are exported when OTEL_EXPORTER_OTLP_* says where),
+// and returns what flushes them at the end.
+func startTraces(ctx context.Context, log *slog.Logger) func() {
+	tel, err := telemetry.Setup(ctx, version())
+	if err != nil {
+		log.Warn("telemetry off", "err", err)
+		return func() {}
+	}
+	return func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := tel.Shutdown(sctx); err != nil {
+			log.Warn("telemetry shutdown", "err", err)
+		}
+	}
 }

@@ -57,6 +57,7 @@ func runRetime(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer s.Close()
+	defer startTraces(ctx, log)()
 	// Re-timing is right only under the GC rule the file describes.
 	if err := sink.CheckGC(ctx, s.ac, o.table.Target(), s.cfg.Policy.GCMaxAge()); err != nil {
 		return fmt.Errorf("refusing to re-time: %w (the tenants file says %s)", err, describePolicy(s.cfg.Policy))
