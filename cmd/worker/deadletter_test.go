@@ -146,14 +146,14 @@ func TestDeadLetterTopicPermanentFailures(t *testing.T) {
 		op     kafka.ACLOperationType
 		create bool // the test creates the topic before the worker starts
 		said   string
-		fix    func(acl func(kafka.ACLOperationType, string, bool), plaintext []string, topic string)
+		fix    func(t *testing.T, acl func(kafka.ACLOperationType, string, bool), plaintext []string, topic string)
 	}{
 		{"not writable", kafka.ACLOperationTypeWrite, true, "is not writable by this worker",
-			func(acl func(kafka.ACLOperationType, string, bool), _ []string, topic string) {
+			func(_ *testing.T, acl func(kafka.ACLOperationType, string, bool), _ []string, topic string) {
 				acl(kafka.ACLOperationTypeWrite, topic, false)
 			}},
 		{"missing and not creatable", kafka.ACLOperationTypeCreate, false, "does not exist and could not be created",
-			func(_ func(kafka.ACLOperationType, string, bool), plaintext []string, topic string) {
+			func(t *testing.T, _ func(kafka.ACLOperationType, string, bool), plaintext []string, topic string) {
 				testenv.CreateTopic(t, plaintext, topic, 1)
 			}},
 	} {
@@ -190,7 +190,7 @@ func TestDeadLetterTopicPermanentFailures(t *testing.T) {
 			if behind != 1 {
 				t.Fatalf("committed %v, end %v: the bad event's partition must wait, the others not", committed, end)
 			}
-			tc.fix(acl, plaintext, dlq)
+			tc.fix(t, acl, plaintext, dlq)
 			e.waitCommitted(t, 60*time.Second)
 			if dead := testenv.ReadAll(t, plaintext, dlq, 1, 20*time.Second); len(dead) != 1 {
 				t.Errorf("%d dead letters after the fix, want 1", len(dead))

@@ -8,10 +8,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -119,17 +121,23 @@ func CreateTopicWith(t testing.TB, brokers []string, topic string, partitions in
 		t.Fatalf("dial kafka: %v", err)
 	}
 	defer conn.Close()
-	ctrl, err := conn.Controller()
-	if err != nil {
-		t.Fatalf("find controller: %v", err)
+	// A broker busy with other work (ACL changes, a second broker joining)
+	// has dropped the request's connection (EOF): ask again, on a new one.
+	var createErr error
+	for attempt := 1; attempt <= 5; attempt++ {
+		createErr = createTopic(conn, kafka.TopicConfig{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1, ConfigEntries: entries})
+		if createErr == nil || (attempt > 1 && errors.Is(createErr, kafka.TopicAlreadyExists)) {
+			createErr = nil
+			break
+		}
+		if !errors.Is(createErr, io.EOF) && !errors.Is(createErr, syscall.ECONNRESET) {
+			break
+		}
+		t.Logf("create topic %s, attempt %d: %v", topic, attempt, createErr)
+		time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
 	}
-	cc, err := kafka.Dial("tcp", net.JoinHostPort(ctrl.Host, fmt.Sprint(ctrl.Port)))
-	if err != nil {
-		t.Fatalf("dial controller: %v", err)
-	}
-	defer cc.Close()
-	if err := cc.CreateTopics(kafka.TopicConfig{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1, ConfigEntries: entries}); err != nil {
-		t.Fatalf("create topic %s: %v", topic, err)
+	if createErr != nil {
+		t.Fatalf("create topic %s: %v", topic, createErr)
 	}
 	// The controller answers before every broker knows the topic: wait
 	// until metadata shows each partition with a leader.
@@ -146,6 +154,20 @@ func CreateTopicWith(t testing.TB, brokers []string, topic string, partitions in
 		}
 		return led == partitions, fmt.Sprintf("topic %s: %d of %d partitions have a leader", topic, led, partitions)
 	})
+}
+
+// createTopic sends CreateTopics to the controller conn names.
+func createTopic(conn *kafka.Conn, tc kafka.TopicConfig) error {
+	ctrl, err := conn.Controller()
+	if err != nil {
+		return fmt.Errorf("find controller: %w", err)
+	}
+	cc, err := kafka.Dial("tcp", net.JoinHostPort(ctrl.Host, fmt.Sprint(ctrl.Port)))
+	if err != nil {
+		return fmt.Errorf("dial controller: %w", err)
+	}
+	defer cc.Close()
+	return cc.CreateTopics(tc)
 }
 
 // Produce writes values to topic, keyed by the given keys (nil for none),
