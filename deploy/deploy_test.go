@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -35,7 +36,7 @@ func workerCLI(t *testing.T) cli {
 	}
 	c := cli{commands: map[string]map[string]bool{}, env: map[string]bool{}}
 	flagRe, envRe := regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`), regexp.MustCompile(`\(env ([A-Z0-9_]+)\)`)
-	for _, cmd := range []string{"run", "setup", "check", "read"} {
+	for _, cmd := range []string{"run", "setup", "check", "read", "retime", "forget", "audit"} {
 		var out bytes.Buffer
 		h := exec.Command(bin, cmd, "--help")
 		h.Stdout, h.Stderr = &out, &out
@@ -323,5 +324,41 @@ func TestDockerfile(t *testing.T) {
 		if !strings.Contains(s, want) {
 			t.Errorf("Dockerfile lacks %q", want)
 		}
+	}
+}
+
+// The retime Job is Indexed, each pod takes the shard of its completion
+// index out of as many as there are completions, with flags the worker has.
+func TestRetimeJob(t *testing.T) {
+	c := workerCLI(t)
+	data, err := os.ReadFile("k8s/retention/retime-job.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var job object
+	if err := yaml.Unmarshal(data, &job); err != nil {
+		t.Fatal(err)
+	}
+	spec := get(job, "spec")
+	n, _ := get(spec, "completions").(int)
+	if str(get(spec, "completionMode")) != "Indexed" || n < 1 || get(spec, "parallelism") != n {
+		t.Fatalf("job spec %v: want Indexed, parallelism == completions", spec)
+	}
+	ctr := list(get(spec, "template", "spec", "containers"))[0]
+	args := toStrings(get(ctr, "args"))
+	if c.checkArgs(t, "retime Job", args) != "retime" {
+		t.Errorf("args %v: not worker retime", args)
+	}
+	if !slices.Contains(args, fmt.Sprintf("--shard=$(SHARD_INDEX)/%d", n)) {
+		t.Errorf("args %v: no --shard=$(SHARD_INDEX)/%d", args, n)
+	}
+	var index bool
+	for _, e := range list(get(ctr, "env")) {
+		if str(get(e, "name")) == "SHARD_INDEX" {
+			index = str(get(e, "valueFrom", "fieldRef", "fieldPath")) == "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+		}
+	}
+	if !index {
+		t.Error("SHARD_INDEX does not come from the completion index")
 	}
 }

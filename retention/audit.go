@@ -2,6 +2,7 @@ package retention
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -16,6 +17,8 @@ import (
 type AuditOptions struct {
 	// Tenants to audit; every row of the table when empty.
 	Tenants []string
+	// Shard is this process's part of the rows (all when zero).
+	Shard Shard
 	// Sample stops after this many rows per tenant (of the table when
 	// Tenants is empty); 0 reads them all.
 	Sample int64
@@ -126,15 +129,17 @@ func Audit(ctx context.Context, tbl *bigtable.Table, family string, policy *expi
 	}
 	var ranges []bigtable.RowRange
 	if len(o.Tenants) == 0 {
-		ranges = []bigtable.RowRange{bigtable.InfiniteRange("")}
+		if o.Shard.Count > 1 {
+			return nil, errors.New("--shard needs --tenant: shards split each tenant's rows by hash bucket, the same way in every process")
+		}
+		ranges = append(ranges, bigtable.InfiniteRange(""))
 	}
 	for _, id := range o.Tenants {
 		if err := rowkey.ValidateID("tenant", id); err != nil {
 			return nil, err
 		}
 		tenant(id)
-		p := rowkey.TenantPrefix(id)
-		ranges = append(ranges, bigtable.NewRange(p, prefixEnd(p)))
+		ranges = append(ranges, bigtable.NewRange(o.Shard.tenantRange(id)))
 	}
 	for _, rng := range ranges {
 		opts := []bigtable.ReadOption{familyFilter(family)}

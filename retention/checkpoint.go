@@ -2,6 +2,7 @@ package retention
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,18 +19,23 @@ type checkpoint struct {
 	Done map[string]string `json:"done"` // tenant -> last key done, or doneMark
 }
 
-func (c *checkpoint) load() error {
+// load reads the checkpoint; a missing file is an empty checkpoint (the
+// first run of a job that always passes --resume), and ok says which.
+func (c *checkpoint) load() (ok bool, err error) {
 	b, err := os.ReadFile(c.path)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
 	if err != nil {
-		return fmt.Errorf("read checkpoint: %w", err)
+		return false, fmt.Errorf("read checkpoint: %w", err)
 	}
 	if err := json.Unmarshal(b, c); err != nil {
-		return fmt.Errorf("checkpoint %s: %w", c.path, err)
+		return false, fmt.Errorf("checkpoint %s: %w", c.path, err)
 	}
 	if c.Done == nil {
 		c.Done = map[string]string{}
 	}
-	return nil
+	return true, nil
 }
 
 func (c *checkpoint) reset() { c.Done = map[string]string{} }

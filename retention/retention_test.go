@@ -203,7 +203,7 @@ func TestRetimeResumes(t *testing.T) {
 	}
 	var cp checkpoint
 	cp.path = cpFile
-	if err := cp.load(); err != nil || cp.Done["acme"] == "" || cp.Done["acme"] == doneMark {
+	if ok, err := cp.load(); !ok || err != nil || cp.Done["acme"] == "" || cp.Done["acme"] == doneMark {
 		t.Fatalf("checkpoint after the interruption: %+v, %v", cp.Done, err)
 	}
 	o.Progress, o.Resume = nil, true
@@ -316,5 +316,61 @@ func TestAudit(t *testing.T) {
 	rep, err = Audit(ctx, tbl, tgt.Family, cur, AuditOptions{Tenants: []string{"acme", "globex"}})
 	if err != nil || !(rep.Foreign == 0 && rep.Clean()) {
 		t.Errorf("after retime, audit of the tenants: %+v, %v", rep, err)
+	}
+}
+
+// N shards together touch every row exactly once, for retime and audit.
+func TestShardsTouchEveryRowOnce(t *testing.T) {
+	dc, ac := testenv.Clients(t)
+	old, cur := policy(t, "default_ttl: 2d\ntenants:\n  acme: 3h\n"), policy(t, "default_ttl: 2d\ntenants:\n  acme: 1h\n")
+	tgt := testenv.Table(t, ac, dc, cur.GCMaxAge())
+	tbl := dc.Open(tgt.Table)
+	w, err := sink.NewWriter(dc, tgt, sink.DefaultWriterConfig(), nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 2000
+	now := time.Now()
+	var rows []sink.Row
+	for i := range n {
+		tenant := []string{"acme", "globex"}[i%2]
+		base := now.Add(-time.Duration(i) * time.Second)
+		rows = append(rows, sink.Row{Key: rowkey.Key(tenant, fmt.Sprintf("user-%d", i), fmt.Sprintf("e%d", i), base.UnixMilli()),
+			Timestamp: old.Cell(tenant, base).Timestamp, Value: []byte("{}")})
+	}
+	if _, err := w.Write(ctx, rows); err != nil {
+		t.Fatal(err)
+	}
+	for _, count := range []int{1, 3, 4} {
+		var scanned, live int64
+		for i := range count {
+			sh := Shard{Index: i, Count: count}
+			rep, err := Retime(ctx, tbl, tgt.Family, cur, RetimeOptions{Tenants: []string{"acme", "globex"}, Shard: sh, DryRun: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if count > 1 && (rep.Scanned == 0 || rep.Scanned == n) {
+				t.Errorf("shard %s scanned %d of %d rows: the split is not a split", sh, rep.Scanned, n)
+			}
+			scanned += rep.Scanned
+			a, err := Audit(ctx, tbl, tgt.Family, cur, AuditOptions{Tenants: []string{"acme", "globex"}, Shard: sh})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ta := range a.Tenants {
+				live += ta.LiveRows + ta.ExpiredRows
+			}
+		}
+		if scanned != n || live != n {
+			t.Errorf("%d shards: retime scanned %d rows, audit counted %d, want %d each: every row exactly once", count, scanned, live, n)
+		}
+	}
+	if _, err := Audit(ctx, tbl, tgt.Family, cur, AuditOptions{Shard: Shard{Index: 0, Count: 2}}); err == nil {
+		t.Error("a sharded audit of the whole table was accepted")
+	}
+	for _, bad := range []string{"4/4", "-1/2", "1", "a/b", "0/0"} {
+		if _, err := ParseShard(bad); err == nil {
+			t.Errorf("--shard %q accepted", bad)
+		}
 	}
 }

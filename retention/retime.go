@@ -18,6 +18,8 @@ import (
 // RetimeOptions tune a Retime.
 type RetimeOptions struct {
 	Tenants []string
+	// Shard is this process's part of each tenant's rows (all when zero).
+	Shard Shard
 	// DryRun computes the plan and changes nothing.
 	DryRun bool
 	// RowsPerSecond bounds the rows scanned per second; 0 for no bound.
@@ -129,8 +131,12 @@ func Retime(ctx context.Context, tbl *bigtable.Table, family string, policy *exp
 		if o.Checkpoint == "" {
 			return Report{}, errors.New("--resume needs --checkpoint, the file the interrupted run wrote")
 		}
-		if err := cp.load(); err != nil {
+		found, err := cp.load()
+		if err != nil {
 			return Report{}, err
+		}
+		if !found {
+			o.Log.Info("no checkpoint yet: starting from the first row", "checkpoint", o.Checkpoint)
 		}
 	}
 	var total Report
@@ -164,15 +170,14 @@ func retimePass(ctx context.Context, tbl *bigtable.Table, family string, policy 
 	lastProgress := start
 	pace := pacer{perSecond: o.RowsPerSecond, start: start}
 	for ti, tenant := range o.Tenants {
-		prefix := rowkey.TenantPrefix(tenant)
-		from := prefix
+		from, to := o.Shard.tenantRange(tenant)
 		if last, ok := cp.Done[tenant]; ok {
 			if last == doneMark {
 				continue
 			}
 			from = last + "\x00" // the first key after the last done
 		}
-		rng := bigtable.NewRange(from, prefixEnd(prefix))
+		rng := bigtable.NewRange(from, to)
 		var keys []string
 		var muts []*bigtable.Mutation
 		var readErr, applyErr error
@@ -204,7 +209,7 @@ func retimePass(ctx context.Context, tbl *bigtable.Table, family string, policy 
 			}
 			if o.Progress != nil && time.Since(lastProgress) >= o.ProgressEvery {
 				lastProgress = time.Now()
-				o.Progress(progress(pass, tenant, rep, start, (float64(ti)+fraction(row.key, tenant))/float64(len(o.Tenants))))
+				o.Progress(progress(pass, tenant, rep, start, (float64(ti)+o.Shard.progress(row.key, tenant))/float64(len(o.Tenants))))
 			}
 			return pace.wait(ctx, rep.Scanned)
 		}, familyFilter(family))

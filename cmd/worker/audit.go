@@ -17,15 +17,20 @@ import (
 func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o := defaultTableOptions()
 	var ao retention.AuditOptions
-	var tenantList, format string
+	var tenantList, format, shard string
+	var err error
 	f := envflag.New("worker audit", "worker audit: per tenant, live and expired-but-stored rows, cells that break the rule, when the live data leaves.\n"+
 		"Exit status: 0 every cell follows the rule, 1 some do not (or an error), 2 bad flags.", stderr)
 	o.register(f)
 	f.String(&tenantList, "tenant", "", "", "comma-separated tenants (default: the whole table)")
 	f.Int64(&ao.Sample, "sample", "", 0, "read at most this many rows per tenant (0: all)")
+	f.String(&shard, "shard", "", "0/1", "this process's part I/N of each tenant's rows, I from 0 (a Kubernetes Indexed Job's completion index): N processes share the work without overlap")
 	f.String(&format, "format", "", "text", "output: text or json")
 	if err := parse(f, args); err != nil {
 		return err
+	}
+	if ao.Shard, err = retention.ParseShard(shard); err != nil {
+		return usageError(err)
 	}
 	if format != "text" && format != "json" {
 		return usageError(fmt.Errorf("--format %q: want text or json", format))

@@ -23,7 +23,8 @@ const exitInterrupted = 3
 // timestamps the current tenants file gives them.
 func runRetime(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o := defaultTableOptions()
-	var tenantList, format string
+	var tenantList, format, shard string
+	var err error
 	ro := retention.RetimeOptions{Passes: 2, PassDelay: time.Minute}
 	f := envflag.New("worker retime", "worker retime: apply the tenants file's TTLs to the cells already written for some tenants.\n"+
 		"Exit status: 0 done, 2 bad flags or file, 3 interrupted (run again with --resume), 1 other errors.", stderr)
@@ -35,9 +36,13 @@ func runRetime(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	f.Bool(&ro.Resume, "resume", "", false, "start after the row the --checkpoint file records")
 	f.Int(&ro.Passes, "passes", "", ro.Passes, "passes at most; a pass that changes nothing ends the run (the second catches rows written meanwhile under the old file)")
 	f.Duration(&ro.PassDelay, "pass-delay", "", ro.PassDelay, "wait between passes")
+	f.String(&shard, "shard", "", "0/1", "this process's part I/N of each tenant's rows, I from 0 (a Kubernetes Indexed Job's completion index): N processes share the work without overlap")
 	f.String(&format, "format", "", "text", "output: text or json")
 	if err := parse(f, args); err != nil {
 		return err
+	}
+	if ro.Shard, err = retention.ParseShard(shard); err != nil {
+		return usageError(err)
 	}
 	ro.Tenants = splitList(tenantList)
 	switch {
@@ -86,16 +91,17 @@ func runRetime(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return json.NewEncoder(stdout).Encode(struct {
 			DryRun  bool     `json:"dry_run"`
 			Tenants []string `json:"tenants"`
+			Shard   string   `json:"shard"`
 			Version string   `json:"config_version"`
 			retention.Report
-		}{ro.DryRun, ro.Tenants, s.cfg.Version, rep})
+		}{ro.DryRun, ro.Tenants, ro.Shard.String(), s.cfg.Version, rep})
 	}
 	head, rewritten, deleted := "re-timed", "re-timed", "deleted (their expiry under the file had passed)"
 	if ro.DryRun {
 		head, rewritten, deleted = "plan (dry run) for", "to re-time", "to delete at once (their expiry under the file has passed)"
 	}
 	fmt.Fprintf(stdout, "%s %s under tenants file version %s: scanned %d rows; %d %s, %d %s, %d unchanged, %d outside cellttl's layout (left alone); %d bytes affected\n",
-		head, strings.Join(ro.Tenants, ","), s.cfg.Version, rep.Scanned, rep.Rewritten, rewritten, rep.Deleted, deleted, rep.Unchanged, rep.Foreign, rep.Bytes)
+		head, strings.Join(ro.Tenants, ",")+shardNote(ro.Shard), s.cfg.Version, rep.Scanned, rep.Rewritten, rewritten, rep.Deleted, deleted, rep.Unchanged, rep.Foreign, rep.Bytes)
 	if rep.Rewritten > 0 {
 		fmt.Fprintf(stdout, "new expiries from %s to %s\n", rep.NewExpiryFirst.Format(time.RFC3339), rep.NewExpiryLast.Format(time.RFC3339))
 	}
@@ -111,4 +117,12 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// shardNote names the shard in the summary when the work is split.
+func shardNote(s retention.Shard) string {
+	if s.Count <= 1 {
+		return ""
+	}
+	return " (shard " + s.String() + ")"
 }
