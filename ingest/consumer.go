@@ -220,6 +220,9 @@ func (c *Consumer) generations(ctx context.Context) {
 		}
 		c.mu.Unlock()
 		c.log.Info("joined consumer group", "group", c.cfg.Group, "generation", gen.ID, "member", gen.MemberID, "partitions", ids)
+		if len(parts) == 0 {
+			gen.Start(c.watchEmptyAssignment)
+		}
 		// The fetcher runs until the group ends the generation; errors of a
 		// partition never end it (a returning function would).
 		gen.Start(func(gctx context.Context) {
@@ -264,6 +267,55 @@ func (c *Consumer) noPartitions(ctx context.Context) {
 		c.log.Error("waiting for the input topic", "topic", c.cfg.Topic, "err", missing)
 	}
 	c.setErr(missing)
+}
+
+// emptyCheckInterval is how often a member with no partitions checks that
+// it should have none.
+var emptyCheckInterval = 5 * time.Second
+
+// watchEmptyAssignment ends a generation that gave this member nothing
+// although the input topic has at least as many partitions as the group has
+// members: an assignment the leader computed before the topic existed (a
+// broker that creates topics on demand creates it in the middle of the
+// join). kafka-go's partition watcher cannot see it, since the topic
+// already has its partitions when the watcher starts. Returning ends the
+// generation, and the next assignment sees the topic.
+func (c *Consumer) watchEmptyAssignment(ctx context.Context) {
+	t := time.NewTicker(emptyCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		partitions, members, err := c.groupShape(ctx)
+		if err != nil || partitions == 0 || members == 0 || members > partitions {
+			continue // nothing to tell, or more members than partitions: none is right
+		}
+		c.log.Warn("no partitions assigned although the input topic has enough for every member; rejoining",
+			"topic", c.cfg.Topic, "partitions", partitions, "members", members)
+		return
+	}
+}
+
+// groupShape counts the input topic's partitions and the group's members.
+func (c *Consumer) groupShape(ctx context.Context) (partitions, members int, err error) {
+	md, err := c.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{c.cfg.Topic}})
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(md.Topics) != 1 || md.Topics[0].Error != nil {
+		return 0, 0, nil
+	}
+	dg, err := c.client.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{c.cfg.Group}})
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(dg.Groups) != 1 || dg.Groups[0].Error != nil {
+		return 0, 0, nil
+	}
+	return len(md.Topics[0].Partitions), len(dg.Groups[0].Members), nil
 }
 
 func (c *Consumer) setErr(err error) {

@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/cellttl/cellttl/internal/testenv"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 func owned(c *Consumer) []int {
@@ -96,4 +99,42 @@ func TestConsumerGroupSharesAndCommits(t *testing.T) {
 			t.Errorf("partition %d: committed %d, end %d", p, committed[p], end[p])
 		}
 	}
+}
+
+// A generation whose assignment gave this member nothing, while the topic
+// has a partition for every member (the leader assigned before the topic
+// existed, on a broker that creates topics on demand), is left for the
+// next one: the member does not sit without partitions for good. The
+// first SyncGroup answer is emptied to force that assignment.
+func TestEmptyAssignmentIsNotKept(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "in"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	// The leader's first SyncGroup assigns nothing: the broker then runs
+	// the group as usual, with that assignment.
+	var first sync.Once
+	cluster.ControlKey(int16(kmsg.SyncGroup), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		first.Do(func() {
+			none := kmsg.NewConsumerMemberAssignment()
+			sync := req.(*kmsg.SyncGroupRequest)
+			for i := range sync.GroupAssignment {
+				sync.GroupAssignment[i].MemberAssignment = none.AppendTo(nil)
+			}
+		})
+		return nil, nil, false
+	})
+	cluster.KeepControl()
+	defer func(d time.Duration) { emptyCheckInterval = d }(emptyCheckInterval)
+	emptyCheckInterval = 200 * time.Millisecond
+	c, err := NewConsumer(ConsumerConfig{Brokers: cluster.ListenAddrs(), Topic: "in", Group: testenv.Name("group"), SessionTimeout: 6 * time.Second}, nil, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		s := c.Status()
+		return len(s.Partitions) == 3, fmt.Sprintf("%+v", s)
+	})
 }
