@@ -17,7 +17,14 @@ import (
 
 // RetimeOptions tune a Retime.
 type RetimeOptions struct {
+	// Tenants whose rows to re-time; every row of the table when nil (a
+	// migration that changes the strategy moves every cell).
 	Tenants []string
+	// WrittenUnder is the policy the rows not yet re-timed were written
+	// under, which says whether one has already expired as it stands; the
+	// policy given to Retime when nil (the GC rule has not changed, and
+	// both read a timestamp the same way).
+	WrittenUnder *expiry.Policy
 	// Shard is this process's part of each tenant's rows (all when zero).
 	Shard Shard
 	// DryRun computes the plan and changes nothing.
@@ -123,6 +130,12 @@ func Retime(ctx context.Context, tbl *bigtable.Table, family string, policy *exp
 			return Report{}, err
 		}
 	}
+	if o.WrittenUnder == nil {
+		o.WrittenUnder = policy
+	}
+	if o.Tenants == nil && o.Shard.Count > 1 {
+		return Report{}, errors.New("--shard needs --tenant: shards split each tenant's rows by hash bucket")
+	}
 	cp := &checkpoint{path: o.Checkpoint, Done: map[string]string{}}
 	if o.DryRun {
 		cp.path = "" // a plan marks nothing done
@@ -169,8 +182,15 @@ func retimePass(ctx context.Context, tbl *bigtable.Table, family string, policy 
 	start := time.Now()
 	lastProgress := start
 	pace := pacer{perSecond: o.RowsPerSecond, start: start}
-	for ti, tenant := range o.Tenants {
+	tenants := o.Tenants
+	if tenants == nil {
+		tenants = []string{wholeTable}
+	}
+	for ti, tenant := range tenants {
 		from, to := o.Shard.tenantRange(tenant)
+		if tenant == wholeTable {
+			from, to = "", ""
+		}
 		if last, ok := cp.Done[tenant]; ok {
 			if last == doneMark {
 				continue
@@ -178,6 +198,9 @@ func retimePass(ctx context.Context, tbl *bigtable.Table, family string, policy 
 			from = last + "\x00" // the first key after the last done
 		}
 		rng := bigtable.NewRange(from, to)
+		if to == "" {
+			rng = bigtable.InfiniteRange(from)
+		}
 		var keys []string
 		var muts []*bigtable.Mutation
 		var readErr, applyErr error
@@ -196,7 +219,7 @@ func retimePass(ctx context.Context, tbl *bigtable.Table, family string, policy 
 		readErr = tbl.ReadRows(ctx, rng, func(r bigtable.Row) bool {
 			row := readRow(r, family)
 			rep.Scanned++
-			m := plan(&row, tenant, policy, now, &rep)
+			m := plan(&row, tenant, policy, o.WrittenUnder, now, &rep)
 			if m != nil {
 				keys, muts = append(keys, row.key), append(muts, m)
 			}
@@ -209,7 +232,7 @@ func retimePass(ctx context.Context, tbl *bigtable.Table, family string, policy 
 			}
 			if o.Progress != nil && time.Since(lastProgress) >= o.ProgressEvery {
 				lastProgress = time.Now()
-				o.Progress(progress(pass, tenant, rep, start, (float64(ti)+o.Shard.progress(row.key, tenant))/float64(len(o.Tenants))))
+				o.Progress(progress(pass, tenant, rep, start, (float64(ti)+o.Shard.progress(row.key, tenant))/float64(len(tenants))))
 			}
 			return pace.wait(ctx, rep.Scanned)
 		}, familyFilter(family))
@@ -238,27 +261,36 @@ func retimePass(ctx context.Context, tbl *bigtable.Table, family string, policy 
 	return rep, nil
 }
 
+// wholeTable stands for every row of the table where a tenant is expected.
+const wholeTable = "\x00(every tenant)"
+
 // plan decides a row's fate, counts it, and returns its mutation (nil when
 // it stays as it is).
-func plan(row *row, tenant string, policy *expiry.Policy, now time.Time, rep *Report) *bigtable.Mutation {
-	if !row.layout || row.parts.Tenant != tenant || len(row.cells) == 0 {
+func plan(row *row, tenant string, policy, writtenUnder *expiry.Policy, now time.Time, rep *Report) *bigtable.Mutation {
+	if !row.layout || (tenant != wholeTable && row.parts.Tenant != tenant) || len(row.cells) == 0 {
 		rep.Foreign++
 		return nil
 	}
 	cell := row.cell(policy)
 	ts := bigtable.Timestamp(cell.Timestamp)
+	// Expired, as the row stands or under the file: deleted now rather
+	// than left to GC, and never brought back by a later timestamp.
+	current := writtenUnder.ExpiryOf(int64(row.newest()))
+	if row.follows(ts) {
+		current = cell.Expiry
+	}
+	if expiry.Expired(cell.Expiry, now) || expiry.Expired(current, now) {
+		rep.Deleted++
+		rep.Bytes += row.bytes
+		m := bigtable.NewMutation()
+		m.DeleteRow()
+		return m
+	}
 	if row.follows(ts) {
 		rep.Unchanged++
 		return nil
 	}
 	rep.Bytes += row.bytes
-	current := policy.ExpiryOf(int64(row.newest()))
-	if expiry.Expired(cell.Expiry, now) || expiry.Expired(current, now) {
-		rep.Deleted++
-		m := bigtable.NewMutation()
-		m.DeleteRow()
-		return m
-	}
 	rep.Rewritten++
 	rep.expiry(cell.Expiry)
 	return retimeMutation(row, ts)

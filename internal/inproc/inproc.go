@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	stdlog "log"
+	"sync"
 
 	"cloud.google.com/go/bigtable"
 	"cloud.google.com/go/bigtable/bttest"
@@ -65,7 +66,11 @@ func (k *Kafka) Brokers() []string { return k.c.ListenAddrs() }
 func (k *Kafka) Close() { k.c.Close() }
 
 // Bigtable is an in-process Bigtable emulator.
-type Bigtable struct{ srv *bttest.Server }
+type Bigtable struct {
+	srv   *bttest.Server
+	mu    sync.Mutex
+	conns []*grpc.ClientConn // given to clients, which do not close them
+}
 
 // BigtableOptions shape the in-process emulator.
 type BigtableOptions struct {
@@ -96,32 +101,53 @@ func StartBigtable(o BigtableOptions) (*Bigtable, error) {
 // Addr is the emulator's address, as BIGTABLE_EMULATOR_HOST takes it.
 func (b *Bigtable) Addr() string { return b.srv.Addr }
 
-// Close stops the emulator.
-func (b *Bigtable) Close() { b.srv.Close() }
+// Close closes the connections of the clients Clients made, then stops the
+// emulator.
+func (b *Bigtable) Close() {
+	b.mu.Lock()
+	for _, c := range b.conns {
+		c.Close()
+	}
+	b.conns = nil
+	b.mu.Unlock()
+	b.srv.Close()
+}
+
+// dial opens a connection to the emulator that Close closes: a client
+// given a connection leaves it open when it is closed itself.
+func (b *Bigtable) dial() (*grpc.ClientConn, error) {
+	conn, err := grpc.NewClient(b.srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("connect to the in-process Bigtable emulator: %w", err)
+	}
+	b.mu.Lock()
+	b.conns = append(b.conns, conn)
+	b.mu.Unlock()
+	return conn, nil
+}
 
 // Clients opens data and admin clients of the emulator's project "local",
-// instance "local", without BIGTABLE_EMULATOR_HOST: the connection is
-// given to the client rather than found through the environment.
+// instance "local", without BIGTABLE_EMULATOR_HOST: the connections are
+// given to the clients rather than found through the environment, and
+// Close closes them. BIGTABLE_EMULATOR_HOST, when set, still makes the
+// client library dial the emulator it names, and leave that connection
+// open: the clients use the in-process one all the same.
 func (b *Bigtable) Clients(ctx context.Context) (*bigtable.Client, *bigtable.AdminClient, error) {
-	// A connection each: closing a client closes the connection it was
-	// given.
-	dconn, err := grpc.NewClient(b.srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	dconn, err := b.dial()
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect to the in-process Bigtable emulator: %w", err)
+		return nil, nil, err
 	}
 	dc, err := bigtable.NewClient(ctx, "local", "local", option.WithGRPCConn(dconn))
 	if err != nil {
-		dconn.Close()
 		return nil, nil, fmt.Errorf("bigtable client of the in-process emulator: %w", err)
 	}
-	aconn, err := grpc.NewClient(b.srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	aconn, err := b.dial()
 	if err != nil {
 		dc.Close()
-		return nil, nil, fmt.Errorf("connect to the in-process Bigtable emulator: %w", err)
+		return nil, nil, err
 	}
 	ac, err := bigtable.NewAdminClient(ctx, "local", "local", option.WithGRPCConn(aconn))
 	if err != nil {
-		aconn.Close()
 		dc.Close()
 		return nil, nil, fmt.Errorf("bigtable admin client of the in-process emulator: %w", err)
 	}

@@ -1,0 +1,11 @@
+package inproc
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// Every goroutine a test starts, the clients' connections among them, has
+// ended when the package's tests end.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -1,0 +1,180 @@
+package retention
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"cloud.google.com/go/bigtable"
+
+	"github.com/cellttl/cellttl/expiry"
+	"github.com/cellttl/cellttl/internal/duration"
+)
+
+// MaxReplicatedStep is how much a GC max-age may grow in one change on a
+// replicated table.
+const MaxReplicatedStep = 90 * 24 * time.Hour
+
+// Step is one step of a migration: a GC rule change, or a re-timing.
+type Step struct {
+	// MaxAge, when non-zero, is the family's new GC max-age.
+	MaxAge time.Duration `json:"gc_max_age,omitempty"`
+	// Retime re-times the rows of Tenants (every row when nil) to the new
+	// file, reading the rows not yet moved as written under the old.
+	Retime bool `json:"retime,omitempty"`
+	// Purge deletes the rows of Tenants already expired under the old
+	// file, before a step after which they would read as live again.
+	Purge   bool     `json:"purge,omitempty"`
+	Tenants []string `json:"tenants,omitempty"`
+	Why     string   `json:"why"`
+}
+
+func (s Step) String() string {
+	if s.Purge {
+		return "delete the rows already expired under the old file: " + s.Why
+	}
+	if !s.Retime {
+		return fmt.Sprintf("set the GC rule to max-age %s: %s", duration.Format(s.MaxAge), s.Why)
+	}
+	who := "every row"
+	if s.Tenants != nil {
+		who = fmt.Sprintf("the rows of %v", s.Tenants)
+	}
+	return fmt.Sprintf("re-time %s to the new file: %s", who, s.Why)
+}
+
+// PlanMigration orders the steps that take a table written under old to
+// new so that GC never deletes a cell before the earlier of its old and new
+// expiry: a GC max-age that grows changes before the cells move (to
+// earlier timestamps, which the old rule would collect early), one that
+// shrinks after them (the old cells would be collected early under it).
+// On a replicated table a growth is split into steps of at most 90 days.
+func PlanMigration(old, new *expiry.Policy, replicated bool) []Step {
+	mOld, mNew := old.GCMaxAge(), new.GCMaxAge()
+	var retime *Step
+	switch {
+	case old.Strategy != new.Strategy:
+		retime = &Step{Retime: true, Why: "the strategy changes what a timestamp means, for every cell"}
+	case old.Strategy == expiry.DefaultExpiration && old.DefaultTTL != new.DefaultTTL:
+		// An unlisted tenant's cells sit at the event time whatever the
+		// default: only the listed tenants' (on either side) move.
+		retime = &Step{Retime: true, Tenants: listed(old, new), Why: "a listed tenant's timestamp is its TTL less default_ttl"}
+	case !samePolicy(old, new):
+		retime = &Step{Retime: true, Why: "TTLs change"}
+		if old.DefaultTTL == new.DefaultTTL {
+			retime.Tenants = changedTenants(old, new)
+		}
+	}
+	var gc []Step
+	if mNew > mOld {
+		for at := mOld; at < mNew; {
+			next := mNew
+			if replicated && next-at > MaxReplicatedStep {
+				next = at + MaxReplicatedStep
+			}
+			gc = append(gc, Step{MaxAge: next, Why: "a longer max-age first: no cell is collected before its time, old or new"})
+			at = next
+		}
+	} else if mNew < mOld {
+		gc = []Step{{MaxAge: mNew, Why: "a shorter max-age last, once no cell sits where it would be collected early"}}
+	}
+	var steps []Step
+	if mNew > mOld {
+		if retime != nil {
+			// After the longer max-age, readers move to the new file,
+			// which reads a cell not yet moved as expiring later: one
+			// already expired would show again until it is re-timed.
+			steps = append(steps, Step{Purge: true, Tenants: retime.Tenants, Why: "the new file would read them as live until they are re-timed"})
+		}
+		steps = append(steps, gc...)
+	}
+	if retime != nil {
+		steps = append(steps, *retime)
+	}
+	if mNew < mOld {
+		steps = append(steps, gc...)
+	}
+	return steps
+}
+
+func listed(ps ...*expiry.Policy) []string {
+	set := map[string]bool{}
+	for _, p := range ps {
+		for id := range p.Tenants {
+			set[id] = true
+		}
+	}
+	return sortedKeys(set)
+}
+
+func changedTenants(old, new *expiry.Policy) []string {
+	set := map[string]bool{}
+	for _, id := range listed(old, new) {
+		if old.TTL(id) != new.TTL(id) {
+			set[id] = true
+		}
+	}
+	return sortedKeys(set)
+}
+
+func sortedKeys(set map[string]bool) []string {
+	out := make([]string, 0, len(set))
+	for id := range set {
+		out = append(out, id)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func samePolicy(a, b *expiry.Policy) bool {
+	if a.Strategy != b.Strategy || a.DefaultTTL != b.DefaultTTL || len(a.Tenants) != len(b.Tenants) {
+		return false
+	}
+	for id, ttl := range a.Tenants {
+		if b.Tenants[id] != ttl {
+			return false
+		}
+	}
+	return true
+}
+
+// GCSetter changes the family's GC rule: the admin client's SetGCPolicy.
+type GCSetter func(ctx context.Context, maxAge time.Duration) error
+
+// Migrate runs the steps, in order. Re-timing steps take o (checkpoint,
+// rate, progress) with the old policy as WrittenUnder; onStep, when set,
+// is told before each step starts and after it ends.
+func Migrate(ctx context.Context, tbl *bigtable.Table, family string, old, new *expiry.Policy, steps []Step, setGC GCSetter, o RetimeOptions, onStep func(i int, s Step, done bool)) (Report, error) {
+	var total Report
+	for i, st := range steps {
+		if onStep != nil {
+			onStep(i, st, false)
+		}
+		ctx, span := tracer.Start(ctx, "cellttl.migrate.step")
+		var err error
+		if st.Purge {
+			ro := o
+			ro.Tenants, ro.WrittenUnder, ro.Passes = st.Tenants, old, 1
+			var r Report
+			r, err = Retime(ctx, tbl, family, old, ro) // rows follow the old file: only the expired ones change
+			total.add(r)
+		} else if st.Retime {
+			ro := o
+			ro.Tenants, ro.WrittenUnder = st.Tenants, old
+			var r Report
+			r, err = Retime(ctx, tbl, family, new, ro)
+			total.add(r)
+		} else {
+			err = setGC(ctx, st.MaxAge)
+		}
+		endSpan(span, total, err)
+		if err != nil {
+			return total, fmt.Errorf("step %d (%s): %w", i+1, st, err)
+		}
+		if onStep != nil {
+			onStep(i, st, true)
+		}
+	}
+	return total, nil
+}

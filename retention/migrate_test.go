@@ -1,0 +1,193 @@
+package retention
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/bigtable"
+
+	"github.com/cellttl/cellttl/expiry"
+	"github.com/cellttl/cellttl/internal/testenv"
+	"github.com/cellttl/cellttl/reader"
+	"github.com/cellttl/cellttl/rowkey"
+	"github.com/cellttl/cellttl/sink"
+)
+
+func TestPlanMigrationOrder(t *testing.T) {
+	d2 := policy(t, "default_ttl: 2d\ntenants:\n  acme: 1h\n")
+	d3 := policy(t, "default_ttl: 3d\ntenants:\n  acme: 1h\n")
+	one := policy(t, "strategy: one-second\ndefault_ttl: 2d\ntenants:\n  acme: 1h\n")
+	for _, tc := range []struct {
+		name     string
+		old, new *expiry.Policy
+		repl     bool
+		want     string
+	}{
+		{"raise", d2, d3, false, "[purge gc 3d retime [acme]]"},
+		{"lower", d3, d2, false, "[retime [acme] gc 2d]"},
+		{"to one-second", d2, one, false, "[retime all gc 1s]"},
+		{"from one-second", one, d2, false, "[purge gc 2d retime all]"},
+		{"raise by 200d, replicated", d2, policy(t, "default_ttl: 202d\ntenants:\n  acme: 1h\n"), true, "[purge gc 92d gc 182d gc 202d retime [acme]]"},
+	} {
+		var got []string
+		for _, s := range PlanMigration(tc.old, tc.new, tc.repl) {
+			switch {
+			case s.Purge:
+				got = append(got, "purge")
+			case !s.Retime:
+				got = append(got, "gc "+fmtTTL(s.MaxAge))
+			case s.Tenants == nil:
+				got = append(got, "retime all")
+			default:
+				got = append(got, fmt.Sprintf("retime %v", s.Tenants))
+			}
+		}
+		if fmt.Sprint(got) != tc.want {
+			t.Errorf("%s: %v, want %s", tc.name, got, tc.want)
+		}
+	}
+}
+
+// A migration with TTLs of seconds, while the emulator's GC runs (every
+// 0.5 to 1.5 s) and a reader samples every 100 ms: GC never takes a cell
+// before the earlier of its old and new expiry, and no event is readable
+// past the later by more than the migration lasts. The reader moves to the
+// new file when the GC rule changes (as the workers would, restarted).
+func TestMigrationKeepsItsPromises(t *testing.T) {
+	dc, ac := testenv.Clients(t)
+	for _, tc := range []struct{ name, old, new string }{
+		{"raise default_ttl", "default_ttl: 6s\ntenants:\n  acme: 3s\n  globex: 10s\n", "default_ttl: 9s\ntenants:\n  acme: 3s\n  globex: 10s\n"},
+		{"lower default_ttl", "default_ttl: 9s\ntenants:\n  acme: 3s\n  globex: 10s\n", "default_ttl: 6s\ntenants:\n  acme: 3s\n  globex: 10s\n"},
+		{"to one-second", "default_ttl: 6s\ntenants:\n  acme: 3s\n  globex: 10s\n", "strategy: one-second\ndefault_ttl: 6s\ntenants:\n  acme: 3s\n  globex: 10s\n"},
+		{"from one-second", "strategy: one-second\ndefault_ttl: 6s\ntenants:\n  acme: 3s\n  globex: 10s\n", "default_ttl: 6s\ntenants:\n  acme: 3s\n  globex: 10s\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			old, new := policy(t, tc.old), policy(t, tc.new)
+			tgt := testenv.Table(t, ac, dc, old.GCMaxAge())
+			tbl := dc.Open(tgt.Table)
+			w, err := sink.NewWriter(dc, tgt, sink.DefaultWriterConfig(), nil, slog.New(slog.DiscardHandler))
+			if err != nil {
+				t.Fatal(err)
+			}
+			type ev struct {
+				key, tenant string
+				lo, hi      time.Time // the earlier and the later promised expiry
+			}
+			var evs []ev
+			var rows []sink.Row
+			now := time.Now()
+			for i := range 60 {
+				tenant := []string{"acme", "globex", "walk-in"}[i%3]
+				base := now.Add(-time.Duration(i) * 100 * time.Millisecond).Truncate(time.Millisecond)
+				key := rowkey.Key(tenant, fmt.Sprintf("u%d", i), fmt.Sprintf("e%d", i), base.UnixMilli())
+				eo, en := old.Cell(tenant, base).Expiry, new.Cell(tenant, base).Expiry
+				lo, hi := eo, en
+				if en.Before(eo) {
+					lo, hi = en, eo
+				}
+				evs = append(evs, ev{key, tenant, lo, hi})
+				rows = append(rows, sink.Row{Key: key, Timestamp: old.Cell(tenant, base).Timestamp, Value: []byte("{}"), WrittenAt: true})
+			}
+			if _, err := w.Write(ctx, rows); err != nil {
+				t.Fatal(err)
+			}
+
+			var switched atomic.Bool // readers on the new file
+			var started, ended atomic.Int64
+			started.Store(time.Now().UnixNano())
+			var latest atomic.Int64 // the most an event was seen past its later expiry, ns
+			var failures []string
+			var mu sync.Mutex
+			fail := func(f string, a ...any) {
+				mu.Lock()
+				if len(failures) < 10 {
+					failures = append(failures, fmt.Sprintf(f, a...))
+				}
+				mu.Unlock()
+			}
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				tick := time.NewTicker(100 * time.Millisecond)
+				defer tick.Stop()
+				for {
+					select {
+					case <-stop:
+						return
+					case <-tick.C:
+					}
+					p := old
+					if switched.Load() {
+						p = new
+					}
+					before := time.Now()
+					visible := map[string]bool{}
+					for _, tenant := range []string{"acme", "globex", "walk-in"} {
+						_ = reader.New(tbl, tgt.Family, p).Read(ctx, reader.Query{Tenant: tenant}, func(e reader.Event) bool {
+							visible[e.Key] = true
+							return true
+						})
+					}
+					stored := map[string]bool{}
+					_ = tbl.ReadRows(ctx, bigtable.InfiniteRange(""), func(r bigtable.Row) bool { stored[r.Key()] = true; return true },
+						bigtable.RowFilter(bigtable.StripValueFilter()))
+					after := time.Now()
+					for _, e := range evs {
+						if late := before.Sub(e.hi); visible[e.key] && late > 0 {
+							for {
+								cur := latest.Load()
+								if int64(late) <= cur || latest.CompareAndSwap(cur, int64(late)) {
+									break
+								}
+							}
+						}
+						if !stored[e.key] && after.Before(e.lo) {
+							fail("%s gone at %s, before its earlier expiry %s", e.key, after.Format("15:04:05.000"), e.lo.Format("15:04:05.000"))
+						}
+					}
+				}
+			})
+
+			steps := PlanMigration(old, new, false)
+			setGC := func(ctx context.Context, maxAge time.Duration) error {
+				return ac.SetGCPolicy(ctx, tgt.Table, tgt.Family, bigtable.MaxAgePolicy(maxAge))
+			}
+			_, err = Migrate(ctx, tbl, tgt.Family, old, new, steps, setGC, RetimeOptions{RowsPerSecond: 40, Passes: 1}, func(_ int, s Step, done bool) {
+				if done && !s.Retime {
+					switched.Store(true)
+				}
+			})
+			switched.Store(true)
+			ended.Store(time.Now().UnixNano())
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Watch until the last event is past its later expiry and GC.
+			var last time.Time
+			for _, e := range evs {
+				if e.hi.After(last) {
+					last = e.hi
+				}
+			}
+			time.Sleep(time.Until(last) + 2*time.Second)
+			close(stop)
+			wg.Wait()
+			for _, f := range failures {
+				t.Error(f)
+			}
+			lasted := time.Duration(ended.Load() - started.Load())
+			if late := time.Duration(latest.Load()); late > lasted {
+				t.Errorf("an event was readable %s past its later expiry, more than the migration's %s", late, lasted)
+			} else {
+				t.Logf("readable at most %s past the later expiry; the migration lasted %s", late, lasted)
+			}
+			t.Logf("steps %v; migration took %s", steps, time.Duration(ended.Load()-started.Load()))
+		})
+	}
+}
