@@ -23,6 +23,7 @@ Usage:
   worker read [flags]    a tenant's live events with their expiry
   worker check [flags]   validate a tenants file and explain what an edit changes
   worker retime [flags]  apply the tenants file's TTLs to cells already written
+  worker migrate [flags] move a table full of data to a new default_ttl or strategy
   worker forget [flags]  delete a user's rows now
   worker audit [flags]   check every cell against the tenants file's rule
   worker demo [flags]    everything in-process: Kafka, the Bigtable emulator, synthetic clicks
@@ -88,6 +89,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runCheck(ctx, args, stdout, stderr)
 	case "retime":
 		return runRetime(ctx, args, stdout, stderr)
+	case "migrate":
+		return runMigrate(ctx, args, stdout, stderr)
 	case "forget":
 		return runForget(ctx, args, stdout, stderr)
 	case "audit":

@@ -165,3 +165,44 @@ func TestRetentionCommands(t *testing.T) {
 		t.Errorf("retime without --tenant: exit %d", codeOf(err))
 	}
 }
+
+// worker migrate raises default_ttl on a table with data: a plan first,
+// then the GC rule and the listed tenants' cells, after which every cell
+// follows the new file; a second run has nothing left to do.
+func TestMigrateCommand(t *testing.T) {
+	e := newEnv(t, tenantsYAML)
+	if out, err := e.cmd(t, "setup"); err != nil {
+		t.Fatalf("setup: %v\n%s", err, out)
+	}
+	seedRows(t, e, tenantsYAML, "acme", 50)
+	seedRows(t, e, tenantsYAML, "globex", 50)
+	seedRows(t, e, tenantsYAML, "walk-in", 50)
+	old := filepath.Join(t.TempDir(), "old.yaml")
+	if err := os.WriteFile(old, []byte(tenantsYAML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.writeTenants(t, strings.Replace(tenantsYAML, "default_ttl: 2d", "default_ttl: 3d", 1))
+
+	out, err := e.cmd(t, "migrate", "--against", old)
+	if err != nil || !strings.Contains(out, "set the GC rule to max-age 3d") || !strings.Contains(out, "re-time the rows of [acme globex]") || !strings.Contains(out, "Nothing changed") {
+		t.Fatalf("plan: %v\n%s", err, out)
+	}
+	if out, err := e.cmd(t, "check"); codeOf(err) != 1 {
+		t.Fatalf("after the plan the GC rule changed: exit %d\n%s", codeOf(err), out)
+	}
+	if out, err = e.cmd(t, "migrate", "--against", old, "--yes"); err != nil || !strings.Contains(out, "Done: 100 rows re-timed") {
+		t.Fatalf("migrate --yes: %v\n%s", err, out)
+	}
+	if out, err := e.cmd(t, "check"); err != nil {
+		t.Errorf("after the migration: exit %d\n%s", codeOf(err), out)
+	}
+	if out, err := e.cmd(t, "audit"); err != nil {
+		t.Errorf("audit after the migration: exit %d\n%s", codeOf(err), out)
+	}
+	if out, err = e.cmd(t, "migrate", "--against", old, "--yes"); err != nil || !strings.Contains(out, "Done: 0 rows re-timed") {
+		t.Errorf("a second run: %v\n%s", err, out)
+	}
+	if _, err := e.cmd(t, "migrate"); codeOf(err) != 2 {
+		t.Errorf("migrate without --against: exit %d", codeOf(err))
+	}
+}

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"cloud.google.com/go/bigtable"
+
+	"github.com/cellttl/cellttl/expiry"
+	"github.com/cellttl/cellttl/internal/duration"
+	"github.com/cellttl/cellttl/internal/envflag"
+	"github.com/cellttl/cellttl/retention"
+	"github.com/cellttl/cellttl/sink"
+	"github.com/cellttl/cellttl/tenants"
+)
+
+// runMigrate is worker migrate: take a table full of data from one tenants
+// file to another whose GC rule differs (default_ttl, strategy), in the
+// order that keeps every cell's promises.
+func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o := defaultTableOptions()
+	var against, format string
+	var yes, replicated, force bool
+	ro := retention.RetimeOptions{Passes: 1}
+	f := envflag.New("worker migrate", "worker migrate: move a table written under --against to --tenants, whose default_ttl or strategy differs.\n"+
+		"Without --yes it prints the plan. Stop the workers first; start them with the new file when it is done.\n"+
+		"Exit status: 0 done (or planned), 1 an error, 2 bad flags or files, 3 interrupted (run it again).", stderr)
+	o.register(f)
+	f.String(&against, "against", "", "", "the tenants file the table was written under (required)")
+	f.Bool(&yes, "yes", "", false, "apply the plan")
+	f.Bool(&replicated, "replicated", "", false, "the table is replicated: raise the GC max-age by at most 90 days at a time")
+	f.Bool(&force, "force", "", false, "switch to one-second even though rows outside cellttl's layout would lose their cells")
+	f.Int(&ro.RowsPerSecond, "rows-per-second", "", 0, "rows scanned per second at most while re-timing (0: no limit)")
+	f.String(&ro.Checkpoint, "checkpoint", "", "", "file recording the last row re-timed, to --resume from")
+	f.Bool(&ro.Resume, "resume", "", false, "go on after the row the --checkpoint file records")
+	f.String(&format, "format", "", "text", "output: text or json")
+	if err := parse(f, args); err != nil {
+		return err
+	}
+	switch {
+	case against == "":
+		return usageError(errors.New("--against, the tenants file the table was written under, is required"))
+	case format != "text" && format != "json":
+		return usageError(fmt.Errorf("--format %q: want text or json", format))
+	}
+	log, err := o.log.Logger(stderr)
+	if err != nil {
+		return usageError(err)
+	}
+	oldCfg, err := tenants.Load(against)
+	if err != nil {
+		return usageError(fmt.Errorf("--against: %w", err))
+	}
+	s, err := o.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	defer startTraces(ctx, log)()
+	old, new, target := oldCfg.Policy, s.cfg.Policy, o.table.Target()
+	fam, err := sink.ReadFamily(ctx, s.ac, target)
+	if err != nil {
+		return err
+	}
+	current, isMaxAge := sink.MaxAge(fam.Rule)
+	if !fam.Exists || !isMaxAge {
+		return fmt.Errorf("family %s: want a max-age GC rule, found %s", target, sink.DescribeGC(fam.Rule))
+	}
+	steps := pendingSteps(retention.PlanMigration(old, new, replicated), old.GCMaxAge(), current)
+	if steps == nil {
+		return fmt.Errorf("family %s has GC rule %s, which is neither the old file's (%s) nor a step towards the new one's (%s)",
+			target, sink.DescribeGC(fam.Rule), duration.Format(old.GCMaxAge()), duration.Format(new.GCMaxAge()))
+	}
+	tbl := s.dc.Open(o.table.Table)
+	var foreign int64
+	if new.Strategy == expiry.OneSecond && old.Strategy != expiry.OneSecond {
+		a, err := retention.Audit(ctx, tbl, o.table.Family, old, retention.AuditOptions{})
+		if err != nil {
+			return err
+		}
+		foreign = a.Foreign
+	}
+	if format == "json" && !yes {
+		return json.NewEncoder(stdout).Encode(struct {
+			Steps   []retention.Step `json:"steps"`
+			Foreign int64            `json:"foreign_rows"`
+		}{steps, foreign})
+	}
+	plan := compare(against, oldCfg, s.cfg)
+	fmt.Fprintf(stdout, "Migration of %s from %s (version %s) to %s (version %s):\n", target, against, oldCfg.Version, o.tenants.Path, s.cfg.Version)
+	for _, c := range plan.Tenants {
+		fmt.Fprintf(stdout, "  %s\n", c)
+	}
+	fmt.Fprintln(stdout, "Steps, each resumable (run the command again):")
+	fmt.Fprintln(stdout, "  0. stop the workers (Kafka keeps the events meanwhile)")
+	for i, st := range steps {
+		fmt.Fprintf(stdout, "  %d. %s\n", i+1, st)
+	}
+	fmt.Fprintf(stdout, "  %d. start the workers with %s\n", len(steps)+1, o.tenants.Path)
+	if foreign > 0 {
+		fmt.Fprintf(stdout, "%d rows are not in cellttl's layout: under a 1s max-age GC deletes their cells.\n", foreign)
+		if !force {
+			return usageError(fmt.Errorf("refusing to switch to one-second while %d rows outside cellttl's layout hold cells; --force to do it anyway", foreign))
+		}
+	}
+	if !yes {
+		fmt.Fprintln(stdout, "Nothing changed: run again with --yes to apply.")
+		return nil
+	}
+	ro.Log = log
+	ro.Progress = func(p retention.Progress) {
+		fmt.Fprintf(stderr, "re-timing: scanned %d, rewritten %d, deleted %d, unchanged %d, %.0f rows/s\n",
+			p.Report.Scanned, p.Report.Rewritten, p.Report.Deleted, p.Report.Unchanged, p.Rate)
+	}
+	setGC := func(ctx context.Context, maxAge time.Duration) error {
+		return s.ac.SetGCPolicy(ctx, o.table.Table, o.table.Family, bigtable.MaxAgePolicy(maxAge))
+	}
+	rep, err := retention.Migrate(ctx, tbl, o.table.Family, old, new, steps, setGC, ro, func(i int, st retention.Step, done bool) {
+		if done {
+			log.Info("migration step done", "step", i+1, "what", st.String())
+		}
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return &exitError{code: exitInterrupted, err: fmt.Errorf("interrupted: %w; run the same command again to go on", err)}
+		}
+		return err
+	}
+	fmt.Fprintf(stdout, "Done: %d rows re-timed, %d deleted, %d unchanged. Start the workers with %s.\n", rep.Rewritten, rep.Deleted, rep.Unchanged, o.tenants.Path)
+	return nil
+}
+
+// pendingSteps drops the GC steps a previous run already applied, given
+// the family's current max-age; nil when the current max-age is on no
+// step's path.
+func pendingSteps(steps []retention.Step, from, current time.Duration) []retention.Step {
+	if current == from {
+		return steps
+	}
+	for i, st := range steps {
+		if !st.Retime && !st.Purge && st.MaxAge == current {
+			return steps[i+1:]
+		}
+	}
+	return nil
+}
