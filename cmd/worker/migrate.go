@@ -130,7 +130,8 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		return err
 	}
-	fmt.Fprintf(stdout, "Done: %d rows re-timed, %d deleted, %d unchanged. Start the workers with %s.\n", rep.Rewritten, rep.Deleted, rep.Unchanged, o.tenants.Path)
+	fmt.Fprintf(stdout, "Done: %d rows re-timed, %d deleted, %d unchanged, %d outside cellttl's layout (left alone). Start the workers with %s.\n",
+		rep.Rewritten, rep.Deleted, rep.Unchanged, rep.Foreign, o.tenants.Path)
 	return nil
 }
 
