@@ -157,8 +157,10 @@ func Migrate(ctx context.Context, tbl *bigtable.Table, family string, old, new *
 			ro := o
 			ro.Tenants, ro.WrittenUnder, ro.Passes = st.Tenants, old, 1
 			var r Report
-			r, err = Retime(ctx, tbl, family, old, ro) // rows follow the old file: only the expired ones change
-			total.Deleted += r.Deleted                 // the rest is counted by the re-timing step
+			// Rows follow the old file: only the expired ones change. The
+			// rest is counted by the re-timing step.
+			r, err = Retime(ctx, tbl, family, old, ro)
+			total.Deleted += r.Deleted
 		} else if st.Retime {
 			ro := o
 			ro.Tenants, ro.WrittenUnder = st.Tenants, old
