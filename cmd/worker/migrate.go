@@ -23,8 +23,10 @@ import (
 // order that keeps every cell's promises.
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o := defaultTableOptions()
-	var against, format string
+	var against, format, shard string
 	var yes, replicated, force bool
+	var only int
+	var err error
 	ro := retention.RetimeOptions{Passes: 1}
 	f := envflag.New("worker migrate", "worker migrate: move a table written under --against to --tenants, whose default_ttl or strategy differs.\n"+
 		"Without --yes it prints the plan. Stop the workers first; start them with the new file when it is done.\n"+
@@ -37,9 +39,14 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	f.Int(&ro.RowsPerSecond, "rows-per-second", "", 0, "rows scanned per second at most while re-timing (0: no limit)")
 	f.String(&ro.Checkpoint, "checkpoint", "", "", "file recording the last row re-timed, to --resume from")
 	f.Bool(&ro.Resume, "resume", "", false, "go on after the row the --checkpoint file records")
+	f.Int(&only, "step", "", 0, "run this step of the plan alone (1, 2...; 0: every step left): how N processes share the re-timing steps")
+	f.String(&shard, "shard", "", "0/1", "with --step of a re-timing step: this process's part I/N of the rows (by hash bucket, I from 0)")
 	f.String(&format, "format", "", "text", "output: text or json")
 	if err := parse(f, args); err != nil {
 		return err
+	}
+	if ro.Shard, err = retention.ParseShard(shard); err != nil {
+		return usageError(err)
 	}
 	switch {
 	case against == "":
@@ -50,6 +57,9 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	log, err := o.log.Logger(stderr)
 	if err != nil {
 		return usageError(err)
+	}
+	if ro.Shard.Count > 1 && only == 0 {
+		return usageError(errors.New("--shard needs --step: the GC rule changes once, between the re-timing steps every shard runs"))
 	}
 	oldCfg, err := tenants.Load(against)
 	if err != nil {
@@ -70,7 +80,18 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if !fam.Exists || !isMaxAge {
 		return fmt.Errorf("family %s: want a max-age GC rule, found %s", target, sink.DescribeGC(fam.Rule))
 	}
-	steps := pendingSteps(retention.PlanMigration(old, new, replicated), old.GCMaxAge(), current)
+	plan := retention.PlanMigration(old, new, replicated)
+	steps := pendingSteps(plan, old.GCMaxAge(), current)
+	if only != 0 {
+		if only < 0 || only > len(plan) {
+			return usageError(fmt.Errorf("--step %d: the plan has steps 1 to %d", only, len(plan)))
+		}
+		st := plan[only-1]
+		if ro.Shard.Count > 1 && !st.Retime && !st.Purge {
+			return usageError(fmt.Errorf("--step %d changes the GC rule: run it once, without --shard", only))
+		}
+		steps = []retention.Step{st}
+	}
 	if steps == nil {
 		return fmt.Errorf("family %s has GC rule %s, which is neither the old file's (%s) nor a step towards the new one's (%s)",
 			target, sink.DescribeGC(fam.Rule), duration.Format(old.GCMaxAge()), duration.Format(new.GCMaxAge()))
@@ -90,17 +111,23 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			Foreign int64            `json:"foreign_rows"`
 		}{steps, foreign})
 	}
-	plan := compare(against, oldCfg, s.cfg)
 	fmt.Fprintf(stdout, "Migration of %s from %s (version %s) to %s (version %s):\n", target, against, oldCfg.Version, o.tenants.Path, s.cfg.Version)
-	for _, c := range plan.Tenants {
+	for _, c := range compare(against, oldCfg, s.cfg).Tenants {
 		fmt.Fprintf(stdout, "  %s\n", c)
 	}
 	fmt.Fprintln(stdout, "Steps, each resumable (run the command again):")
 	fmt.Fprintln(stdout, "  0. stop the workers (Kafka keeps the events meanwhile)")
-	for i, st := range steps {
-		fmt.Fprintf(stdout, "  %d. %s\n", i+1, st)
+	for i, st := range plan {
+		mark := ""
+		switch {
+		case only == i+1:
+			mark = " (this run" + shardNote(ro.Shard) + ")"
+		case only == 0 && i < len(plan)-len(steps): // pendingSteps keeps a suffix
+			mark = " (done)"
+		}
+		fmt.Fprintf(stdout, "  %d. %s%s\n", i+1, st, mark)
 	}
-	fmt.Fprintf(stdout, "  %d. start the workers with %s\n", len(steps)+1, o.tenants.Path)
+	fmt.Fprintf(stdout, "  %d. start the workers with %s\n", len(plan)+1, o.tenants.Path)
 	if foreign > 0 {
 		fmt.Fprintf(stdout, "%d rows are not in cellttl's layout: under a 1s max-age GC deletes their cells.\n", foreign)
 		if !force {

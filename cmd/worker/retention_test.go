@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -50,7 +52,7 @@ func seedRows(t *testing.T, e *env, yaml, tenant string, n int) map[string]time.
 	out := map[string]time.Time{}
 	for i := range rows {
 		base := now.Add(-time.Duration(i) * 5 * time.Second)
-		key := rowkey.Key(tenant, fmt.Sprintf("u%d", i%5), fmt.Sprintf("e%d", i), base.UnixMilli())
+		key := rowkey.Key(tenant, fmt.Sprintf("u%d", i), fmt.Sprintf("e%d", i), base.UnixMilli())
 		rows[i] = sink.Row{Key: key, Timestamp: cfg.Policy.Cell(tenant, base).Timestamp, Value: []byte(`{}`), WrittenAt: true}
 		out[key] = base
 	}
@@ -205,4 +207,98 @@ func TestMigrateCommand(t *testing.T) {
 	if _, err := e.cmd(t, "migrate"); codeOf(err) != 2 {
 		t.Errorf("migrate without --against: exit %d", codeOf(err))
 	}
+}
+
+// The same migration shared by two processes: each re-timing step in two
+// shards, the GC step once; together they re-time every row once.
+func TestMigrateInShards(t *testing.T) {
+	e := newEnv(t, tenantsYAML)
+	if out, err := e.cmd(t, "setup"); err != nil {
+		t.Fatalf("setup: %v\n%s", err, out)
+	}
+	seedRows(t, e, tenantsYAML, "acme", 200)
+	seedRows(t, e, tenantsYAML, "globex", 200)
+	old := filepath.Join(t.TempDir(), "old.yaml")
+	if err := os.WriteFile(old, []byte(tenantsYAML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.writeTenants(t, strings.Replace(tenantsYAML, "default_ttl: 2d", "default_ttl: 3d", 1))
+	if _, err := e.cmd(t, "migrate", "--against", old, "--yes", "--shard", "0/2"); codeOf(err) != 2 {
+		t.Errorf("--shard without --step: exit %d", codeOf(err))
+	}
+	if _, err := e.cmd(t, "migrate", "--against", old, "--yes", "--step", "2", "--shard", "0/2"); codeOf(err) != 2 {
+		t.Errorf("the GC step in shards: exit %d", codeOf(err))
+	}
+	var rewritten int
+	for _, run := range [][]string{{"--step", "1", "--shard", "0/2"}, {"--step", "1", "--shard", "1/2"}, {"--step", "2"}, {"--step", "3", "--shard", "0/2"}, {"--step", "3", "--shard", "1/2"}} {
+		out, err := e.cmd(t, "migrate", append([]string{"--against", old, "--yes"}, run...)...)
+		if err != nil {
+			t.Fatalf("migrate %v: %v\n%s", run, err, out)
+		}
+		var n int
+		if _, err := fmt.Sscanf(out[strings.Index(out, "Done: "):], "Done: %d rows re-timed", &n); err != nil {
+			t.Fatalf("migrate %v: %v\n%s", run, err, out)
+		}
+		if run[1] == "3" && (n == 0 || n == 400) {
+			t.Errorf("shard %s re-timed %d rows of 400: not a share", run[3], n)
+		}
+		rewritten += n
+	}
+	if rewritten != 400 {
+		t.Errorf("the shards re-timed %d rows, want 400, each once", rewritten)
+	}
+	if out, err := e.cmd(t, "audit"); err != nil {
+		t.Errorf("audit after the migration: exit %d\n%s", codeOf(err), out)
+	}
+}
+
+// retime racing a worker that writes the same tenant: the file is edited
+// and retime starts at once, while the worker is still writing under the
+// old file and events keep coming; when retime is done and the worker has
+// caught up, every cell follows the new file.
+func TestRetimeRacingAWorker(t *testing.T) {
+	longer := strings.Replace(tenantsYAML, "acme: 1h", "acme: 3h", 1)
+	e := newEnv(t, longer)
+	if out, err := e.cmd(t, "setup"); err != nil {
+		t.Fatalf("setup: %v\n%s", err, out)
+	}
+	stop, logs := e.startWorker(t, "--tenants-reload-interval", "200ms")
+	producing := make(chan struct{})
+	var produced atomic.Int64
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-producing:
+				return
+			default:
+			}
+			var batch [][]byte
+			for j := range 20 {
+				batch = append(batch, click{EventID: fmt.Sprintf("r-%d-%d", i, j), TenantID: "acme", UserID: fmt.Sprintf("u%d", j)}.bytes())
+			}
+			testenv.Produce(t, e.brokers, e.topic, batch...)
+			produced.Add(int64(len(batch)))
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+	e.waitRows(t, 200, 30*time.Second)
+	e.writeTenants(t, tenantsYAML) // acme 3h -> 1h, and retime at once
+	out, err := e.cmd(t, "retime", "--tenant", "acme", "--passes", "4", "--pass-delay", "2s")
+	if err != nil {
+		t.Fatalf("retime: %v\n%s", err, out)
+	}
+	testenv.Eventually(t, 10*time.Second, func() (bool, string) {
+		return strings.Contains(logs.String(), "tenants file reloaded"), "the worker has not reloaded the file"
+	})
+	close(producing)
+	wg.Wait()
+	e.waitRows(t, int(produced.Load()), 60*time.Second)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if audit, err := e.cmd(t, "audit", "--tenant", "acme"); err != nil {
+		t.Errorf("audit after retime raced the worker: exit %d\n%s\nretime said:\n%s", codeOf(err), audit, out)
+	}
+	t.Logf("%d events; retime:\n%s", produced.Load(), out)
 }
