@@ -111,12 +111,18 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			Foreign int64            `json:"foreign_rows"`
 		}{steps, foreign})
 	}
-	fmt.Fprintf(stdout, "Migration of %s from %s (version %s) to %s (version %s):\n", target, against, oldCfg.Version, o.tenants.Path, s.cfg.Version)
-	for _, c := range compare(against, oldCfg, s.cfg).Tenants {
-		fmt.Fprintf(stdout, "  %s\n", c)
+	// With --format json the plan and the result go to stdout as one
+	// object at the end; the steps' progress goes to the log.
+	text := stdout
+	if format == "json" {
+		text = io.Discard
 	}
-	fmt.Fprintln(stdout, "Steps, each resumable (run the command again):")
-	fmt.Fprintln(stdout, "  0. stop the workers (Kafka keeps the events meanwhile)")
+	fmt.Fprintf(text, "Migration of %s from %s (version %s) to %s (version %s):\n", target, against, oldCfg.Version, o.tenants.Path, s.cfg.Version)
+	for _, c := range compare(against, oldCfg, s.cfg).Tenants {
+		fmt.Fprintf(text, "  %s\n", c)
+	}
+	fmt.Fprintln(text, "Steps, each resumable (run the command again):")
+	fmt.Fprintln(text, "  0. stop the workers (Kafka keeps the events meanwhile)")
 	for i, st := range plan {
 		mark := ""
 		switch {
@@ -125,11 +131,11 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		case only == 0 && i < len(plan)-len(steps): // pendingSteps keeps a suffix
 			mark = " (done)"
 		}
-		fmt.Fprintf(stdout, "  %d. %s%s\n", i+1, st, mark)
+		fmt.Fprintf(text, "  %d. %s%s\n", i+1, st, mark)
 	}
-	fmt.Fprintf(stdout, "  %d. start the workers with %s\n", len(plan)+1, o.tenants.Path)
+	fmt.Fprintf(text, "  %d. start the workers with %s\n", len(plan)+1, o.tenants.Path)
 	if foreign > 0 {
-		fmt.Fprintf(stdout, "%d rows are not in cellttl's layout: under a 1s max-age GC deletes their cells.\n", foreign)
+		fmt.Fprintf(text, "%d rows are not in cellttl's layout: under a 1s max-age GC deletes their cells.\n", foreign)
 		if !force {
 			return usageError(fmt.Errorf("refusing to switch to one-second while %d rows outside cellttl's layout hold cells; --force to do it anyway", foreign))
 		}
@@ -156,6 +162,12 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return &exitError{code: exitInterrupted, err: fmt.Errorf("interrupted: %w; run the same command again to go on", err)}
 		}
 		return err
+	}
+	if format == "json" {
+		return json.NewEncoder(stdout).Encode(struct {
+			Steps []retention.Step `json:"steps"`
+			retention.Report
+		}{steps, rep})
 	}
 	fmt.Fprintf(stdout, "Done: %d rows re-timed, %d deleted, %d unchanged, %d outside cellttl's layout (left alone). Start the workers with %s.\n",
 		rep.Rewritten, rep.Deleted, rep.Unchanged, rep.Foreign, o.tenants.Path)
