@@ -102,6 +102,9 @@ func Setup(ctx context.Context, ac *bigtable.AdminClient, c *bigtable.Client, t 
 	return res, nil
 }
 
+// ErrNotSetUp is CheckGC's error for a table or family that does not exist.
+var ErrNotSetUp = errors.New("run worker setup")
+
 // CheckGC verifies that the family exists with GC rule max-age maxAge.
 func CheckGC(ctx context.Context, ac *bigtable.AdminClient, t Target, maxAge time.Duration) error {
 	fam, err := ReadFamily(ctx, ac, t)
@@ -109,9 +112,9 @@ func CheckGC(ctx context.Context, ac *bigtable.AdminClient, t Target, maxAge tim
 	case err != nil:
 		return err
 	case !fam.TableExists:
-		return fmt.Errorf("table %q does not exist; run worker setup", t.Table)
+		return fmt.Errorf("table %q does not exist; %w", t.Table, ErrNotSetUp)
 	case !fam.Exists:
-		return fmt.Errorf("family %s does not exist; run worker setup", t)
+		return fmt.Errorf("family %s does not exist; %w", t, ErrNotSetUp)
 	case !fam.Matches(maxAge):
 		return &GCRuleMismatchError{Target: t, Have: DescribeGC(fam.Rule), Want: DescribeGC(bigtable.MaxAgePolicy(maxAge))}
 	}

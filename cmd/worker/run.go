@@ -33,19 +33,21 @@ import (
 // whose config it fills.
 type runOptions struct {
 	tableOptions
-	kafka  ingest.Config
-	pipe   pipeline.Config
-	writer sink.WriterConfig
-	admin  admin.Config
+	startupTimeout time.Duration
+	kafka          ingest.Config
+	pipe           pipeline.Config
+	writer         sink.WriterConfig
+	admin          admin.Config
 }
 
 func defaultRunOptions() runOptions {
 	return runOptions{
-		tableOptions: defaultTableOptions(),
-		kafka:        ingest.DefaultConfig(),
-		pipe:         pipeline.DefaultConfig(),
-		writer:       sink.DefaultWriterConfig(),
-		admin:        admin.DefaultConfig(),
+		tableOptions:   defaultTableOptions(),
+		kafka:          ingest.DefaultConfig(),
+		pipe:           pipeline.DefaultConfig(),
+		writer:         sink.DefaultWriterConfig(),
+		admin:          admin.DefaultConfig(),
+		startupTimeout: time.Minute,
 	}
 }
 
@@ -56,12 +58,16 @@ func (o *runOptions) register(f *envflag.FlagSet) {
 	o.admin.RegisterFlags(f)
 	o.writer.RegisterFlags(f)
 	o.pipe.RegisterFlags(f)
+	f.Duration(&o.startupTimeout, "startup-timeout", "STARTUP_TIMEOUT", o.startupTimeout, "how long start-up waits for Bigtable and Kafka to answer, trying again, before it gives up")
 }
 
 // resolve checks every flag, each error naming its flag (exit status 2).
 func (o *runOptions) resolve() error {
 	if err := o.tableOptions.resolve(); err != nil {
 		return err
+	}
+	if o.startupTimeout <= 0 {
+		return usageError(fmt.Errorf("--startup-timeout %s: must be positive", o.startupTimeout))
 	}
 	if err := errors.Join(o.kafka.Validate(), o.tenants.Validate(), o.writer.Validate(), o.pipe.Validate(), o.admin.Validate()); err != nil {
 		return usageError(err)
@@ -90,12 +96,22 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer s.Close()
 	cfg := s.cfg
-	if err := sink.CheckGC(ctx, s.ac, o.table.Target(), cfg.Policy.GCMaxAge()); err != nil {
-		hint := ""
-		if sink.IsMismatch(err) {
-			hint = "; `worker setup --update-gc-policy` changes the rule, see `worker check` first"
+	// Bigtable and Kafka may still be starting (a pod beside its
+	// emulator, a broker restarting): wait for them, saying which one and
+	// why, up to --startup-timeout.
+	err = startupChecks(ctx, o.startupTimeout, log, func(ctx context.Context) error {
+		if err := checkBigtable(ctx, s.ac, o.table, cfg.Policy.GCMaxAge()); err != nil {
+			return err
 		}
-		return fmt.Errorf("refusing to start: %w (the tenants file asks for %s%s)", err, describePolicy(cfg.Policy), hint)
+		return checkKafka(ctx, o.kafka.Brokers)
+	})
+	switch {
+	case sink.IsMismatch(err):
+		return fmt.Errorf("refusing to start: %w (the tenants file asks for %s; `worker setup --update-gc-policy` changes the rule, see `worker check` first)", err, describePolicy(cfg.Policy))
+	case errors.Is(err, sink.ErrNotSetUp):
+		return fmt.Errorf("refusing to start: %w (the tenants file asks for %s)", err, describePolicy(cfg.Policy))
+	case err != nil:
+		return fmt.Errorf("refusing to start: %w", err)
 	}
 	limitMemory(o.pipe.MaxInflightBytes, log)
 	tel, err := telemetry.Setup(ctx, version())

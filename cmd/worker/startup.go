@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"cloud.google.com/go/bigtable"
+
+	"github.com/cellttl/cellttl/internal/retry"
+	"github.com/cellttl/cellttl/sink"
+)
+
+// startupError is a start-up check that failed, naming what was checked.
+type startupError struct {
+	what string // "Bigtable emulator at 127.0.0.1:9", "Kafka broker b:9092"
+	err  error
+	// permanent: waiting cannot fix it (a missing table, another GC rule).
+	permanent bool
+}
+
+func (e *startupError) Error() string { return e.what + ": " + e.err.Error() }
+func (e *startupError) Unwrap() error { return e.err }
+
+// attemptTimeout bounds one start-up check: a dependency that does not
+// answer in that time is tried again, until --startup-timeout.
+const attemptTimeout = 10 * time.Second
+
+// startupChecks runs check until it passes, fails for good, or timeout has
+// passed, with a log line per failed attempt. The error names what failed
+// and why.
+func startupChecks(ctx context.Context, timeout time.Duration, log *slog.Logger, check func(context.Context) error) error {
+	deadline := time.Now().Add(timeout)
+	b := retry.New(ctx, retry.Policy{Initial: time.Second, Max: 5 * time.Second})
+	for {
+		actx, cancel := context.WithTimeout(ctx, min(attemptTimeout, max(time.Until(deadline), time.Second)))
+		err := check(actx)
+		cancel()
+		var se *startupError
+		switch {
+		case err == nil:
+			return nil
+		case errors.As(err, &se) && se.permanent:
+			return err
+		case ctx.Err() != nil:
+			return fmt.Errorf("%w (interrupted)", err)
+		case time.Now().Add(b.Next()).After(deadline):
+			return fmt.Errorf("%w (still failing after --startup-timeout %s)", err, timeout)
+		}
+		log.Warn("start-up check failed; trying again", "attempt", b.Attempt(), "backoff", b.Next(), "err", err)
+		if !b.Wait() {
+			return fmt.Errorf("%w (interrupted)", err)
+		}
+	}
+}
+
+// bigtableWhere names the Bigtable a check talks to.
+func bigtableWhere(tc sink.TableConfig) (what, addr string) {
+	if addr := os.Getenv("BIGTABLE_EMULATOR_HOST"); addr != "" {
+		return "Bigtable emulator at " + addr, addr
+	}
+	return fmt.Sprintf("Bigtable instance %s/%s", tc.Project, tc.Instance), ""
+}
+
+// checkBigtable checks that the family exists with the GC rule maxAge. A
+// table or a rule that is not there is permanent; anything else is waited
+// for. An emulator that cannot be reached is said with the reason the
+// connection failed, which the client's own retries would hide behind a
+// deadline.
+func checkBigtable(ctx context.Context, ac *bigtable.AdminClient, tc sink.TableConfig, maxAge time.Duration) error {
+	what, addr := bigtableWhere(tc)
+	if addr != "" {
+		if err := dial(ctx, addr); err != nil {
+			return &startupError{what: what, err: err}
+		}
+	}
+	err := sink.CheckGC(ctx, ac, tc.Target(), maxAge)
+	switch {
+	case err == nil:
+		return nil
+	case sink.IsMismatch(err), errors.Is(err, sink.ErrNotSetUp):
+		return &startupError{what: what, err: err, permanent: true}
+	}
+	return &startupError{what: what, err: err}
+}
+
+// checkKafka checks that a broker of the list accepts connections: the
+// error names each broker and why it did not.
+func checkKafka(ctx context.Context, brokers []string) error {
+	var causes []string
+	for _, b := range brokers {
+		err := dial(ctx, b)
+		if err == nil {
+			return nil
+		}
+		causes = append(causes, b+": "+err.Error())
+	}
+	what := "Kafka broker " + brokers[0]
+	if len(brokers) > 1 {
+		what = "Kafka brokers"
+	}
+	cause := causes[0]
+	if len(brokers) == 1 {
+		cause = cause[len(brokers[0])+2:]
+	} else {
+		cause = strings.Join(causes, "; ")
+	}
+	return &startupError{what: what, err: errors.New(cause)}
+}
+
+// dial opens and closes a TCP connection to addr; its error is the cause,
+// without the address the caller names.
+func dial(ctx context.Context, addr string) error {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		var op *net.OpError
+		if errors.As(err, &op) && op.Err != nil {
+			return op.Err
+		}
+		return err
+	}
+	return c.Close()
+}
