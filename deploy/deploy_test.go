@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -360,5 +361,61 @@ func TestRetimeJob(t *testing.T) {
 	}
 	if !index {
 		t.Error("SHARD_INDEX does not come from the completion index")
+	}
+}
+
+// The alert rules are valid, each alert's unit tests pass (one that fires,
+// one that stays silent), and the PrometheusRule holds the same groups.
+// promtool comes from Debian's prometheus package, which make test
+// installs; without it the test says so and skips, unless
+// CELLTTL_REQUIRE_PROMTOOL is set.
+func TestAlertRules(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("CELLTTL_REQUIRE_PROMTOOL") != "" {
+			t.Fatal("promtool not found; scripts/test.sh installs it")
+		}
+		t.Skip("promtool not installed (make test installs it)")
+	}
+	for _, args := range [][]string{{"check", "rules", "cellttl-rules.yaml"}, {"test", "rules", "cellttl-rules.test.yaml"}} {
+		cmd := exec.Command(promtool, args...)
+		cmd.Dir = "alerts"
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("promtool %v: %v\n%s", args, err, out)
+		}
+	}
+	var plain, operator struct {
+		Groups []any `yaml:"groups"`
+		Spec   struct {
+			Groups []any `yaml:"groups"`
+		} `yaml:"spec"`
+	}
+	for path, into := range map[string]any{"alerts/cellttl-rules.yaml": &plain, "k8s/monitoring/prometheusrule.yaml": &operator} {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.Unmarshal(data, into); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+	}
+	if len(plain.Groups) == 0 || !reflect.DeepEqual(plain.Groups, operator.Spec.Groups) {
+		t.Error("the PrometheusRule's groups differ from deploy/alerts/cellttl-rules.yaml")
+	}
+	// Every alert has a runbook, and a unit test that fires it.
+	tests, err := os.ReadFile("alerts/cellttl-rules.test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range plain.Groups {
+		for _, r := range list(get(g, "rules")) {
+			name := str(get(r, "alert"))
+			if str(get(r, "annotations", "runbook")) == "" {
+				t.Errorf("alert %s has no runbook", name)
+			}
+			if c := strings.Count(string(tests), "alertname: "+name+"\n"); c < 2 {
+				t.Errorf("alert %s has %d unit tests, want one that fires and one that does not", name, c)
+			}
+		}
 	}
 }

@@ -6,6 +6,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export CELLTTL_SERVICES_DIR=${CELLTTL_SERVICES_DIR:-$PWD/.services}
+
+# promtool checks and unit-tests the alert rules (deploy/alerts): Debian's
+# prometheus package has it.
+if ! command -v promtool >/dev/null; then
+	sudo=""
+	[ "$(id -u)" = 0 ] || sudo=sudo
+	export DEBIAN_FRONTEND=noninteractive
+	$sudo apt-get install -y --no-install-recommends prometheus >/dev/null 2>&1 ||
+		{ $sudo apt-get update >/dev/null && $sudo apt-get install -y --no-install-recommends prometheus >/dev/null; }
+fi
+export CELLTTL_REQUIRE_PROMTOOL=1
 trap 'scripts/services.sh stop' EXIT
 eval "$(scripts/services.sh start)"
 echo "testing against Kafka at $KAFKA_BROKERS and the Bigtable emulator at $BIGTABLE_EMULATOR_HOST" >&2
