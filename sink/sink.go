@@ -87,6 +87,9 @@ func newWriterMetrics(mp metric.MeterProvider) (writerMetrics, error) {
 	if err := errors.Join(err1, err2, err3); err != nil {
 		return writerMetrics{}, fmt.Errorf("register Bigtable writer metrics: %w", err)
 	}
+	// A counter is exported from its first Add: at 0 from the start, the
+	// retries series exists before the first retry, for rate() and alerts.
+	re.Add(context.Background(), 0)
 	return writerMetrics{duration: d, rows: r, retries: re}, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -127,6 +128,21 @@ func TestMetricsAndStatus(t *testing.T) {
 	}
 	if _, ok := metricValue(body, "cellttl_config_info", `config_version="`); !ok {
 		t.Error("no cellttl_config_info")
+	}
+
+	// Every metric the alert rules query is in a real scrape.
+	rules, err := os.ReadFile("../../deploy/alerts/cellttl-rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := regexp.MustCompile(`\b(?:cellttl|messaging|db)_[a-z_]+\b`).FindAllString(strings.Join(regexp.MustCompile(`(?m)^\s+expr: (.*)$`).FindAllString(string(rules), -1), "\n"), -1)
+	if len(names) < 5 {
+		t.Fatalf("found %d metric names in the alert rules", len(names))
+	}
+	for _, name := range names {
+		if !regexp.MustCompile(`(?m)^` + name + `[{ ]`).MatchString(body) {
+			t.Errorf("the alert rules query %s, which a scrape of /metrics does not have", name)
+		}
 	}
 
 	code, statusBody := httpGet(t, base+"/status")
