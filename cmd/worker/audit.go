@@ -32,20 +32,15 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if ao.Shard, err = retention.ParseShard(shard); err != nil {
 		return usageError(err)
 	}
-	if format != "text" && format != "json" {
-		return usageError(fmt.Errorf("--format %q: want text or json", format))
+	if err := checkFormat(format); err != nil {
+		return err
 	}
 	ao.Tenants = splitList(tenantList)
-	log, err := o.log.Logger(stderr)
-	if err != nil {
-		return usageError(err)
-	}
-	s, err := o.open(ctx)
+	s, _, done, err := o.openJob(ctx, stderr)
 	if err != nil {
 		return err
 	}
-	defer s.Close()
-	defer startTraces(ctx, log)()
+	defer done()
 	rep, err := retention.Audit(ctx, s.dc.Open(o.table.Table), o.table.Family, s.cfg.Policy, ao)
 	if err != nil {
 		return err

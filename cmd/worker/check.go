@@ -73,8 +73,8 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := parse(f, args); err != nil {
 		return err
 	}
-	if format != "text" && format != "json" {
-		return usageError(fmt.Errorf("--format %q: want text or json", format))
+	if err := checkFormat(format); err != nil {
+		return err
 	}
 	rep := checkReport{File: o.tenants.Path}
 	cfg, err := tenants.Load(o.tenants.Path)

@@ -33,23 +33,18 @@ func runForget(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if fo.Tenant == "" || fo.User == "" {
 		return usageError(errors.New("--tenant and --user are required"))
 	}
-	if format != "text" && format != "json" {
-		return usageError(fmt.Errorf("--format %q: want text or json", format))
+	if err := checkFormat(format); err != nil {
+		return err
 	}
 	var err error
 	if fo.Before, err = parseWhen("--before", before, time.Now()); err != nil {
 		return usageError(err)
 	}
-	log, err := o.log.Logger(stderr)
-	if err != nil {
-		return usageError(err)
-	}
-	s, err := o.open(ctx)
+	s, log, done, err := o.openJob(ctx, stderr)
 	if err != nil {
 		return err
 	}
-	defer s.Close()
-	defer startTraces(ctx, log)()
+	defer done()
 	rep, err := retention.Forget(ctx, s.dc.Open(o.table.Table), fo)
 	if err != nil {
 		return err

@@ -48,15 +48,11 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if ro.Shard, err = retention.ParseShard(shard); err != nil {
 		return usageError(err)
 	}
-	switch {
-	case against == "":
+	if against == "" {
 		return usageError(errors.New("--against, the tenants file the table was written under, is required"))
-	case format != "text" && format != "json":
-		return usageError(fmt.Errorf("--format %q: want text or json", format))
 	}
-	log, err := o.log.Logger(stderr)
-	if err != nil {
-		return usageError(err)
+	if err := checkFormat(format); err != nil {
+		return err
 	}
 	if ro.Shard.Count > 1 && only == 0 {
 		return usageError(errors.New("--shard needs --step: the GC rule changes once, between the re-timing steps every shard runs"))
@@ -65,12 +61,11 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return usageError(fmt.Errorf("--against: %w", err))
 	}
-	s, err := o.open(ctx)
+	s, log, done, err := o.openJob(ctx, stderr)
 	if err != nil {
 		return err
 	}
-	defer s.Close()
-	defer startTraces(ctx, log)()
+	defer done()
 	old, new, target := oldCfg.Policy, s.cfg.Policy, o.table.Target()
 	fam, err := sink.ReadFamily(ctx, s.ac, target)
 	if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"time"
 
@@ -93,4 +94,26 @@ func startTraces(ctx context.Context, log *slog.Logger) func() {
 			log.Warn("telemetry shutdown", "err", err)
 		}
 	}
+}
+
+// checkFormat validates the --format of a command that prints text or json.
+func checkFormat(format string) error {
+	if format != "text" && format != "json" {
+		return usageError(fmt.Errorf("--format %q: want text or json", format))
+	}
+	return nil
+}
+
+// openJob is open for a command that runs to completion on the table (the
+// retention commands): the logger, the session, and traces exported when
+// OTLP is configured. done closes the session and flushes the traces.
+func (o *tableOptions) openJob(ctx context.Context, stderr io.Writer) (s *session, log *slog.Logger, done func(), err error) {
+	if log, err = o.log.Logger(stderr); err != nil {
+		return nil, nil, nil, usageError(err)
+	}
+	if s, err = o.open(ctx); err != nil {
+		return nil, nil, nil, err
+	}
+	stopTraces := startTraces(ctx, log)
+	return s, log, func() { stopTraces(); s.Close() }, nil
 }

@@ -37,8 +37,8 @@ func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if q.Tenant == "" {
 		return usageError(errors.New("--tenant is required"))
 	}
-	if format != "text" && format != "json" {
-		return usageError(fmt.Errorf("--format %q: want text or json", format))
+	if err := checkFormat(format); err != nil {
+		return err
 	}
 	now := time.Now()
 	var err error

@@ -48,21 +48,17 @@ func runRetime(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	switch {
 	case len(ro.Tenants) == 0:
 		return usageError(errors.New("--tenant is required"))
-	case format != "text" && format != "json":
-		return usageError(fmt.Errorf("--format %q: want text or json", format))
 	case ro.RowsPerSecond < 0:
 		return usageError(fmt.Errorf("--rows-per-second %d: must not be negative", ro.RowsPerSecond))
 	}
-	log, err := o.log.Logger(stderr)
-	if err != nil {
-		return usageError(err)
+	if err := checkFormat(format); err != nil {
+		return err
 	}
-	s, err := o.open(ctx)
+	s, log, done, err := o.openJob(ctx, stderr)
 	if err != nil {
 		return err
 	}
-	defer s.Close()
-	defer startTraces(ctx, log)()
+	defer done()
 	// Re-timing is right only under the GC rule the file describes.
 	if err := sink.CheckGC(ctx, s.ac, o.table.Target(), s.cfg.Policy.GCMaxAge()); err != nil {
 		return fmt.Errorf("refusing to re-time: %w (the tenants file says %s)", err, describePolicy(s.cfg.Policy))
