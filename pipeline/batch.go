@@ -31,12 +31,13 @@ const (
 type batchPolicy struct {
 	maxRows, maxBytes int
 	interval          time.Duration
+	now               func() time.Time // read once per batch, not per item
 	cur               batch
 	first             time.Time // when the first item was added
 }
 
 func newBatchPolicy(c Config) *batchPolicy {
-	p := &batchPolicy{maxRows: c.FlushRows, maxBytes: c.FlushBytes, interval: c.FlushInterval}
+	p := &batchPolicy{maxRows: c.FlushRows, maxBytes: c.FlushBytes, interval: c.FlushInterval, now: time.Now}
 	p.cur.items = make([]item, 0, c.FlushRows)
 	return p
 }
@@ -51,9 +52,9 @@ func (p *batchPolicy) Fits(it *item) bool {
 
 // Add adds it (Fits must hold) and reports whether the batch is now due,
 // and why.
-func (p *batchPolicy) Add(it item, now time.Time) (due bool, reason string) {
+func (p *batchPolicy) Add(it item) (due bool, reason string) {
 	if len(p.cur.items) == 0 {
-		p.cur.version, p.first = it.version, now
+		p.cur.version, p.first = it.version, p.now()
 	}
 	p.cur.items = append(p.cur.items, it)
 	p.cur.bytes += len(it.row.Value)
@@ -109,11 +110,11 @@ func (p *Pipeline) batchLoop(items <-chan item, batches chan<- batch) {
 			if !policy.Fits(&it) {
 				flush(flushVersion)
 			}
-			now, first := time.Now(), policy.Empty()
-			if due, reason := policy.Add(it, now); due {
+			first := policy.Empty()
+			if due, reason := policy.Add(it); due {
 				flush(reason)
 			} else if first {
-				wait, _ := policy.UntilNext(now) // its age starts now
+				wait, _ := policy.UntilNext(policy.first) // its age starts now
 				timer.Reset(wait)
 			}
 		case <-timer.C:

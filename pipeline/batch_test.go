@@ -14,22 +14,23 @@ func TestBatchPolicyReasons(t *testing.T) {
 		return item{row: sink.Row{Value: make([]byte, size)}, version: version}
 	}
 	p := newBatchPolicy(cfg)
+	p.now = func() time.Time { return now }
 	if _, ok := p.UntilNext(now); ok {
 		t.Error("an empty batch has an age")
 	}
 	for i, want := range []bool{false, false, true} {
-		if due, reason := p.Add(it("v1", 1), now); due != want || (due && reason != flushRows) {
+		if due, reason := p.Add(it("v1", 1)); due != want || (due && reason != flushRows) {
 			t.Errorf("row %d: due %t (%s), want %t by rows", i+1, due, reason, want)
 		}
 	}
 	if b := p.Flush(); len(b.items) != 3 || b.bytes != 3 || b.version != "v1" || !p.Empty() {
 		t.Errorf("flushed %d items, %d bytes, version %q", len(b.items), b.bytes, b.version)
 	}
-	if due, reason := p.Add(it("v1", 10), now); !due || reason != flushBytes {
+	if due, reason := p.Add(it("v1", 10)); !due || reason != flushBytes {
 		t.Errorf("10 bytes: due %t (%s), want due by bytes", due, reason)
 	}
 	p.Flush()
-	p.Add(it("v1", 1), now)
+	p.Add(it("v1", 1))
 	if wait, ok := p.UntilNext(now.Add(400 * time.Millisecond)); !ok || wait != 600*time.Millisecond {
 		t.Errorf("until next: %s %t, want 600ms", wait, ok)
 	}

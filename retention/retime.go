@@ -275,9 +275,10 @@ func plan(row *row, tenant string, policy, writtenUnder *expiry.Policy, now time
 	ts := bigtable.Timestamp(cell.Timestamp)
 	// Expired, as the row stands or under the file: deleted now rather
 	// than left to GC, and never brought back by a later timestamp.
-	current := writtenUnder.ExpiryOf(int64(row.newest()))
-	if row.follows(ts) {
-		current = cell.Expiry
+	follows := row.follows(ts)
+	current := cell.Expiry
+	if !follows {
+		current = writtenUnder.ExpiryOf(int64(row.newest()))
 	}
 	if expiry.Expired(cell.Expiry, now) || expiry.Expired(current, now) {
 		rep.Deleted++
@@ -286,7 +287,7 @@ func plan(row *row, tenant string, policy, writtenUnder *expiry.Policy, now time
 		m.DeleteRow()
 		return m
 	}
-	if row.follows(ts) {
+	if follows {
 		rep.Unchanged++
 		return nil
 	}
