@@ -190,10 +190,14 @@ func refuseEntriesWith(*btpb.MutateRowsRequest) testenv.MutateRowsFault {
 	}}
 }
 
+// rowsOf are rows written now: a timestamp in the past would be the
+// emulator GC's to collect under the tables' max-age, before a test reads
+// the row back (CI saw it: rows "not written after the outage").
 func rowsOf(keys ...string) []sink.Row {
+	ts := time.Now().UnixMilli() * 1000
 	rows := make([]sink.Row, len(keys))
 	for i, k := range keys {
-		rows[i] = sink.Row{Key: k, Timestamp: 1_000_000_000_000, Value: []byte(k)}
+		rows[i] = sink.Row{Key: k, Timestamp: ts, Value: []byte(k)}
 	}
 	return rows
 }
