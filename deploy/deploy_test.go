@@ -4,6 +4,7 @@ package deploy
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -417,5 +418,98 @@ func TestAlertRules(t *testing.T) {
 				t.Errorf("alert %s has %d unit tests, want one that fires and one that does not", name, c)
 			}
 		}
+	}
+}
+
+// dashboardExprs reads the Grafana dashboard's panels and their queries.
+func dashboardExprs(t *testing.T) (titles []string, exprs map[string][]string) {
+	t.Helper()
+	data, err := os.ReadFile("grafana/cellttl-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Panels []struct {
+			ID      int    `json:"id"`
+			Type    string `json:"type"`
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(data, &d); err != nil {
+		t.Fatalf("grafana/cellttl-dashboard.json: %v", err)
+	}
+	exprs = map[string][]string{}
+	ids := map[int]bool{}
+	for _, p := range d.Panels {
+		if ids[p.ID] {
+			t.Errorf("panel id %d twice", p.ID)
+		}
+		ids[p.ID] = true
+		if p.Type == "row" {
+			continue
+		}
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		titles = append(titles, p.Title)
+		for _, tg := range p.Targets {
+			exprs[p.Title] = append(exprs[p.Title], tg.Expr)
+		}
+	}
+	return titles, exprs
+}
+
+// The dashboard shows what operators look for, and every query parses:
+// promtool checks them as recording rules, Grafana's variables replaced.
+func TestDashboard(t *testing.T) {
+	_, exprs := dashboardExprs(t)
+	// What the dashboard must answer, as a metric (and grouping) some panel
+	// queries.
+	for _, want := range []string{
+		"sum by (cellttl_tenant) (rate(cellttl_events_written_total",
+		"sum by (messaging_destination_partition_id) (cellttl_kafka_consumer_lag",
+		"cellttl_batch_duration_seconds_bucket",
+		"cellttl_bigtable_retries_total", "cellttl_retries_total",
+		"cellttl_inflight_bytes", "cellttl_inflight_limit_bytes",
+		"sum by (reason) (rate(cellttl_dead_letters_total",
+		"max by (instance, pod, config_version) (cellttl_config_info",
+	} {
+		found := false
+		for _, es := range exprs {
+			for _, e := range es {
+				found = found || strings.Contains(e, want)
+			}
+		}
+		if !found {
+			t.Errorf("no dashboard panel queries %s", want)
+		}
+	}
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("CELLTTL_REQUIRE_PROMTOOL") != "" {
+			t.Fatal("promtool not found; scripts/test.sh installs it")
+		}
+		t.Skip("promtool not installed (make test installs it)")
+	}
+	grafana := strings.NewReplacer("$__rate_interval", "5m", "$job", ".*")
+	var rules []map[string]string
+	for _, es := range exprs {
+		for _, e := range es {
+			rules = append(rules, map[string]string{"record": fmt.Sprintf("dashboard:query:%d", len(rules)), "expr": grafana.Replace(e)})
+		}
+	}
+	out, err := yaml.Marshal(map[string]any{"groups": []any{map[string]any{"name": "dashboard", "rules": rules}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "dashboard-rules.yaml")
+	if err := os.WriteFile(path, out, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if msg, err := exec.Command(promtool, "check", "rules", path).CombinedOutput(); err != nil {
+		t.Errorf("a dashboard query does not parse: %v\n%s", err, msg)
 	}
 }

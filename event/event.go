@@ -6,7 +6,9 @@ package event
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/cellttl/cellttl/rowkey"
 )
@@ -29,85 +31,172 @@ type Event struct {
 	Clamped bool
 }
 
-// Error says why an event was rejected. Field is the JSON field at fault, or
-// "" when the value as a whole is (not JSON, too large); Reason is a
-// sentence that names the field and quotes the value.
+// Error says why an event was rejected. Field is the field at fault, as
+// configured (a JSON path, header:NAME, key), or "" when the value as a
+// whole is (not JSON, too large); Reason is a sentence that names the field
+// and quotes the value; Class is one of a few words for metrics.
 type Error struct {
 	Field  string
 	Reason string
+	Class  Class
 }
+
+// Class groups reasons for rejecting an event into a bounded set, fit for
+// a metric label.
+type Class string
+
+const (
+	TooLarge  Class = "too_large"    // the value exceeds --max-event-bytes
+	NotJSON   Class = "not_json"     // the value is not a JSON object
+	Missing   Class = "missing"      // a required field, or any time, is missing
+	WrongType Class = "wrong_type"   // a field of the wrong JSON type, or inside a non-object
+	BadID     Class = "invalid_id"   // an id that cannot go into a row key
+	BadTime   Class = "invalid_time" // a time that cannot be read or a row key cannot hold
+	Ambiguous Class = "ambiguous"    // a field given twice or under another case, a lone surrogate
+)
 
 func (e *Error) Error() string { return e.Reason }
 
-// Decoder holds the limits events are checked against.
+// Decoder holds the limits events are checked against and where their
+// fields are read from.
 type Decoder struct {
 	// MaxBytes rejects larger values before they are parsed.
 	MaxBytes int
-	// MaxClockSkew is how far occurred_at may lie after the record
+	// MaxClockSkew is how far an event time may lie after the record
 	// timestamp before the record timestamp is taken instead: a producer
 	// whose clock runs ahead must not stretch a tenant's retention.
 	MaxClockSkew time.Duration
+	// Mapping says where the fields come from; nil is the contract's
+	// field names.
+	Mapping *Mapping
+}
+
+// Record is the part of a Kafka record an event is read from.
+type Record struct {
+	Value []byte
+	// Key is the record key, nil when the record has none.
+	Key []byte
+	// Time is the record timestamp, the zero Time when the record has none.
+	Time time.Time
+	// Headers holds the headers the mapping reads, in the order of
+	// Mapping.Headers: the caller looks them up, as the record's headers
+	// are the Kafka client's type.
+	Headers [numFields]Header
+}
+
+// Header is what a record holds under one header name.
+type Header struct {
+	// Value is the last header of the name.
+	Value []byte
+	// Count is how many headers have the name: more than one is refused
+	// as ambiguous, as a JSON field given twice is.
+	Count int
 }
 
 // latestBase is the last millisecond the 13 digits of a row key's time can
 // hold (2286-11-20T17:46:39.999Z).
 var latestBase = time.UnixMilli(rowkey.MaxMillis).UTC()
 
-// Decode validates value and returns its event. recordTime is the Kafka
-// record timestamp, the zero Time when the record has none. The result
-// depends on these two alone.
-func (d Decoder) Decode(value []byte, recordTime time.Time) (Event, error) {
-	if d.MaxBytes > 0 && len(value) > d.MaxBytes {
-		return Event{}, &Error{Reason: fmt.Sprintf("value is %d bytes, more than the limit of %d", len(value), d.MaxBytes)}
+// DecodeRecord validates r and returns its event. The result depends on r
+// alone. The value must be a JSON object whatever the mapping: it is what
+// the row stores.
+func (d Decoder) DecodeRecord(r *Record) (Event, error) {
+	m := d.Mapping
+	if m == nil {
+		m = contract
 	}
-	f, err := parse(value)
+	if d.MaxBytes > 0 && len(r.Value) > d.MaxBytes {
+		return Event{}, &Error{Class: TooLarge, Reason: fmt.Sprintf("value is %d bytes, more than the limit of %d", len(r.Value), d.MaxBytes)}
+	}
+	f, err := parse(r.Value, m.root)
 	if err == errSyntax {
-		return Event{}, invalidJSON(value)
+		return Event{}, invalidJSON(r.Value)
 	}
 	if err != nil {
 		return Event{}, err
 	}
 	var ev Event
-	if ev.ID, err = required("event_id", &f.eventID); err != nil {
+	if ev.ID, err = m.id(fieldEventID, &f, r, true); err != nil {
 		return Event{}, err
 	}
-	if ev.Tenant, err = required("tenant_id", &f.tenantID); err != nil {
+	if ev.Tenant, err = m.id(fieldTenant, &f, r, true); err != nil {
 		return Event{}, err
 	}
-	if f.userID.present && !f.userID.isNull {
-		if err := stringField("user_id", &f.userID); err != nil {
-			return Event{}, err
-		}
-		if err := rowkey.ValidateID("user_id", f.userID.s); err != nil {
-			return Event{}, &Error{Field: "user_id", Reason: err.Error()}
-		}
-		ev.User = f.userID.s
+	if ev.User, err = m.id(fieldUser, &f, r, false); err != nil {
+		return Event{}, err
 	}
-	if ev.Base, ev.Clamped, err = d.base(&f.occurredAt, recordTime); err != nil {
+	if ev.Base, ev.Clamped, err = d.base(m, &f, r); err != nil {
 		return Event{}, err
 	}
 	return ev, nil
 }
 
+// value finds field i of the record as text. A header or key is always
+// text; a JSON value is checked by the caller.
+func (m *Mapping) value(i int, f *fields, r *Record) (*field, error) {
+	src := &m.src[i]
+	switch src.kind {
+	case fromHeader:
+		h := &r.Headers[src.header]
+		if h.Count > 1 {
+			return nil, &Error{Class: Ambiguous, Field: src.field, Reason: fmt.Sprintf("%s appears %d times, and readers disagree on which to take", src.name, h.Count)}
+		}
+		f.f[i] = field{present: h.Count == 1, s: alias(h.Value)}
+	case fromKey:
+		f.f[i] = field{present: r.Key != nil, s: alias(r.Key)}
+	}
+	fl := &f.f[i]
+	if fl.parent != "" {
+		return nil, &Error{Class: WrongType, Field: src.field, Reason: fmt.Sprintf("%s cannot be read: %s is a JSON %s, not an object", src.name, fl.parent, fl.kind)}
+	}
+	return fl, nil
+}
+
+// id reads one of the event's ids; one that is not required may be
+// absent or null.
+func (m *Mapping) id(i int, f *fields, r *Record, required bool) (string, error) {
+	src := &m.src[i]
+	fl, err := m.value(i, f, r)
+	if err != nil {
+		return "", err
+	}
+	if !fl.present || fl.isNull {
+		if !required {
+			return "", nil
+		}
+		return "", &Error{Class: Missing, Field: src.field, Reason: src.name + " is missing"}
+	}
+	if err := stringField(src, fl); err != nil {
+		return "", err
+	}
+	if err := rowkey.ValidateID(src.name, fl.s); err != nil {
+		return "", &Error{Class: BadID, Field: src.field, Reason: err.Error()}
+	}
+	return fl.s, nil
+}
+
 // base picks the time the TTL counts from. A time that is present means
 // what it says: one before 1970 makes an event long expired, which the
 // caller skips.
-func (d Decoder) base(occurredAt *field, recordTime time.Time) (time.Time, bool, error) {
-	if !occurredAt.present || occurredAt.isNull {
+func (d Decoder) base(m *Mapping, f *fields, r *Record) (time.Time, bool, error) {
+	src := &m.src[fieldTime]
+	fl, err := m.value(fieldTime, f, r)
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	recordTime := r.Time
+	if !fl.present || fl.isNull {
 		if recordTime.IsZero() {
-			return time.Time{}, false, &Error{Field: "occurred_at", Reason: "occurred_at is missing and the Kafka record has no timestamp: there is no time to count the TTL from"}
+			return time.Time{}, false, &Error{Class: Missing, Field: src.field, Reason: src.name + " is missing and the Kafka record has no timestamp: there is no time to count the TTL from"}
 		}
 		if recordTime.After(latestBase) {
 			return time.Time{}, false, tooLate(recordTime)
 		}
 		return recordTime, false, nil
 	}
-	if err := stringField("occurred_at", occurredAt); err != nil {
+	t, err := m.eventTime(src, fl)
+	if err != nil {
 		return time.Time{}, false, err
-	}
-	t, ok := parseRFC3339(occurredAt.s)
-	if !ok {
-		return time.Time{}, false, &Error{Field: "occurred_at", Reason: fmt.Sprintf("occurred_at %q is not an RFC 3339 time", occurredAt.s)}
 	}
 	if !recordTime.IsZero() && d.MaxClockSkew >= 0 && t.After(recordTime.Add(d.MaxClockSkew)) {
 		if recordTime.After(latestBase) {
@@ -116,39 +205,94 @@ func (d Decoder) base(occurredAt *field, recordTime time.Time) (time.Time, bool,
 		return recordTime, true, nil
 	}
 	if t.After(latestBase) {
-		return time.Time{}, false, &Error{Field: "occurred_at", Reason: fmt.Sprintf("occurred_at %q is later than %s, the last time a row key can hold", occurredAt.s, latestBase.Format(time.RFC3339Nano))}
+		return time.Time{}, false, &Error{Class: BadTime, Field: src.field, Reason: fmt.Sprintf("%s %s is later than %s, the last time a row key can hold", src.name, quoted(src, fl), latestBase.Format(time.RFC3339Nano))}
 	}
 	return t, false, nil
 }
 
-func required(name string, f *field) (string, error) {
-	if !f.present || f.isNull {
-		return "", &Error{Field: name, Reason: name + " is missing"}
+// eventTime reads a present event time in the mapping's format.
+func (m *Mapping) eventTime(src *source, fl *field) (time.Time, error) {
+	// A JSON number is never an RFC 3339 time, a JSON string never an
+	// epoch number but under auto; a header is text, read by the format.
+	number := fl.kind == "number"
+	if src.kind == fromJSON {
+		switch {
+		case m.format == RFC3339 || (m.format == Auto && !number):
+			if err := stringField(src, fl); err != nil {
+				return time.Time{}, err
+			}
+		case fl.kind != "number":
+			what := "a JSON string"
+			if fl.kind != "" {
+				what = "a JSON " + fl.kind
+			}
+			return time.Time{}, &Error{Class: WrongType, Field: src.field, Reason: fmt.Sprintf("%s must be a JSON number of epoch %s (--event-time-format %s), not %s", src.name, unitName(m.format), m.format, what)}
+		}
 	}
-	if err := stringField(name, f); err != nil {
-		return "", err
+	format := m.format
+	if format == Auto {
+		format = RFC3339
+		if number || looksNumeric(fl.s) {
+			format = Auto
+		}
 	}
-	if err := rowkey.ValidateID(name, f.s); err != nil {
-		return "", &Error{Field: name, Reason: err.Error()}
+	if format == RFC3339 {
+		t, ok := parseRFC3339(fl.s)
+		if !ok {
+			return time.Time{}, &Error{Class: BadTime, Field: src.field, Reason: fmt.Sprintf("%s %q is not an RFC 3339 time", src.name, fl.s)}
+		}
+		return t, nil
 	}
-	return f.s, nil
+	t, err := parseEpoch(fl.s, format)
+	if err != "" {
+		return time.Time{}, &Error{Class: BadTime, Field: src.field, Reason: fmt.Sprintf("%s %s is not %s", src.name, quoted(src, fl), err)}
+	}
+	return t, nil
 }
 
-// stringField checks that a present field is a string whose escapes all
-// decode to characters.
-func stringField(name string, f *field) error {
+// quoted shows a time's value as it was written: a JSON number bare,
+// text quoted.
+func quoted(src *source, fl *field) string {
+	if fl.kind == "number" {
+		return fl.s
+	}
+	return strconv.Quote(fl.s)
+}
+
+func unitName(f TimeFormat) string {
+	switch f {
+	case UnixSeconds:
+		return "seconds"
+	case UnixMillis:
+		return "milliseconds"
+	}
+	return "seconds or milliseconds"
+}
+
+// stringField checks that a present JSON field is a string whose escapes
+// all decode to characters.
+func stringField(src *source, f *field) error {
 	if f.kind != "" {
-		return &Error{Field: name, Reason: fmt.Sprintf("%s must be a string, not a JSON %s", name, f.kind)}
+		return &Error{Class: WrongType, Field: src.field, Reason: fmt.Sprintf("%s must be a string, not a JSON %s", src.name, f.kind)}
 	}
 	if f.escape != "" {
-		return &Error{Field: name, Reason: fmt.Sprintf("%s %s escapes a lone UTF-16 surrogate, which is not a character: readers turn it into U+FFFD, so distinct values would read the same", name, f.escape)}
+		return &Error{Class: Ambiguous, Field: src.field, Reason: fmt.Sprintf("%s %s escapes a lone UTF-16 surrogate, which is not a character: readers turn it into U+FFFD, so distinct values would read the same", src.name, f.escape)}
 	}
 	return nil
 }
 
+// alias returns b as a string sharing its memory: record keys and header
+// values never change while the event is in use.
+func alias(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
+}
+
 // tooLate refuses a record timestamp past what a row key can hold.
 func tooLate(recordTime time.Time) error {
-	return &Error{Reason: fmt.Sprintf("the record timestamp %s is later than %s, the last time a row key can hold",
+	return &Error{Class: BadTime, Reason: fmt.Sprintf("the record timestamp %s is later than %s, the last time a row key can hold",
 		recordTime.UTC().Format(time.RFC3339Nano), latestBase.Format(time.RFC3339Nano))}
 }
 
@@ -159,5 +303,5 @@ func invalidJSON(value []byte) error {
 	if err == nil {
 		err = fmt.Errorf("invalid JSON")
 	}
-	return &Error{Reason: fmt.Sprintf("not a JSON object: %v", err)}
+	return &Error{Class: NotJSON, Reason: fmt.Sprintf("not a JSON object: %v", err)}
 }

@@ -118,6 +118,9 @@ func TestDecodeInvalid(t *testing.T) {
 			if !errors.As(err, &e) {
 				t.Fatalf("err = %v, want *Error", err)
 			}
+			if e.Class == "" {
+				t.Errorf("%q has no class", e.Error())
+			}
 			if e.Field != tt.field || !strings.Contains(e.Error(), tt.reason) {
 				t.Errorf("got field %q reason %q, want field %q reason containing %q", e.Field, e.Error(), tt.field, tt.reason)
 			}
@@ -203,8 +206,8 @@ func FuzzDecode(f *testing.F) {
 		ev, err := dec.Decode(value, rt)
 		if err != nil {
 			var e *Error
-			if !errors.As(err, &e) || e.Error() == "" {
-				t.Fatalf("error %v is not a described *Error", err)
+			if !errors.As(err, &e) || e.Error() == "" || e.Class == "" {
+				t.Fatalf("error %v is not a described, classified *Error", err)
 			}
 			return
 		}
@@ -285,7 +288,7 @@ func FuzzScanMatchesEncodingJSON(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, v []byte) {
-		_, perr := parse(v)
+		_, perr := parse(v, contract.root)
 		if (perr != errSyntax) != json.Valid(v) {
 			t.Fatalf("parse says valid=%t, json.Valid %t (%v)", perr != errSyntax, json.Valid(v), perr)
 		}
@@ -293,7 +296,7 @@ func FuzzScanMatchesEncodingJSON(f *testing.F) {
 		if json.Unmarshal(v, &m) != nil || m == nil {
 			return
 		}
-		got, err := parse(v)
+		got, err := parse(v, contract.root)
 		if err != nil {
 			// Valid JSON refused only as ambiguous: a field twice, or a key
 			// that folds to a field's name.
@@ -302,7 +305,7 @@ func FuzzScanMatchesEncodingJSON(f *testing.F) {
 			}
 			return
 		}
-		for name, fl := range map[string]field{"event_id": got.eventID, "tenant_id": got.tenantID, "user_id": got.userID, "occurred_at": got.occurredAt} {
+		for name, fl := range map[string]field{"event_id": got.f[fieldEventID], "tenant_id": got.f[fieldTenant], "user_id": got.f[fieldUser], "occurred_at": got.f[fieldTime]} {
 			want, present := m[name]
 			if fl.present != present {
 				t.Fatalf("%s: present %t, encoding/json %t", name, fl.present, present)

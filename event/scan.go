@@ -2,16 +2,16 @@ package event
 
 import (
 	"fmt"
-	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 	"unsafe"
 )
 
-// fields are the raw values of the fields the worker reads. Strings alias
-// the value's bytes: decoding allocates nothing for ordinary events.
+// fields are the raw values of the fields a mapping reads from JSON.
+// Strings alias the value's bytes: decoding allocates nothing for ordinary
+// events.
 type fields struct {
-	eventID, tenantID, userID, occurredAt field
+	f [numFields]field
 	// err is the first reason the object, though valid JSON, is ambiguous:
 	// a field given twice, or a key that other readers take for a field.
 	err *Error
@@ -20,51 +20,30 @@ type fields struct {
 type field struct {
 	present bool
 	isNull  bool
-	s       string
-	kind    string // JSON kind when not a string: "number", "object", ...
+	// s is a string's contents, or a number's text.
+	s    string
+	kind string // JSON kind when not a string: "number", "object", ...
 	// escape is set when the string holds an escape that decodes to no
 	// character (a lone UTF-16 surrogate): other readers replace it with
 	// U+FFFD, so two different values would read the same.
 	escape string
+	// parent is set when the field cannot be there: the path's object at
+	// parent is a JSON kind, not an object.
+	parent string
 }
 
 // maxDepth is encoding/json's limit on containers open at once; a deeper
 // value is invalid for it, so it is invalid here too.
 const maxDepth = 10000
 
-// names are the fields read, as they appear in the contract.
-var names = [...]string{"event_id", "tenant_id", "user_id", "occurred_at"}
-
-// caseVariant returns the field a key stands for in the eyes of a reader
-// that matches keys regardless of case (encoding/json does, with Unicode
-// folding: "ſ" is an "s"), when the key is not exactly that field's name.
-func caseVariant(key string) string {
-	// Each of the names' letters folds from at most 3 bytes of UTF-8, and
-	// their first letters (e, t, u, o) only from their ASCII capitals.
-	if len(key) < len("user_id") || len(key) > 3*len("occurred_at") {
-		return ""
-	}
-	switch key[0] | 0x20 {
-	case 'e', 't', 'u', 'o':
-	default:
-		return ""
-	}
-	for _, name := range names {
-		if strings.EqualFold(key, name) {
-			return name
-		}
-	}
-	return ""
-}
-
 // errSyntax marks a value that is not JSON; the caller asks encoding/json
 // for the details, on that rare path only.
-var errSyntax = &Error{Reason: "not a JSON object: invalid JSON"}
+var errSyntax = &Error{Class: NotJSON, Reason: "not a JSON object: invalid JSON"}
 
 // parse validates value as JSON (the grammar json.Valid accepts) and, when
-// it is an object, reads its top-level fields, in one pass. A value that is
-// valid JSON but no object yields an *Error saying what it is.
-func parse(v []byte) (fields, error) {
+// it is an object, reads the fields of root's paths, in one pass. A value
+// that is valid JSON but no object yields an *Error saying what it is.
+func parse(v []byte, root *node) (fields, error) {
 	p := parser{v: v}
 	var f fields
 	p.space()
@@ -76,68 +55,57 @@ func parse(v []byte) (fields, error) {
 		if !p.value(0) || !p.atEnd() {
 			return f, errSyntax
 		}
-		return f, &Error{Reason: fmt.Sprintf("value is a JSON %s, not an object", kind)}
+		return f, &Error{Class: NotJSON, Reason: fmt.Sprintf("value is a JSON %s, not an object", kind)}
 	}
 	p.i++
+	if !p.members(root, &f, 1) || !p.atEnd() {
+		return f, errSyntax
+	}
+	if f.err != nil {
+		return f, f.err
+	}
+	return f, nil
+}
+
+// members reads an object's members, after its "{", through its "}",
+// taking n's keys into f. depth counts the containers open, this one too.
+func (p *parser) members(n *node, f *fields, depth int) bool {
 	p.space()
 	if p.peek() == '}' {
 		p.i++
-		if !p.atEnd() {
-			return f, errSyntax
-		}
-		return f, nil
+		return true
 	}
 	for {
 		p.space()
 		ks, ke, esc, ok := p.str()
 		if !ok {
-			return f, errSyntax
+			return false
 		}
 		p.space()
 		if p.peek() != ':' {
-			return f, errSyntax
+			return false
 		}
 		p.i++
 		p.space()
-		var dst *field
 		key, _ := p.text(ks, ke, esc)
-		switch key {
-		case "event_id":
-			dst = &f.eventID
-		case "tenant_id":
-			dst = &f.tenantID
-		case "user_id":
-			dst = &f.userID
-		case "occurred_at":
-			dst = &f.occurredAt
+		k := n.find(key)
+		if k == nil && f.err == nil {
+			if like := n.foldsTo(key); like != nil {
+				f.err = &Error{Class: Ambiguous, Field: like.path, Reason: fmt.Sprintf("key %q differs from %s only in case, and readers that ignore case take it for %s", key, like.path, like.path)}
+			}
+		}
+		switch {
+		case k == nil:
+			if !p.value(depth) {
+				return false
+			}
+		case k.child != nil:
+			if !p.parent(k, f, depth) {
+				return false
+			}
 		default:
-			if name := caseVariant(key); name != "" && f.err == nil {
-				f.err = &Error{Field: name, Reason: fmt.Sprintf("key %q differs from %s only in case, and readers that ignore case take it for %s", key, name, name)}
-			}
-		}
-		if dst != nil && dst.present && f.err == nil {
-			f.err = &Error{Field: key, Reason: key + " appears more than once, and readers disagree on which to take"}
-		}
-		start := p.i
-		if dst != nil && p.peek() == '"' {
-			vs, ve, vesc, ok := p.str()
-			if !ok {
-				return f, errSyntax
-			}
-			*dst = field{present: true}
-			var clean bool
-			if dst.s, clean = p.text(vs, ve, vesc); !clean {
-				dst.escape = string(v[vs-1 : ve+1])
-			}
-		} else {
-			if !p.value(1) {
-				return f, errSyntax
-			}
-			if dst != nil {
-				*dst = field{present: true, isNull: v[start] == 'n', kind: kindOf(v, start)}
-				if dst.isNull {
-					dst.kind = ""
-				}
+			if !p.leaf(&f.f[k.field], k, f, depth) {
+				return false
 			}
 		}
 		p.space()
@@ -147,21 +115,82 @@ func parse(v []byte) (fields, error) {
 			continue
 		case '}':
 			p.i++
-			if !p.atEnd() {
-				return f, errSyntax
-			}
-			if f.err != nil {
-				return f, f.err
-			}
-			return f, nil
+			return true
 		}
-		return f, errSyntax
+		return false
 	}
+}
+
+// leaf reads the value of a field's key into dst.
+func (p *parser) leaf(dst *field, k *nodeKey, f *fields, depth int) bool {
+	if dst.present && f.err == nil {
+		f.err = &Error{Class: Ambiguous, Field: k.path, Reason: k.path + " appears more than once, and readers disagree on which to take"}
+	}
+	start := p.i
+	if p.peek() == '"' {
+		vs, ve, vesc, ok := p.str()
+		if !ok {
+			return false
+		}
+		*dst = field{present: true}
+		var clean bool
+		if dst.s, clean = p.text(vs, ve, vesc); !clean {
+			dst.escape = string(p.v[vs-1 : ve+1])
+		}
+		return true
+	}
+	if !p.value(depth) {
+		return false
+	}
+	*dst = field{present: true, isNull: p.v[start] == 'n', kind: kindOf(p.v, start)}
+	switch dst.kind {
+	case "null":
+		dst.kind = ""
+	case "number":
+		dst.s = p.alias(start, p.i)
+	}
+	return true
+}
+
+// parent reads the value of a key the mapping's paths go through: an
+// object is read for the deeper keys; anything else but null leaves those
+// fields present in a place they cannot be.
+func (p *parser) parent(k *nodeKey, f *fields, depth int) bool {
+	if p.seen&k.seen != 0 && f.err == nil {
+		f.err = &Error{Class: Ambiguous, Field: k.path, Reason: k.path + " appears more than once, and readers disagree on which to take"}
+	}
+	p.seen |= k.seen
+	if p.peek() == '{' {
+		if depth+1 > maxDepth {
+			return false
+		}
+		p.i++
+		return p.members(k.child, f, depth+1)
+	}
+	start := p.i
+	if !p.value(depth) {
+		return false
+	}
+	if p.v[start] != 'n' {
+		kind := kindOf(p.v, start)
+		k.child.leaves(func(i int) { f.f[i] = field{present: true, kind: kind, parent: k.path} })
+	}
+	return true
 }
 
 type parser struct {
 	v []byte
 	i int
+	// seen has the bit of each parent key met, for duplicates.
+	seen uint64
+}
+
+// alias returns v[start:end] as a string sharing its memory.
+func (p *parser) alias(start, end int) string {
+	if end == start {
+		return ""
+	}
+	return unsafe.String(&p.v[start], end-start)
 }
 
 func (p *parser) peek() byte {

@@ -114,6 +114,10 @@ func NewDeadLetterWriter(brokers []string, topic string, security Security, mp m
 		metric.WithDescription("dead letters cut to fit the dead-letter topic's max.message.bytes")); err != nil {
 		return nil, fmt.Errorf("register dead-letter metrics: %w", err)
 	}
+	// Both exist from start-up, at 0, for rate(), alerts and dashboards.
+	attrs := metric.WithAttributes(attribute.String("messaging.system", "kafka"), attribute.String("messaging.destination.name", topic))
+	d.sent.Add(context.Background(), 0, attrs)
+	d.truncated.Add(context.Background(), 0, attrs)
 	return d, nil
 }
 

@@ -44,11 +44,13 @@ func (c *Consumer) registerMetrics(meter metric.Meter) (*consumerMetrics, error)
 		metric.WithDescription("partitions assigned to this worker"))
 	inflight, err5 := meter.Int64ObservableGauge("cellttl.inflight.bytes", metric.WithUnit("By"),
 		metric.WithDescription("bytes of events fetched and not yet settled (bounded by --max-inflight-bytes)"))
+	limit, err8 := meter.Int64ObservableGauge("cellttl.inflight.limit", metric.WithUnit("By"),
+		metric.WithDescription("the bound cellttl.inflight.bytes is held under: the part of --max-inflight-bytes for fetched events"))
 	resets, err6 := meter.Int64Counter("cellttl.kafka.offset_resets", metric.WithUnit("{reset}"),
 		metric.WithDescription("committed offsets found outside the log and reset by --offset-out-of-range"))
 	fetchErrors, err7 := meter.Int64Counter("cellttl.kafka.fetch_errors", metric.WithUnit("{error}"),
 		metric.WithDescription("fetch requests or partitions that failed and are retried with backoff"))
-	if err := errors.Join(err1, err2, err3, err4, err5, err6, err7); err != nil {
+	if err := errors.Join(err1, err2, err3, err4, err5, err6, err7, err8); err != nil {
 		return nil, fmt.Errorf("register consumer metrics: %w", err)
 	}
 	base := []attribute.KeyValue{
@@ -60,6 +62,7 @@ func (c *Consumer) registerMetrics(meter metric.Meter) (*consumerMetrics, error)
 	reg, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		o.ObserveInt64(consumed, c.consumed.Load(), baseSet)
 		o.ObserveInt64(inflight, c.budget.Held())
+		o.ObserveInt64(limit, c.budget.Limit())
 		s := c.Status()
 		o.ObserveInt64(owned, int64(len(s.Partitions)), baseSet)
 		for _, p := range s.Partitions {
@@ -70,9 +73,12 @@ func (c *Consumer) registerMetrics(meter metric.Meter) (*consumerMetrics, error)
 			}
 		}
 		return nil
-	}, consumed, lag, committed, owned, inflight)
+	}, consumed, lag, committed, owned, inflight, limit)
 	if err != nil {
 		return nil, fmt.Errorf("register consumer metrics: %w", err)
 	}
+	// The counters exist from start-up, at 0, for rate() and dashboards.
+	resets.Add(context.Background(), 0)
+	fetchErrors.Add(context.Background(), 0)
 	return &consumerMetrics{offsetResets: resets, fetchErrors: fetchErrors, registration: reg}, nil
 }

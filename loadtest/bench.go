@@ -69,13 +69,15 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	run := fmt.Sprintf("b%x", time.Now().UnixNano()/1e6%0xffffff)
-	gen := newGenerator(run, m, 10000, 1.1, payload, 0, 1)
+	gen := newGenerator(run, m, shapes["contract"], 10000, 1.1, payload, 0, 1)
 	now := time.Now()
 	values := make([][]byte, events)
 	keys := make([][]byte, events)
 	recs := make([]record, events)
 	for i := range values {
-		values[i], keys[i], recs[i] = gen.next(i, now)
+		var msg kafka.Message
+		msg, recs[i] = gen.next(i, now)
+		values[i], keys[i] = msg.Value, msg.Key
 	}
 	fmt.Fprintf(stdout, "bench %s: %d events of %d bytes, %d partitions, %d tenants\n", run, events, len(values[0]), partitions, len(m.tenants))
 

@@ -65,6 +65,7 @@ func startEmbedded(ctx context.Context, o *options, log *slog.Logger) (*embedded
 	}
 	args := append([]string{"run", "--brokers", o.brokers, "--topic", o.topic, "--dlq-topic", o.dlqTopic,
 		"--admin-addr", fmt.Sprintf("127.0.0.1:%d", port), "--log-level", "warn"}, common...)
+	args = append(args, o.shape.workerFlags...)
 	args = append(args, strings.Fields(o.workerFlags)...)
 	e.worker = exec.Command(bin, args...)
 	e.worker.Env = env

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/segmentio/kafka-go"
 )
 
 // mix is the tenant mix of the synthetic events.
@@ -83,9 +85,10 @@ type generator struct {
 	rand      *rand.Rand
 	payload   string
 	malformed float64
+	shape     shape
 }
 
-func newGenerator(run string, m mix, users uint64, zipfS float64, payloadBytes int, malformed float64, seed uint64) *generator {
+func newGenerator(run string, m mix, sh shape, users uint64, zipfS float64, payloadBytes int, malformed float64, seed uint64) *generator {
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	return &generator{
 		run:       run,
@@ -94,6 +97,7 @@ func newGenerator(run string, m mix, users uint64, zipfS float64, payloadBytes i
 		rand:      r,
 		payload:   strings.Repeat("x", max(0, payloadBytes)),
 		malformed: malformed,
+		shape:     sh,
 	}
 }
 
@@ -101,27 +105,17 @@ func (g *generator) eventID(seq int) string { return g.run + "-" + strconv.Itoa(
 
 func userName(u uint32) string { return "u" + strconv.FormatUint(uint64(u), 10) }
 
-// next returns event number seq, its Kafka key and its record.
-func (g *generator) next(seq int, at time.Time) (value, key []byte, rec record) {
-	rec = record{millis: at.UnixMilli(), user: uint32(g.zipf.Uint64()), tenant: uint16(g.mix.pick(g.rand)), valid: true}
+// next returns event number seq, keyed by its user, and its record.
+func (g *generator) next(seq int, at time.Time) (kafka.Message, record) {
+	rec := record{millis: at.UnixMilli(), user: uint32(g.zipf.Uint64()), tenant: uint16(g.mix.pick(g.rand)), valid: true}
 	user := userName(rec.user)
+	msg := kafka.Message{Key: []byte(user)}
 	if g.rand.Float64() < g.malformed {
 		rec.valid = false
 		// Rotate through kinds of bad input.
-		switch seq % 4 {
-		case 0:
-			value = []byte(`{"event_id":"` + g.eventID(seq) + `","tenant_id":`) // truncated
-		case 1:
-			value = []byte(`{"event_id":"` + g.eventID(seq) + `"}`) // no tenant
-		case 2:
-			value = []byte(`{"event_id":"` + g.eventID(seq) + `#x","tenant_id":"` + g.mix.tenantName(int(rec.tenant)) + `"}`)
-		default:
-			value = []byte("\x00\x01binary")
-		}
-		return value, []byte(user), rec
+		msg.Value, msg.Headers = g.shape.malformed(seq%4, g.eventID(seq), g.mix.tenantName(int(rec.tenant)))
+		return msg, rec
 	}
-	ts := time.UnixMilli(rec.millis).UTC().Format("2006-01-02T15:04:05.000Z07:00")
-	value = []byte(`{"event_id":"` + g.eventID(seq) + `","tenant_id":"` + g.mix.tenantName(int(rec.tenant)) +
-		`","user_id":"` + user + `","occurred_at":"` + ts + `","payload":"` + g.payload + `"}`)
-	return value, []byte(user), rec
+	msg.Value, msg.Headers = g.shape.valid(g.eventID(seq), g.mix.tenantName(int(rec.tenant)), user, rec.millis, g.payload)
+	return msg, rec
 }

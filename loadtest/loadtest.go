@@ -78,9 +78,12 @@ func loadTest(ctx context.Context, o *options, brokers []string, stdout io.Write
 		o.seed = uint64(time.Now().UnixNano())
 	}
 	runID := fmt.Sprintf("lt%x", time.Now().UnixNano()/1e6%0xffffffff)
-	gen := newGenerator(runID, m, max(o.users, 2), max(o.zipfS, 1.0001), o.payloadBytes, o.malformed, o.seed)
+	gen := newGenerator(runID, m, o.shape, max(o.users, 2), max(o.zipfS, 1.0001), o.payloadBytes, o.malformed, o.seed)
 	if o.reportDir == "" {
 		o.reportDir = filepath.Join("loadtest-report", runID)
+	}
+	if len(o.shape.workerFlags) > 0 {
+		fmt.Fprintf(stdout, "events in the %s shape: the worker reads them with %s\n", o.shape.name, strings.Join(o.shape.workerFlags, " "))
 	}
 
 	// The worker's counters are cumulative: measure from here.
@@ -260,10 +263,10 @@ func produce(ctx context.Context, o *options, brokers []string, g *generator, pr
 		now := time.Now()
 		for i := range msgs {
 			seq := len(recs)
-			v, k, rec := g.next(seq, now)
+			msg, rec := g.next(seq, now)
 			recs = append(recs, rec)
-			msgs[i] = kafka.Message{Key: k, Value: v, Headers: []kafka.Header{
-				{Key: "loadtest-run", Value: []byte(g.run)}, {Key: "loadtest-seq", Value: []byte(fmt.Sprint(seq))}}}
+			msg.Headers = append(msg.Headers, kafka.Header{Key: "loadtest-run", Value: []byte(g.run)}, kafka.Header{Key: "loadtest-seq", Value: []byte(fmt.Sprint(seq))})
+			msgs[i] = msg
 		}
 		select {
 		case err := <-errs:

@@ -69,6 +69,7 @@ type options struct {
 	settle       time.Duration
 	seed         uint64
 	workerFlags  string
+	shape        shape
 	partitions   int
 	emulator     *inproc.Bigtable // the embedded emulator, with --embedded
 }
@@ -102,6 +103,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.Duration(&o.settle, "settle-timeout", "", 5*time.Minute, "how long to wait for the worker to catch up")
 	fs.Uint64(&o.seed, "seed", "", 0, "random seed (0: from the clock)")
 	fs.String(&o.workerFlags, "worker-flags", "", "", "extra flags for the embedded worker, space-separated")
+	o.shape = shapes["contract"]
+	fs.Value(shapeValue{&o.shape}, "shape", "", "event layout: contract; nested (customer_id, context.session.id, context.user.id, epoch-ms ts) or header (tenant in header x-tenant), which the worker reads with the mapping flags printed at start (--embedded passes them)")
 	fs.Int(&o.partitions, "partitions", "", 6, "partitions of the embedded topic")
 	if err := fs.Parse(args); err != nil {
 		if envflag.IsHelp(err) {

@@ -37,7 +37,7 @@ func TestVerifierReportsEachDefect(t *testing.T) {
 			tgt := testenv.Table(t, ac, dc, cfg.Policy.GCMaxAge())
 			o := &options{project: "local", instance: "local", table: tgt.Table, family: tgt.Family, dlqTopic: testenv.Name("dlq")}
 			testenv.CreateTopic(t, brokers, o.dlqTopic, 1)
-			g := newGenerator(testenv.Name("run"), m, 50, 1.2, 10, 0.2, 7)
+			g := newGenerator(testenv.Name("run"), m, shapes["contract"], 50, 1.2, 10, 0.2, 7)
 			const n = 40
 			recs := make([]record, n)
 			values := make([][]byte, n)
@@ -45,7 +45,9 @@ func TestVerifierReportsEachDefect(t *testing.T) {
 			var dead []kafka.Message
 			at := time.Now().Add(-time.Minute)
 			for seq := range n {
-				values[seq], _, recs[seq] = g.next(seq, at.Add(time.Duration(seq)*time.Millisecond))
+				var msg kafka.Message
+				msg, recs[seq] = g.next(seq, at.Add(time.Duration(seq)*time.Millisecond))
+				values[seq] = msg.Value
 				if recs[seq].valid {
 					rows = append(rows, rowOf(cfg, g, seq, recs[seq], values[seq], 0))
 				} else {

@@ -151,7 +151,7 @@ func (p *Pipeline) writeLoop(ctx context.Context, batches <-chan batch, dead cha
 		for i := range b.items {
 			it := &b.items[i]
 			if rerr := results[i]; rerr != nil {
-				dead <- deadItem{dl: ingest.DeadLetter{Msg: it.msg, Reason: rerr.Error()}, ack: it.ack, tenant: it.tenant}
+				dead <- deadItem{dl: ingest.DeadLetter{Msg: it.msg, Reason: rerr.Error()}, ack: it.ack, tenant: it.tenant, reason: reasonBigtableRefused}
 				continue
 			}
 			it.tenant.Written.Add(1)

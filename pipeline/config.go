@@ -22,7 +22,10 @@ type Config struct {
 	Writers int
 	// DrainTimeout bounds shutdown once ctx ends.
 	DrainTimeout time.Duration
-	Decoder      event.Decoder
+	// Decoder checks events; Resolve sets its Mapping from Fields.
+	Decoder event.Decoder
+	// Fields says where each event field comes from.
+	Fields event.Fields
 	// MaxInflightBytes bounds the event data the worker holds: the messages
 	// fetched and not yet settled, and the copies the Bigtable client
 	// encodes of the batches it writes. FetchBudget splits it.
@@ -38,6 +41,7 @@ func DefaultConfig() Config {
 		Writers:          4,
 		DrainTimeout:     30 * time.Second,
 		Decoder:          event.Decoder{MaxBytes: 1 << 20, MaxClockSkew: 5 * time.Minute},
+		Fields:           event.DefaultFields(),
 		MaxInflightBytes: 64 << 20,
 	}
 }
@@ -53,6 +57,21 @@ func (c *Config) RegisterFlags(f *envflag.FlagSet) {
 	f.Duration(&c.DrainTimeout, "drain-timeout", "DRAIN_TIMEOUT", c.DrainTimeout, "on SIGTERM, time allowed to flush, commit and leave the group")
 	f.Int(&c.Decoder.MaxBytes, "max-event-bytes", "MAX_EVENT_BYTES", c.Decoder.MaxBytes, "larger events go to the dead-letter topic")
 	f.Duration(&c.Decoder.MaxClockSkew, "max-clock-skew", "MAX_CLOCK_SKEW", c.Decoder.MaxClockSkew, "an occurred_at further after the Kafka record timestamp is replaced by the record timestamp")
+	f.String(&c.Fields.Tenant, "tenant-from", "TENANT_FROM", c.Fields.Tenant, "where the tenant id comes from: json:PATH (a dotted path), header:NAME or key")
+	f.String(&c.Fields.EventID, "event-id-from", "EVENT_ID_FROM", c.Fields.EventID, "where the event id comes from: json:PATH, header:NAME or key")
+	f.String(&c.Fields.User, "user-from", "USER_FROM", c.Fields.User, "where the optional user id comes from: json:PATH, header:NAME or key")
+	f.String(&c.Fields.Time, "event-time-from", "EVENT_TIME_FROM", c.Fields.Time, "where the optional event time comes from: json:PATH or header:NAME; the record timestamp when absent")
+	f.String(&c.Fields.TimeFormat, "event-time-format", "EVENT_TIME_FORMAT", c.Fields.TimeFormat, "how the event time is written: rfc3339, unix-ms, unix-s or auto")
+}
+
+// Resolve compiles Fields into the decoder's mapping, then validates.
+func (c *Config) Resolve() error {
+	m, err := c.Fields.Compile()
+	if err != nil {
+		return errors.Join(err, c.Validate())
+	}
+	c.Decoder.Mapping = m
+	return c.Validate()
 }
 
 // EncodingBytes bounds the bytes the Bigtable client holds while it writes:

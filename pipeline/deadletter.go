@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/cellttl/cellttl/ingest"
@@ -17,6 +18,8 @@ type deadItem struct {
 	dl     ingest.DeadLetter
 	ack    ingest.Ack
 	tenant *TenantStats
+	// reason is the cellttl.dead_letters label: one of deadLetterReasons.
+	reason string
 }
 
 // maxDeadLetterBatch bounds one produce to the dead-letter topic.
@@ -49,6 +52,7 @@ func (p *Pipeline) deadLetterLoop(ctx context.Context, dead <-chan deadItem) {
 		}
 		for _, d := range buf {
 			d.tenant.DeadLettered.Add(1)
+			p.metrics.deadLetters.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", d.reason)))
 			p.src.Done(d.ack)
 		}
 	}

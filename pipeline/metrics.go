@@ -3,9 +3,12 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/cellttl/cellttl/event"
 )
 
 // instruments are the pipeline's metrics. Per-event counts are read from
@@ -15,8 +18,19 @@ type instruments struct {
 	batchBytes    metric.Int64Histogram
 	batchDuration metric.Float64Histogram
 	flushes       metric.Int64Counter
+	deadLetters   metric.Int64Counter
 	registration  metric.Registration
 }
+
+// deadLetterReasons are the values of cellttl.dead_letters' reason: the
+// classes of event.Error, and rows Bigtable refused.
+var deadLetterReasons = []string{
+	string(event.TooLarge), string(event.NotJSON), string(event.Missing), string(event.WrongType),
+	string(event.BadID), string(event.BadTime), string(event.Ambiguous), reasonBigtableRefused,
+}
+
+// reasonBigtableRefused is the reason of a row Bigtable refused for good.
+const reasonBigtableRefused = "bigtable_refused"
 
 func (p *Pipeline) registerMetrics() error {
 	var err error
@@ -39,6 +53,14 @@ func (p *Pipeline) registerMetrics() error {
 	if m.flushes, err = meter.Int64Counter("cellttl.batch.flushes", metric.WithUnit("{batch}"),
 		metric.WithDescription("batches flushed, by reason: rows, bytes, interval, config_version, drain")); err != nil {
 		return err
+	}
+	if m.deadLetters, err = meter.Int64Counter("cellttl.dead_letters", metric.WithUnit("{message}"),
+		metric.WithDescription("events produced to the dead-letter topic, by reason: "+strings.Join(deadLetterReasons, ", "))); err != nil {
+		return err
+	}
+	// Every reason exists from start-up, at 0, for rate() and dashboards.
+	for _, r := range deadLetterReasons {
+		m.deadLetters.Add(context.Background(), 0, metric.WithAttributes(attribute.String("reason", r)))
 	}
 	counter := func(name, desc string) metric.Int64ObservableCounter {
 		c, cerr := meter.Int64ObservableCounter(name, metric.WithUnit("{event}"), metric.WithDescription(desc))

@@ -181,19 +181,38 @@ func (p *Pipeline) fetchLoop(ctx context.Context, items chan<- item, dead chan<-
 	}
 }
 
+// record is what a decoder with mapping m reads of msg: the headers the
+// mapping names are looked up here, where the Kafka client's types are
+// known.
+func record(m *event.Mapping, msg *kafka.Message) event.Record {
+	r := event.Record{Value: msg.Value, Key: msg.Key, Time: msg.Time}
+	if m != nil {
+		for i, name := range m.Headers() {
+			for _, h := range msg.Headers {
+				if h.Key == name {
+					r.Headers[i].Value = h.Value
+					r.Headers[i].Count++
+				}
+			}
+		}
+	}
+	return r
+}
+
 // route decides a message's fate: dead letter, skip, or a row to write.
 func (p *Pipeline) route(msg kafka.Message, ack ingest.Ack, items chan<- item, dead chan<- deadItem) {
 	now := p.now()
-	ev, err := p.cfg.Decoder.Decode(msg.Value, msg.Time)
+	rec := record(p.cfg.Decoder.Mapping, &msg)
+	ev, err := p.cfg.Decoder.DecodeRecord(&rec)
 	if err != nil {
 		var evErr *event.Error
-		field := ""
+		field, reason := "", string(event.NotJSON)
 		if errors.As(err, &evErr) {
-			field = evErr.Field
+			field, reason = evErr.Field, string(evErr.Class)
 		}
 		ts := p.stats.Tenant(ev.Tenant)
 		ts.Consumed.Add(1)
-		dead <- deadItem{dl: ingest.DeadLetter{Msg: msg, Reason: err.Error(), Field: field}, ack: ack, tenant: ts}
+		dead <- deadItem{dl: ingest.DeadLetter{Msg: msg, Reason: err.Error(), Field: field}, ack: ack, tenant: ts, reason: reason}
 		return
 	}
 	ts := p.stats.Tenant(ev.Tenant)

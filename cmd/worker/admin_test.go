@@ -109,6 +109,9 @@ func TestMetricsAndStatus(t *testing.T) {
 		{"cellttl_kafka_consumer_partitions", nil, 3},
 		{"cellttl_config_reload_ok", nil, 1},
 		{"cellttl_inflight_bytes", nil, 0},
+		{"cellttl_dead_letters_total", []string{`reason="not_json"`}, 1},
+		{"cellttl_dead_letters_total", []string{`reason="missing"`}, 1},
+		{"cellttl_dead_letters_total", []string{`reason="bigtable_refused"`}, 0},
 	}
 	var body string
 	testenv.Eventually(t, 10*time.Second, func() (bool, string) {
@@ -130,18 +133,31 @@ func TestMetricsAndStatus(t *testing.T) {
 		t.Error("no cellttl_config_info")
 	}
 
-	// Every metric the alert rules query is in a real scrape.
-	rules, err := os.ReadFile("../../deploy/alerts/cellttl-rules.yaml")
-	if err != nil {
-		t.Fatal(err)
+	if v, ok := metricValue(body, "cellttl_inflight_limit_bytes"); !ok || v <= 0 {
+		t.Errorf("cellttl_inflight_limit_bytes %v (found %t), want the fetch budget", v, ok)
 	}
-	names := regexp.MustCompile(`\b(?:cellttl|messaging|db)_[a-z_]+\b`).FindAllString(strings.Join(regexp.MustCompile(`(?m)^\s+expr: (.*)$`).FindAllString(string(rules), -1), "\n"), -1)
-	if len(names) < 5 {
-		t.Fatalf("found %d metric names in the alert rules", len(names))
-	}
-	for _, name := range names {
-		if !regexp.MustCompile(`(?m)^` + name + `[{ ]`).MatchString(body) {
-			t.Errorf("the alert rules query %s, which a scrape of /metrics does not have", name)
+
+	// Every metric the alert rules and the dashboard query is in a real
+	// scrape.
+	for _, file := range []struct{ path, expr string }{
+		{"../../deploy/alerts/cellttl-rules.yaml", `(?m)^\s+expr: (.*)$`},
+		{"../../deploy/grafana/cellttl-dashboard.json", `"expr": "(.*)"`},
+	} {
+		data, err := os.ReadFile(file.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Metric names, not the label names of matchers and groupings.
+		exprs := strings.Join(regexp.MustCompile(file.expr).FindAllString(string(data), -1), "\n")
+		exprs = regexp.MustCompile(`\{[^}]*\}|\b(?:by|without) \([^)]*\)`).ReplaceAllString(exprs, "")
+		names := regexp.MustCompile(`\b(?:cellttl|messaging|db)_[a-z_]+\b`).FindAllString(exprs, -1)
+		if len(names) < 5 {
+			t.Fatalf("found %d metric names in %s", len(names), file.path)
+		}
+		for _, name := range names {
+			if !regexp.MustCompile(`(?m)^` + name + `[{ ]`).MatchString(body) {
+				t.Errorf("%s queries %s, which a scrape of /metrics does not have", file.path, name)
+			}
 		}
 	}
 

@@ -69,7 +69,7 @@ func (o *runOptions) resolve() error {
 	if o.startupTimeout <= 0 {
 		return usageError(fmt.Errorf("--startup-timeout %s: must be positive", o.startupTimeout))
 	}
-	if err := errors.Join(o.kafka.Validate(), o.tenants.Validate(), o.writer.Validate(), o.pipe.Validate(), o.admin.Validate()); err != nil {
+	if err := errors.Join(o.kafka.Validate(), o.tenants.Validate(), o.writer.Validate(), o.pipe.Resolve(), o.admin.Validate()); err != nil {
 		return usageError(err)
 	}
 	return nil

@@ -111,6 +111,10 @@ func NewLoop(op string, p Policy, mp metric.MeterProvider) (*Loop, error) {
 	if err != nil {
 		return nil, fmt.Errorf("register retry metric: %w", err)
 	}
+	// Both classes exist from start-up, at 0, for rate() and dashboards.
+	for _, class := range []string{"transient", "permanent"} {
+		c.Add(context.Background(), 0, metric.WithAttributes(attribute.String("op", op), attribute.String("class", class)))
+	}
 	return &Loop{Op: op, Policy: p, retries: c}, nil
 }
 

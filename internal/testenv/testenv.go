@@ -170,9 +170,20 @@ func createTopic(conn *kafka.Conn, tc kafka.TopicConfig) error {
 	return cc.CreateTopics(tc)
 }
 
-// Produce writes values to topic, keyed by the given keys (nil for none),
-// and waits for the broker's acknowledgement.
+// Produce writes values to topic, without keys or headers, and waits for
+// the broker's acknowledgement.
 func Produce(t testing.TB, brokers []string, topic string, values ...[]byte) {
+	t.Helper()
+	msgs := make([]kafka.Message, len(values))
+	for i, v := range values {
+		msgs[i] = kafka.Message{Value: v}
+	}
+	ProduceMessages(t, brokers, topic, msgs...)
+}
+
+// ProduceMessages writes msgs to topic, with their keys and headers, and
+// waits for the broker's acknowledgement.
+func ProduceMessages(t testing.TB, brokers []string, topic string, msgs ...kafka.Message) {
 	t.Helper()
 	// A transport of its own: the shared default caches metadata that
 	// predates topics the test just created.
@@ -180,10 +191,6 @@ func Produce(t testing.TB, brokers []string, topic string, values ...[]byte) {
 	defer tr.CloseIdleConnections()
 	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond, Balancer: &kafka.RoundRobin{}, Transport: tr}
 	defer w.Close()
-	msgs := make([]kafka.Message, len(values))
-	for i, v := range values {
-		msgs[i] = kafka.Message{Value: v}
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := w.WriteMessages(ctx, msgs...); err != nil {

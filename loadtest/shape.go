@@ -1,0 +1,109 @@
+package main
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// shape is how the synthetic events are laid out: the contract's field
+// names, or a layout the worker reads through an input mapping. Whatever
+// the shape, the verification expects the contract's rows and cells.
+type shape struct {
+	name string
+	// workerFlags are the worker's mapping flags for this shape.
+	workerFlags []string
+	// valid builds a valid event.
+	valid func(id, tenant, user string, millis int64, payload string) (value []byte, headers []kafka.Header)
+	// malformed builds bad event number kind (0..3) of four kinds.
+	malformed func(kind int, id, tenant string) (value []byte, headers []kafka.Header)
+}
+
+var shapes = map[string]shape{
+	"contract": {
+		name: "contract",
+		valid: func(id, tenant, user string, millis int64, payload string) ([]byte, []kafka.Header) {
+			ts := time.UnixMilli(millis).UTC().Format("2006-01-02T15:04:05.000Z07:00")
+			return []byte(`{"event_id":"` + id + `","tenant_id":"` + tenant + `","user_id":"` + user + `","occurred_at":"` + ts + `","payload":"` + payload + `"}`), nil
+		},
+		malformed: func(kind int, id, tenant string) ([]byte, []kafka.Header) {
+			switch kind {
+			case 0:
+				return []byte(`{"event_id":"` + id + `","tenant_id":`), nil // truncated
+			case 1:
+				return []byte(`{"event_id":"` + id + `"}`), nil // no tenant
+			case 2:
+				return []byte(`{"event_id":"` + id + `#x","tenant_id":"` + tenant + `"}`), nil
+			}
+			return []byte("\x00\x01binary"), nil
+		},
+	},
+	// nested is the tenant as customer_id, the ids under context, the time
+	// as epoch milliseconds.
+	"nested": {
+		name: "nested",
+		workerFlags: []string{"--tenant-from", "json:customer_id", "--event-id-from", "json:context.session.id",
+			"--user-from", "json:context.user.id", "--event-time-from", "json:ts", "--event-time-format", "unix-ms"},
+		valid: func(id, tenant, user string, millis int64, payload string) ([]byte, []kafka.Header) {
+			return []byte(`{"customer_id":"` + tenant + `","ts":` + strconv.FormatInt(millis, 10) + `,"context":{"session":{"id":"` + id +
+				`"},"user":{"id":"` + user + `"}},"payload":"` + payload + `"}`), nil
+		},
+		malformed: func(kind int, id, tenant string) ([]byte, []kafka.Header) {
+			switch kind {
+			case 0:
+				return []byte(`{"customer_id":"` + tenant + `","context":{"session":{"id":"` + id + `"}`), nil // truncated
+			case 1:
+				return []byte(`{"customer_id":"` + tenant + `","context":{"session":"` + id + `"}}`), nil // session not an object
+			case 2:
+				return []byte(`{"customer_id":"` + tenant + `","ts":"yesterday","context":{"session":{"id":"` + id + `"}}}`), nil // ts a string
+			}
+			return []byte("\x00\x01binary"), nil
+		},
+	},
+	// header is the tenant in a record header.
+	"header": {
+		name:        "header",
+		workerFlags: []string{"--tenant-from", "header:x-tenant"},
+		valid: func(id, tenant, user string, millis int64, payload string) ([]byte, []kafka.Header) {
+			ts := time.UnixMilli(millis).UTC().Format("2006-01-02T15:04:05.000Z07:00")
+			return []byte(`{"event_id":"` + id + `","user_id":"` + user + `","occurred_at":"` + ts + `","payload":"` + payload + `"}`),
+				[]kafka.Header{{Key: "x-tenant", Value: []byte(tenant)}}
+		},
+		malformed: func(kind int, id, tenant string) ([]byte, []kafka.Header) {
+			h := []kafka.Header{{Key: "x-tenant", Value: []byte(tenant)}}
+			switch kind {
+			case 0:
+				return []byte(`{"event_id":"` + id + `"`), h // truncated
+			case 1:
+				return []byte(`{"event_id":"` + id + `"}`), nil // no header
+			case 2:
+				return []byte(`{"event_id":"` + id + `"}`), []kafka.Header{{Key: "x-tenant", Value: []byte(tenant + "#x")}}
+			}
+			return []byte("\x00\x01binary"), h
+		},
+	},
+}
+
+// shapeValue is the --shape flag.
+type shapeValue struct{ s *shape }
+
+func (v shapeValue) String() string {
+	if v.s == nil || v.s.name == "" {
+		return "contract"
+	}
+	return v.s.name
+}
+
+func (v shapeValue) Set(name string) error {
+	s, ok := shapes[name]
+	if !ok {
+		return fmt.Errorf("want one of %s", strings.Join(slices.Sorted(maps.Keys(shapes)), ", "))
+	}
+	*v.s = s
+	return nil
+}
