@@ -1,10 +1,12 @@
 package ingest
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"time"
 
@@ -78,6 +80,94 @@ func (s Security) tlsConfig() (*tls.Config, error) {
 		cfg.Certificates = []tls.Certificate{cert}
 	}
 	return cfg, nil
+}
+
+// CheckBroker connects to the broker at addr as the consumer does, as far
+// as the transport goes: TCP and, when TLS is on, the handshake and an
+// ApiVersions request, which any listener answers before SASL
+// authentication. The request is what finds a client certificate the
+// broker refuses: under TLS 1.3 the client's side of the handshake is over
+// before the server has checked it, and the refusal arrives with the first
+// read. SASL credentials are not checked. The error is the cause, without
+// addr; BrokerRefused tells one that waiting cannot fix.
+func (s Security) CheckBroker(ctx context.Context, addr string) error {
+	cfg, err := s.tlsConfig()
+	if err != nil {
+		return &refusal{err}
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		var op *net.OpError
+		if errors.As(err, &op) && op.Err != nil {
+			return op.Err
+		}
+		return err
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
+	defer stop()
+	if cfg == nil {
+		return nil
+	}
+	if cfg.ServerName == "" {
+		// As kafka-go's dialer: the certificate must name the host of
+		// the address the broker list gives.
+		cfg = cfg.Clone()
+		cfg.ServerName, _, _ = net.SplitHostPort(addr)
+	}
+	tc := tls.Client(conn, cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		return tlsFailure(err)
+	}
+	if _, err := kafka.NewConn(tc, "", 0).ApiVersions(); err != nil {
+		if tlsRefused(err) {
+			return tlsFailure(err)
+		}
+		return fmt.Errorf("ApiVersions request over TLS: %w", err)
+	}
+	return nil
+}
+
+// refusal is a failure of CheckBroker that waiting cannot fix.
+type refusal struct{ err error }
+
+func (r *refusal) Error() string { return r.err.Error() }
+func (r *refusal) Unwrap() error { return r.err }
+
+// BrokerRefused reports whether err, from CheckBroker, is a refusal of the
+// TLS settings (a certificate that does not verify, either way, or TLS
+// against a listener without it) or TLS files that do not load.
+func BrokerRefused(err error) bool {
+	var r *refusal
+	return errors.As(err, &r)
+}
+
+// tlsFailure is a handshake's error: a refusal when it is one.
+func tlsFailure(err error) error {
+	err = fmt.Errorf("TLS handshake: %w", err)
+	if tlsRefused(err) {
+		return &refusal{err}
+	}
+	return err
+}
+
+// tlsRefused reports whether err is the TLS layer turning the connection
+// down rather than the network failing: the same will happen next time.
+// crypto/tls says an alert from the peer as a net.OpError "remote error",
+// one of its own as an AlertError.
+func tlsRefused(err error) bool {
+	var (
+		verify *tls.CertificateVerificationError
+		alert  tls.AlertError
+		header tls.RecordHeaderError
+		op     *net.OpError
+	)
+	return errors.As(err, &verify) || errors.As(err, &alert) || errors.As(err, &header) ||
+		errors.As(err, &op) && op.Op == "remote error"
 }
 
 func (s Security) mechanism() (sasl.Mechanism, error) {

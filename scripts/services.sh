@@ -69,29 +69,52 @@ emulator_bin() {
 
 start_kafka() {
 	fetch_kafka
-	local port cport sport data
+	local port cport sport tport mport ssport data tls
 	port=$(free_port)
 	cport=$(free_port)
 	sport=$(free_port)
+	tport=$(free_port)
+	mport=$(free_port)
+	ssport=$(free_port)
 	data=$dir/kafka-data
+	tls=$dir/tls
 	mkdir -p "$data"
+	# Certificates made now, never committed: a CA, the broker's, a valid
+	# and an expired client certificate, and an unrelated CA.
+	(cd "$repo" && go run ./scripts/gencerts -dir "$tls" -client-cn "$sasl_user") >&2
 	cat >"$dir/server.properties" <<PROPS
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$cport
-listeners=PLAINTEXT://127.0.0.1:$port,SASL_PLAINTEXT://127.0.0.1:$sport,CONTROLLER://127.0.0.1:$cport
-advertised.listeners=PLAINTEXT://127.0.0.1:$port,SASL_PLAINTEXT://127.0.0.1:$sport
+listeners=PLAINTEXT://127.0.0.1:$port,SASL_PLAINTEXT://127.0.0.1:$sport,SSL://127.0.0.1:$tport,MTLS://127.0.0.1:$mport,SASL_SSL://127.0.0.1:$ssport,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=PLAINTEXT://127.0.0.1:$port,SASL_PLAINTEXT://127.0.0.1:$sport,SSL://127.0.0.1:$tport,MTLS://127.0.0.1:$mport,SASL_SSL://127.0.0.1:$ssport
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SSL:SSL,MTLS:SSL,SASL_SSL:SASL_SSL
 # A second listener for the secure-Kafka tests: SASL with SCRAM users made
 # at format time, and PLAIN.
 sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512,PLAIN
 listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$sasl_user="$sasl_password";
+# Three TLS listeners with the certificates of scripts/gencerts, in PEM
+# (an unencrypted PKCS#8 key: no ssl.key.password): SSL, server
+# authentication only; MTLS, which requires a client certificate of the CA;
+# SASL_SSL, the same users as SASL_PLAINTEXT over TLS.
+ssl.keystore.type=PEM
+ssl.keystore.location=$tls/broker-keystore.pem
+ssl.truststore.type=PEM
+ssl.truststore.location=$tls/ca.pem
+listener.name.mtls.ssl.client.auth=required
+listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$sasl_user="$sasl_password";
+# A client certificate's principal is its CN, which gencerts makes the SASL
+# user's name: the mutual-TLS worker has the SASL user's ACLs.
+ssl.principal.mapping.rules=RULE:^CN=([^,]+)$/\$1/,DEFAULT
 # An authorizer, so that tests can deny the SASL user a topic: the
-# plaintext listeners' principal (ANONYMOUS) is a super user, as are the
+# principal of the plaintext listeners and of SSL, which asks for no client
+# certificate (ANONYMOUS), is a super user, as are the
 # broker and the controller themselves; the SASL user gets ACLs below.
 authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
 super.users=User:ANONYMOUS
@@ -113,6 +136,9 @@ PROPS
 		--add-scram "SCRAM-SHA-512=[name=$sasl_user,password=$sasl_password]" >"$dir/kafka-format.log" 2>&1
 	echo "127.0.0.1:$port" >"$dir/kafka.addr"
 	echo "127.0.0.1:$sport" >"$dir/kafka-sasl.addr"
+	echo "127.0.0.1:$tport" >"$dir/kafka-tls.addr"
+	echo "127.0.0.1:$mport" >"$dir/kafka-mtls.addr"
+	echo "127.0.0.1:$ssport" >"$dir/kafka-sasl-ssl.addr"
 	run_kafka
 	# The SASL user may do anything with topics and groups; tests deny it
 	# single topics with ACLs of their own.
@@ -207,6 +233,13 @@ print_env() {
 	echo "export CELLTTL_SASL_BROKERS=$(cat "$dir/kafka-sasl.addr")"
 	echo "export CELLTTL_SASL_USERNAME=$sasl_user"
 	echo "export CELLTTL_SASL_PASSWORD=$sasl_password"
+	# The TLS listeners, and the PEM files of scripts/gencerts: ca.pem,
+	# client.pem and client-key.pem, client-expired.pem and
+	# client-expired-key.pem, wrong-ca.pem.
+	echo "export CELLTTL_TLS_BROKERS=$(cat "$dir/kafka-tls.addr")"
+	echo "export CELLTTL_MTLS_BROKERS=$(cat "$dir/kafka-mtls.addr")"
+	echo "export CELLTTL_SASL_SSL_BROKERS=$(cat "$dir/kafka-sasl-ssl.addr")"
+	echo "export CELLTTL_TLS_DIR='$dir/tls'"
 	echo "export CELLTTL_SERVICES_DIR='$dir'"
 }
 

@@ -103,7 +103,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 		if err := checkBigtable(ctx, s.ac, o.table, cfg.Policy.GCMaxAge()); err != nil {
 			return err
 		}
-		return checkKafka(ctx, o.kafka.Brokers)
+		return checkKafka(ctx, o.kafka.Brokers, o.kafka.Security)
 	})
 	switch {
 	case sink.IsMismatch(err):

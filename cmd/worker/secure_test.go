@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,25 +23,8 @@ func TestSASL(t *testing.T) {
 	user, password := os.Getenv("CELLTTL_SASL_USERNAME"), os.Getenv("CELLTTL_SASL_PASSWORD")
 	for _, mech := range []string{"SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"} {
 		t.Run(mech, func(t *testing.T) {
-			e := newEnv(t, tenantsYAML)
-			if out, err := e.cmd(t, "setup"); err != nil {
-				t.Fatalf("setup: %v\n%s", err, out)
-			}
-			plaintext := e.brokers
-			e.brokers = []string{saslBrokers}
-			stop, logs := e.startWorker(t, "--kafka-sasl-mechanism", mech, "--kafka-sasl-username", user, "--kafka-sasl-password", password)
-			testenv.Produce(t, plaintext, e.topic,
-				click{EventID: "s-1", TenantID: "acme", UserID: "u"}.bytes(),
-				click{EventID: "s-2", TenantID: "globex", UserID: "u"}.bytes(),
-				[]byte("not json"))
-			e.waitRows(t, 2, 30*time.Second)
-			if dl := testenv.ReadAll(t, plaintext, e.topic+".dlq", 1, 20*time.Second); len(dl) != 1 {
-				t.Errorf("%d dead letters through SASL, want 1", len(dl))
-			}
-			if err := stop(); err != nil {
-				t.Fatalf("worker: %v", err)
-			}
-			if strings.Contains(logs.String(), password) {
+			logs := consumeThrough(t, saslBrokers, "--kafka-sasl-mechanism", mech, "--kafka-sasl-username", user, "--kafka-sasl-password", password)
+			if strings.Contains(logs, password) {
 				t.Error("the SASL password appears in the logs")
 			}
 		})
@@ -60,4 +46,117 @@ func TestSASL(t *testing.T) {
 		}
 		_ = stop()
 	})
+}
+
+// consumeThrough runs a worker that connects through the listener at addr
+// with flags: two good events produced through the plaintext listener land
+// in Bigtable, and the bad one is dead-lettered, through addr too (the
+// worker knows no other broker). It returns the worker's logs.
+func consumeThrough(t *testing.T, addr string, flags ...string) string {
+	t.Helper()
+	e := newEnv(t, tenantsYAML)
+	if out, err := e.cmd(t, "setup"); err != nil {
+		t.Fatalf("setup: %v\n%s", err, out)
+	}
+	e.workerBrokers = []string{addr}
+	stop, logs := e.startWorker(t, flags...)
+	testenv.Produce(t, e.brokers, e.topic,
+		click{EventID: "s-1", TenantID: "acme", UserID: "u"}.bytes(),
+		click{EventID: "s-2", TenantID: "globex", UserID: "u"}.bytes(),
+		[]byte("not json"))
+	e.waitRows(t, 2, 30*time.Second)
+	if dl := testenv.ReadAll(t, e.brokers, e.topic+".dlq", 1, 20*time.Second); len(dl) != 1 {
+		t.Errorf("%d dead letters through %s, want 1", len(dl), addr)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("worker: %v", err)
+	}
+	return logs.String()
+}
+
+// tlsListener is the address of one of the TLS listeners of
+// scripts/services.sh, named by envVar, and a function that names a PEM
+// file of its certificates (scripts/gencerts).
+func tlsListener(t *testing.T, envVar string) (addr string, pem func(name string) string) {
+	t.Helper()
+	addr, dir := os.Getenv(envVar), os.Getenv("CELLTTL_TLS_DIR")
+	if addr == "" || dir == "" {
+		t.Skipf("needs the TLS listeners of scripts/services.sh, $%s and $CELLTTL_TLS_DIR (make test starts them)", envVar)
+	}
+	return addr, func(name string) string { return filepath.Join(dir, name) }
+}
+
+// The worker consumes and dead-letters through a TLS listener that
+// verifies no client, trusting the test CA.
+func TestTLS(t *testing.T) {
+	addr, pem := tlsListener(t, "CELLTTL_TLS_BROKERS")
+	consumeThrough(t, addr, "--kafka-tls", "--kafka-tls-ca", pem("ca.pem"))
+}
+
+// The same through a listener that requires a client certificate of its
+// CA (ssl.client.auth=required).
+func TestTLSMutual(t *testing.T) {
+	addr, pem := tlsListener(t, "CELLTTL_MTLS_BROKERS")
+	consumeThrough(t, addr, "--kafka-tls", "--kafka-tls-ca", pem("ca.pem"),
+		"--kafka-tls-cert", pem("client.pem"), "--kafka-tls-key", pem("client-key.pem"))
+}
+
+// The same through SASL over TLS, with SCRAM-SHA-512.
+func TestSASLSSL(t *testing.T) {
+	addr, pem := tlsListener(t, "CELLTTL_SASL_SSL_BROKERS")
+	user, password := os.Getenv("CELLTTL_SASL_USERNAME"), os.Getenv("CELLTTL_SASL_PASSWORD")
+	logs := consumeThrough(t, addr, "--kafka-tls", "--kafka-tls-ca", pem("ca.pem"),
+		"--kafka-sasl-mechanism", "SCRAM-SHA-512", "--kafka-sasl-username", user, "--kafka-sasl-password", password)
+	if strings.Contains(logs, password) {
+		t.Error("the SASL password appears in the logs")
+	}
+}
+
+// refusedAtStartup runs the worker, which must refuse to start with an
+// error that contains want, printed as main prints it, and a non-zero exit
+// status. --startup-timeout is long: a refused certificate is said at
+// once, not after waiting for it to heal.
+func refusedAtStartup(t *testing.T, addr, want string, flags ...string) {
+	t.Helper()
+	e := newEnv(t, tenantsYAML)
+	if out, err := e.cmd(t, "setup"); err != nil {
+		t.Fatalf("setup: %v\n%s", err, out)
+	}
+	e.workerBrokers = []string{addr}
+	// Bounded: a worker that does start would otherwise run for good.
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	start := time.Now()
+	err := run(ctx, e.args("run", append([]string{"--startup-timeout", "30s"}, flags...)...), &out, &out)
+	took := time.Since(start)
+	code := exitCode(err, &out)
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("worker run: %v, want %q\n%s", err, want, out.String())
+	}
+	t.Logf("worker: %v (exit status %d after %s)", err, code, took.Round(time.Millisecond))
+	if code == 0 || !strings.Contains(out.String(), "worker: "+want) {
+		t.Errorf("exit status %d, output:\n%s\nwant non-zero and %q", code, out.String(), want)
+	}
+	if took > 15*time.Second || strings.Contains(out.String(), "trying again") {
+		t.Errorf("took %s, output:\n%s\nwant the refusal said at once, without retries", took, out.String())
+	}
+}
+
+// A broker certificate of a CA the worker does not trust: start-up fails
+// at once, naming the broker and the reason.
+func TestTLSWrongCA(t *testing.T) {
+	addr, pem := tlsListener(t, "CELLTTL_TLS_BROKERS")
+	refusedAtStartup(t, addr,
+		"refusing to start: Kafka broker "+addr+": TLS handshake: tls: failed to verify certificate: x509: certificate signed by unknown authority",
+		"--kafka-tls", "--kafka-tls-ca", pem("wrong-ca.pem"))
+}
+
+// A client certificate the mutual-TLS listener refuses, expired though of
+// the right CA: start-up fails at once, naming the broker and the reason.
+func TestTLSExpiredClientCert(t *testing.T) {
+	addr, pem := tlsListener(t, "CELLTTL_MTLS_BROKERS")
+	refusedAtStartup(t, addr,
+		"refusing to start: Kafka broker "+addr+": TLS handshake: remote error: tls: ",
+		"--kafka-tls", "--kafka-tls-ca", pem("ca.pem"), "--kafka-tls-cert", pem("client-expired.pem"), "--kafka-tls-key", pem("client-expired-key.pem"))
 }

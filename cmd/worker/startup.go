@@ -12,6 +12,7 @@ import (
 
 	"cloud.google.com/go/bigtable"
 
+	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/internal/retry"
 	"github.com/cellttl/cellttl/sink"
 )
@@ -89,28 +90,59 @@ func checkBigtable(ctx context.Context, ac *bigtable.AdminClient, tc sink.TableC
 	return &startupError{what: what, err: err}
 }
 
-// checkKafka checks that a broker of the list accepts connections: the
-// error names each broker and why it did not.
-func checkKafka(ctx context.Context, brokers []string) error {
-	var causes []string
+// checkKafka checks that a broker of the list takes a connection the way
+// the consumer will make it with sec: TCP and, when sec has TLS, the
+// handshake and a first request (ingest.Security.CheckBroker). The error
+// names each broker and why it did not.
+//
+// A broker that turns the TLS settings down (a certificate that does not
+// verify, either way) is a permanent failure, said at once: a certificate
+// does not fix itself while the worker waits, and the brokers of a cluster
+// share their CA, so one refusal stands for all. Anything else, a refused
+// connection or a timeout, is waited for.
+func checkKafka(ctx context.Context, brokers []string, s ingest.Security) error {
+	var errs brokerErrors
+	permanent := false
 	for _, b := range brokers {
-		err := dial(ctx, b)
+		err := s.CheckBroker(ctx, b)
 		if err == nil {
 			return nil
 		}
-		causes = append(causes, b+": "+err.Error())
+		permanent = permanent || ingest.BrokerRefused(err)
+		errs = append(errs, brokerError{addr: b, err: err})
 	}
-	what := "Kafka broker " + brokers[0]
-	if len(brokers) > 1 {
-		what = "Kafka brokers"
-	}
-	cause := causes[0]
 	if len(brokers) == 1 {
-		cause = cause[len(brokers[0])+2:]
-	} else {
-		cause = strings.Join(causes, "; ")
+		return &startupError{what: "Kafka broker " + brokers[0], err: errs[0].err, permanent: permanent}
 	}
-	return &startupError{what: what, err: errors.New(cause)}
+	return &startupError{what: "Kafka brokers", err: errs, permanent: permanent}
+}
+
+// brokerError is why one broker of several failed its check.
+type brokerError struct {
+	addr string
+	err  error
+}
+
+func (e brokerError) Error() string { return e.addr + ": " + e.err.Error() }
+func (e brokerError) Unwrap() error { return e.err }
+
+// brokerErrors are every broker's failure, on one line.
+type brokerErrors []brokerError
+
+func (e brokerErrors) Error() string {
+	s := make([]string, len(e))
+	for i, b := range e {
+		s[i] = b.Error()
+	}
+	return strings.Join(s, "; ")
+}
+
+func (e brokerErrors) Unwrap() []error {
+	errs := make([]error, len(e))
+	for i, b := range e {
+		errs[i] = b
+	}
+	return errs
 }
 
 // dial opens and closes a TCP connection to addr; its error is the cause,
