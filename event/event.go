@@ -108,7 +108,8 @@ func (d Decoder) DecodeRecord(r *Record) (Event, error) {
 	if d.MaxBytes > 0 && len(r.Value) > d.MaxBytes {
 		return Event{}, &Error{Class: TooLarge, Reason: fmt.Sprintf("value is %d bytes, more than the limit of %d", len(r.Value), d.MaxBytes)}
 	}
-	f, err := parse(r.Value, m.root)
+	var f fields
+	err := parse(r.Value, m.root, &f)
 	if err == errSyntax {
 		return Event{}, invalidJSON(r.Value)
 	}

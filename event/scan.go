@@ -41,30 +41,29 @@ const maxDepth = 10000
 var errSyntax = &Error{Class: NotJSON, Reason: "not a JSON object: invalid JSON"}
 
 // parse validates value as JSON (the grammar json.Valid accepts) and, when
-// it is an object, reads the fields of root's paths, in one pass. A value
+// it is an object, reads the fields of root's paths into f, in one pass. A value
 // that is valid JSON but no object yields an *Error saying what it is.
-func parse(v []byte, root *node) (fields, error) {
+func parse(v []byte, root *node, f *fields) error {
 	p := parser{v: v}
-	var f fields
 	p.space()
 	if p.i >= len(v) {
-		return f, errSyntax
+		return errSyntax
 	}
 	if v[p.i] != '{' {
 		kind := kindOf(v, p.i)
 		if !p.value(0) || !p.atEnd() {
-			return f, errSyntax
+			return errSyntax
 		}
-		return f, &Error{Class: NotJSON, Reason: fmt.Sprintf("value is a JSON %s, not an object", kind)}
+		return &Error{Class: NotJSON, Reason: fmt.Sprintf("value is a JSON %s, not an object", kind)}
 	}
 	p.i++
-	if !p.members(root, &f, 1) || !p.atEnd() {
-		return f, errSyntax
+	if !p.members(root, f, 1) || !p.atEnd() {
+		return errSyntax
 	}
 	if f.err != nil {
-		return f, f.err
+		return f.err
 	}
-	return f, nil
+	return nil
 }
 
 // members reads an object's members, after its "{", through its "}",
