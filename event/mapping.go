@@ -300,7 +300,9 @@ func (n *node) index(name string) {
 // foldsTo returns the key that key stands for in the eyes of a reader that
 // matches keys regardless of case, when key is not exactly that key.
 func (n *node) foldsTo(key string) *nodeKey {
-	if len(key) < n.minLen || len(key) > n.maxLen || !n.first[key[0]] {
+	// An empty key folds to nothing, and a node of no keys (a mapping that
+	// reads nothing from JSON) has minLen 0.
+	if key == "" || len(key) < n.minLen || len(key) > n.maxLen || !n.first[key[0]] {
 		return nil
 	}
 	for i := range n.keys {

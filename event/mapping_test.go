@@ -245,11 +245,20 @@ func FuzzMappedMatchesEncodingJSON(f *testing.F) {
 		`{"id":"e","account":{"id":"a"},"account":{"id":"b"}}`,
 		`{"id":"e","account":"a","ts":-5}`,
 		`{"id":"e","Account":{"id":"a"},"ctx":{"user":null}}`,
+		`{"":1}`,
 	} {
 		f.Add([]byte(s))
 	}
 	d := Decoder{MaxBytes: 1 << 16, Mapping: m}
+	// And a mapping that reads nothing from JSON: any object will do.
+	none := Decoder{MaxBytes: 1 << 16, Mapping: mapping(f, Fields{Tenant: "header:t", EventID: "key", User: "header:u", Time: "header:ts", TimeFormat: "auto"})}
+	hs := [numFields]Header{{Value: []byte("acme"), Count: 1}}
 	f.Fuzz(func(t *testing.T, v []byte) {
+		var obj map[string]any
+		_, err := none.DecodeRecord(&Record{Value: v, Key: []byte("e"), Headers: hs, Time: recordTime})
+		if isObject := json.Unmarshal(v, &obj) == nil && obj != nil; (err == nil) != isObject {
+			t.Fatalf("%q with nothing read from JSON: %v (a JSON object: %t)", v, err, isObject)
+		}
 		ev, err := d.DecodeRecord(&Record{Value: v, Time: recordTime})
 		if err != nil {
 			var e *Error
@@ -299,5 +308,21 @@ func TestDecodeMappedAllocations(t *testing.T) {
 		Headers: [numFields]Header{{Value: []byte("u-1"), Count: 1}}, Time: recordTime}
 	if n := testing.AllocsPerRun(200, func() { _, _ = d.DecodeRecord(&rec) }); n != 0 {
 		t.Errorf("DecodeRecord allocates %v times per event, want 0", n)
+	}
+}
+
+// A mapping that reads nothing from JSON still validates the value, and no
+// key, not even an empty one, trips its empty tree.
+func TestDecodeNothingFromJSON(t *testing.T) {
+	d := Decoder{MaxBytes: 1 << 10, Mapping: mapping(t, Fields{Tenant: "header:t", EventID: "key", User: "header:u", Time: "header:ts", TimeFormat: "unix-ms"})}
+	hs := [numFields]Header{{Value: []byte("acme"), Count: 1}, {Value: []byte("u-1"), Count: 1}, {Value: []byte("1795251600123"), Count: 1}}
+	for _, v := range []string{`{}`, `{"":1}`, `{"a":{"":[]},"":""}`} {
+		ev, err := d.DecodeRecord(&Record{Value: []byte(v), Key: []byte("e-1"), Headers: hs, Time: time.UnixMilli(1795251600123)})
+		if err != nil || ev.Tenant != "acme" || ev.ID != "e-1" || ev.User != "u-1" || ev.Base.UnixMilli() != 1795251600123 {
+			t.Errorf("%s: %+v, %v", v, ev, err)
+		}
+	}
+	if _, err := d.DecodeRecord(&Record{Value: []byte(`{"":`), Key: []byte("e-1"), Headers: hs}); err == nil {
+		t.Error("invalid JSON accepted")
 	}
 }
