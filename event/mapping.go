@@ -156,6 +156,8 @@ func (f Fields) Compile() (*Mapping, error) {
 				errs = append(errs, fmt.Errorf("%s and %s both read %s", flagOf[i], flagOf[j], a.spec))
 			case a.kind == fromJSON && (isPrefix(a.path, b.path) || isPrefix(b.path, a.path)):
 				errs = append(errs, fmt.Errorf("%s %s and %s %s: one path lies inside the other, so one of them would be an object", flagOf[i], a.spec, flagOf[j], b.spec))
+			case a.kind == fromJSON && foldedApart(a.path, b.path):
+				errs = append(errs, fmt.Errorf("%s %s and %s %s: the paths differ only in case, which readers that ignore case take for one key given twice", flagOf[i], a.spec, flagOf[j], b.spec))
 			}
 		}
 	}
@@ -184,6 +186,11 @@ func parseSource(spec string, isTime bool) (source, error) {
 			if !utf8.ValidString(seg) {
 				return source{}, errors.New("the path is not valid UTF-8")
 			}
+			if strings.ContainsRune(seg, utf8.RuneError) {
+				// Readers turn any invalid byte of a key into U+FFFD: such a
+				// key would match many.
+				return source{}, errors.New("the path holds U+FFFD, which readers make of any invalid byte")
+			}
 		}
 		return source{kind: fromJSON, spec: spec, name: rest, field: rest, path: path}, nil
 	case "header":
@@ -201,6 +208,17 @@ func parseSource(spec string, isTime bool) (source, error) {
 		return source{kind: fromKey, spec: spec, name: "record key", field: spec}, nil
 	}
 	return source{}, errors.New("want json:PATH, header:NAME or key")
+}
+
+// foldedApart reports whether a and b first differ in segments equal
+// under case folding.
+func foldedApart(a, b []string) bool {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return strings.EqualFold(a[i], b[i])
+		}
+	}
+	return false
 }
 
 func isPrefix(p, of []string) bool {
@@ -277,15 +295,16 @@ func (n *node) find(name string) *nodeKey {
 }
 
 // index prepares the quick rejection of keys that cannot fold to name:
-// each character of name folds from 1 to 3 bytes of UTF-8 (encoding/json
-// folds like strings.EqualFold), and the first byte must begin a character
+// each character of name folds from 1 to 4 bytes of UTF-8 (encoding/json
+// folds like strings.EqualFold; Deseret's cases are 4 bytes each), and the
+// first byte must begin a character
 // of the first character's fold orbit.
 func (n *node) index(name string) {
 	runes := utf8.RuneCountInString(name)
 	if n.minLen == 0 || runes < n.minLen {
 		n.minLen = runes
 	}
-	n.maxLen = max(n.maxLen, 3*runes)
+	n.maxLen = max(n.maxLen, utf8.UTFMax*runes)
 	r, _ := utf8.DecodeRuneInString(name)
 	for f := r; ; {
 		var b [utf8.UTFMax]byte

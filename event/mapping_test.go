@@ -43,6 +43,9 @@ func TestCompileRefuses(t *testing.T) {
 		{"two from one header", with(func(f *Fields) { f.Tenant, f.User = "header:x", "header:x" }), "--tenant-from and --user-from both read header:x"},
 		{"two from one field", with(func(f *Fields) { f.User = "json:tenant_id" }), "--tenant-from and --user-from both read json:tenant_id"},
 		{"one inside the other", with(func(f *Fields) { f.User = "json:tenant_id.user" }), "one path lies inside the other"},
+		{"two in different cases", with(func(f *Fields) { f.User = "json:Tenant_ID" }), "the paths differ only in case"},
+		{"parents in different cases", with(func(f *Fields) { f.Tenant, f.User = "json:ctx.t", "json:CTX.u" }), "the paths differ only in case"},
+		{"U+FFFD", with(func(f *Fields) { f.Tenant = "json:\ufffd" }), "the path holds U+FFFD"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -146,6 +149,9 @@ func TestDecodeMappedInvalid(t *testing.T) {
 			"context", "context appears more than once"},
 		{"nested key twice", nested, Record{Value: []byte(`{"customer_id":"a","context":{"session":{"id":"x","id":"y"}}}`)},
 			"context.session.id", "context.session.id appears more than once"},
+		{"four-byte case variant", Fields{Tenant: "json:a.\U00010400", EventID: "json:event_id", User: "json:u", Time: "json:t", TimeFormat: "rfc3339"},
+			Record{Value: []byte("{\"event_id\":\"e\",\"a\":{\"\U00010400\":\"t\",\"\U00010428\":\"x\"}}")},
+			"a.\U00010400", "differs from a.\U00010400 only in case"},
 		{"nested key in another case", nested, Record{Value: []byte(`{"customer_id":"a","context":{"Session":{"id":"x"}}}`)},
 			"context.session", `key "Session" differs from context.session only in case`},
 		{"tenant a number", nested, Record{Value: []byte(`{"customer_id":5,"context":{"session":{"id":"x"}}}`)},
