@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
 
 	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/internal/testenv"
@@ -34,10 +36,35 @@ func produceBig(t *testing.T, brokers []string, topic string, values ...[]byte) 
 	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, BatchBytes: 4 << 20, BatchSize: 1, RequiredAcks: kafka.RequireAll, Transport: tr}
 	defer w.Close()
 	for _, v := range values {
-		if err := w.WriteMessages(context.Background(), kafka.Message{Value: v}); err != nil {
+		// Metadata read just after the topic was made may show a partition
+		// without its leader yet; the client then sends nothing, and a
+		// second try cannot duplicate the message.
+		var err error
+		for attempt := 1; attempt <= 5; attempt++ {
+			if err = w.WriteMessages(context.Background(), kafka.Message{Value: v}); err == nil || !noLeader(err) {
+				break
+			}
+			time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
+		}
+		if err != nil {
 			t.Fatalf("produce %d bytes: %v", len(v), err)
 		}
 	}
+}
+
+// noLeader reports whether every write of err failed for want of a
+// partition leader in the client's metadata.
+func noLeader(err error) bool {
+	var we kafka.WriteErrors
+	if !errors.As(err, &we) {
+		return errors.Is(err, protocol.ErrNoLeader) || errors.Is(err, kafka.LeaderNotAvailable)
+	}
+	for _, e := range we {
+		if e != nil && !errors.Is(e, protocol.ErrNoLeader) && !errors.Is(e, kafka.LeaderNotAvailable) {
+			return false
+		}
+	}
+	return true
 }
 
 // Regression (issue 10, item 1): an input topic that allows 4 MB, a
