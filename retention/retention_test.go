@@ -143,8 +143,12 @@ func TestRetimeShorterAndLonger(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if plan.Scanned != 4 || plan.Changed() != 4 {
-				t.Errorf("dry run: %+v, want 4 rows to change", plan)
+			// The rows expired under the old file (the 5h-old one, and
+			// the 2h-old one under 1h) lie past the table's max-age: the
+			// emulator's GC may collect them at any moment.
+			const gcMayTake = 2
+			if plan.Scanned < 4-gcMayTake || plan.Scanned > 4 || plan.Changed() != plan.Scanned {
+				t.Errorf("dry run: %+v, want 4 rows to change (fewer if GC took expired ones)", plan)
 			}
 			if got := cells(t, tbl, tgt.Family); int64(got[evs[0].key][0].Timestamp) != old.Cell("acme", evs[0].base).Timestamp {
 				t.Fatal("the dry run changed a cell")
@@ -154,8 +158,8 @@ func TestRetimeShorterAndLonger(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if rep.Deleted != 2 || rep.Rewritten != 2 {
-				t.Errorf("retime: %+v, want 2 rewritten and 2 deleted", rep)
+			if rep.Rewritten != 2 || rep.Deleted < 2-gcMayTake || rep.Deleted > 2 {
+				t.Errorf("retime: %+v, want 2 rewritten and 2 deleted (fewer if GC took expired rows)", rep)
 			}
 			checkFollows(t, tbl, tgt.Family, now, "acme", evs[:2], time.Now())
 			if got := cells(t, tbl, tgt.Family); len(got[evs[2].key])+len(got[evs[3].key]) != 0 {
