@@ -370,14 +370,22 @@ func TestRetimeJob(t *testing.T) {
 // promtool comes from Debian's prometheus package, which make test
 // installs; without it the test says so and skips, unless
 // CELLTTL_REQUIRE_PROMTOOL is set.
-func TestAlertRules(t *testing.T) {
-	promtool, err := exec.LookPath("promtool")
+// promtool finds promtool, which make test installs; other runs skip
+// without it.
+func promtool(t *testing.T) string {
+	t.Helper()
+	path, err := exec.LookPath("promtool")
 	if err != nil {
 		if os.Getenv("CELLTTL_REQUIRE_PROMTOOL") != "" {
 			t.Fatal("promtool not found; scripts/test.sh installs it")
 		}
 		t.Skip("promtool not installed (make test installs it)")
 	}
+	return path
+}
+
+func TestAlertRules(t *testing.T) {
+	promtool := promtool(t)
 	for _, args := range [][]string{{"check", "rules", "cellttl-rules.yaml"}, {"test", "rules", "cellttl-rules.test.yaml"}} {
 		cmd := exec.Command(promtool, args...)
 		cmd.Dir = "alerts"
@@ -487,13 +495,7 @@ func TestDashboard(t *testing.T) {
 			t.Errorf("no dashboard panel queries %s", want)
 		}
 	}
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		if os.Getenv("CELLTTL_REQUIRE_PROMTOOL") != "" {
-			t.Fatal("promtool not found; scripts/test.sh installs it")
-		}
-		t.Skip("promtool not installed (make test installs it)")
-	}
+	promtool := promtool(t)
 	grafana := strings.NewReplacer("$__rate_interval", "5m", "$job", ".*")
 	var rules []map[string]string
 	for _, es := range exprs {

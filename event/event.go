@@ -206,7 +206,7 @@ func (d Decoder) base(m *Mapping, f *fields, r *Record) (time.Time, bool, error)
 		return recordTime, true, nil
 	}
 	if t.After(latestBase) {
-		return time.Time{}, false, &Error{Class: BadTime, Field: src.field, Reason: fmt.Sprintf("%s %s is later than %s, the last time a row key can hold", src.name, quoted(src, fl), latestBase.Format(time.RFC3339Nano))}
+		return time.Time{}, false, &Error{Class: BadTime, Field: src.field, Reason: fmt.Sprintf("%s %s is later than %s, the last time a row key can hold", src.name, quoted(fl), latestBase.Format(time.RFC3339Nano))}
 	}
 	return t, false, nil
 }
@@ -246,14 +246,14 @@ func (m *Mapping) eventTime(src *source, fl *field) (time.Time, error) {
 	}
 	t, err := parseEpoch(fl.s, format)
 	if err != "" {
-		return time.Time{}, &Error{Class: BadTime, Field: src.field, Reason: fmt.Sprintf("%s %s is not %s", src.name, quoted(src, fl), err)}
+		return time.Time{}, &Error{Class: BadTime, Field: src.field, Reason: fmt.Sprintf("%s %s is not %s", src.name, quoted(fl), err)}
 	}
 	return t, nil
 }
 
 // quoted shows a time's value as it was written: a JSON number bare,
 // text quoted.
-func quoted(src *source, fl *field) string {
+func quoted(fl *field) string {
 	if fl.kind == "number" {
 		return fl.s
 	}

@@ -48,6 +48,18 @@ type issued struct {
 	key  *ecdsa.PrivateKey
 }
 
+// caTemplate is a self-signed CA named name.
+func caTemplate(name string, from, until time.Time) *x509.Certificate {
+	return &x509.Certificate{
+		Subject:               pkix.Name{CommonName: name},
+		NotBefore:             from,
+		NotAfter:              until,
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+	}
+}
+
 func generate(dir, clientCN string, now time.Time) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
@@ -55,27 +67,13 @@ func generate(dir, clientCN string, now time.Time) error {
 	// Backdated by an hour: a clock a little behind on either side must
 	// not see a certificate that is not valid yet.
 	from, until := now.Add(-time.Hour), now.Add(10*365*24*time.Hour)
-	ca, err := issue(nil, &x509.Certificate{
-		Subject:               pkix.Name{CommonName: "cellttl test CA"},
-		NotBefore:             from,
-		NotAfter:              until,
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-	})
+	ca, err := issue(nil, caTemplate("cellttl test CA", from, until))
 	if err != nil {
 		return fmt.Errorf("CA: %w", err)
 	}
 	// Another name than the CA's: Go would otherwise say it tried the
 	// wrong CA as a candidate, which is not the error a stranger CA gives.
-	wrongCA, err := issue(nil, &x509.Certificate{
-		Subject:               pkix.Name{CommonName: "cellttl unrelated CA"},
-		NotBefore:             from,
-		NotAfter:              until,
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-	})
+	wrongCA, err := issue(nil, caTemplate("cellttl unrelated CA", from, until))
 	if err != nil {
 		return fmt.Errorf("wrong CA: %w", err)
 	}
