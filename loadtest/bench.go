@@ -2,11 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,8 +32,8 @@ import (
 // events, no Bigtable; (c) the worker, once per set of worker flags.
 func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := envflag.New("loadtest bench", "loadtest bench: the ceilings and the worker measured in one run (BENCHMARKS.md).", os.Stderr)
-	var brokers, tenantsFile, baseline string
-	var events, payload, partitions, writers, rounds int
+	var brokers, tenantsFile, baseline, profileDir string
+	var events, payload, partitions, writers, rounds, profileSeconds int
 	fs.String(&brokers, "brokers", "KAFKA_BROKERS", "", "Kafka brokers (scripts/services.sh starts one)")
 	fs.Int(&events, "events", "", 300000, "events per measurement")
 	fs.Int(&payload, "payload-bytes", "", 200, "bytes of filler per event")
@@ -43,6 +44,8 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.String(&tenantsFile, "tenants", "", "tenants.yaml", "tenants file")
 	fs.String(&baseline, "baseline-bin", "", "", "another build of the worker to time in the same run, interleaved with this one (e.g. one built from an earlier commit)")
 	fs.Int(&rounds, "rounds", "", 1, "times each worker measurement is repeated (interleaved with the baseline's)")
+	fs.String(&profileDir, "profile", "", "", "write the first worker measurement's CPU profile (worker-cpu.pprof) and allocations (worker-allocs.pprof) to this directory")
+	fs.Int(&profileSeconds, "profile-seconds", "", 5, "length of the CPU profile: about the worker's run")
 	if err := fs.Parse(args); err != nil {
 		if envflag.IsHelp(err) {
 			return nil
@@ -85,7 +88,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "(a) raw ApplyBulk, %d writers, batches of 1000:  %8.0f rows/s\n", writers, a)
+	fmt.Fprintf(stdout, "(a) raw ApplyBulk, %d writers, batches of 1000:  %9.0f rows/s      %5.2f µs CPU/event (client side)\n", writers, a.rate, a.cpuPerEvent)
 
 	topic := run + "-raw"
 	if err := createTopic(bl, topic, partitions); err != nil {
@@ -98,8 +101,10 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "(b) raw kafka-go consumer group:             %8.0f messages/s\n", b)
-	ceiling := min(a, b)
+	fmt.Fprintf(stdout, "(b) raw kafka-go consumer group:              %9.0f messages/s  %5.2f µs CPU/event\n", b.rate, b.cpuPerEvent)
+	ceiling := min(a.rate, b.rate)
+	floor := a.cpuPerEvent + b.cpuPerEvent
+	fmt.Fprintf(stdout, "    floor (a) + (b):                                              %5.2f µs CPU/event\n", floor)
 
 	bin, err := buildWorker(ctx)
 	if err != nil {
@@ -118,12 +123,17 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		for round := range rounds {
 			for _, b := range builds {
-				c, rss, err := benchWorker(ctx, b.bin, bl, tenantsFile, fmt.Sprintf("%s-w%d", run, n), partitions, keys, values, flags)
+				prof := ""
+				if n == 0 {
+					prof = profileDir
+				}
+				c, err := benchWorker(ctx, b.bin, bl, tenantsFile, fmt.Sprintf("%s-w%d", run, n), partitions, keys, values, flags, prof, profileSeconds)
 				n++
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(stdout, "(c) worker, %s (%s), round %d: %8.0f events/s = %.2f × min(a, b); peak RSS %d MiB\n", b.name, label, round+1, c, c/ceiling, rss>>20)
+				fmt.Fprintf(stdout, "(c) worker, %s (%s), round %d: %9.0f events/s = %.2f × min(a, b); %5.2f µs CPU/event = %.2f × floor; peak RSS %d MiB\n",
+					b.name, label, round+1, c.rate, c.rate/ceiling, c.cpuPerEvent, c.cpuPerEvent/floor, c.rss>>20)
 			}
 		}
 	}
@@ -135,40 +145,47 @@ type multiFlag []string
 func (m *multiFlag) String() string     { return strings.Join(*m, "; ") }
 func (m *multiFlag) Set(s string) error { *m = append(*m, s); return nil }
 
-// benchApplyBulk writes the rows the events become straight to a new table.
-func benchApplyBulk(ctx context.Context, p *expiry.Policy, m mix, values [][]byte, recs []record, writers int) (float64, error) {
+// measured is one measurement: its rate, and the CPU time per event of
+// the process measured.
+type measured struct {
+	rate        float64 // events per second
+	cpuPerEvent float64 // µs
+	rss         int64   // peak resident set, bytes (the worker only)
+}
+
+// benchApplyBulk writes the rows the events become straight to a new table
+// with the client's ApplyBulk, as the worker's writers do (the mutations
+// built in the timed part): the client side's floor of CPU per row.
+func benchApplyBulk(ctx context.Context, p *expiry.Policy, m mix, values [][]byte, recs []record, writers int) (measured, error) {
 	dc, err := bigtable.NewClient(ctx, "local", "local")
 	if err != nil {
-		return 0, err
+		return measured{}, err
 	}
 	defer dc.Close()
 	ac, err := bigtable.NewAdminClient(ctx, "local", "local")
 	if err != nil {
-		return 0, err
+		return measured{}, err
 	}
 	defer ac.Close()
 	t := sink.Target{Table: fmt.Sprintf("bench-%d", time.Now().UnixNano()), Family: "c"}
 	if _, err := sink.Setup(ctx, ac, dc, t, p.GCMaxAge(), sink.SetupOptions{}); err != nil {
-		return 0, err
+		return measured{}, err
 	}
 	defer ac.DeleteTable(context.WithoutCancel(ctx), t.Table) // the emulator never frees memory otherwise
 	rows := make([]sink.Row, len(values))
 	for i, r := range recs {
 		tenant := m.tenantName(int(r.tenant))
 		rows[i] = sink.Row{Key: rowkey.Key(tenant, userName(r.user), strconv.Itoa(i), r.millis),
-			Timestamp: p.Cell(tenant, time.UnixMilli(r.millis)).Timestamp, Value: values[i], WrittenAt: true}
+			Timestamp: p.Cell(tenant, time.UnixMilli(r.millis)).Timestamp, Value: values[i], WrittenAt: p.RecordRealTimestamp}
 	}
-	w, err := sink.NewWriter(dc, t, sink.DefaultWriterConfig(), nil, slog.New(slog.DiscardHandler))
-	if err != nil {
-		return 0, err
-	}
+	tbl := dc.Open(t.Table)
 	batches := make(chan []sink.Row)
 	errs := make(chan error, writers)
-	start := time.Now()
+	cpu0, start := selfCPU(), time.Now()
 	for range writers {
 		go func() {
 			for b := range batches {
-				if _, err := w.Write(ctx, b); err != nil {
+				if err := applyBulk(ctx, tbl, t.Family, b); err != nil {
 					errs <- err
 					return
 				}
@@ -182,10 +199,38 @@ func benchApplyBulk(ctx context.Context, p *expiry.Policy, m mix, values [][]byt
 	close(batches)
 	for range writers {
 		if err := <-errs; err != nil {
-			return 0, err
+			return measured{}, err
 		}
 	}
-	return float64(len(rows)) / time.Since(start).Seconds(), nil
+	return measured{rate: float64(len(rows)) / time.Since(start).Seconds(), cpuPerEvent: perEvent(selfCPU()-cpu0, len(rows))}, nil
+}
+
+// applyBulk writes rows in one ApplyBulk call, the cells as the worker
+// writes them.
+func applyBulk(ctx context.Context, tbl *bigtable.Table, family string, rows []sink.Row) error {
+	keys := make([]string, len(rows))
+	muts := make([]*bigtable.Mutation, len(rows))
+	var now [8]byte
+	binary.BigEndian.PutUint64(now[:], uint64(time.Now().UnixMicro()))
+	for i := range rows {
+		r := &rows[i]
+		mut := bigtable.NewMutation()
+		mut.Set(family, rowkey.ColumnEvent, bigtable.Timestamp(r.Timestamp), r.Value)
+		if r.WrittenAt {
+			mut.Set(family, rowkey.ColumnWrittenAt, bigtable.Timestamp(r.Timestamp), now[:])
+		}
+		keys[i], muts[i] = r.Key, mut
+	}
+	rowErrs, err := tbl.ApplyBulk(ctx, keys, muts)
+	if err != nil {
+		return fmt.Errorf("ApplyBulk: %w", err)
+	}
+	for _, e := range rowErrs {
+		if e != nil {
+			return fmt.Errorf("ApplyBulk: a row: %w", e)
+		}
+	}
+	return nil
 }
 
 func createTopic(brokers []string, topic string, partitions int) error {
@@ -227,8 +272,10 @@ func produceAll(ctx context.Context, brokers []string, topic string, keys, value
 }
 
 // benchConsume reads n messages with a kafka-go consumer-group reader, timed
-// from the first message to the last.
-func benchConsume(ctx context.Context, brokers []string, topic string, n int) (float64, error) {
+// from the first message to the last; its CPU time is counted from the
+// reader's start (joining the group costs little of it).
+func benchConsume(ctx context.Context, brokers []string, topic string, n int) (measured, error) {
+	cpu0 := selfCPU()
 	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, GroupID: topic + "-raw", MinBytes: 1, MaxBytes: 10 << 20,
 		MaxWait: 250 * time.Millisecond, StartOffset: kafka.FirstOffset, QueueCapacity: 1000})
 	defer r.Close()
@@ -237,13 +284,13 @@ func benchConsume(ctx context.Context, brokers []string, topic string, n int) (f
 	var start time.Time
 	for i := range n {
 		if _, err := r.FetchMessage(cctx); err != nil {
-			return 0, fmt.Errorf("consume message %d of %d: %w", i, n, err)
+			return measured{}, fmt.Errorf("consume message %d of %d: %w", i, n, err)
 		}
 		if i == 0 {
 			start = time.Now()
 		}
 	}
-	return float64(n-1) / time.Since(start).Seconds(), nil
+	return measured{rate: float64(n-1) / time.Since(start).Seconds(), cpuPerEvent: perEvent(selfCPU()-cpu0, n)}, nil
 }
 
 func buildWorker(ctx context.Context) (string, error) {
@@ -259,20 +306,22 @@ func buildWorker(ctx context.Context) (string, error) {
 }
 
 // benchWorker pre-produces the events, starts a worker on them, and times
-// from its first write to its last; it returns events/s and the worker's
-// peak RSS.
-func benchWorker(ctx context.Context, bin string, brokers []string, tenantsFile, name string, partitions int, keys, values [][]byte, flags string) (float64, int64, error) {
+// from its first write to its last. Its CPU time per event is counted from
+// the moment it owns partitions (its start-up is not per event) to its
+// last write. With profileDir set, it saves the worker's CPU profile of
+// the run and its allocations.
+func benchWorker(ctx context.Context, bin string, brokers []string, tenantsFile, name string, partitions int, keys, values [][]byte, flags, profileDir string, profileSeconds int) (measured, error) {
 	topic := name
 	if err := createTopic(brokers, topic, partitions); err != nil {
-		return 0, 0, err
+		return measured{}, err
 	}
 	if err := produceAll(ctx, brokers, topic, keys, values); err != nil {
-		return 0, 0, err
+		return measured{}, err
 	}
 	table := name
 	common := []string{"--tenants", tenantsFile, "--table", table, "--log-level", "warn"}
 	if out, err := exec.CommandContext(ctx, bin, append([]string{"setup"}, common...)...).CombinedOutput(); err != nil {
-		return 0, 0, fmt.Errorf("worker setup: %v\n%s", err, out)
+		return measured{}, fmt.Errorf("worker setup: %v\n%s", err, out)
 	}
 	defer func() {
 		ac, err := bigtable.NewAdminClient(context.WithoutCancel(ctx), "local", "local")
@@ -283,30 +332,44 @@ func benchWorker(ctx context.Context, bin string, brokers []string, tenantsFile,
 	}()
 	port, err := freePort()
 	if err != nil {
-		return 0, 0, err
+		return measured{}, err
 	}
+	admin := fmt.Sprintf("http://127.0.0.1:%d", port)
 	args := append([]string{"run", "--brokers", strings.Join(brokers, ","), "--topic", topic, "--group", topic,
 		"--admin-addr", fmt.Sprintf("127.0.0.1:%d", port)}, common...)
 	args = append(args, strings.Fields(flags)...)
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
-		return 0, 0, err
+		return measured{}, err
 	}
 	defer func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
 	}()
-	url := fmt.Sprintf("http://127.0.0.1:%d/status", port)
+	pid := cmd.Process.Pid
 	var first, last time.Time
+	var cpu0, cpu1 time.Duration
 	var peak int64
+	var profiled chan error
 	deadline := time.Now().Add(15 * time.Minute)
 	for time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-		peak = max(peak, rss(cmd.Process.Pid))
-		t, err := fetchStatus(ctx, url)
+		time.Sleep(10 * time.Millisecond)
+		peak = max(peak, rss(pid))
+		t, err := fetchStatus(ctx, admin+"/status")
 		if err != nil {
 			continue
+		}
+		if t.reading && cpu0 == 0 {
+			if cpu0, err = procCPU(pid); err != nil {
+				return measured{}, err
+			}
+			if profileDir != "" {
+				profiled = make(chan error, 1)
+				go func() {
+					profiled <- saveProfile(ctx, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", admin, profileSeconds), filepath.Join(profileDir, "worker-cpu.pprof"))
+				}()
+			}
 		}
 		done := t.written + t.dead + t.expired
 		if done > 0 && first.IsZero() {
@@ -314,13 +377,45 @@ func benchWorker(ctx context.Context, bin string, brokers []string, tenantsFile,
 		}
 		if done >= int64(len(values)) {
 			last = time.Now()
+			if cpu1, err = procCPU(pid); err != nil {
+				return measured{}, err
+			}
 			break
 		}
 	}
 	if last.IsZero() {
-		return 0, 0, fmt.Errorf("the worker did not write all %d events", len(values))
+		return measured{}, fmt.Errorf("the worker did not write all %d events", len(values))
 	}
-	return float64(len(values)) / last.Sub(first).Seconds(), peak, nil
+	if profiled != nil {
+		if err := errors.Join(<-profiled, saveProfile(ctx, admin+"/debug/pprof/allocs", filepath.Join(profileDir, "worker-allocs.pprof"))); err != nil {
+			return measured{}, err
+		}
+	}
+	return measured{rate: float64(len(values)) / last.Sub(first).Seconds(), cpuPerEvent: perEvent(cpu1-cpu0, len(values)), rss: peak}, nil
+}
+
+// saveProfile fetches a profile from the worker's admin server into file.
+func saveProfile(ctx context.Context, url, file string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("profile %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("profile %s: %s", url, resp.Status)
+	}
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return err
+	}
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("profile %s: %w", url, err)
+	}
+	return os.WriteFile(file, data, 0o644)
 }
 
 // rss returns the process's peak resident set size in bytes (Linux).

@@ -29,7 +29,11 @@ type sample struct {
 
 // workerStatus is the part of the worker's /status the load test reads.
 type workerStatus struct {
-	Lag    int64 `json:"lag"`
+	Lag   int64 `json:"lag"`
+	Kafka struct {
+		Joined     bool       `json:"joined"`
+		Partitions []struct{} `json:"partitions"`
+	} `json:"kafka"`
 	Events map[string]struct {
 		Written      int64 `json:"written"`
 		DeadLettered int64 `json:"dead_lettered"`
@@ -37,7 +41,11 @@ type workerStatus struct {
 	} `json:"events"`
 }
 
-type totals struct{ written, dead, expired, lag int64 }
+type totals struct {
+	written, dead, expired, lag int64
+	// reading: the worker joined the group and owns partitions.
+	reading bool
+}
 
 func fetchStatus(ctx context.Context, url string) (totals, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
@@ -52,7 +60,7 @@ func fetchStatus(ctx context.Context, url string) (totals, error) {
 	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
 		return totals{}, fmt.Errorf("worker status: %w", err)
 	}
-	t := totals{lag: s.Lag}
+	t := totals{lag: s.Lag, reading: s.Kafka.Joined && len(s.Kafka.Partitions) > 0}
 	for _, e := range s.Events {
 		t.written += e.Written
 		t.dead += e.DeadLettered
