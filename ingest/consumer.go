@@ -73,7 +73,7 @@ type Consumer struct {
 	fatal     chan error // a fetcher's reason to stop the worker
 	wg        sync.WaitGroup
 	stop      context.CancelFunc
-	consumed  atomic.Int64 // messages returned by Fetch, for the metrics
+	consumed  atomic.Int64 // messages returned by Poll, for the metrics
 
 	// Fetch's own: it has one caller.
 	batch []Fetched
@@ -324,37 +324,67 @@ func (c *Consumer) setErr(err error) {
 	c.mu.Unlock()
 }
 
-// Fetch returns the next message of any owned partition and the Ack that
-// settles it. Every message returned must be settled with Done exactly
-// once, or its partition's commits stop there. Fetch has one caller at a
-// time. It returns an error when ctx ends, or when the worker must stop (a
-// committed offset outside the log under --offset-out-of-range fail).
-func (c *Consumer) Fetch(ctx context.Context) (kafka.Message, Ack, error) {
+// Poll returns the next messages fetched, of any owned partitions, each
+// with the Ack that settles it, waiting for some until ctx ends. Every
+// message returned must be settled (Done or Settle) exactly once, or its
+// partition's commits stop there. Poll has one caller at a time. The slice
+// is the caller's until it passes it to the next Poll as reuse (nil is
+// fine): the fetcher fills it again, so that fetching does not allocate a
+// slice per response. Poll returns an error when ctx ends, or when the
+// worker must stop (a committed offset outside the log under
+// --offset-out-of-range fail).
+func (c *Consumer) Poll(ctx context.Context, reuse []Fetched) ([]Fetched, error) {
+	if reuse != nil {
+		recycle(reuse)
+	}
 	for {
-		for c.next < len(c.batch) {
-			f := c.batch[c.next]
-			c.batch[c.next] = Fetched{}
-			c.next++
-			if f.Ack.a.Stale() {
-				// Fetched before a rebalance or an offset reset: the
-				// partition's new owner, or its new epoch, reads it again.
-				c.Done(f.Ack)
-				continue
-			}
-			c.consumed.Add(1)
-			return f.Msg, f.Ack, nil
-		}
-		c.batch, c.next = nil, 0
 		select {
 		case b := <-c.fetched:
-			c.batch = b
+			if b = c.fresh(b); len(b) > 0 {
+				c.consumed.Add(int64(len(b)))
+				return b, nil
+			}
+			recycle(b)
 		case err := <-c.fatal:
 			c.fatal <- err // for any later call
-			return kafka.Message{}, Ack{}, err
+			return nil, err
 		case <-ctx.Done():
-			return kafka.Message{}, Ack{}, fmt.Errorf("fetch from %s: %w", c.cfg.Topic, ctx.Err())
+			return nil, fmt.Errorf("fetch from %s: %w", c.cfg.Topic, ctx.Err())
 		}
 	}
+}
+
+// fresh drops, settling them, the messages fetched before a rebalance or
+// an offset reset: the partition's new owner, or its new epoch, reads them
+// again.
+func (c *Consumer) fresh(b []Fetched) []Fetched {
+	n := 0
+	for i := range b {
+		if b[i].Ack.a.Stale() {
+			c.Done(b[i].Ack)
+			continue
+		}
+		b[n] = b[i]
+		n++
+	}
+	clear(b[n:])
+	return b[:n]
+}
+
+// Fetch returns the next message, as Poll does one at a time: for callers
+// that want messages one by one.
+func (c *Consumer) Fetch(ctx context.Context) (kafka.Message, Ack, error) {
+	if c.next == len(c.batch) {
+		b, err := c.Poll(ctx, c.batch)
+		if err != nil {
+			c.batch, c.next = nil, 0
+			return kafka.Message{}, Ack{}, err
+		}
+		c.batch, c.next = b, 0
+	}
+	f := c.batch[c.next]
+	c.next++
+	return f.Msg, f.Ack, nil
 }
 
 // Done settles a message: written, dead-lettered or deliberately skipped.
@@ -362,6 +392,12 @@ func (c *Consumer) Fetch(ctx context.Context) (kafka.Message, Ack, error) {
 func (c *Consumer) Done(a Ack) {
 	c.tracker.Done(a)
 	c.budget.Release(a.size)
+}
+
+// Settle settles many messages at once, as Done does each: one lock of the
+// tracker and one of the budget for a whole batch.
+func (c *Consumer) Settle(acks []Ack) {
+	c.budget.Release(c.tracker.DoneAll(acks))
 }
 
 // Commit commits, through the current generation, every owned partition's

@@ -421,7 +421,7 @@ func (f *fetcher) handle(ctx context.Context, r fetchResult) error {
 	for _, p := range r.parts {
 		byID[p.id] = p
 	}
-	rs := readState{reserved: r.reserved}
+	rs := readState{reserved: r.reserved, batch: fetchedSlice()}
 	var fatal error
 	var suspects []*partition // nothing new, while a batch was refused
 	for _, t := range r.res.Topics {
@@ -463,17 +463,43 @@ func (f *fetcher) handle(ctx context.Context, r fetchResult) error {
 		observed := max(float64(rs.charged)/float64(rs.wire), float64(rs.all)/float64(r.asked))
 		f.ratio = 0.5*f.ratio + 0.5*max(1, observed)
 	}
-	if len(rs.batch) > 0 {
-		select {
-		case f.out <- rs.batch:
-		case <-ctx.Done():
-			// The generation is over: its messages are stale and dropped.
-			for _, m := range rs.batch {
-				f.budget.Release(m.Ack.size)
-			}
+	if len(rs.batch) == 0 {
+		recycle(rs.batch)
+		return fatal
+	}
+	select {
+	case f.out <- rs.batch:
+	case <-ctx.Done():
+		// The generation is over: its messages are stale and dropped.
+		for _, m := range rs.batch {
+			f.budget.Release(m.Ack.size)
 		}
+		recycle(rs.batch)
 	}
 	return fatal
+}
+
+// fetched recycles the slices responses are read into, so that one grows
+// to the size of a response once, not at every response. A pool holds them
+// only until the next garbage collections: it retains nothing for long.
+var fetched sync.Pool // of *[]Fetched
+
+// fetchedSlice returns an empty slice to read a response into.
+func fetchedSlice() []Fetched {
+	if b, ok := fetched.Get().(*[]Fetched); ok {
+		return (*b)[:0]
+	}
+	return nil
+}
+
+// recycle gives a slice back for another response. Its messages are let go
+// first: a recycled slice must not keep them alive.
+func recycle(s []Fetched) {
+	if cap(s) == 0 {
+		return
+	}
+	clear(s)
+	fetched.Put(&s)
 }
 
 // readState is a response's reading so far.
@@ -520,6 +546,9 @@ func (f *fetcher) read(p *partition, records protocol.RecordReader, rs *readStat
 	if !ok {
 		return false, false, false
 	}
+	// The messages taken are tracked together, under one lock, once read.
+	untracked := len(rs.batch)
+	defer func() { f.tracker.trackAll(p.a, rs.batch[untracked:]) }()
 	for _, b := range stream.Records {
 		_, control := b.(*protocol.ControlBatch)
 		for {
@@ -537,6 +566,9 @@ func (f *fetcher) read(p *partition, records protocol.RecordReader, rs *readStat
 				if !full {
 					// A transaction marker: nothing to deliver, but its
 					// offset is settled, or the commit would stop before it.
+					// Offsets are tracked in order: those before it first.
+					f.tracker.trackAll(p.a, rs.batch[untracked:])
+					untracked = len(rs.batch)
 					f.tracker.TrackSkipped(p.a, rec.Offset)
 					p.next, advanced = rec.Offset+1, true
 				}
@@ -551,7 +583,7 @@ func (f *fetcher) read(p *partition, records protocol.RecordReader, rs *readStat
 				continue
 			}
 			m := message(f.topic, p.id, rec)
-			rs.batch = append(rs.batch, Fetched{Msg: m, Ack: f.tracker.Track(p.a, rec.Offset, size)})
+			rs.batch = append(rs.batch, Fetched{Msg: m, Ack: Ack{size: size}})
 			rs.charged, rs.wire = rs.charged+size, rs.wire+bytes
 			p.next, advanced = rec.Offset+1, true
 		}

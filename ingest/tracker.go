@@ -127,6 +127,19 @@ func (t *Tracker) TrackSkipped(a *Assignment, offset int64) {
 	t.doneLocked(t.trackLocked(a, offset, 0))
 }
 
+// trackAll tracks the fetched messages fs, all of epoch a, in offset
+// order, under one lock, and sets their Acks (each carrying its size).
+func (t *Tracker) trackAll(a *Assignment, fs []Fetched) {
+	if len(fs) == 0 {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i := range fs {
+		fs[i].Ack = t.trackLocked(a, fs[i].Msg.Offset, fs[i].Ack.size)
+	}
+}
+
 func (t *Tracker) trackLocked(a *Assignment, offset, size int64) Ack {
 	a.last = offset
 	a.entries = append(a.entries, entry{offset: offset})
@@ -141,6 +154,21 @@ func (t *Tracker) Done(ack Ack) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.doneLocked(ack)
+}
+
+// DoneAll marks many messages done under one lock, and returns the bytes
+// they were charged.
+func (t *Tracker) DoneAll(acks []Ack) int64 {
+	var size int64
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, a := range acks {
+		if a.a != nil {
+			t.doneLocked(a)
+			size += a.size
+		}
+	}
+	return size
 }
 
 func (t *Tracker) doneLocked(ack Ack) {

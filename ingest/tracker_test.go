@@ -119,6 +119,52 @@ func TestTrackerRandomOrder(t *testing.T) {
 	}
 }
 
+// Tracked together (as a response is) and settled in batches that finish
+// out of order (as writers do), the commit point is the longest settled
+// prefix, and each batch gives back the bytes it was charged.
+func TestTrackerBatches(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	tr := NewTracker()
+	e := assign(tr, 3)[3]
+	const n = 1000
+	fs := make([]Fetched, n)
+	for i := range fs {
+		fs[i] = Fetched{Msg: kafka.Message{Offset: int64(100 + i)}, Ack: Ack{size: int64(i)}}
+	}
+	tr.trackAll(e, fs[:400])
+	tr.trackAll(e, fs[400:])
+	var batches [][]Ack
+	for i := 0; i < n; i += 50 {
+		var b []Ack
+		for _, f := range fs[i : i+50] {
+			b = append(b, f.Ack)
+		}
+		batches = append(batches, b)
+	}
+	done := make([]bool, len(batches))
+	for _, i := range r.Perm(len(batches)) {
+		var want int64
+		for _, a := range batches[i] {
+			want += a.size
+		}
+		if got := tr.DoneAll(batches[i]); got != want {
+			t.Fatalf("batch %d gave back %d bytes, want %d", i, got, want)
+		}
+		done[i] = true
+		first := 0
+		for first < len(done) && done[first] {
+			first++
+		}
+		got, ok := byPartition(tr)[3]
+		if first == 0 && ok || first > 0 && got != int64(100+50*first) {
+			t.Fatalf("after batch %d: commit %d (ok %t), want %d", i, got, ok, 100+50*first)
+		}
+	}
+	if tr.Pending() != 0 {
+		t.Errorf("%d pending after every batch was settled", tr.Pending())
+	}
+}
+
 // Regression (found by the fault suite): a partition assigned again after
 // another member moved its commit forward must not commit the frontier of
 // its earlier assignment, which lies behind and would move the group back.

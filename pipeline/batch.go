@@ -25,147 +25,138 @@ const (
 	flushDrain    = "drain"          // the input ended: shutdown
 )
 
-// batchPolicy decides when the batch being built is flushed: at a number
-// of rows, of bytes, at an age, and before an item of another tenants
-// config version, so that every batch was computed under exactly one.
-type batchPolicy struct {
+// batcher builds the batches: it flushes the batch being built at a
+// number of rows, of bytes, at an age, and before a row of another tenants
+// config version, so that every batch was computed under exactly one. It
+// runs on the fetch loop's goroutine.
+type batcher struct {
 	maxRows, maxBytes int
 	interval          time.Duration
-	now               func() time.Time // read once per batch, not per item
-	cur               batch
-	first             time.Time // when the first item was added
+	out               chan<- *batch
+	free              chan *batch // batches written, to be reused
+	m                 *instruments
+	cur               *batch
+	first             time.Time // when the first row was added
 }
 
-func newBatchPolicy(c Config) *batchPolicy {
-	p := &batchPolicy{maxRows: c.FlushRows, maxBytes: c.FlushBytes, interval: c.FlushInterval, now: time.Now}
-	p.cur.items = make([]item, 0, c.FlushRows)
-	return p
+func newBatcher(c Config, out chan<- *batch, free chan *batch, m *instruments) *batcher {
+	return &batcher{maxRows: c.FlushRows, maxBytes: c.FlushBytes, interval: c.FlushInterval, out: out, free: free, m: m}
 }
 
-// Empty reports whether the batch being built has no item yet.
-func (p *batchPolicy) Empty() bool { return len(p.cur.items) == 0 }
-
-// Fits reports whether it may join the batch being built.
-func (p *batchPolicy) Fits(it *item) bool {
-	return len(p.cur.items) == 0 || it.version == p.cur.version
-}
-
-// Add adds it (Fits must hold) and reports whether the batch is now due,
-// and why.
-func (p *batchPolicy) Add(it item) (due bool, reason string) {
-	if len(p.cur.items) == 0 {
-		p.cur.version, p.first = it.version, p.now()
+// add adds a row and its message, flushing first when the row was computed
+// under another config version, and after when the batch is full.
+func (b *batcher) add(version string, row sink.Row, it item) {
+	if b.cur != nil && len(b.cur.rows) > 0 && version != b.cur.version {
+		b.flush(flushVersion)
 	}
-	p.cur.items = append(p.cur.items, it)
-	p.cur.bytes += len(it.row.Value)
+	if b.cur == nil {
+		b.cur = b.reuse()
+	}
+	c := b.cur
+	if len(c.rows) == 0 {
+		c.version, b.first = version, time.Now()
+	}
+	c.rows = append(c.rows, row)
+	c.items = append(c.items, it)
+	c.bytes += len(row.Value)
 	switch {
-	case len(p.cur.items) >= p.maxRows:
-		return true, flushRows
-	case p.cur.bytes >= p.maxBytes:
-		return true, flushBytes
+	case len(c.rows) >= b.maxRows:
+		b.flush(flushRows)
+	case c.bytes >= b.maxBytes:
+		b.flush(flushBytes)
 	}
-	return false, ""
 }
 
-// UntilNext is how long until the batch is due by age; false when the
-// batch is empty.
-func (p *batchPolicy) UntilNext(now time.Time) (time.Duration, bool) {
-	if len(p.cur.items) == 0 {
+// reuse returns a written batch, emptied, or a new one.
+func (b *batcher) reuse() *batch {
+	select {
+	case c := <-b.free:
+		return c
+	default:
+		return &batch{rows: make([]sink.Row, 0, b.maxRows), items: make([]item, 0, b.maxRows)}
+	}
+}
+
+// untilDue is how long until the batch being built is due by age; false
+// when none is.
+func (b *batcher) untilDue(now time.Time) (time.Duration, bool) {
+	if b.cur == nil || len(b.cur.rows) == 0 {
 		return 0, false
 	}
-	return p.interval - now.Sub(p.first), true
+	return b.interval - now.Sub(b.first), true
 }
 
-// Flush returns the batch built so far, nil-itemed when empty, and starts
-// a new one.
-func (p *batchPolicy) Flush() batch {
-	b := p.cur
-	if len(b.items) > 0 {
-		p.cur = batch{items: make([]item, 0, p.maxRows)}
+// flush hands the batch being built to the writers, if it has rows: it
+// waits for one to take it (backpressure).
+func (b *batcher) flush(reason string) {
+	if b.cur == nil || len(b.cur.rows) == 0 {
+		return
 	}
-	return b
+	b.m.flushes.Add(context.Background(), 1, metric.WithAttributes(attribute.String("reason", reason)))
+	b.cur.reason = reason
+	b.out <- b.cur
+	b.cur = nil
 }
 
-// batchLoop groups items into batches as the batch policy says. It flushes
-// what it holds when items closes, then closes batches.
-func (p *Pipeline) batchLoop(items <-chan item, batches chan<- batch) {
-	defer close(batches)
-	policy := newBatchPolicy(p.cfg)
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	flush := func(reason string) {
-		timer.Stop()
-		if b := policy.Flush(); len(b.items) > 0 {
-			p.metrics.flushes.Add(context.Background(), 1, metric.WithAttributes(attribute.String("reason", reason)))
-			batches <- b
-		}
-	}
-	for {
-		select {
-		case it, ok := <-items:
-			if !ok {
-				flush(flushDrain)
-				return
-			}
-			if !policy.Fits(&it) {
-				flush(flushVersion)
-			}
-			first := policy.Empty()
-			if due, reason := policy.Add(it); due {
-				flush(reason)
-			} else if first {
-				wait, _ := policy.UntilNext(policy.first) // its age starts now
-				timer.Reset(wait)
-			}
-		case <-timer.C:
-			flush(flushInterval)
-		}
+// recycle empties a written batch for reuse, letting go of its messages.
+func recycleBatch(c *batch, free chan<- *batch) {
+	clear(c.rows)
+	clear(c.items)
+	clear(c.acks)
+	c.rows, c.items, c.acks = c.rows[:0], c.items[:0], c.acks[:0]
+	c.version, c.bytes, c.reason = "", 0, ""
+	select {
+	case free <- c:
+	default:
 	}
 }
 
 // writeLoop writes batches until batches closes. A row rejected for good
 // goes to the dead-letter topic; a row whose write was cut by the drain
 // deadline stays unsettled, so its offset is not committed.
-func (p *Pipeline) writeLoop(ctx context.Context, batches <-chan batch, dead chan<- deadItem) {
+func (p *Pipeline) writeLoop(ctx context.Context, batches <-chan *batch, free chan<- *batch, dead chan<- deadItem) {
 	for b := range batches {
-		rows := make([]sink.Row, len(b.items))
-		for i := range b.items {
-			rows[i] = b.items[i].row
-		}
-		start := time.Now()
-		sctx, span := p.tracer.Start(ctx, "cellttl.write_batch", trace.WithAttributes(
-			attribute.Int("cellttl.batch.rows", len(rows)),
-			attribute.Int("cellttl.batch.bytes", b.bytes),
-			attribute.String("cellttl.config_version", b.version),
-		), trace.WithLinks(links(b.items)...))
-		results, err := p.rows.Write(sctx, rows)
-		if err != nil {
-			span.RecordError(err)
-			span.SetStatus(otelcodes.Error, "abandoned at the drain deadline")
-			span.End()
-			p.log.Error("batch abandoned at the drain deadline; its events will be redelivered",
-				"rows", len(rows), "config_version", b.version, "err", err)
+		p.write(ctx, b, dead)
+		recycleBatch(b, free)
+	}
+}
+
+func (p *Pipeline) write(ctx context.Context, b *batch, dead chan<- deadItem) {
+	rows := b.rows
+	start := time.Now()
+	sctx, span := p.tracer.Start(ctx, "cellttl.write_batch", trace.WithAttributes(
+		attribute.Int("cellttl.batch.rows", len(rows)),
+		attribute.Int("cellttl.batch.bytes", b.bytes),
+		attribute.String("cellttl.config_version", b.version),
+	), trace.WithLinks(links(b.items)...))
+	results, err := p.rows.Write(sctx, rows)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(otelcodes.Error, "abandoned at the drain deadline")
+		span.End()
+		p.log.Error("batch abandoned at the drain deadline; its events will be redelivered",
+			"rows", len(rows), "config_version", b.version, "err", err)
+		return
+	}
+	for i := range b.items {
+		it := &b.items[i]
+		if rerr := results[i]; rerr != nil {
+			dead <- deadItem{dl: ingest.DeadLetter{Msg: it.msg, Reason: rerr.Error()}, ack: it.ack, tenant: it.tenant, reason: reasonBigtableRefused}
 			continue
 		}
-		written := 0
-		for i := range b.items {
-			it := &b.items[i]
-			if rerr := results[i]; rerr != nil {
-				dead <- deadItem{dl: ingest.DeadLetter{Msg: it.msg, Reason: rerr.Error()}, ack: it.ack, tenant: it.tenant, reason: reasonBigtableRefused}
-				continue
-			}
-			it.tenant.Written.Add(1)
-			p.src.Done(it.ack)
-			written++
-		}
-		span.SetAttributes(attribute.Int("cellttl.batch.written", written), attribute.Int("cellttl.batch.dead_lettered", len(rows)-written))
-		span.End()
-		vattr := metric.WithAttributes(attribute.String("cellttl.config_version", b.version))
-		p.metrics.batchRows.Record(ctx, int64(len(rows)), vattr)
-		p.metrics.batchBytes.Record(ctx, int64(b.bytes), vattr)
-		p.metrics.batchDuration.Record(ctx, time.Since(start).Seconds(), vattr)
-		p.log.Debug("batch written", "rows", len(rows), "written", written, "config_version", b.version, "took", time.Since(start))
+		it.tenant.Written.Add(1)
+		b.acks = append(b.acks, it.ack)
 	}
+	// Settled together: one lock of the tracker and of the budget.
+	p.src.Settle(b.acks)
+	written := len(b.acks)
+	span.SetAttributes(attribute.Int("cellttl.batch.written", written), attribute.Int("cellttl.batch.dead_lettered", len(rows)-written))
+	span.End()
+	vattr := metric.WithAttributes(attribute.String("cellttl.config_version", b.version))
+	p.metrics.batchRows.Record(ctx, int64(len(rows)), vattr)
+	p.metrics.batchBytes.Record(ctx, int64(b.bytes), vattr)
+	p.metrics.batchDuration.Record(ctx, time.Since(start).Seconds(), vattr)
+	p.log.Debug("batch written", "rows", len(rows), "written", written, "flushed_by", b.reason, "config_version", b.version, "took", time.Since(start))
 }
 
 // maxLinks bounds the links of one batch span: enough to follow a sample of

@@ -4,40 +4,75 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/metric/noop"
+
 	"github.com/cellttl/cellttl/sink"
 )
 
-func TestBatchPolicyReasons(t *testing.T) {
-	now := time.Unix(1000, 0)
-	cfg := Config{FlushRows: 3, FlushBytes: 10, FlushInterval: time.Second}
-	it := func(version string, size int) item {
-		return item{row: sink.Row{Value: make([]byte, size)}, version: version}
-	}
-	p := newBatchPolicy(cfg)
-	p.now = func() time.Time { return now }
-	if _, ok := p.UntilNext(now); ok {
-		t.Error("an empty batch has an age")
-	}
-	for i, want := range []bool{false, false, true} {
-		if due, reason := p.Add(it("v1", 1)); due != want || (due && reason != flushRows) {
-			t.Errorf("row %d: due %t (%s), want %t by rows", i+1, due, reason, want)
+func TestBatcherReasons(t *testing.T) {
+	out := make(chan *batch, 10)
+	m := instruments{flushes: noop.Int64Counter{}}
+	b := newBatcher(Config{FlushRows: 3, FlushBytes: 10, FlushInterval: time.Second}, out, make(chan *batch, 1), &m)
+	row := func(size int) sink.Row { return sink.Row{Value: make([]byte, size)} }
+	flushed := func(what string) *batch {
+		t.Helper()
+		select {
+		case c := <-out:
+			return c
+		default:
+			t.Fatalf("%s: nothing flushed", what)
+			return nil
 		}
 	}
-	if b := p.Flush(); len(b.items) != 3 || b.bytes != 3 || b.version != "v1" || !p.Empty() {
-		t.Errorf("flushed %d items, %d bytes, version %q", len(b.items), b.bytes, b.version)
+	if _, ok := b.untilDue(time.Now()); ok {
+		t.Error("an empty batch has an age")
 	}
-	if due, reason := p.Add(it("v1", 10)); !due || reason != flushBytes {
-		t.Errorf("10 bytes: due %t (%s), want due by bytes", due, reason)
+	b.add("v1", row(1), item{})
+	b.add("v1", row(1), item{})
+	if len(out) != 0 {
+		t.Fatal("flushed before the third row")
 	}
-	p.Flush()
-	p.Add(it("v1", 1))
-	if wait, ok := p.UntilNext(now.Add(400 * time.Millisecond)); !ok || wait != 600*time.Millisecond {
-		t.Errorf("until next: %s %t, want 600ms", wait, ok)
+	b.add("v1", row(1), item{})
+	if c := flushed("three rows"); len(c.rows) != 3 || len(c.items) != 3 || c.bytes != 3 || c.version != "v1" || c.reason != flushRows {
+		t.Errorf("flushed %d rows, %d items, %d bytes, version %q, by %s", len(c.rows), len(c.items), c.bytes, c.version, c.reason)
 	}
-	if x := it("v2", 1); p.Fits(&x) {
-		t.Error("an item of another config version fits the batch")
+	b.add("v1", row(10), item{})
+	if c := flushed("10 bytes"); c.reason != flushBytes {
+		t.Errorf("10 bytes: flushed by %s, want bytes", c.reason)
 	}
-	if x := it("v1", 1); !p.Fits(&x) {
-		t.Error("an item of the batch's version does not fit")
+	b.add("v1", row(1), item{})
+	if wait, ok := b.untilDue(b.first.Add(400 * time.Millisecond)); !ok || wait != 600*time.Millisecond {
+		t.Errorf("until due: %s %t, want 600ms", wait, ok)
+	}
+	b.add("v2", row(1), item{})
+	if c := flushed("another version"); len(c.rows) != 1 || c.version != "v1" || c.reason != flushVersion {
+		t.Errorf("before a row of v2: flushed %d rows of %q by %s, want the row of v1 by config_version", len(c.rows), c.version, c.reason)
+	}
+	b.flush(flushDrain)
+	if c := flushed("drain"); len(c.rows) != 1 || c.version != "v2" || c.reason != flushDrain {
+		t.Errorf("drain: flushed %d rows of %q by %s", len(c.rows), c.version, c.reason)
+	}
+	b.flush(flushDrain)
+	if len(out) != 0 {
+		t.Error("an empty batch was flushed")
+	}
+}
+
+// A written batch comes back empty, without its messages, and is reused.
+func TestBatchRecycled(t *testing.T) {
+	out, free := make(chan *batch, 1), make(chan *batch, 1)
+	m := instruments{flushes: noop.Int64Counter{}}
+	b := newBatcher(Config{FlushRows: 2, FlushBytes: 1 << 20, FlushInterval: time.Second}, out, free, &m)
+	b.add("v1", sink.Row{Key: "k1", Value: []byte("x")}, item{})
+	b.add("v1", sink.Row{Key: "k2", Value: []byte("y")}, item{})
+	c := <-out
+	rows := c.rows[:2]
+	recycleBatch(c, free)
+	if rows[0].Key != "" || rows[1].Value != nil || len(c.rows) != 0 || c.bytes != 0 || c.version != "" {
+		t.Errorf("recycled batch keeps %+v, %d rows, %d bytes, version %q", rows, len(c.rows), c.bytes, c.version)
+	}
+	b.add("v1", sink.Row{Key: "k3"}, item{})
+	if b.cur != c {
+		t.Error("the next batch is a new one, not the written one")
 	}
 }

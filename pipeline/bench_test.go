@@ -1,12 +1,16 @@
 package pipeline
 
 import (
+	"context"
+	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 
 	"github.com/cellttl/cellttl/event"
+	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/rowkey"
 	"github.com/cellttl/cellttl/sink"
 	"github.com/cellttl/cellttl/tenants"
@@ -77,5 +81,82 @@ func TestHotPathAllocations(t *testing.T) {
 		if a := r.AllocsPerOp(); a > 2 {
 			t.Errorf("%s: hot path allocates %d times per event, want at most 2", s.name, a)
 		}
+	}
+}
+
+// benchSource serves n copies of one message, as responses of perPoll, with
+// the real Tracker, and closes done once every one is settled.
+type benchSource struct {
+	tracker *ingest.Tracker
+	epoch   *ingest.Assignment
+	msg     kafka.Message
+	perPoll int
+	next, n int64
+	settled atomic.Int64
+	done    chan struct{}
+}
+
+func (s *benchSource) Poll(ctx context.Context, reuse []ingest.Fetched) ([]ingest.Fetched, error) {
+	if s.next == s.n {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	out := reuse[:0]
+	for range min(int64(s.perPoll), s.n-s.next) {
+		m := s.msg
+		m.Offset = s.next
+		s.next++
+		out = append(out, ingest.Fetched{Msg: m, Ack: s.tracker.Track(s.epoch, m.Offset, 0)})
+	}
+	return out, nil
+}
+
+func (s *benchSource) settle(n int) {
+	if s.settled.Add(int64(n)) == s.n {
+		close(s.done)
+	}
+}
+func (s *benchSource) Done(a ingest.Ack)              { s.tracker.Done(a); s.settle(1) }
+func (s *benchSource) Settle(acks []ingest.Ack)       { s.tracker.DoneAll(acks); s.settle(len(acks)) }
+func (s *benchSource) Commit(context.Context) error   { return nil }
+func (s *benchSource) CommitLoop(ctx context.Context) { <-ctx.Done() }
+
+type discardWriter struct{}
+
+func (discardWriter) Write(_ context.Context, rows []sink.Row) ([]error, error) {
+	return make([]error, len(rows)), nil
+}
+
+// BenchmarkPipeline is the worker's own cost per event between a fetched
+// response and a written batch, with the default settings: routing,
+// batching, handing batches to the writers, settling, counting. Bigtable
+// and Kafka are left out (a writer that discards, a source that serves
+// one event), so what it measures is what cellttl adds to the two clients.
+// Its ns/op is wall time per event with the writers running beside the
+// fetch loop.
+func BenchmarkPipeline(b *testing.B) {
+	cfg, err := tenants.Load("../tenants.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	pc := DefaultConfig()
+	if err := pc.Resolve(); err != nil {
+		b.Fatal(err)
+	}
+	tr := ingest.NewTracker()
+	src := &benchSource{tracker: tr, epoch: tr.Assign(map[int]int64{0: -1})[0], perPoll: 5000, n: int64(b.N), done: make(chan struct{}),
+		msg: kafka.Message{Topic: "clicks", Value: hotPathShapes[0].msg.Value, Time: time.Date(2026, 11, 21, 9, 0, 1, 0, time.UTC)}}
+	p := New(pc, src, discardWriter{}, nil, func() *tenants.Config { return cfg }, nil, slog.New(slog.DiscardHandler))
+	p.now = func() time.Time { return src.msg.Time }
+	ctx, cancel := context.WithCancel(context.Background())
+	b.ReportAllocs()
+	b.ResetTimer()
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	<-src.done
+	b.StopTimer()
+	cancel()
+	if err := <-done; err != nil {
+		b.Fatal(err)
 	}
 }

@@ -27,15 +27,20 @@ import (
 	"github.com/cellttl/cellttl/tenants"
 )
 
-// Source is where messages come from and where they are settled.
+// Source is where messages come from and where they are settled; see
+// ingest.Consumer.
 type Source interface {
-	Fetch(ctx context.Context) (kafka.Message, ingest.Ack, error)
+	// Poll returns the next messages, at least one, waiting until ctx
+	// ends; reuse is the slice the previous call returned, done with.
+	Poll(ctx context.Context, reuse []ingest.Fetched) ([]ingest.Fetched, error)
 	Done(ingest.Ack)
+	Settle([]ingest.Ack)
 	Commit(ctx context.Context) error
 	CommitLoop(ctx context.Context)
 }
 
-// RowWriter writes a batch of rows; see sink.Writer.Write.
+// RowWriter writes a batch of rows; see sink.Writer.Write. It must not
+// keep rows once it returns: the pipeline reuses them.
 type RowWriter interface {
 	Write(ctx context.Context, rows []sink.Row) ([]error, error)
 }
@@ -87,20 +92,22 @@ func New(cfg Config, src Source, rows RowWriter, dlq DeadLetterer, config func()
 // Stats returns the per-tenant counters.
 func (p *Pipeline) Stats() *Stats { return p.stats }
 
-// item is one message on its way to Bigtable.
+// item is what the pipeline keeps of a message while its row is written:
+// how to settle it, and the message itself for the dead-letter topic.
 type item struct {
-	row    sink.Row
 	ack    ingest.Ack
 	msg    kafka.Message
 	tenant *TenantStats
-	// version of the tenants config the row's timestamp was computed under.
-	version string
 }
 
+// batch is rows on their way to Bigtable, and their messages.
 type batch struct {
-	items   []item
-	version string // tenants config version all items were processed under
-	bytes   int    // of event values
+	rows    []sink.Row
+	items   []item       // items[i] is the message of rows[i]
+	version string       // tenants config version all rows were computed under
+	bytes   int          // of event values
+	reason  string       // why it was flushed: flushRows, flushBytes, ...
+	acks    []ingest.Ack // scratch: the rows written, to settle
 }
 
 // Run processes messages until ctx ends, then drains: it stops fetching,
@@ -125,23 +132,23 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	})
 	defer stopDrainTimer()
 
-	items := make(chan item, p.cfg.FlushRows)
-	batches := make(chan batch)
+	// Batches are recycled: at most one is being built, and one per writer
+	// is written.
+	free := make(chan *batch, p.cfg.Writers+1)
+	batches := make(chan *batch)
 	dead := make(chan deadItem, 1024)
 
-	var commitWG, writeWG, dlqWG, batchWG sync.WaitGroup
+	var commitWG, writeWG, dlqWG sync.WaitGroup
 	commitCtx, stopCommits := context.WithCancel(drainCtx)
 	commitWG.Go(func() { p.src.CommitLoop(commitCtx) })
-	batchWG.Go(func() { p.batchLoop(items, batches) })
 	for range p.cfg.Writers {
-		writeWG.Go(func() { p.writeLoop(drainCtx, batches, dead) })
+		writeWG.Go(func() { p.writeLoop(drainCtx, batches, free, dead) })
 	}
 	dlqWG.Go(func() { p.deadLetterLoop(drainCtx, dead) })
 
-	fetchErr := p.fetchLoop(ctx, items, dead)
+	fetchErr := p.fetchLoop(ctx, newBatcher(p.cfg, batches, free, &p.metrics), dead)
 
-	close(items)
-	batchWG.Wait()
+	close(batches)
 	writeWG.Wait()
 	close(dead)
 	dlqWG.Wait()
@@ -165,20 +172,42 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	return nil
 }
 
-// fetchLoop fetches and routes messages until ctx ends. Memory is bounded
-// by the Source: it holds back messages beyond its byte budget until
-// earlier ones are settled.
-func (p *Pipeline) fetchLoop(ctx context.Context, items chan<- item, dead chan<- deadItem) error {
-	for {
-		msg, ack, err := p.src.Fetch(ctx)
+// fetchLoop fetches and routes messages until ctx ends, building batches
+// on the same goroutine: a message crosses no channel between Kafka's
+// response and its batch. It flushes what it holds when it returns.
+// Memory is bounded by the Source: it holds back messages beyond its byte
+// budget until earlier ones are settled.
+func (p *Pipeline) fetchLoop(ctx context.Context, b *batcher, dead chan<- deadItem) error {
+	defer b.flush(flushDrain)
+	var msgs []ingest.Fetched
+	for ctx.Err() == nil {
+		// An open batch is due at its age: wait for messages until then.
+		pctx, cancel := ctx, context.CancelFunc(func() {})
+		if wait, open := b.untilDue(time.Now()); open {
+			if wait <= 0 {
+				b.flush(flushInterval)
+				continue
+			}
+			pctx, cancel = context.WithTimeout(ctx, wait)
+		}
+		var err error
+		msgs, err = p.src.Poll(pctx, msgs)
+		cancel()
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil
+			if ctx.Err() != nil || pctx.Err() != nil {
+				continue // stopping, or the batch's age: flushed above
 			}
 			return err
 		}
-		p.route(msg, ack, items, dead)
+		// Read once per response, not per message: the clock for expiry,
+		// and the tenants config (a reload between two messages of one
+		// response makes no difference anyone could tell).
+		now, cfg := p.now(), p.config()
+		for i := range msgs {
+			p.route(&msgs[i], now, cfg, b, dead)
+		}
 	}
+	return nil
 }
 
 // record is what a decoder with mapping m reads of msg: the headers the
@@ -200,9 +229,9 @@ func record(m *event.Mapping, msg *kafka.Message) event.Record {
 }
 
 // route decides a message's fate: dead letter, skip, or a row to write.
-func (p *Pipeline) route(msg kafka.Message, ack ingest.Ack, items chan<- item, dead chan<- deadItem) {
-	now := p.now()
-	rec := record(p.cfg.Decoder.Mapping, &msg)
+func (p *Pipeline) route(f *ingest.Fetched, now time.Time, cfg *tenants.Config, b *batcher, dead chan<- deadItem) {
+	msg := &f.Msg
+	rec := record(p.cfg.Decoder.Mapping, msg)
 	ev, err := p.cfg.Decoder.DecodeRecord(&rec)
 	if err != nil {
 		var evErr *event.Error
@@ -212,7 +241,7 @@ func (p *Pipeline) route(msg kafka.Message, ack ingest.Ack, items chan<- item, d
 		}
 		ts := p.stats.Tenant(ev.Tenant)
 		ts.Consumed.Add(1)
-		dead <- deadItem{dl: ingest.DeadLetter{Msg: msg, Reason: err.Error(), Field: field}, ack: ack, tenant: ts, reason: reason}
+		dead <- deadItem{dl: ingest.DeadLetter{Msg: *msg, Reason: err.Error(), Field: field}, ack: f.Ack, tenant: ts, reason: reason}
 		return
 	}
 	ts := p.stats.Tenant(ev.Tenant)
@@ -220,19 +249,14 @@ func (p *Pipeline) route(msg kafka.Message, ack ingest.Ack, items chan<- item, d
 	if ev.Clamped {
 		ts.Clamped.Add(1)
 	}
-	cfg := p.config()
 	pol := cfg.Policy
 	cell := pol.Cell(ev.Tenant, ev.Base)
 	if expiry.Expired(cell.Expiry, now) {
 		ts.Expired.Add(1)
-		p.src.Done(ack)
+		p.src.Done(f.Ack)
 		return
 	}
-	items <- item{
-		row:     sink.Row{Key: rowkey.Key(ev.Tenant, ev.User, ev.ID, ev.Base.UnixMilli()), Timestamp: cell.Timestamp, Value: msg.Value, WrittenAt: pol.RecordRealTimestamp},
-		ack:     ack,
-		msg:     msg,
-		tenant:  ts,
-		version: cfg.Version,
-	}
+	b.add(cfg.Version,
+		sink.Row{Key: rowkey.Key(ev.Tenant, ev.User, ev.ID, ev.Base.UnixMilli()), Timestamp: cell.Timestamp, Value: msg.Value, WrittenAt: pol.RecordRealTimestamp},
+		item{ack: f.Ack, msg: *msg, tenant: ts})
 }

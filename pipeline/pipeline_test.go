@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -22,12 +23,14 @@ import (
 	"github.com/cellttl/cellttl/tenants"
 )
 
-// fakeSource serves msgs on partition 0, then blocks; acks go through the
-// real Tracker so commits are what the worker would commit.
+// fakeSource serves msgs on partition 0, perPoll at a time (all when 0),
+// then blocks; acks go through the real Tracker so commits are what the
+// worker would commit.
 type fakeSource struct {
 	mu      sync.Mutex
 	msgs    []kafka.Message
 	next    int
+	perPoll int
 	tracker *ingest.Tracker
 	epoch   *ingest.Assignment // of partition 0
 	commits []int64            // committed offsets of partition 0, in order
@@ -42,20 +45,29 @@ func newSource(values ...string) *fakeSource {
 	return s
 }
 
-func (s *fakeSource) Fetch(ctx context.Context) (kafka.Message, ingest.Ack, error) {
+func (s *fakeSource) Poll(ctx context.Context, reuse []ingest.Fetched) ([]ingest.Fetched, error) {
 	s.mu.Lock()
 	if s.next < len(s.msgs) {
-		m := s.msgs[s.next]
-		s.next++
+		n := len(s.msgs) - s.next
+		if s.perPoll > 0 {
+			n = min(n, s.perPoll)
+		}
+		out := reuse[:0]
+		for _, m := range s.msgs[s.next : s.next+n] {
+			out = append(out, ingest.Fetched{Msg: m, Ack: s.tracker.Track(s.epoch, m.Offset, 0)})
+		}
+		s.next += n
 		s.mu.Unlock()
-		return m, s.tracker.Track(s.epoch, m.Offset, 0), nil
+		return out, nil
 	}
 	s.mu.Unlock()
 	<-ctx.Done()
-	return kafka.Message{}, ingest.Ack{}, ctx.Err()
+	return nil, ctx.Err()
 }
 
 func (s *fakeSource) Done(a ingest.Ack) { s.tracker.Done(a) }
+
+func (s *fakeSource) Settle(acks []ingest.Ack) { s.tracker.DoneAll(acks) }
 
 func (s *fakeSource) Commit(context.Context) error {
 	s.mu.Lock()
@@ -107,7 +119,7 @@ func (w *fakeWriter) Write(ctx context.Context, rows []sink.Row) ([]error, error
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.batches = append(w.batches, rows)
+	w.batches = append(w.batches, slices.Clone(rows)) // rows are reused once Write returns
 	res := make([]error, len(rows))
 	for i, r := range rows {
 		if w.refuse != "" && strings.Contains(r.Key, w.refuse) {
@@ -280,6 +292,7 @@ func TestBatchPerConfigVersion(t *testing.T) {
 			values = append(values, good(i))
 		}
 		src, w := newSource(values...), &fakeWriter{}
+		src.perPoll = 1 // the config is read once per poll
 		var mu sync.Mutex
 		calls := 0
 		config := func() *tenants.Config {
