@@ -1,7 +1,9 @@
 package event
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math/bits"
 	"unicode/utf16"
 	"unicode/utf8"
 	"unsafe"
@@ -348,6 +350,21 @@ func (p *parser) str() (start, end int, escaped, ok bool) {
 	p.i++
 	start = p.i
 	for p.i < len(p.v) {
+		// Most of an event's bytes are plain string contents: skip them
+		// eight at a time, to the first byte that needs a look.
+		for p.i+8 <= len(p.v) {
+			if m := specials(binary.LittleEndian.Uint64(p.v[p.i:])); m != 0 {
+				p.i += bits.TrailingZeros64(m) >> 3
+				break
+			}
+			p.i += 8
+		}
+		for p.i < len(p.v) && !special(p.v[p.i]) {
+			p.i++ // the last few bytes
+		}
+		if p.i == len(p.v) {
+			break
+		}
 		c := p.v[p.i]
 		switch {
 		case c == '"':
@@ -368,13 +385,28 @@ func (p *parser) str() (start, end int, escaped, ok bool) {
 			default:
 				return 0, 0, false, false
 			}
-		case c < 0x20:
+		default: // a control character
 			return 0, 0, false, false
-		default:
-			p.i++
 		}
 	}
 	return 0, 0, false, false
+}
+
+// special reports whether a string scan must look at c: a quote, a
+// backslash or a control character.
+func special(c byte) bool { return c == '"' || c == '\\' || c < 0x20 }
+
+// specials marks the bytes of x (little-endian) for which special holds:
+// the lowest set bit is in the first such byte. Each test is the classic
+// "has a zero byte" bit trick: a byte below n borrows into its top bit
+// only if it was below n, and a borrow only falsely marks bytes above a
+// true one, so the first mark is exact. Bytes of 0x80 and above are never
+// marked.
+func specials(x uint64) uint64 {
+	const ones, tops = 0x0101010101010101, 0x8080808080808080
+	q := x ^ (ones * '"')
+	b := x ^ (ones * '\\')
+	return ((x-ones*0x20)&^x | (q-ones)&^q | (b-ones)&^b) & tops
 }
 
 func hex4(b []byte) bool {
