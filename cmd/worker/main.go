@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"sync"
 	"syscall"
 
 	"github.com/cellttl/cellttl/internal/envflag"
@@ -120,7 +121,8 @@ func parse(f *envflag.FlagSet, args []string) error {
 func usageError(err error) error { return &exitError{code: 2, err: err} }
 
 // version is the module version, or the VCS revision of a source build.
-func version() string {
+// version is read from the build once: /status shows it on every request.
+var version = sync.OnceValue(func() string {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return "unknown"
@@ -132,4 +134,4 @@ func version() string {
 		}
 	}
 	return v
-}
+})
