@@ -420,3 +420,46 @@ func TestCompressedBatchLargerThanTheBudget(t *testing.T) {
 		t.Errorf("%d MiB allocated while a 16 MiB batch was refused under a 1 MiB budget", a>>20)
 	}
 }
+
+// Polled a response at a time and settled a poll at a time, every
+// message comes once, in offset order, and the commit point reaches the
+// end with the budget empty.
+func TestPollAndSettle(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	topic := testenv.Name("poll")
+	testenv.CreateTopic(t, brokers, topic, 1)
+	const n = 1500
+	testenv.Produce(t, brokers, topic, values(n, 20)...)
+	c := newTestConsumer(t, ConsumerConfig{Brokers: brokers, Topic: topic, Group: testenv.Name("group")})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var got []Fetched
+	next := int64(0)
+	for next < n {
+		var err error
+		if got, err = c.Poll(ctx, got); err != nil {
+			t.Fatalf("after offset %d: %v", next, err)
+		}
+		acks := make([]Ack, len(got))
+		for i, f := range got {
+			if f.Msg.Offset != next {
+				t.Fatalf("offset %d, want %d", f.Msg.Offset, next)
+			}
+			next++
+			acks[i] = f.Ack
+		}
+		c.Settle(acks)
+	}
+	if c.InflightBytes() != 0 {
+		t.Errorf("in-flight bytes %d with everything settled", c.InflightBytes())
+	}
+	if f := c.tracker.Committable(); len(f) != 1 {
+		t.Fatalf("committable %v", f)
+	} else {
+		for _, o := range f {
+			if o != n {
+				t.Errorf("commit point %d, want %d", o, n)
+			}
+		}
+	}
+}
