@@ -33,7 +33,8 @@ import (
 func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := envflag.New("loadtest bench", "loadtest bench: the ceilings and the worker measured in one run (BENCHMARKS.md).", os.Stderr)
 	var brokers, tenantsFile, baseline, profileDir string
-	var events, payload, partitions, writers, rounds, profileSeconds int
+	var events, payload, partitions, writers, rounds, profileSeconds, latencyRate int
+	var latencyFor time.Duration
 	fs.String(&brokers, "brokers", "KAFKA_BROKERS", "", "Kafka brokers (scripts/services.sh starts one)")
 	fs.Int(&events, "events", "", 300000, "events per measurement")
 	fs.Int(&payload, "payload-bytes", "", 200, "bytes of filler per event")
@@ -46,6 +47,8 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.Int(&rounds, "rounds", "", 1, "times each worker measurement is repeated (interleaved with the baseline's)")
 	fs.String(&profileDir, "profile", "", "", "write the first worker measurement's CPU profile (worker-cpu.pprof) and allocations (worker-allocs.pprof) to this directory")
 	fs.Int(&profileSeconds, "profile-seconds", "", 5, "length of the CPU profile: about the worker's run")
+	fs.Duration(&latencyFor, "latency", "", 0, "then measure latency for this long at half the worker's rate: raw ApplyBulk, and the worker's produce → ack (0: skip)")
+	fs.Int(&latencyRate, "latency-rate", "", 0, "events/s of the latency measurement (default: half the maximum: of what raw ApplyBulk sustains for --latency, or of the worker's best rate if lower)")
 	if err := fs.Parse(args); err != nil {
 		if envflag.IsHelp(err) {
 			return nil
@@ -116,7 +119,8 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		builds = append(builds, struct{ name, bin string }{"baseline " + filepath.Base(baseline), baseline})
 	}
 	n := 0
-	for _, flags := range configs {
+	best := 0.0 // of this build, first set of flags
+	for ci, flags := range configs {
 		label := flags
 		if label == "" {
 			label = "defaults"
@@ -132,10 +136,16 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 				if err != nil {
 					return err
 				}
+				if ci == 0 && b.bin == bin {
+					best = max(best, c.rate)
+				}
 				fmt.Fprintf(stdout, "(c) worker, %s (%s), round %d: %9.0f events/s = %.2f × min(a, b); %5.2f µs CPU/event = %.2f × floor; peak RSS %d MiB\n",
 					b.name, label, round+1, c.rate, c.rate/ceiling, c.cpuPerEvent, c.cpuPerEvent/floor, c.rss>>20)
 			}
 		}
+	}
+	if latencyFor > 0 {
+		return benchLatency(ctx, stdout, cfg.Policy, m, run, bin, bl, tenantsFile, partitions, payload, latencyRate, best, latencyFor)
 	}
 	return nil
 }
@@ -157,35 +167,24 @@ type measured struct {
 // with the client's ApplyBulk, as the worker's writers do (the mutations
 // built in the timed part): the client side's floor of CPU per row.
 func benchApplyBulk(ctx context.Context, p *expiry.Policy, m mix, values [][]byte, recs []record, writers int) (measured, error) {
-	dc, err := bigtable.NewClient(ctx, "local", "local")
+	tbl, family, cleanup, err := benchTable(ctx, p)
 	if err != nil {
 		return measured{}, err
 	}
-	defer dc.Close()
-	ac, err := bigtable.NewAdminClient(ctx, "local", "local")
-	if err != nil {
-		return measured{}, err
-	}
-	defer ac.Close()
-	t := sink.Target{Table: fmt.Sprintf("bench-%d", time.Now().UnixNano()), Family: "c"}
-	if _, err := sink.Setup(ctx, ac, dc, t, p.GCMaxAge(), sink.SetupOptions{}); err != nil {
-		return measured{}, err
-	}
-	defer ac.DeleteTable(context.WithoutCancel(ctx), t.Table) // the emulator never frees memory otherwise
+	defer cleanup()
 	rows := make([]sink.Row, len(values))
 	for i, r := range recs {
 		tenant := m.tenantName(int(r.tenant))
 		rows[i] = sink.Row{Key: rowkey.Key(tenant, userName(r.user), strconv.Itoa(i), r.millis),
 			Timestamp: p.Cell(tenant, time.UnixMilli(r.millis)).Timestamp, Value: values[i], WrittenAt: p.RecordRealTimestamp}
 	}
-	tbl := dc.Open(t.Table)
 	batches := make(chan []sink.Row)
 	errs := make(chan error, writers)
 	cpu0, start := selfCPU(), time.Now()
 	for range writers {
 		go func() {
 			for b := range batches {
-				if err := applyBulk(ctx, tbl, t.Family, b); err != nil {
+				if err := applyBulk(ctx, tbl, family, b); err != nil {
 					errs <- err
 					return
 				}
@@ -203,6 +202,31 @@ func benchApplyBulk(ctx context.Context, p *expiry.Policy, m mix, values [][]byt
 		}
 	}
 	return measured{rate: float64(len(rows)) / time.Since(start).Seconds(), cpuPerEvent: perEvent(selfCPU()-cpu0, len(rows))}, nil
+}
+
+// benchTable makes a table for raw writes, and returns it with its family
+// and what deletes it (the emulator never frees memory otherwise).
+func benchTable(ctx context.Context, p *expiry.Policy) (*bigtable.Table, string, func(), error) {
+	dc, err := bigtable.NewClient(ctx, "local", "local")
+	if err != nil {
+		return nil, "", nil, err
+	}
+	ac, err := bigtable.NewAdminClient(ctx, "local", "local")
+	if err != nil {
+		dc.Close()
+		return nil, "", nil, err
+	}
+	t := sink.Target{Table: fmt.Sprintf("bench-%d", time.Now().UnixNano()), Family: "c"}
+	cleanup := func() {
+		_ = ac.DeleteTable(context.WithoutCancel(ctx), t.Table)
+		ac.Close()
+		dc.Close()
+	}
+	if _, err := sink.Setup(ctx, ac, dc, t, p.GCMaxAge(), sink.SetupOptions{}); err != nil {
+		cleanup()
+		return nil, "", nil, err
+	}
+	return dc.Open(t.Table), t.Family, cleanup, nil
 }
 
 // applyBulk writes rows in one ApplyBulk call, the cells as the worker
@@ -305,6 +329,48 @@ func buildWorker(ctx context.Context) (string, error) {
 	return bin, nil
 }
 
+// workerProc is a worker process the bench started.
+type workerProc struct {
+	cmd   *exec.Cmd
+	admin string // http://host:port of its admin server
+	table string
+}
+
+// startWorker sets up a table of the topic's name and starts a worker on
+// the topic.
+func startWorker(ctx context.Context, bin string, brokers []string, tenantsFile, topic, flags string) (*workerProc, error) {
+	table := topic
+	common := []string{"--tenants", tenantsFile, "--table", table, "--log-level", "warn"}
+	if out, err := exec.CommandContext(ctx, bin, append([]string{"setup"}, common...)...).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("worker setup: %v\n%s", err, out)
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"run", "--brokers", strings.Join(brokers, ","), "--topic", topic, "--group", topic,
+		"--admin-addr", fmt.Sprintf("127.0.0.1:%d", port)}, common...)
+	args = append(args, strings.Fields(flags)...)
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return &workerProc{cmd: cmd, admin: fmt.Sprintf("http://127.0.0.1:%d", port), table: table}, nil
+}
+
+// stop stops the worker and deletes its table: the emulator never frees
+// memory otherwise.
+func (w *workerProc) stop(ctx context.Context) {
+	_ = w.cmd.Process.Signal(syscall.SIGTERM)
+	_ = w.cmd.Wait()
+	ac, err := bigtable.NewAdminClient(context.WithoutCancel(ctx), "local", "local")
+	if err == nil {
+		_ = ac.DeleteTable(context.WithoutCancel(ctx), w.table)
+		ac.Close()
+	}
+}
+
 // benchWorker pre-produces the events, starts a worker on them, and times
 // from its first write to its last. Its CPU time per event is counted from
 // the moment it owns partitions (its start-up is not per event) to its
@@ -318,36 +384,12 @@ func benchWorker(ctx context.Context, bin string, brokers []string, tenantsFile,
 	if err := produceAll(ctx, brokers, topic, keys, values); err != nil {
 		return measured{}, err
 	}
-	table := name
-	common := []string{"--tenants", tenantsFile, "--table", table, "--log-level", "warn"}
-	if out, err := exec.CommandContext(ctx, bin, append([]string{"setup"}, common...)...).CombinedOutput(); err != nil {
-		return measured{}, fmt.Errorf("worker setup: %v\n%s", err, out)
-	}
-	defer func() {
-		ac, err := bigtable.NewAdminClient(context.WithoutCancel(ctx), "local", "local")
-		if err == nil {
-			_ = ac.DeleteTable(context.WithoutCancel(ctx), table)
-			ac.Close()
-		}
-	}()
-	port, err := freePort()
+	w, err := startWorker(ctx, bin, brokers, tenantsFile, topic, flags)
 	if err != nil {
 		return measured{}, err
 	}
-	admin := fmt.Sprintf("http://127.0.0.1:%d", port)
-	args := append([]string{"run", "--brokers", strings.Join(brokers, ","), "--topic", topic, "--group", topic,
-		"--admin-addr", fmt.Sprintf("127.0.0.1:%d", port)}, common...)
-	args = append(args, strings.Fields(flags)...)
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Start(); err != nil {
-		return measured{}, err
-	}
-	defer func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
-	}()
-	pid := cmd.Process.Pid
+	defer w.stop(ctx)
+	pid := w.cmd.Process.Pid
 	var first, last time.Time
 	var cpu0, cpu1 time.Duration
 	var peak int64
@@ -359,7 +401,7 @@ func benchWorker(ctx context.Context, bin string, brokers []string, tenantsFile,
 		// seldom enough to cost it about 1%.
 		time.Sleep(25 * time.Millisecond)
 		peak = max(peak, rss(pid))
-		t, err := fetchStatus(ctx, admin+"/status")
+		t, err := fetchStatus(ctx, w.admin+"/status")
 		if err != nil {
 			continue
 		}
@@ -370,7 +412,7 @@ func benchWorker(ctx context.Context, bin string, brokers []string, tenantsFile,
 			if profileDir != "" {
 				profiled = make(chan error, 1)
 				go func() {
-					profiled <- saveProfile(ctx, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", admin, profileSeconds), filepath.Join(profileDir, "worker-cpu.pprof"))
+					profiled <- saveProfile(ctx, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", w.admin, profileSeconds), filepath.Join(profileDir, "worker-cpu.pprof"))
 				}()
 			}
 		}
@@ -390,7 +432,7 @@ func benchWorker(ctx context.Context, bin string, brokers []string, tenantsFile,
 		return measured{}, fmt.Errorf("the worker did not write all %d events", len(values))
 	}
 	if profiled != nil {
-		if err := errors.Join(<-profiled, saveProfile(ctx, admin+"/debug/pprof/allocs", filepath.Join(profileDir, "worker-allocs.pprof"))); err != nil {
+		if err := errors.Join(<-profiled, saveProfile(ctx, w.admin+"/debug/pprof/allocs", filepath.Join(profileDir, "worker-allocs.pprof"))); err != nil {
 			return measured{}, err
 		}
 	}

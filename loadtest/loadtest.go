@@ -69,10 +69,12 @@ func fetchStatus(ctx context.Context, url string) (totals, error) {
 	return t, nil
 }
 
-func loadTest(ctx context.Context, o *options, brokers []string, stdout io.Writer, log *slog.Logger) error {
+// loadTest produces, follows the worker until it caught up, verifies and
+// writes the report; it returns the run's result.
+func loadTest(ctx context.Context, o *options, brokers []string, stdout io.Writer, log *slog.Logger) (*result, error) {
 	cfg, err := tenants.Load(o.tenantsFile)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	listed := make([]string, 0, len(cfg.Policy.Tenants))
 	for t := range cfg.Policy.Tenants {
@@ -80,7 +82,7 @@ func loadTest(ctx context.Context, o *options, brokers []string, stdout io.Write
 	}
 	m, err := parseMix(listed, o.weights)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if o.seed == 0 {
 		o.seed = uint64(time.Now().UnixNano())
@@ -102,7 +104,7 @@ func loadTest(ctx context.Context, o *options, brokers []string, stdout io.Write
 			break
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("the worker's status at %s does not answer: %w", o.statusURL, err)
+			return nil, fmt.Errorf("the worker's status at %s does not answer: %w", o.statusURL, err)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
@@ -127,13 +129,13 @@ func loadTest(ctx context.Context, o *options, brokers []string, stdout io.Write
 	for {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil, ctx.Err()
 		case <-prodDone:
 			if producing {
 				producing = false
 				settleDeadline = time.Now().Add(o.settle)
 				if prodErr != nil {
-					return prodErr
+					return nil, prodErr
 				}
 			}
 			prodDone = nil
@@ -163,7 +165,7 @@ func loadTest(ctx context.Context, o *options, brokers []string, stdout io.Write
 		}
 	}
 	elapsed := time.Since(start)
-	res := result{runID: runID, opts: o, samples: samples, produced: int64(len(recs)), elapsed: elapsed, mix: m}
+	res := result{runID: runID, opts: o, samples: samples, produced: int64(len(recs)), elapsed: elapsed, mix: m, gen: gen, recs: recs}
 	for _, r := range recs {
 		if !r.valid {
 			res.invalid++
@@ -173,21 +175,21 @@ func loadTest(ctx context.Context, o *options, brokers []string, stdout io.Write
 		fmt.Fprintln(stdout, "verifying through the reader and the dead-letter topic...")
 		res.check, err = verify(ctx, o, brokers, cfg, gen, recs)
 		if err != nil {
-			return err
+			return nil, err
 		}
 	}
 	path, err := writeReport(&res)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	fmt.Fprintf(stdout, "report: %s\n", path)
 	if o.verify {
 		fmt.Fprintln(stdout, res.check.summary())
 		if !res.check.ok() {
-			return errMismatch
+			return &res, errMismatch
 		}
 	}
-	return nil
+	return &res, nil
 }
 
 func rates(s, last sample) sample {

@@ -129,5 +129,6 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if o.brokers == "" {
 		return errors.New("no brokers: --brokers, KAFKA_BROKERS, or --embedded")
 	}
-	return loadTest(ctx, &o, strings.Split(o.brokers, ","), stdout, log)
+	_, err := loadTest(ctx, &o, strings.Split(o.brokers, ","), stdout, log)
+	return err
 }

@@ -18,6 +18,9 @@ type result struct {
 	invalid  int
 	elapsed  time.Duration
 	check    *check
+	// what a caller needs to verify later
+	gen  *generator
+	recs []record
 }
 
 // writeReport writes report.md and chart.svg and returns the report's path.

@@ -1,0 +1,361 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cellttl/cellttl/expiry"
+	"github.com/cellttl/cellttl/pipeline"
+	"github.com/cellttl/cellttl/rowkey"
+	"github.com/cellttl/cellttl/sink"
+	"github.com/cellttl/cellttl/tenants"
+)
+
+// dist summarises a latency distribution.
+type dist struct{ p50, p99, max time.Duration }
+
+func distOf(d []time.Duration) dist {
+	if len(d) == 0 {
+		return dist{}
+	}
+	sortDurations(d)
+	return dist{percentile(d, 0.50), percentile(d, 0.99), d[len(d)-1]}
+}
+
+func (d dist) String() string {
+	r := func(x time.Duration) time.Duration { return x.Round(time.Millisecond) }
+	return fmt.Sprintf("p50 %6s  p99 %6s  max %6s", r(d.p50), r(d.p99), r(d.max))
+}
+
+// latencyPhase is one half of the latency decomposition: its distribution
+// and who used the two cores meanwhile.
+type latencyPhase struct {
+	dist dist
+	cpu  string
+	rate float64 // rows written per second
+	// the worker's own MutateRows calls meanwhile, from its histogram
+	applyP50, applyP99 time.Duration
+}
+
+// benchLatency measures, each at rate events/s for d, the raw ApplyBulk
+// latency of batches formed as the worker forms them by default, and the
+// worker's produce → ack latency, and prints them with the target: worker
+// p99 ≤ raw p99 + --flush-interval + 20 ms. Rate 0 is half of what raw
+// ApplyBulk sustains for d (the emulator slows as its table grows, so a
+// short run's rate is more than it keeps up), or of best, if lower.
+func benchLatency(ctx context.Context, stdout io.Writer, p *expiry.Policy, m mix, run, bin string, brokers []string, tenantsFile string, partitions, payload, rate int, best float64, d time.Duration) error {
+	def := pipeline.DefaultConfig()
+	if rate == 0 {
+		full, err := rawLatency(ctx, p, m, run+"-max", payload, 0, d, def)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "raw ApplyBulk sustained for %s: %.0f rows/s   CPU: %s\n", d, full.rate, full.cpu)
+		rate = int(min(full.rate, best) / 2)
+	}
+	fmt.Fprintf(stdout, "latency at %d events/s for %s (half the maximum); batches of %d rows or %s, %d writers:\n", rate, d, def.FlushRows, def.FlushInterval, def.Writers)
+	raw, err := rawLatency(ctx, p, m, run, payload, rate, d, def)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "    raw ApplyBulk, flush to ack:            %s   CPU: %s\n", raw.dist, raw.cpu)
+	wk, err := workerLatency(ctx, run+"-lat", bin, brokers, tenantsFile, partitions, payload, rate, d)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "    worker, produce to ack (written_at):    %s   CPU: %s\n", wk.dist, wk.cpu)
+	fmt.Fprintf(stdout, "    the worker's MutateRows calls meanwhile (its histogram): p50 %s  p99 %s\n",
+		wk.applyP50.Round(time.Millisecond), wk.applyP99.Round(time.Millisecond))
+	bound := raw.dist.p99 + def.FlushInterval + 20*time.Millisecond
+	verdict := "met"
+	if wk.dist.p99 > bound {
+		verdict = "missed"
+	}
+	fmt.Fprintf(stdout, "    target worker p99 ≤ raw p99 + %s + 20ms = %s: %s (worker p99 − raw p99 = %s)\n",
+		def.FlushInterval, bound.Round(time.Millisecond), verdict, (wk.dist.p99 - raw.dist.p99).Round(time.Millisecond))
+	return nil
+}
+
+// rawLatency writes rows at rate for d with the client's ApplyBulk alone,
+// batched as the worker batches (a batch goes at FlushRows rows or when its
+// first row is FlushInterval old) and written by as many concurrent calls
+// as the worker's writers. Each row counts the time from its batch's flush
+// to the call's return, a wait for a free writer included: the latency the
+// worker's writes cannot go below.
+func rawLatency(ctx context.Context, p *expiry.Policy, m mix, run string, payload, rate int, d time.Duration, def pipeline.Config) (latencyPhase, error) {
+	tbl, family, cleanup, err := benchTable(ctx, p)
+	if err != nil {
+		return latencyPhase{}, err
+	}
+	defer cleanup()
+	gen := newGenerator(run+"-raw", m, shapes["contract"], 10000, 1.1, payload, 0, 2)
+	type job struct {
+		rows []sink.Row
+		due  time.Time
+	}
+	jobs := make(chan job)
+	var mu sync.Mutex
+	var lat []time.Duration
+	var werr error
+	var wg sync.WaitGroup
+	for range def.Writers {
+		wg.Go(func() {
+			for j := range jobs {
+				err := applyBulk(ctx, tbl, family, j.rows)
+				took := time.Since(j.due)
+				mu.Lock()
+				for range j.rows {
+					lat = append(lat, took)
+				}
+				if err != nil && werr == nil {
+					werr = err
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	watch := watchCPU(0)
+	const step = 5 * time.Millisecond
+	var cur []sink.Row
+	var first time.Time
+	seq, budget := 0, 0.0
+	start := time.Now()
+	end := start.Add(d)
+	// Each step's rows arrive at its scheduled time, and a batch is due at
+	// the scheduled time it filled or aged: a writer that is late to take it
+	// counts against the latency, as it would in the worker. At rate 0 a
+	// batch is due as soon as a writer is free: the sustained maximum.
+	for at := start; at.Before(end) && ctx.Err() == nil; at = at.Add(step) {
+		if rate > 0 {
+			time.Sleep(time.Until(at))
+			budget += float64(rate) * step.Seconds()
+		} else {
+			at = time.Now()
+			budget += float64(def.FlushRows)
+		}
+		for ; budget >= 1; budget-- {
+			msg, r := gen.next(seq, at)
+			tenant := m.tenantName(int(r.tenant))
+			cur = append(cur, sink.Row{Key: rowkey.Key(tenant, userName(r.user), strconv.Itoa(seq), r.millis),
+				Timestamp: p.Cell(tenant, time.UnixMilli(r.millis)).Timestamp, Value: msg.Value, WrittenAt: p.RecordRealTimestamp})
+			seq++
+			if len(cur) == 1 {
+				first = at
+			}
+			if len(cur) >= def.FlushRows {
+				jobs <- job{cur, at}
+				cur = nil
+			}
+		}
+		if len(cur) > 0 && at.Sub(first) >= def.FlushInterval {
+			jobs <- job{cur, first.Add(def.FlushInterval)}
+			cur = nil
+		}
+	}
+	if len(cur) > 0 {
+		jobs <- job{cur, time.Now()}
+	}
+	close(jobs)
+	wg.Wait()
+	if werr != nil {
+		return latencyPhase{}, werr
+	}
+	return latencyPhase{dist: distOf(lat), cpu: watch.shares(), rate: float64(len(lat)) / time.Since(start).Seconds()}, nil
+}
+
+// workerLatency starts a worker on an empty topic, produces to it at rate
+// for d with the load generator, and reads every event's produce → ack
+// latency back from its written_at column (verifying the rows on the way).
+func workerLatency(ctx context.Context, name, bin string, brokers []string, tenantsFile string, partitions, payload, rate int, d time.Duration) (latencyPhase, error) {
+	if err := createTopic(brokers, name, partitions); err != nil {
+		return latencyPhase{}, err
+	}
+	w, err := startWorker(ctx, bin, brokers, tenantsFile, name, "")
+	if err != nil {
+		return latencyPhase{}, err
+	}
+	defer w.stop(ctx)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if t, err := fetchStatus(ctx, w.admin+"/status"); err == nil && t.reading {
+			break
+		}
+		if time.Now().After(deadline) {
+			return latencyPhase{}, fmt.Errorf("the worker did not join its group within a minute")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	o := &options{
+		topic: name, dlqTopic: name + ".dlq", tenantsFile: tenantsFile, rate: rate, duration: d,
+		users: 10000, zipfS: 1.1, payloadBytes: payload, statusURL: w.admin + "/status",
+		project: "local", instance: "local", table: w.table, family: "c",
+		reportDir: filepath.Join("loadtest-report", name), settle: 2 * time.Minute, shape: shapes["contract"],
+	}
+	const applyBulk = "db_client_operation_duration_seconds" // one MutateRows call of the worker
+	before, err := scrapeHistogram(ctx, w.admin+"/metrics", applyBulk)
+	if err != nil {
+		return latencyPhase{}, err
+	}
+	watch := watchCPU(w.cmd.Process.Pid)
+	res, err := loadTest(ctx, o, brokers, io.Discard, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return latencyPhase{}, fmt.Errorf("worker at %d events/s: %w", rate, err)
+	}
+	// From the first event produced to the worker caught up; not the
+	// verification, which reads every row back.
+	ph := latencyPhase{cpu: watch.shares()}
+	after, err := scrapeHistogram(ctx, w.admin+"/metrics", applyBulk)
+	if err != nil {
+		return latencyPhase{}, err
+	}
+	ph.applyP50, ph.applyP99 = after.quantile(before, 0.50), after.quantile(before, 0.99)
+	cfg, err := tenants.Load(tenantsFile)
+	if err != nil {
+		return latencyPhase{}, err
+	}
+	c, err := verify(ctx, o, brokers, cfg, res.gen, res.recs)
+	if err != nil {
+		return latencyPhase{}, err
+	}
+	if !c.ok() {
+		return latencyPhase{}, fmt.Errorf("%w: %s", errMismatch, c.summary())
+	}
+	ph.dist = distOf(c.latencies)
+	return ph, nil
+}
+
+// cpuWatch measures who used the CPU during a phase: the Bigtable emulator
+// and the Kafka broker (their pid files in the services directory), the
+// worker, and this process.
+type cpuWatch struct {
+	at    time.Time
+	procs []watched
+	self  time.Duration
+}
+
+type watched struct {
+	name string
+	pid  int
+	cpu  time.Duration
+}
+
+func watchCPU(worker int) *cpuWatch {
+	w := &cpuWatch{at: time.Now(), self: selfCPU()}
+	dir := os.Getenv("CELLTTL_SERVICES_DIR")
+	if dir == "" {
+		dir = ".services"
+	}
+	for _, s := range []struct{ name, file string }{{"emulator", "emulator.pid"}, {"broker", "kafka.pid"}} {
+		data, err := os.ReadFile(filepath.Join(dir, s.file))
+		if err != nil {
+			continue
+		}
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil {
+			w.procs = append(w.procs, watched{name: s.name, pid: pid})
+		}
+	}
+	if worker != 0 {
+		w.procs = append(w.procs, watched{name: "worker", pid: worker})
+	}
+	for i := range w.procs {
+		w.procs[i].cpu, _ = procCPU(w.procs[i].pid)
+	}
+	return w
+}
+
+// shares says how much of a core each used since the watch began.
+func (w *cpuWatch) shares() string {
+	wall := time.Since(w.at).Seconds()
+	var parts []string
+	for _, p := range w.procs {
+		if c, err := procCPU(p.pid); err == nil {
+			parts = append(parts, fmt.Sprintf("%s %.0f%%", p.name, 100*(c-p.cpu).Seconds()/wall))
+		}
+	}
+	parts = append(parts, fmt.Sprintf("bench %.0f%%", 100*(selfCPU()-w.self).Seconds()/wall))
+	return strings.Join(parts, ", ") + " of a core"
+}
+
+// histogram is a Prometheus histogram's cumulative bucket counts, summed
+// over its series, by upper bound.
+type histogram map[float64]float64
+
+// scrapeHistogram reads the buckets of metric from a /metrics page.
+func scrapeHistogram(ctx context.Context, url, metric string) (histogram, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	h := histogram{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	prefix := metric + "_bucket{"
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, prefix) {
+			continue
+		}
+		i := strings.Index(line, `le="`)
+		j := strings.LastIndexByte(line, ' ')
+		if i < 0 || j < i {
+			continue
+		}
+		leText := line[i+4:]
+		leText = leText[:strings.IndexByte(leText, '"')]
+		le, err1 := strconv.ParseFloat(leText, 64)
+		n, err2 := strconv.ParseFloat(line[j+1:], 64)
+		if err1 == nil && err2 == nil {
+			h[le] += n
+		}
+	}
+	return h, sc.Err()
+}
+
+// quantile estimates the q-quantile of what was observed between before
+// and h, as Prometheus's histogram_quantile does: linearly within the
+// bucket it falls in.
+func (h histogram) quantile(before histogram, q float64) time.Duration {
+	bounds := make([]float64, 0, len(h))
+	for le := range h {
+		bounds = append(bounds, le)
+	}
+	sort.Float64s(bounds)
+	if len(bounds) == 0 {
+		return 0
+	}
+	total := h[bounds[len(bounds)-1]] - before[bounds[len(bounds)-1]]
+	if total <= 0 {
+		return 0
+	}
+	rank := q * total
+	lower, below := 0.0, 0.0
+	for _, le := range bounds {
+		n := h[le] - before[le]
+		if n >= rank {
+			if math.IsInf(le, 1) {
+				return time.Duration(lower * float64(time.Second)) // beyond the last bound: its lower edge
+			}
+			frac := (rank - below) / max(n-below, 1)
+			return time.Duration((lower + (le-lower)*frac) * float64(time.Second))
+		}
+		lower, below = le, n
+	}
+	return 0
+}
