@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -31,7 +32,7 @@ type Server struct {
 	srv    *http.Server
 	log    *slog.Logger
 	checks []Check
-	status func() any
+	status func(url.Values) any
 	wg     sync.WaitGroup
 }
 
@@ -39,7 +40,7 @@ type Server struct {
 const CheckTimeout = 3 * time.Second
 
 // New returns a server for addr. metrics may be nil.
-func New(addr string, metrics http.Handler, status func() any, checks []Check, log *slog.Logger) *Server {
+func New(addr string, metrics http.Handler, status func(url.Values) any, checks []Check, log *slog.Logger) *Server {
 	s := &Server{log: log, checks: checks, status: status}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -48,11 +49,11 @@ func New(addr string, metrics http.Handler, status func() any, checks []Check, l
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", s.readyz)
-	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		_ = enc.Encode(s.status())
+		_ = enc.Encode(s.status(r.URL.Query()))
 	})
 	if metrics != nil {
 		mux.Handle("GET /metrics", metrics)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -34,7 +35,7 @@ func TestEndpoints(t *testing.T) {
 		{Name: "config", Fn: func(context.Context) error { return nil }},
 	}
 	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "m 1\n") })
-	s := New("127.0.0.1:0", metrics, func() any { return map[string]int{"partitions": 3} }, checks, slog.New(slog.DiscardHandler))
+	s := New("127.0.0.1:0", metrics, func(q url.Values) any { return map[string]any{"partitions": 3, "tenants": q.Get("tenants")} }, checks, slog.New(slog.DiscardHandler))
 	addr, err := s.Start()
 	if err != nil {
 		t.Fatal(err)
@@ -54,6 +55,9 @@ func TestEndpoints(t *testing.T) {
 	}
 	if code, body := get(t, base+"/status"); code != 200 || !strings.Contains(body, `"partitions": 3`) {
 		t.Errorf("/status: %d %q", code, body)
+	}
+	if code, body := get(t, base+"/status?tenants=false"); code != 200 || !strings.Contains(body, `"tenants": "false"`) {
+		t.Errorf("/status?tenants=false: the query does not reach the page: %d %q", code, body)
 	}
 	if code, body := get(t, base+"/metrics"); code != 200 || body != "m 1\n" {
 		t.Errorf("/metrics: %d %q", code, body)

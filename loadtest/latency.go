@@ -189,7 +189,7 @@ func workerLatency(ctx context.Context, name, bin string, brokers []string, tena
 	defer w.stop(ctx)
 	deadline := time.Now().Add(time.Minute)
 	for {
-		if t, err := fetchStatus(ctx, w.admin+"/status"); err == nil && t.reading {
+		if t, err := fetchStatus(ctx, w.admin+"/status?tenants=false"); err == nil && t.reading {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -199,7 +199,7 @@ func workerLatency(ctx context.Context, name, bin string, brokers []string, tena
 	}
 	o := &options{
 		topic: name, dlqTopic: name + ".dlq", tenantsFile: tenantsFile, rate: rate, duration: d,
-		users: 10000, zipfS: 1.1, payloadBytes: payload, statusURL: w.admin + "/status",
+		users: 10000, zipfS: 1.1, payloadBytes: payload, statusURL: w.admin + "/status?tenants=false",
 		project: "local", instance: "local", table: w.table, family: "c",
 		reportDir: filepath.Join("loadtest-report", name), settle: 2 * time.Minute, shape: shapes["contract"],
 	}

@@ -34,11 +34,16 @@ type workerStatus struct {
 		Joined     bool       `json:"joined"`
 		Partitions []struct{} `json:"partitions"`
 	} `json:"kafka"`
-	Events map[string]struct {
-		Written      int64 `json:"written"`
-		DeadLettered int64 `json:"dead_lettered"`
-		Expired      int64 `json:"expired"`
-	} `json:"events"`
+	Events map[string]eventTotals `json:"events"`
+	// Totals is the sum of Events; the brief page (?tenants=false) has
+	// only it.
+	Totals *eventTotals `json:"totals"`
+}
+
+type eventTotals struct {
+	Written      int64 `json:"written"`
+	DeadLettered int64 `json:"dead_lettered"`
+	Expired      int64 `json:"expired"`
 }
 
 type totals struct {
@@ -61,7 +66,11 @@ func fetchStatus(ctx context.Context, url string) (totals, error) {
 		return totals{}, fmt.Errorf("worker status: %w", err)
 	}
 	t := totals{lag: s.Lag, reading: s.Kafka.Joined && len(s.Kafka.Partitions) > 0}
-	for _, e := range s.Events {
+	if e := s.Totals; e != nil {
+		t.written, t.dead, t.expired = e.Written, e.DeadLettered, e.Expired
+		return t, nil
+	}
+	for _, e := range s.Events { // a worker from before the totals
 		t.written += e.Written
 		t.dead += e.DeadLettered
 		t.expired += e.Expired

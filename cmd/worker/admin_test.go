@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/internal/inproc"
 	"github.com/cellttl/cellttl/internal/testenv"
 )
@@ -161,14 +162,40 @@ func TestMetricsAndStatus(t *testing.T) {
 		}
 	}
 
+	// The page as a client reads it.
+	type page struct {
+		Config struct {
+			Version string
+			Tenants map[string]string
+		}
+		Kafka  ingest.Status
+		Lag    int64
+		Events map[string]tenantCounts
+		Totals eventCounts
+	}
 	code, statusBody := httpGet(t, base+"/status")
-	var st statusPage
+	var st page
 	if err := json.Unmarshal([]byte(statusBody), &st); err != nil || code != 200 {
 		t.Fatalf("/status %d: %v\n%s", code, err, statusBody)
 	}
+	var sum eventCounts
+	for _, c := range st.Events {
+		sum.Consumed, sum.Written, sum.Expired = sum.Consumed+c.Consumed, sum.Written+c.Written, sum.Expired+c.Expired
+		sum.DeadLettered, sum.Clamped = sum.DeadLettered+c.DeadLettered, sum.Clamped+c.Clamped
+	}
 	if !st.Kafka.Joined || len(st.Kafka.Partitions) != 3 || st.Lag != 0 || st.Config.Tenants["acme"] != "1h" ||
-		st.Events["acme"].Written != 7 || st.Config.Version == "" {
-		t.Errorf("/status: %s", statusBody)
+		st.Events["acme"].Written != 7 || st.Events["acme"].TTL != "1h" || st.Totals != sum || st.Config.Version == "" {
+		t.Errorf("/status (totals %+v, the tenants' sum %+v): %s", st.Totals, sum, statusBody)
+	}
+	// The brief page: the same but for the two lists of tenants.
+	code, brief := httpGet(t, base+"/status?tenants=false")
+	st = page{}
+	if err := json.Unmarshal([]byte(brief), &st); err != nil || code != 200 {
+		t.Fatalf("/status?tenants=false %d: %v\n%s", code, err, brief)
+	}
+	if st.Config.Tenants != nil || st.Events != nil || st.Totals != sum || len(st.Kafka.Partitions) != 3 || st.Config.Version == "" ||
+		strings.Contains(brief, `"tenants"`) || strings.Contains(brief, `"events"`) {
+		t.Errorf("/status?tenants=false: %s", brief)
 	}
 	if err := stop(); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net/url"
 	"sync"
 	"time"
 
@@ -39,12 +40,17 @@ type statusSource struct {
 }
 
 type tenantCounts struct {
-	TTL          string `json:"ttl"`
-	Consumed     int64  `json:"consumed"`
-	Written      int64  `json:"written"`
-	Expired      int64  `json:"expired"`
-	DeadLettered int64  `json:"dead_lettered"`
-	Clamped      int64  `json:"clamped"`
+	TTL string `json:"ttl"`
+	eventCounts
+}
+
+// eventCounts is what happened to events: of one tenant, or of all.
+type eventCounts struct {
+	Consumed     int64 `json:"consumed"`
+	Written      int64 `json:"written"`
+	Expired      int64 `json:"expired"`
+	DeadLettered int64 `json:"dead_lettered"`
+	Clamped      int64 `json:"clamped"`
 }
 
 type statusPage struct {
@@ -54,38 +60,62 @@ type statusPage struct {
 	Group   string    `json:"group"`
 	Table   string    `json:"table"`
 	Config  struct {
-		Version    string               `json:"version"`
-		Strategy   string               `json:"strategy"`
-		DefaultTTL string               `json:"default_ttl"`
-		Tenants    map[string]string    `json:"tenants"`
-		Reload     tenants.ReloadStatus `json:"reload"`
+		Version    string `json:"version"`
+		Strategy   string `json:"strategy"`
+		DefaultTTL string `json:"default_ttl"`
+		// Tenants maps each tenant to its TTL; left out of the brief page.
+		Tenants any                  `json:"tenants,omitempty"`
+		Reload  tenants.ReloadStatus `json:"reload"`
 	} `json:"config"`
-	Kafka      ingest.Status           `json:"kafka"`
-	Lag        int64                   `json:"lag"`
-	Events     map[string]tenantCounts `json:"events"`
-	LastErrors map[string]string       `json:"last_errors"`
+	Kafka ingest.Status `json:"kafka"`
+	Lag   int64         `json:"lag"`
+	// Events maps each tenant counted to its counts; left out of the brief
+	// page.
+	Events     any               `json:"events,omitempty"`
+	LastErrors map[string]string `json:"last_errors"`
+	Totals     eventCounts       `json:"totals"`
 }
 
-func (s *statusSource) status() any {
+// status renders /status. With ?tenants=false it leaves out the two lists
+// of tenants (the TTLs in force and the counts per tenant), which with
+// thousands of tenants make the page hundreds of KB and cost the worker
+// milliseconds of CPU per request: for what polls it often (dashboards,
+// the load generator).
+func (s *statusSource) status(q url.Values) any {
+	full := q.Get("tenants") != "false"
 	var p statusPage
 	w := s.w
 	cfg := w.reloader.Current()
 	p.Version, p.Started, p.Topic, p.Group, p.Table = version(), s.started, w.o.kafka.Topic, w.o.kafka.Group, w.o.table.Target().String()
 	p.Config.Version, p.Config.Strategy, p.Config.DefaultTTL = cfg.Version, cfg.Policy.Strategy.String(), duration.Format(cfg.Policy.DefaultTTL)
-	p.Config.Tenants = map[string]string{}
-	for id, ttl := range cfg.Policy.Tenants {
-		p.Config.Tenants[id] = duration.Format(ttl)
+	if full {
+		ttls := make(map[string]string, len(cfg.Policy.Tenants))
+		for id, ttl := range cfg.Policy.Tenants {
+			ttls[id] = duration.Format(ttl)
+		}
+		p.Config.Tenants = ttls
 	}
 	p.Config.Reload = w.reloader.Status()
 	p.Kafka = w.consumer.Status()
 	for _, part := range p.Kafka.Partitions {
 		p.Lag += part.Lag
 	}
-	p.Events = map[string]tenantCounts{}
+	events := map[string]tenantCounts{}
 	w.pipeline.Stats().Each(func(id string, t *pipeline.TenantStats) {
-		p.Events[id] = tenantCounts{TTL: duration.Format(cfg.Policy.TTL(id)), Consumed: t.Consumed.Load(), Written: t.Written.Load(),
-			Expired: t.Expired.Load(), DeadLettered: t.DeadLettered.Load(), Clamped: t.Clamped.Load()}
+		c := eventCounts{Consumed: t.Consumed.Load(), Written: t.Written.Load(), Expired: t.Expired.Load(),
+			DeadLettered: t.DeadLettered.Load(), Clamped: t.Clamped.Load()}
+		p.Totals.Consumed += c.Consumed
+		p.Totals.Written += c.Written
+		p.Totals.Expired += c.Expired
+		p.Totals.DeadLettered += c.DeadLettered
+		p.Totals.Clamped += c.Clamped
+		if full {
+			events[id] = tenantCounts{TTL: duration.Format(cfg.Policy.TTL(id)), eventCounts: c}
+		}
 	})
+	if full {
+		p.Events = events
+	}
 	p.LastErrors = map[string]string{}
 	if e, at := w.lastWriteErr.get(); e != "" {
 		p.LastErrors["bigtable"] = at.Format(time.RFC3339) + " " + e
