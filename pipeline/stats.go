@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -51,18 +50,13 @@ func (s *Stats) Tenant(id string) *TenantStats {
 	return v.(*TenantStats)
 }
 
-// Each calls f for every tenant counted, in id order, OtherTenants last.
+// Each calls f for every tenant counted, in no particular order (its
+// callers fill maps and metrics; /status polls it), OtherTenants last.
 func (s *Stats) Each(f func(tenant string, t *TenantStats)) {
-	var ids []string
-	s.tenants.Range(func(k, _ any) bool {
-		ids = append(ids, k.(string))
+	s.tenants.Range(func(k, v any) bool {
+		f(k.(string), v.(*TenantStats))
 		return true
 	})
-	sort.Strings(ids)
-	for _, id := range ids {
-		v, _ := s.tenants.Load(id)
-		f(id, v.(*TenantStats))
-	}
 	if s.other.Consumed.Load() > 0 {
 		f(OtherTenants, &s.other)
 	}
