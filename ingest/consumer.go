@@ -69,7 +69,8 @@ type Consumer struct {
 	committer *committer
 	log       *slog.Logger
 	m         *consumerMetrics
-	fetched   chan []Fetched
+	fetched   chan []Fetched // chunks of fetch responses
+	chunks    *chunks
 	fatal     chan error // a fetcher's reason to stop the worker
 	wg        sync.WaitGroup
 	stop      context.CancelFunc
@@ -147,9 +148,12 @@ func NewConsumer(cfg ConsumerConfig, mp metric.MeterProvider, log *slog.Logger) 
 		tracker:   tracker,
 		committer: &committer{topic: cfg.Topic, tracker: tracker, interval: cfg.CommitInterval, log: log},
 		log:       log,
-		fetched:   make(chan []Fetched, 16),
-		fatal:     make(chan error, 1),
-		stop:      stop,
+		// Room for every chunk the budget can hold: the budget, not the
+		// channel, holds the fetcher back.
+		fetched: make(chan []Fetched, max(16, cfg.MaxInflightBytes/(MessageOverhead*chunkSize))),
+		chunks:  newChunks(),
+		fatal:   make(chan error, 1),
+		stop:    stop,
 	}
 	if c.m, err = c.registerMetrics(meter(mp)); err != nil {
 		stop()
@@ -230,7 +234,7 @@ func (c *Consumer) generations(ctx context.Context) {
 				transport: c.rt, client: c.client, topic: c.cfg.Topic,
 				budget: c.budget, tracker: c.tracker, restart: c.committer.restart, reset: c.cfg.OffsetReset,
 				requestMax: c.cfg.FetchMaxBytes, partMax: int64(max(1<<20, c.cfg.MaxEventBytes+64<<10)),
-				out: c.fetched, log: c.log, m: c.m, parts: parts,
+				out: c.fetched, chunks: c.chunks, log: c.log, m: c.m, parts: parts,
 			}
 			if err := f.run(gctx); err != nil {
 				c.setErr(err)
@@ -325,18 +329,16 @@ func (c *Consumer) setErr(err error) {
 }
 
 // Poll returns the next messages fetched, of any owned partitions, each
-// with the Ack that settles it, waiting for some until ctx ends. Every
-// message returned must be settled (Done or Settle) exactly once, or its
-// partition's commits stop there. Poll has one caller at a time. The slice
-// is the caller's until it passes it to the next Poll as reuse (nil is
-// fine): the fetcher fills it again, so that fetching does not allocate a
-// slice per response. Poll returns an error when ctx ends, or when the
+// with the Ack that settles it, waiting for some until ctx ends: at most a
+// chunk of a fetch response. Every message returned must be settled (Done
+// or Settle) exactly once, or its partition's commits stop there. Poll has
+// one caller at a time. The slice is the caller's until it passes it to
+// the next Poll as reuse (nil is fine): the fetcher fills it again, so
+// that fetching allocates no slice per response. Poll returns an error when ctx ends, or when the
 // worker must stop (a committed offset outside the log under
 // --offset-out-of-range fail).
 func (c *Consumer) Poll(ctx context.Context, reuse []Fetched) ([]Fetched, error) {
-	if reuse != nil {
-		recycle(reuse)
-	}
+	c.chunks.put(reuse)
 	for {
 		select {
 		case b := <-c.fetched:
@@ -344,7 +346,7 @@ func (c *Consumer) Poll(ctx context.Context, reuse []Fetched) ([]Fetched, error)
 				c.consumed.Add(int64(len(b)))
 				return b, nil
 			}
-			recycle(b)
+			c.chunks.put(b)
 		case err := <-c.fatal:
 			c.fatal <- err // for any later call
 			return nil, err

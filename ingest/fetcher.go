@@ -93,6 +93,7 @@ type fetcher struct {
 	requestMax int64 // bytes of one request
 	partMax    int64 // bytes of one partition in a request
 	out        chan<- []Fetched
+	chunks     *chunks
 	log        *slog.Logger
 	m          *consumerMetrics
 
@@ -421,7 +422,7 @@ func (f *fetcher) handle(ctx context.Context, r fetchResult) error {
 	for _, p := range r.parts {
 		byID[p.id] = p
 	}
-	rs := readState{reserved: r.reserved, batch: fetchedSlice()}
+	rs := readState{reserved: r.reserved}
 	var fatal error
 	var suspects []*partition // nothing new, while a batch was refused
 	for _, t := range r.res.Topics {
@@ -463,52 +464,34 @@ func (f *fetcher) handle(ctx context.Context, r fetchResult) error {
 		observed := max(float64(rs.charged)/float64(rs.wire), float64(rs.all)/float64(r.asked))
 		f.ratio = 0.5*f.ratio + 0.5*max(1, observed)
 	}
-	if len(rs.batch) == 0 {
-		recycle(rs.batch)
-		return fatal
+	if len(rs.batch) > 0 {
+		rs.full = append(rs.full, rs.batch)
 	}
-	select {
-	case f.out <- rs.batch:
-	case <-ctx.Done():
-		// The generation is over: its messages are stale and dropped.
-		for _, m := range rs.batch {
-			f.budget.Release(m.Ack.size)
+	for i, chunk := range rs.full {
+		select {
+		case f.out <- chunk:
+		case <-ctx.Done():
+			// The generation is over: its messages are stale and dropped.
+			for _, c := range rs.full[i:] {
+				for _, m := range c {
+					f.budget.Release(m.Ack.size)
+				}
+				f.chunks.put(c)
+			}
+			return fatal
 		}
-		recycle(rs.batch)
 	}
 	return fatal
 }
 
-// fetched recycles the slices responses are read into, so that one grows
-// to the size of a response once, not at every response. A pool holds them
-// only until the next garbage collections: it retains nothing for long.
-var fetched sync.Pool // of *[]Fetched
-
-// fetchedSlice returns an empty slice to read a response into.
-func fetchedSlice() []Fetched {
-	if b, ok := fetched.Get().(*[]Fetched); ok {
-		return (*b)[:0]
-	}
-	return nil
-}
-
-// recycle gives a slice back for another response. Its messages are let go
-// first: a recycled slice must not keep them alive.
-func recycle(s []Fetched) {
-	if cap(s) == 0 {
-		return
-	}
-	clear(s)
-	fetched.Put(&s)
-}
-
 // readState is a response's reading so far.
 type readState struct {
-	batch    []Fetched
-	reserved int64 // the reservation the messages must fit in
-	charged  int64 // what the messages taken are charged
-	wire     int64 // their bytes as counted on the wire
-	all      int64 // what every record of the response would be charged
+	batch    []Fetched   // the chunk being filled
+	full     [][]Fetched // chunks filled
+	reserved int64       // the reservation the messages must fit in
+	charged  int64       // what the messages taken are charged
+	wire     int64       // their bytes as counted on the wire
+	all      int64       // what every record of the response would be charged
 }
 
 // tooLarge handles a response that held a batch too large to decompress:
@@ -581,6 +564,14 @@ func (f *fetcher) read(p *partition, records protocol.RecordReader, rs *readStat
 				full = true // the rest is fetched again
 				closeRecord(rec)
 				continue
+			}
+			if len(rs.batch) == cap(rs.batch) {
+				// The chunk is full (or there is none yet): the next one.
+				f.tracker.trackAll(p.a, rs.batch[untracked:])
+				if len(rs.batch) > 0 {
+					rs.full = append(rs.full, rs.batch)
+				}
+				rs.batch, untracked = f.chunks.get(), 0
 			}
 			m := message(f.topic, p.id, rec)
 			rs.batch = append(rs.batch, Fetched{Msg: m, Ack: Ack{size: size}})
