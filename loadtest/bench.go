@@ -33,7 +33,7 @@ import (
 func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := envflag.New("loadtest bench", "loadtest bench: the ceilings and the worker measured in one run (BENCHMARKS.md).", os.Stderr)
 	var brokers, tenantsFile, baseline, profileDir string
-	var events, payload, partitions, writers, rounds, profileSeconds, latencyRate int
+	var events, payload, partitions, writers, rounds, profileSeconds, latencyRate, tenantCount int
 	var latencyFor time.Duration
 	fs.String(&brokers, "brokers", "KAFKA_BROKERS", "", "Kafka brokers (scripts/services.sh starts one)")
 	fs.Int(&events, "events", "", 300000, "events per measurement")
@@ -43,6 +43,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	var configs multiFlag
 	fs.Var(&configs, "worker", `worker flags of one worker measurement, e.g. "--writers 8"; repeat for more (default: one run with the defaults)`)
 	fs.String(&tenantsFile, "tenants", "", "tenants.yaml", "tenants file")
+	fs.Int(&tenantCount, "tenant-count", "", 0, "instead of --tenants, a generated tenants file of this many tenants (TTLs from 1h to 7d)")
 	fs.String(&baseline, "baseline-bin", "", "", "another build of the worker to time in the same run, interleaved with this one (e.g. one built from an earlier commit)")
 	fs.Int(&rounds, "rounds", "", 1, "times each worker measurement is repeated (interleaved with the baseline's)")
 	fs.String(&profileDir, "profile", "", "", "write the first worker measurement's CPU profile (worker-cpu.pprof) and allocations (worker-allocs.pprof) to this directory")
@@ -62,6 +63,16 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		configs = multiFlag{""}
 	}
 	bl := strings.Split(brokers, ",")
+	if tenantCount > 0 {
+		dir, err := os.MkdirTemp("", "cellttl-bench")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		if tenantsFile, err = manyTenants(dir, tenantCount); err != nil {
+			return err
+		}
+	}
 	cfg, err := tenants.Load(tenantsFile)
 	if err != nil {
 		return err
@@ -92,6 +103,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "(a) raw ApplyBulk, %d writers, batches of 1000:  %9.0f rows/s      %5.2f µs CPU/event (client side)\n", writers, a.rate, a.cpuPerEvent)
+	fmt.Fprintf(stdout, "    cores: %s\n", a.cores)
 
 	topic := run + "-raw"
 	if err := createTopic(bl, topic, partitions); err != nil {
@@ -105,6 +117,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "(b) raw kafka-go consumer group:              %9.0f messages/s  %5.2f µs CPU/event\n", b.rate, b.cpuPerEvent)
+	fmt.Fprintf(stdout, "    cores: %s\n", b.cores)
 	ceiling := min(a.rate, b.rate)
 	floor := a.cpuPerEvent + b.cpuPerEvent
 	fmt.Fprintf(stdout, "    floor (a) + (b):                                              %5.2f µs CPU/event\n", floor)
@@ -141,6 +154,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 				}
 				fmt.Fprintf(stdout, "(c) worker, %s (%s), round %d: %9.0f events/s = %.2f × min(a, b); %5.2f µs CPU/event = %.2f × floor; peak RSS %d MiB\n",
 					b.name, label, round+1, c.rate, c.rate/ceiling, c.cpuPerEvent, c.cpuPerEvent/floor, c.rss>>20)
+				fmt.Fprintf(stdout, "    cores: %s\n", c.cores)
 			}
 		}
 	}
@@ -148,6 +162,18 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		return benchLatency(ctx, stdout, cfg.Policy, m, run, bin, bl, tenantsFile, partitions, payload, latencyRate, best, latencyFor)
 	}
 	return nil
+}
+
+// manyTenants writes a tenants file of n tenants into dir.
+func manyTenants(dir string, n int) (string, error) {
+	var b strings.Builder
+	b.WriteString("strategy: default-expiration\ndefault_ttl: 2d\nrecord_real_timestamp: true\ntenants:\n")
+	ttls := []string{"1h", "12h", "2d", "3d", "7d"}
+	for i := range n {
+		fmt.Fprintf(&b, "  t%05d: %s\n", i, ttls[i%len(ttls)])
+	}
+	file := filepath.Join(dir, "tenants.yaml")
+	return file, os.WriteFile(file, []byte(b.String()), 0o644)
 }
 
 type multiFlag []string
@@ -161,6 +187,7 @@ type measured struct {
 	rate        float64 // events per second
 	cpuPerEvent float64 // µs
 	rss         int64   // peak resident set, bytes (the worker only)
+	cores       string  // who used the two cores meanwhile
 }
 
 // benchApplyBulk writes the rows the events become straight to a new table
@@ -180,6 +207,7 @@ func benchApplyBulk(ctx context.Context, p *expiry.Policy, m mix, values [][]byt
 	}
 	batches := make(chan []sink.Row)
 	errs := make(chan error, writers)
+	watch := watchCPU(0)
 	cpu0, start := selfCPU(), time.Now()
 	for range writers {
 		go func() {
@@ -201,7 +229,7 @@ func benchApplyBulk(ctx context.Context, p *expiry.Policy, m mix, values [][]byt
 			return measured{}, err
 		}
 	}
-	return measured{rate: float64(len(rows)) / time.Since(start).Seconds(), cpuPerEvent: perEvent(selfCPU()-cpu0, len(rows))}, nil
+	return measured{rate: float64(len(rows)) / time.Since(start).Seconds(), cpuPerEvent: perEvent(selfCPU()-cpu0, len(rows)), cores: watch.shares()}, nil
 }
 
 // benchTable makes a table for raw writes, and returns it with its family
@@ -299,7 +327,7 @@ func produceAll(ctx context.Context, brokers []string, topic string, keys, value
 // from the first message to the last; its CPU time is counted from the
 // reader's start (joining the group costs little of it).
 func benchConsume(ctx context.Context, brokers []string, topic string, n int) (measured, error) {
-	cpu0 := selfCPU()
+	cpu0, watch := selfCPU(), watchCPU(0)
 	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, GroupID: topic + "-raw", MinBytes: 1, MaxBytes: 10 << 20,
 		MaxWait: 250 * time.Millisecond, StartOffset: kafka.FirstOffset, QueueCapacity: 1000})
 	defer r.Close()
@@ -314,7 +342,7 @@ func benchConsume(ctx context.Context, brokers []string, topic string, n int) (m
 			start = time.Now()
 		}
 	}
-	return measured{rate: float64(n-1) / time.Since(start).Seconds(), cpuPerEvent: perEvent(selfCPU()-cpu0, n)}, nil
+	return measured{rate: float64(n-1) / time.Since(start).Seconds(), cpuPerEvent: perEvent(selfCPU()-cpu0, n), cores: watch.shares()}, nil
 }
 
 func buildWorker(ctx context.Context) (string, error) {
@@ -394,6 +422,7 @@ func benchWorker(ctx context.Context, bin string, brokers []string, tenantsFile,
 	var cpu0, cpu1 time.Duration
 	var peak int64
 	var profiled chan error
+	var watch *cpuWatch
 	deadline := time.Now().Add(15 * time.Minute)
 	for time.Now().Before(deadline) {
 		// Each look at /status costs the worker CPU, which counts in its
@@ -410,6 +439,7 @@ func benchWorker(ctx context.Context, bin string, brokers []string, tenantsFile,
 			if cpu0, err = procCPU(pid); err != nil {
 				return measured{}, err
 			}
+			watch = watchCPU(pid)
 			if profileDir != "" {
 				profiled = make(chan error, 1)
 				go func() {
@@ -426,6 +456,9 @@ func benchWorker(ctx context.Context, bin string, brokers []string, tenantsFile,
 			if cpu1, err = procCPU(pid); err != nil {
 				return measured{}, err
 			}
+			if watch == nil { // done before it was seen reading
+				watch = watchCPU(pid)
+			}
 			break
 		}
 	}
@@ -437,7 +470,7 @@ func benchWorker(ctx context.Context, bin string, brokers []string, tenantsFile,
 			return measured{}, err
 		}
 	}
-	return measured{rate: float64(len(values)) / last.Sub(first).Seconds(), cpuPerEvent: perEvent(cpu1-cpu0, len(values)), rss: peak}, nil
+	return measured{rate: float64(len(values)) / last.Sub(first).Seconds(), cpuPerEvent: perEvent(cpu1-cpu0, len(values)), rss: peak, cores: watch.shares()}, nil
 }
 
 // saveProfile fetches a profile from the worker's admin server into file.
