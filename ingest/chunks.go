@@ -4,14 +4,18 @@ package ingest
 // into chunks and handed on a chunk at a time.
 const chunkSize = 512
 
-// freeChunks is how many emptied chunks are kept for reuse: about 3 MiB.
-const freeChunks = 32
+// freeChunks is how many emptied chunks are kept for reuse (700 KiB, part
+// of the worker's memory overhead beyond its byte budget): enough to cover
+// the chunks between the pipeline's putting back and the fetcher's taking.
+const freeChunks = 8
 
 // chunks recycles the slices fetched messages are handed on in. A chunk is
 // allocated at its full size once and reused, instead of a slice growing
-// by doubling for every response; how many chunks are in use is bounded by
-// the byte budget (each message is charged MessageOverhead, which covers
-// its place in a chunk), and how many wait for reuse by freeChunks.
+// by doubling for every response. Only full chunks are handed on (a
+// response's part-full last one is copied into a slice of its size), so
+// the memory of the chunks in use is bounded by the byte budget: each
+// message is charged MessageOverhead, which covers its place in a chunk;
+// the chunks waiting for reuse are bounded by freeChunks.
 type chunks struct{ free chan []Fetched }
 
 func newChunks() *chunks { return &chunks{free: make(chan []Fetched, freeChunks)} }

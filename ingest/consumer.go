@@ -386,6 +386,12 @@ func (c *Consumer) Fetch(ctx context.Context) (kafka.Message, Ack, error) {
 	}
 	f := c.batch[c.next]
 	c.next++
+	if f.Ack.a.Stale() {
+		// Went stale since it was polled (a rebalance between two calls):
+		// as Poll does, settle it and go on.
+		c.Done(f.Ack)
+		return c.Fetch(ctx)
+	}
 	return f.Msg, f.Ack, nil
 }
 

@@ -464,8 +464,17 @@ func (f *fetcher) handle(ctx context.Context, r fetchResult) error {
 		observed := max(float64(rs.charged)/float64(rs.wire), float64(rs.all)/float64(r.asked))
 		f.ratio = 0.5*f.ratio + 0.5*max(1, observed)
 	}
-	if len(rs.batch) > 0 {
+	if n := len(rs.batch); n == chunkSize {
 		rs.full = append(rs.full, rs.batch)
+	} else if n > 0 {
+		// The last chunk, part full, goes on as a slice of its own size:
+		// every message handed on then takes one Fetched of memory, which
+		// its MessageOverhead covers, however sparse the responses (a
+		// trickle of one message per response must not hold a chunk each).
+		own := make([]Fetched, n) // exactly n: an append would round up
+		copy(own, rs.batch)
+		rs.full = append(rs.full, own)
+		f.chunks.put(rs.batch)
 	}
 	for i, chunk := range rs.full {
 		select {

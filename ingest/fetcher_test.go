@@ -421,9 +421,9 @@ func TestCompressedBatchLargerThanTheBudget(t *testing.T) {
 	}
 }
 
-// Polled a response at a time and settled a poll at a time, every
-// message comes once, in offset order, and the commit point reaches the
-// end with the budget empty.
+// Polled a chunk at a time and settled a poll at a time, every message
+// comes once, in offset order, and the commit point reaches the end with
+// the budget empty.
 func TestPollAndSettle(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	topic := testenv.Name("poll")
@@ -439,6 +439,11 @@ func TestPollAndSettle(t *testing.T) {
 		var err error
 		if got, err = c.Poll(ctx, got); err != nil {
 			t.Fatalf("after offset %d: %v", next, err)
+		}
+		// A full chunk, or a slice of its own size: a part-full chunk
+		// would hold memory the budget does not count.
+		if len(got) != cap(got) {
+			t.Fatalf("a poll returned %d messages in a slice of %d", len(got), cap(got))
 		}
 		acks := make([]Ack, len(got))
 		for i, f := range got {

@@ -280,3 +280,27 @@ func TestFetchDropsMessagesOfAStaleEpoch(t *testing.T) {
 		t.Errorf("commit = %d, want 101", got)
 	}
 }
+
+// Regression (review): a message that goes stale after its chunk was
+// polled (a rebalance between two calls of Fetch) is settled and skipped,
+// as Poll skips it.
+func TestFetchDropsMessagesThatWentStale(t *testing.T) {
+	tr := NewTracker()
+	c := &Consumer{tracker: tr, budget: NewBudget(1 << 20), fetched: make(chan []Fetched, 2), fatal: make(chan error, 1)}
+	old := assign(tr, 0)[0]
+	c.budget.Fill(0, 300)
+	c.fetched <- []Fetched{{Msg: kafka.Message{Offset: 10}, Ack: tr.Track(old, 10, 100)}, {Msg: kafka.Message{Offset: 11}, Ack: tr.Track(old, 11, 200)}}
+	if m, _, err := c.Fetch(context.Background()); err != nil || m.Offset != 10 {
+		t.Fatalf("fetched offset %d (%v), want 10", m.Offset, err)
+	}
+	cur := tr.Assign(map[int]int64{0: 11})[0] // the rebalance
+	c.budget.Fill(0, 50)
+	c.fetched <- []Fetched{{Msg: kafka.Message{Offset: 11}, Ack: tr.Track(cur, 11, 50)}}
+	m, _, err := c.Fetch(context.Background())
+	if err != nil || m.Offset != 11 || m.Offset == 11 && c.next != 1 {
+		t.Fatalf("fetched offset %d (%v) from chunk position %d, want 11 of the new epoch", m.Offset, err, c.next)
+	}
+	if got := c.budget.Held(); got != 150 {
+		t.Errorf("budget holds %d bytes, want 150: the stale message's 200 come back", got)
+	}
+}

@@ -138,17 +138,26 @@ func (p *Pipeline) write(ctx context.Context, b *batch, dead chan<- deadItem) {
 			"rows", len(rows), "config_version", b.version, "err", err)
 		return
 	}
+	refused := 0
 	for i := range b.items {
-		it := &b.items[i]
-		if rerr := results[i]; rerr != nil {
-			dead <- deadItem{dl: ingest.DeadLetter{Msg: it.msg, Reason: rerr.Error()}, ack: it.ack, tenant: it.tenant, reason: reasonBigtableRefused}
+		if results[i] != nil {
+			refused++
 			continue
 		}
-		it.tenant.Written.Add(1)
-		b.acks = append(b.acks, it.ack)
+		b.items[i].tenant.Written.Add(1)
+		b.acks = append(b.acks, b.items[i].ack)
 	}
-	// Settled together: one lock of the tracker and of the budget.
+	// The written rows are settled together (one lock of the tracker and
+	// of the budget), and before the refused ones wait for the dead-letter
+	// topic, which may be slow.
 	p.src.Settle(b.acks)
+	for i := 0; refused > 0; i++ {
+		if rerr := results[i]; rerr != nil {
+			it := &b.items[i]
+			dead <- deadItem{dl: ingest.DeadLetter{Msg: it.msg, Reason: rerr.Error()}, ack: it.ack, tenant: it.tenant, reason: reasonBigtableRefused}
+			refused--
+		}
+	}
 	written := len(b.acks)
 	span.SetAttributes(attribute.Int("cellttl.batch.written", written), attribute.Int("cellttl.batch.dead_lettered", len(rows)-written))
 	span.End()

@@ -241,7 +241,16 @@ func (p *Pipeline) route(f *ingest.Fetched, now time.Time, cfg *tenants.Config, 
 		}
 		ts := p.stats.Tenant(ev.Tenant)
 		ts.Consumed.Add(1)
-		dead <- deadItem{dl: ingest.DeadLetter{Msg: *msg, Reason: err.Error(), Field: field}, ack: f.Ack, tenant: ts, reason: reason}
+		d := deadItem{dl: ingest.DeadLetter{Msg: *msg, Reason: err.Error(), Field: field}, ack: f.Ack, tenant: ts, reason: reason}
+		select {
+		case dead <- d:
+		default:
+			// The dead-letter topic is behind: this loop is about to wait
+			// for it, and the rows it holds must not wait with it past
+			// their interval (their offsets would not be committed).
+			b.flush(flushInterval)
+			dead <- d
+		}
 		return
 	}
 	ts := p.stats.Tenant(ev.Tenant)

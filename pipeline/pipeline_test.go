@@ -279,6 +279,39 @@ func TestRefusedRowIsDeadLettered(t *testing.T) {
 	})
 }
 
+// Regression (review): while the dead-letter topic is down and its queue
+// full, the fetch loop waits to queue the next bad event. The good rows it
+// holds are written at their interval all the same, and a batch's written
+// rows are settled before its refused row waits for the dead-letter topic:
+// the offset before the refused row is committed.
+func TestDeadLetterBackupHoldsNoGoodRows(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		values := []string{good(0), good(1)}
+		for range 2000 { // beyond the dead-letter queue and one produce's batch
+			values = append(values, "not json")
+		}
+		src, w, dlq := newSource(values...), &fakeWriter{refuse: "#e-1"}, &fakeDLQ{failing: true}
+		stop, p := start(t, DefaultConfig(), src, w, dlq, func() *tenants.Config { return testConfig(t) })
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		if n := p.Stats().Tenant("acme").Written.Load(); n != 1 {
+			t.Errorf("written %d with the dead-letter topic down, want the good row", n)
+		}
+		if got := src.committed(); got != 1 {
+			t.Errorf("committed %d with the dead-letter topic down, want 1 (the written row before the refused one)", got)
+		}
+		dlq.setFailing(false)
+		time.Sleep(15 * time.Second)
+		synctest.Wait()
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		if got := src.committed(); got != int64(len(values)) || len(dlq.got) != 2001 {
+			t.Errorf("after the dead-letter topic recovered: committed %d, %d dead letters; want %d and 2001", got, len(dlq.got), len(values))
+		}
+	})
+}
+
 // A config swap cuts the batch: every batch was computed under one version.
 func TestBatchPerConfigVersion(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
