@@ -71,6 +71,18 @@ const (
 	// headers: the Message, its Ack, the row and bookkeeping. It keeps
 	// tiny events from escaping the budget.
 	MessageOverhead = 256
+
+	// While messages flow, a fetch asks the broker to gather up to
+	// busyFetchBytes for at most busyFetchWait before it answers, rather
+	// than answer with whatever one message brought: fewer, fuller round
+	// trips cost the broker far less of the cores it may share with the
+	// rest (at 28,000 events/s on the benchmark machine, the broker's CPU
+	// fell from 67% to 20% of a core, and the worker's p99 latency with
+	// it). After a fetch that brought nothing, the next is a long poll
+	// that answers at the first byte: an idle stream's next event waits
+	// for nothing but the broker.
+	busyFetchBytes = 64 << 10
+	busyFetchWait  = 20 * time.Millisecond
 )
 
 // fetcher reads the partitions a generation assigned. It sends at most one
@@ -103,6 +115,9 @@ type fetcher struct {
 	// lately (a message is charged its overhead beyond its bytes): a
 	// request asks the broker for its reservation divided by it.
 	ratio float64
+	// flowing holds the brokers (request slots) whose last fetch brought
+	// messages: their next fetch gathers (busyFetchBytes, busyFetchWait).
+	flowing map[int]bool
 }
 
 // partition is a partition of the generation, as the fetcher reads it.
@@ -184,7 +199,7 @@ func (f *fetcher) run(ctx context.Context) error {
 				break
 			}
 			busy[broker] = true
-			req := f.request(parts, n)
+			req := f.request(parts, n, f.flowing[broker])
 			wg.Go(func() {
 				before := refusals.Load()
 				res, err := f.roundTrip(ctx, req)
@@ -356,7 +371,7 @@ func (f *fetcher) leaders(ctx context.Context) (map[int]int, error) {
 // request is one Fetch request for parts, all led by one broker, whose
 // messages should fit in reserved bytes of the budget. It marks them in
 // flight.
-func (f *fetcher) request(parts []*partition, reserved int64) *fetchAPI.Request {
+func (f *fetcher) request(parts []*partition, reserved int64, flowing bool) *fetchAPI.Request {
 	if f.ratio < 1 {
 		f.ratio = 2 // until a response says otherwise
 	}
@@ -369,6 +384,9 @@ func (f *fetcher) request(parts []*partition, reserved int64) *fetchAPI.Request 
 		SessionID:    -1,
 		SessionEpoch: -1,
 		Topics:       []fetchAPI.RequestTopic{{Topic: f.topic}},
+	}
+	if flowing {
+		req.MaxWaitTime, req.MinBytes = int32(busyFetchWait/time.Millisecond), int32(min(busyFetchBytes, max))
 	}
 	for _, p := range parts {
 		p.inFlight = true
@@ -464,6 +482,10 @@ func (f *fetcher) handle(ctx context.Context, r fetchResult) error {
 		observed := max(float64(rs.charged)/float64(rs.wire), float64(rs.all)/float64(r.asked))
 		f.ratio = 0.5*f.ratio + 0.5*max(1, observed)
 	}
+	if f.flowing == nil {
+		f.flowing = map[int]bool{}
+	}
+	f.flowing[r.broker] = len(rs.batch)+len(rs.full) > 0
 	if n := len(rs.batch); n == chunkSize {
 		rs.full = append(rs.full, rs.batch)
 	} else if n > 0 {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -466,5 +467,72 @@ func TestPollAndSettle(t *testing.T) {
 				t.Errorf("commit point %d, want %d", o, n)
 			}
 		}
+	}
+}
+
+// fetchLog records each Fetch request's MinBytes and MaxWaitTime, and
+// whether its response carried records.
+type fetchLog struct {
+	kafka.RoundTripper
+	mu   sync.Mutex
+	seen []fetchSeen
+}
+
+type fetchSeen struct {
+	minBytes, maxWait int32
+	records           bool
+}
+
+func (f *fetchLog) RoundTrip(ctx context.Context, addr net.Addr, req protocol.Message) (protocol.Message, error) {
+	res, err := f.RoundTripper.RoundTrip(ctx, addr, req)
+	if q, ok := req.(*fetchAPI.Request); ok {
+		s := fetchSeen{minBytes: q.MinBytes, maxWait: q.MaxWaitTime}
+		if r, ok := res.(*fetchAPI.Response); ok && err == nil {
+			for _, t := range r.Topics {
+				for _, p := range t.Partitions {
+					s.records = s.records || p.HighWatermark > q.Topics[0].Partitions[0].FetchOffset && p.RecordSet.Records != nil
+				}
+			}
+		}
+		f.mu.Lock()
+		f.seen = append(f.seen, s)
+		f.mu.Unlock()
+	}
+	return res, err
+}
+
+// While messages flow, a fetch gathers (busyFetchBytes, busyFetchWait);
+// after a fetch that brought nothing, the next is a long poll answered at
+// the first byte.
+func TestFetchGathersWhileMessagesFlow(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	topic := testenv.Name("gather")
+	testenv.CreateTopic(t, brokers, topic, 1)
+	fl := &fetchLog{}
+	c := newTestConsumer(t, ConsumerConfig{Brokers: brokers, Topic: topic, Group: testenv.Name("group"),
+		wrap: func(rt kafka.RoundTripper) kafka.RoundTripper { fl.RoundTripper = rt; return fl }})
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) { return c.Status().Joined, "not joined" })
+	testenv.Produce(t, brokers, topic, values(50, 100)...)
+	for _, f := range fetchFor(t, c, 2*time.Second) {
+		c.Done(f.Ack)
+	}
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	long := fetchSeen{minBytes: 1, maxWait: int32(maxFetchWait / time.Millisecond)}
+	gather := fetchSeen{minBytes: busyFetchBytes, maxWait: int32(busyFetchWait / time.Millisecond)}
+	sawData, sawGather := false, false
+	for i, s := range fl.seen {
+		want := long
+		if i > 0 && fl.seen[i-1].records {
+			want = gather
+		}
+		if s.minBytes != want.minBytes || s.maxWait != want.maxWait {
+			t.Fatalf("fetch %d (after one with records: %t): MinBytes %d MaxWait %dms, want %d and %dms", i, i > 0 && fl.seen[i-1].records, s.minBytes, s.maxWait, want.minBytes, want.maxWait)
+		}
+		sawData = sawData || s.records
+		sawGather = sawGather || want == gather
+	}
+	if !sawData || !sawGather {
+		t.Errorf("%d fetches, records seen %t, a gathering fetch seen %t", len(fl.seen), sawData, sawGather)
 	}
 }
