@@ -173,8 +173,8 @@ func (p *Pipeline) Run(ctx context.Context) error {
 }
 
 // fetchLoop fetches and routes messages until ctx ends, building batches
-// on the same goroutine: a message crosses no channel between Kafka's
-// response and its batch. It flushes what it holds when it returns.
+// on the same goroutine: a message crosses no channel of its own between
+// Kafka's response and its batch. It flushes what it holds when it returns.
 // Memory is bounded by the Source: it holds back messages beyond its byte
 // budget until earlier ones are settled.
 func (p *Pipeline) fetchLoop(ctx context.Context, b *batcher, dead chan<- deadItem) error {
@@ -199,9 +199,10 @@ func (p *Pipeline) fetchLoop(ctx context.Context, b *batcher, dead chan<- deadIt
 			}
 			return err
 		}
-		// Read once per response, not per message: the clock for expiry,
-		// and the tenants config (a reload between two messages of one
-		// response makes no difference anyone could tell).
+		// Read once per poll (up to a chunk of a response), not per
+		// message: the clock for expiry, and the tenants config (a reload
+		// between two messages of one response makes no difference anyone
+		// could tell).
 		now, cfg := p.now(), p.config()
 		for i := range msgs {
 			p.route(&msgs[i], now, cfg, b, dead)

@@ -137,7 +137,12 @@ func (b *Bigtable) Clients(ctx context.Context) (*bigtable.Client, *bigtable.Adm
 	if err != nil {
 		return nil, nil, err
 	}
-	dc, err := bigtable.NewClient(ctx, "local", "local", option.WithGRPCConn(dconn))
+	// Without the client's built-in metrics: with no emulator variable set
+	// they look for a Google Cloud environment (an HTTP request to the
+	// metadata server) and export to Cloud Monitoring, neither of which an
+	// in-process emulator has; the request's idle connection also outlived
+	// the clients.
+	dc, err := bigtable.NewClientWithConfig(ctx, "local", "local", bigtable.ClientConfig{MetricsProvider: bigtable.NoopMetricsProvider{}}, option.WithGRPCConn(dconn))
 	if err != nil {
 		return nil, nil, fmt.Errorf("bigtable client of the in-process emulator: %w", err)
 	}
