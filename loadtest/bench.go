@@ -159,7 +159,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 	}
 	if latencyFor > 0 {
-		return benchLatency(ctx, stdout, cfg.Policy, m, run, bin, bl, tenantsFile, partitions, payload, latencyRate, best, latencyFor)
+		return benchLatency(ctx, stdout, cfg, m, run, bin, bl, tenantsFile, partitions, payload, latencyRate, best, latencyFor)
 	}
 	return nil
 }
@@ -201,9 +201,7 @@ func benchApplyBulk(ctx context.Context, p *expiry.Policy, m mix, values [][]byt
 	defer cleanup()
 	rows := make([]sink.Row, len(values))
 	for i, r := range recs {
-		tenant := m.tenantName(int(r.tenant))
-		rows[i] = sink.Row{Key: rowkey.Key(tenant, userName(r.user), strconv.Itoa(i), r.millis),
-			Timestamp: p.Cell(tenant, time.UnixMilli(r.millis)).Timestamp, Value: values[i], WrittenAt: p.RecordRealTimestamp}
+		rows[i] = benchRow(p, m, i, r, values[i])
 	}
 	batches := make(chan []sink.Row)
 	errs := make(chan error, writers)
@@ -230,6 +228,14 @@ func benchApplyBulk(ctx context.Context, p *expiry.Policy, m mix, values [][]byt
 		}
 	}
 	return measured{rate: float64(len(rows)) / time.Since(start).Seconds(), cpuPerEvent: perEvent(selfCPU()-cpu0, len(rows)), cores: watch.shares()}, nil
+}
+
+// benchRow is the row the worker makes of generated event seq: the raw
+// writes write what the worker would.
+func benchRow(p *expiry.Policy, m mix, seq int, r record, value []byte) sink.Row {
+	tenant := m.tenantName(int(r.tenant))
+	return sink.Row{Key: rowkey.Key(tenant, userName(r.user), strconv.Itoa(seq), r.millis),
+		Timestamp: p.Cell(tenant, time.UnixMilli(r.millis)).Timestamp, Value: value, WrittenAt: p.RecordRealTimestamp}
 }
 
 // benchTable makes a table for raw writes, and returns it with its family

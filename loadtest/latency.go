@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -18,9 +17,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
 	"github.com/cellttl/cellttl/expiry"
 	"github.com/cellttl/cellttl/pipeline"
-	"github.com/cellttl/cellttl/rowkey"
 	"github.com/cellttl/cellttl/sink"
 	"github.com/cellttl/cellttl/tenants"
 )
@@ -58,7 +59,8 @@ type latencyPhase struct {
 // p99 ≤ raw p99 + --flush-interval + 20 ms. Rate 0 is half of what raw
 // ApplyBulk sustains for d (the emulator slows as its table grows, so a
 // short run's rate is more than it keeps up), or of best, if lower.
-func benchLatency(ctx context.Context, stdout io.Writer, p *expiry.Policy, m mix, run, bin string, brokers []string, tenantsFile string, partitions, payload, rate int, best float64, d time.Duration) error {
+func benchLatency(ctx context.Context, stdout io.Writer, cfg *tenants.Config, m mix, run, bin string, brokers []string, tenantsFile string, partitions, payload, rate int, best float64, d time.Duration) error {
+	p := cfg.Policy
 	def := pipeline.DefaultConfig()
 	if rate == 0 {
 		full, err := rawLatency(ctx, p, m, run+"-max", payload, 0, d, def)
@@ -75,7 +77,7 @@ func benchLatency(ctx context.Context, stdout io.Writer, p *expiry.Policy, m mix
 	}
 	fmt.Fprintf(stdout, "    raw ApplyBulk, flush to ack:            %s   calls p50 %s p99 %s   CPU: %s\n", raw.dist,
 		raw.applyP50.Round(time.Millisecond), raw.applyP99.Round(time.Millisecond), raw.cpu)
-	wk, err := workerLatency(ctx, run+"-lat", bin, brokers, tenantsFile, partitions, payload, rate, d)
+	wk, err := workerLatency(ctx, run+"-lat", bin, brokers, cfg, tenantsFile, partitions, payload, rate, d)
 	if err != nil {
 		return err
 	}
@@ -179,9 +181,7 @@ func rawLatency(ctx context.Context, p *expiry.Policy, m mix, run string, payloa
 		}
 		for ; budget >= 1; budget-- {
 			msg, r := gen.next(seq, at)
-			tenant := m.tenantName(int(r.tenant))
-			cur = append(cur, sink.Row{Key: rowkey.Key(tenant, userName(r.user), strconv.Itoa(seq), r.millis),
-				Timestamp: p.Cell(tenant, time.UnixMilli(r.millis)).Timestamp, Value: msg.Value, WrittenAt: p.RecordRealTimestamp})
+			cur = append(cur, benchRow(p, m, seq, r, msg.Value))
 			seq++
 			if len(cur) == 1 {
 				first = at
@@ -211,7 +211,7 @@ func rawLatency(ctx context.Context, p *expiry.Policy, m mix, run string, payloa
 // workerLatency starts a worker on an empty topic, produces to it at rate
 // for d with the load generator, and reads every event's produce → ack
 // latency back from its written_at column (verifying the rows on the way).
-func workerLatency(ctx context.Context, name, bin string, brokers []string, tenantsFile string, partitions, payload, rate int, d time.Duration) (latencyPhase, error) {
+func workerLatency(ctx context.Context, name, bin string, brokers []string, cfg *tenants.Config, tenantsFile string, partitions, payload, rate int, d time.Duration) (latencyPhase, error) {
 	if err := createTopic(brokers, name, partitions); err != nil {
 		return latencyPhase{}, err
 	}
@@ -254,10 +254,6 @@ func workerLatency(ctx context.Context, name, bin string, brokers []string, tena
 		return latencyPhase{}, err
 	}
 	ph.applyP50, ph.applyP99 = after.quantile(before, 0.50), after.quantile(before, 0.99)
-	cfg, err := tenants.Load(tenantsFile)
-	if err != nil {
-		return latencyPhase{}, err
-	}
 	c, err := verify(ctx, o, brokers, cfg, res.gen, res.recs)
 	if err != nil {
 		return latencyPhase{}, err
@@ -336,29 +332,21 @@ func scrapeHistogram(ctx context.Context, url, metric string) (histogram, error)
 		return nil, err
 	}
 	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", url, err)
+	}
 	h := histogram{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	prefix := metric + "_bucket{"
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, prefix) {
-			continue
-		}
-		i := strings.Index(line, `le="`)
-		j := strings.LastIndexByte(line, ' ')
-		if i < 0 || j < i {
-			continue
-		}
-		leText := line[i+4:]
-		leText = leText[:strings.IndexByte(leText, '"')]
-		le, err1 := strconv.ParseFloat(leText, 64)
-		n, err2 := strconv.ParseFloat(line[j+1:], 64)
-		if err1 == nil && err2 == nil {
-			h[le] += n
+	if f := fams[metric]; f != nil {
+		for _, m := range f.GetMetric() {
+			// The text format's buckets hold +Inf; the count is the same.
+			for _, b := range m.GetHistogram().GetBucket() {
+				h[b.GetUpperBound()] += float64(b.GetCumulativeCount())
+			}
 		}
 	}
-	return h, sc.Err()
+	return h, nil
 }
 
 // quantile estimates the q-quantile of what was observed between before

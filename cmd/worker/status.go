@@ -44,7 +44,8 @@ type tenantCounts struct {
 	eventCounts
 }
 
-// eventCounts is what happened to events: of one tenant, or of all.
+// eventCounts is what happened to events: of one tenant, or of all (its
+// fields are pipeline.Totals', which converts to it).
 type eventCounts struct {
 	Consumed     int64 `json:"consumed"`
 	Written      int64 `json:"written"`
@@ -100,20 +101,14 @@ func (s *statusSource) status(q url.Values) any {
 	for _, part := range p.Kafka.Partitions {
 		p.Lag += part.Lag
 	}
-	events := map[string]tenantCounts{}
-	w.pipeline.Stats().Each(func(id string, t *pipeline.TenantStats) {
-		c := eventCounts{Consumed: t.Consumed.Load(), Written: t.Written.Load(), Expired: t.Expired.Load(),
-			DeadLettered: t.DeadLettered.Load(), Clamped: t.Clamped.Load()}
-		p.Totals.Consumed += c.Consumed
-		p.Totals.Written += c.Written
-		p.Totals.Expired += c.Expired
-		p.Totals.DeadLettered += c.DeadLettered
-		p.Totals.Clamped += c.Clamped
-		if full {
-			events[id] = tenantCounts{TTL: duration.Format(cfg.Policy.TTL(id)), eventCounts: c}
-		}
-	})
+	stats := w.pipeline.Stats()
+	p.Totals = eventCounts(stats.Totals())
 	if full {
+		events := map[string]tenantCounts{}
+		stats.Each(func(id string, t *pipeline.TenantStats) {
+			events[id] = tenantCounts{TTL: duration.Format(cfg.Policy.TTL(id)), eventCounts: eventCounts{Consumed: t.Consumed.Load(),
+				Written: t.Written.Load(), Expired: t.Expired.Load(), DeadLettered: t.DeadLettered.Load(), Clamped: t.Clamped.Load()}}
+		})
 		p.Events = events
 	}
 	p.LastErrors = map[string]string{}
