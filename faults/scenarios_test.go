@@ -200,6 +200,7 @@ func TestTwoGroupsOneTable(t *testing.T) {
 // a while: the bad events' offsets wait, nothing is lost, good events of
 // other partitions flow, and everything catches up when the ACL goes.
 func TestDeadLetterTopicUnwritableForAWhile(t *testing.T) {
+	faultSuite(t)
 	saslBrokers := os.Getenv("CELLTTL_SASL_BROKERS")
 	if saslBrokers == "" {
 		t.Fatal("needs the SASL listener of scripts/services.sh")
@@ -340,9 +341,7 @@ func TestNoConnectionChurn(t *testing.T) {
 // retried for them alone: the group's generation stays (no rebalance), and
 // nothing is lost or duplicated.
 func TestLeaderChanges(t *testing.T) {
-	if os.Getenv("CELLTTL_SERVICES_DIR") == "" {
-		t.Fatal("needs scripts/services.sh")
-	}
+	faultSuite(t)
 	const partitions = 6
 	// The group's coordinator must stay on broker 1: killing it would be
 	// another fault. Group coordinators live with __consumer_offsets, which
