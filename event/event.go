@@ -74,6 +74,9 @@ type Decoder struct {
 // Record is the part of a Kafka record an event is read from.
 type Record struct {
 	Value []byte
+	// Size is the value's length when Value holds only its first bytes (a
+	// record too large to fetch whole), 0 otherwise.
+	Size int64
 	// Key is the record key, nil when the record has none.
 	Key []byte
 	// Time is the record timestamp, the zero Time when the record has none.
@@ -105,8 +108,8 @@ func (d Decoder) DecodeRecord(r *Record) (Event, error) {
 	if m == nil {
 		m = contract
 	}
-	if d.MaxBytes > 0 && len(r.Value) > d.MaxBytes {
-		return Event{}, &Error{Class: TooLarge, Reason: fmt.Sprintf("value is %d bytes, more than the limit of %d", len(r.Value), d.MaxBytes)}
+	if size := max(int64(len(r.Value)), r.Size); d.MaxBytes > 0 && size > int64(d.MaxBytes) {
+		return Event{}, &Error{Class: TooLarge, Reason: fmt.Sprintf("value is %d bytes, more than the limit of %d", size, d.MaxBytes)}
 	}
 	var f fields
 	err := parse(r.Value, m.root, &f)

@@ -20,12 +20,14 @@ type Config struct {
 	CommitInterval time.Duration
 	SessionTimeout time.Duration
 	OffsetReset    OffsetReset
+	StallTimeout   time.Duration
 	Security       Security
 }
 
 // DefaultConfig returns the defaults the worker's flags document.
 func DefaultConfig() Config {
-	return Config{Topic: "clicks", Group: "cellttl", CommitInterval: time.Second, SessionTimeout: 30 * time.Second, OffsetReset: ResetEarliest}
+	return Config{Topic: "clicks", Group: "cellttl", CommitInterval: time.Second, SessionTimeout: 30 * time.Second, OffsetReset: ResetEarliest,
+		StallTimeout: DefaultStallTimeout}
 }
 
 // RegisterFlags declares the flags that fill c, with c's values as their
@@ -38,6 +40,7 @@ func (c *Config) RegisterFlags(f *envflag.FlagSet) {
 	f.Duration(&c.CommitInterval, "commit-interval", "COMMIT_INTERVAL", c.CommitInterval, "how often settled offsets are committed")
 	f.Duration(&c.SessionTimeout, "session-timeout", "KAFKA_SESSION_TIMEOUT", c.SessionTimeout, "how long the group waits for a silent member before reassigning its partitions (the broker allows 6s..5m by default)")
 	f.Value(&c.OffsetReset, "offset-out-of-range", "OFFSET_OUT_OF_RANGE", "when a committed offset lies outside the log (topic recreated, retention passed it): earliest, latest or fail")
+	f.Duration(&c.StallTimeout, "partition-stall-timeout", "PARTITION_STALL_TIMEOUT", c.StallTimeout, "how long an owned partition may make no progress (not at the log's end, position not moving) before /readyz names it")
 	c.Security.RegisterFlags(f)
 }
 
@@ -66,6 +69,9 @@ func (c Config) Validate() error {
 	}
 	if c.CommitInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--commit-interval %s: must be positive", c.CommitInterval))
+	}
+	if c.StallTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--partition-stall-timeout %s: must be positive", c.StallTimeout))
 	}
 	errs = append(errs, c.Security.Validate())
 	return errors.Join(errs...)

@@ -43,6 +43,11 @@ type ConsumerConfig struct {
 	// that crashed) before handing its partitions to the others; it also
 	// bounds a rebalance.
 	SessionTimeout time.Duration
+	// StallTimeout is how long an owned partition may make no progress
+	// (its position does not move, and it is not at the log's end) before
+	// Problem names it: whatever the reason, a partition assigned and not
+	// moving is an incident.
+	StallTimeout time.Duration
 	// Dialer (group membership and commits) and Transport (fetches) carry
 	// TLS and SASL settings; nil for plaintext.
 	Dialer    *kafka.Dialer
@@ -71,7 +76,9 @@ type Consumer struct {
 	m         *consumerMetrics
 	fetched   chan []Fetched // chunks of fetch responses
 	chunks    *chunks
-	fatal     chan error // a fetcher's reason to stop the worker
+	fatal     chan error    // a fetcher's reason to stop the worker
+	failed    chan struct{} // closed with the first fatal error
+	failOnce  sync.Once
 	wg        sync.WaitGroup
 	stop      context.CancelFunc
 	consumed  atomic.Int64 // messages returned by Poll, for the metrics
@@ -86,6 +93,12 @@ type Consumer struct {
 	lastErr  error
 	joinedAt time.Time
 }
+
+// DefaultStallTimeout is how long a partition may make no progress before
+// readiness names it, unless --partition-stall-timeout says otherwise:
+// longer than any wait the worker makes on its own (a full byte budget
+// behind a Bigtable that takes seconds, a leader election).
+const DefaultStallTimeout = 2 * time.Minute
 
 // NewConsumer starts joining the group.
 func NewConsumer(cfg ConsumerConfig, mp metric.MeterProvider, log *slog.Logger) (*Consumer, error) {
@@ -103,6 +116,9 @@ func NewConsumer(cfg ConsumerConfig, mp metric.MeterProvider, log *slog.Logger) 
 	}
 	if cfg.FetchMaxBytes <= 0 {
 		cfg.FetchMaxBytes = 4 << 20
+	}
+	if cfg.StallTimeout <= 0 {
+		cfg.StallTimeout = DefaultStallTimeout
 	}
 	transport := cfg.Transport
 	if transport == nil {
@@ -130,7 +146,6 @@ func NewConsumer(cfg ConsumerConfig, mp metric.MeterProvider, log *slog.Logger) 
 	if err != nil {
 		return nil, fmt.Errorf("consumer group %s: %w", cfg.Group, err)
 	}
-	limitBatches(cfg.MaxInflightBytes)
 	ctx, stop := context.WithCancel(context.Background())
 	tracker := NewTracker()
 	var rt kafka.RoundTripper = transport
@@ -153,6 +168,7 @@ func NewConsumer(cfg ConsumerConfig, mp metric.MeterProvider, log *slog.Logger) 
 		fetched: make(chan []Fetched, max(16, cfg.MaxInflightBytes/(MessageOverhead*chunkSize))),
 		chunks:  newChunks(),
 		fatal:   make(chan error, 1),
+		failed:  make(chan struct{}),
 		stop:    stop,
 	}
 	if c.m, err = c.registerMetrics(meter(mp)); err != nil {
@@ -206,11 +222,7 @@ func (c *Consumer) generations(ctx context.Context) {
 		epochs := c.committer.begin(gen, offsets)
 		parts := make([]*partition, 0, len(assigned))
 		for _, a := range assigned {
-			next := a.Offset
-			if next < 0 {
-				next = kafka.FirstOffset // no commit yet: from the start
-			}
-			parts = append(parts, &partition{id: a.ID, a: epochs[a.ID], next: next})
+			parts = append(parts, newPartition(a.ID, epochs[a.ID], a.Offset))
 		}
 		sort.Slice(parts, func(i, j int) bool { return parts[i].id < parts[j].id })
 		ids := make([]int, len(parts))
@@ -230,11 +242,15 @@ func (c *Consumer) generations(ctx context.Context) {
 		// The fetcher runs until the group ends the generation; errors of a
 		// partition never end it (a returning function would).
 		gen.Start(func(gctx context.Context) {
+			partMax := max(1<<20, c.cfg.MaxEventBytes+64<<10)
 			f := &fetcher{
 				transport: c.rt, client: c.client, topic: c.cfg.Topic,
 				budget: c.budget, tracker: c.tracker, restart: c.committer.restart, reset: c.cfg.OffsetReset,
-				requestMax: c.cfg.FetchMaxBytes, partMax: int64(max(1<<20, c.cfg.MaxEventBytes+64<<10)),
+				requestMax: c.cfg.FetchMaxBytes, partMax: int64(partMax),
 				out: c.fetched, chunks: c.chunks, log: c.log, m: c.m, parts: parts,
+				// A batch may decompress to as much as the budget holds:
+				// beyond, it costs more time than any legitimate batch.
+				records: newRecordReader(newInflater(c.cfg.MaxInflightBytes), partMax),
 			}
 			if err := f.run(gctx); err != nil {
 				c.setErr(err)
@@ -242,6 +258,7 @@ func (c *Consumer) generations(ctx context.Context) {
 				case c.fatal <- err:
 				default:
 				}
+				c.failOnce.Do(func() { close(c.failed) })
 				<-gctx.Done()
 			}
 			// Forget the generation, so that nothing is committed through
@@ -373,6 +390,11 @@ func (c *Consumer) fresh(b []Fetched) []Fetched {
 	return b[:n]
 }
 
+// Failed is closed when the consumer must stop the worker (a committed
+// offset outside the log under --offset-out-of-range fail): Poll then
+// returns why.
+func (c *Consumer) Failed() <-chan struct{} { return c.failed }
+
 // Fetch returns the next message, as Poll does one at a time: for callers
 // that want messages one by one.
 func (c *Consumer) Fetch(ctx context.Context) (kafka.Message, Ack, error) {
@@ -437,10 +459,18 @@ func (c *Consumer) Close() error {
 
 // PartitionStatus is what the consumer knows of one owned partition.
 type PartitionStatus struct {
-	Partition int    `json:"partition"`
-	Lag       int64  `json:"lag"`
-	Committed int64  `json:"committed"` // -1 when neither the group nor this member committed yet
-	Error     string `json:"error,omitempty"`
+	Partition int `json:"partition"`
+	// Lag is the messages between the next to fetch and the log's end.
+	Lag       int64 `json:"lag"`
+	Committed int64 `json:"committed"` // -1 when neither the group nor this member committed yet
+	// CommittedLag is the messages between the committed offset (the
+	// log's start when none is) and the log's end: what a restart would
+	// read again or still has to read. -1 while the log's end is unknown.
+	CommittedLag int64  `json:"committed_lag"`
+	Error        string `json:"error,omitempty"`
+	// Stalled says, when the partition has made no progress for longer
+	// than the stall timeout, for how long and why.
+	Stalled string `json:"stalled,omitempty"`
 }
 
 // Status is the consumer's view of its membership.
@@ -455,6 +485,8 @@ type Status struct {
 // Status returns the current membership and per-partition lag.
 func (c *Consumer) Status() Status {
 	floors := c.tracker.Floors()
+	held := c.budget.Held()
+	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := Status{Joined: c.gen != nil, Partitions: []PartitionStatus{}}
@@ -465,31 +497,42 @@ func (c *Consumer) Status() Status {
 		s.LastError = c.lastErr.Error()
 	}
 	for _, p := range c.parts {
-		ps := PartitionStatus{Partition: p.id, Lag: p.lag.Load(), Committed: -1}
+		ps := PartitionStatus{Partition: p.id, Lag: p.lag.Load(), Committed: -1, CommittedLag: -1}
 		if f, ok := floors[p.id]; ok {
 			ps.Committed = f
 		}
+		if hw := p.hw.Load(); hw >= 0 {
+			from := ps.Committed
+			if from < 0 {
+				from = max(p.logStart.Load(), 0)
+			}
+			ps.CommittedLag = max(0, hw-from)
+		}
 		if e := p.lastErr.Load(); e != nil {
 			ps.Error = *e
+		}
+		if still := now.Sub(time.Unix(0, p.movedAt.Load())); still > c.cfg.StallTimeout {
+			why := ps.Error
+			if why == "" {
+				why = fmt.Sprintf("nothing new fetched while %d bytes of the byte budget are held by events not yet settled (Bigtable or the dead-letter topic is behind)", held)
+			}
+			ps.Stalled = fmt.Sprintf("no progress for %s: %s", still.Round(time.Second), why)
 		}
 		s.Partitions = append(s.Partitions, ps)
 	}
 	return s
 }
 
-// Problem returns why a partition cannot go on without an operator (a
-// batch too large to decompress), nil when none is stuck.
+// Problem names the owned partitions that have made no progress for longer
+// than the stall timeout, nil when none has.
 func (c *Consumer) Problem() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, p := range c.parts {
-		if p.stuck.Load() {
-			if e := p.lastErr.Load(); e != nil {
-				return errors.New(*e)
-			}
+	var errs []error
+	for _, p := range c.Status().Partitions {
+		if p.Stalled != "" {
+			errs = append(errs, fmt.Errorf("partition %d of %s: %s", p.Partition, c.cfg.Topic, p.Stalled))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // Committed returns the committed offset of each owned partition as this

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,6 +38,14 @@ const (
 	HeaderOriginalSize   = "cellttl.original.size"   // bytes of the original value
 	HeaderOriginalSHA256 = "cellttl.original.sha256" // hex SHA-256 of the original value
 	HeaderDropped        = "cellttl.dropped"         // "headers", "key" or "headers,key": what else was left out
+
+	// A record batch the worker could not decode is one dead letter with
+	// no key and no value: HeaderSourceOffset is its first offset (or the
+	// first not delivered), and these say the rest.
+	HeaderSourceOffsetLast = "cellttl.source.offset.last" // its last offset
+	HeaderBatchCodec       = "cellttl.batch.codec"        // none, gzip, snappy, lz4 or zstd
+	HeaderBatchSize        = "cellttl.batch.size"         // bytes of its records as stored, compressed
+	HeaderBatchSHA256      = "cellttl.batch.sha256"       // hex SHA-256 of those bytes
 )
 
 // DeadLetter is a message set aside with the reason.
@@ -45,6 +54,10 @@ type DeadLetter struct {
 	Reason string
 	// Field is the event field at fault, "" when none is.
 	Field string
+	// Cut and Undecodable are the fetcher's, when Msg is a record it cut
+	// or a batch it could not decode (see Fetched).
+	Cut         *Cut
+	Undecodable *Undecodable
 }
 
 // defaultMaxMessageBytes is Kafka's default max.message.bytes, assumed when
@@ -424,26 +437,42 @@ func deadLetterMessage(dl DeadLetter, max int64) (m kafka.Message, truncated boo
 	if dl.Field != "" {
 		ours = append(ours, kafka.Header{Key: HeaderField, Value: []byte(dl.Field)})
 	}
+	if u := dl.Undecodable; u != nil {
+		return kafka.Message{Headers: append(ours,
+			kafka.Header{Key: HeaderSourceOffsetLast, Value: strconv.AppendInt(nil, u.Last, 10)},
+			kafka.Header{Key: HeaderBatchCodec, Value: []byte(u.Codec)},
+			kafka.Header{Key: HeaderBatchSize, Value: strconv.AppendInt(nil, int64(u.Size), 10)},
+			kafka.Header{Key: HeaderBatchSHA256, Value: []byte(hex.EncodeToString(u.SHA256[:]))},
+		)}, false
+	}
 	m = kafka.Message{Key: src.Key, Value: src.Value, Headers: append(append(make([]kafka.Header, 0, len(src.Headers)+len(ours)+4), src.Headers...), ours...)}
-	if messageSize(m) <= max {
+	if dl.Cut == nil && messageSize(m) <= max {
 		return m, false
 	}
-	sum := sha256.Sum256(src.Value)
+	// Cut here, or by the fetcher already (which hashed all of the value
+	// and may have left out the key or headers).
+	size, sum, fetcherDropped := int64(len(src.Value)), [sha256.Size]byte{}, ""
+	if c := dl.Cut; c != nil {
+		size, sum, fetcherDropped = c.Size, c.SHA256, c.Dropped
+	} else {
+		sum = sha256.Sum256(src.Value)
+	}
 	truncation := []kafka.Header{
 		{Key: HeaderTruncated, Value: []byte("true")},
-		{Key: HeaderOriginalSize, Value: strconv.AppendInt(nil, int64(len(src.Value)), 10)},
+		{Key: HeaderOriginalSize, Value: strconv.AppendInt(nil, size, 10)},
 		{Key: HeaderOriginalSHA256, Value: []byte(hex.EncodeToString(sum[:]))},
 	}
 	for _, drop := range []string{"", "headers", "headers,key"} {
 		m = kafka.Message{Key: src.Key}
-		switch drop {
-		case "":
-			m.Headers = append(append(append([]kafka.Header{}, src.Headers...), ours...), truncation...)
-		case "headers":
-			m.Headers = append(append(append([]kafka.Header{}, ours...), truncation...), kafka.Header{Key: HeaderDropped, Value: []byte(drop)})
-		default:
+		m.Headers = append(append([]kafka.Header{}, ours...), truncation...)
+		if drop == "" {
+			m.Headers = append(append([]kafka.Header{}, src.Headers...), m.Headers...)
+		}
+		if drop == "headers,key" {
 			m.Key = nil
-			m.Headers = append(append(append([]kafka.Header{}, ours...), truncation...), kafka.Header{Key: HeaderDropped, Value: []byte(drop)})
+		}
+		if dropped := droppedParts(fetcherDropped, drop); dropped != "" {
+			m.Headers = append(m.Headers, kafka.Header{Key: HeaderDropped, Value: []byte(dropped)})
 		}
 		if room := max - messageSize(m); room >= 0 {
 			m.Value = src.Value[:min(int64(len(src.Value)), room)]
@@ -451,6 +480,22 @@ func deadLetterMessage(dl DeadLetter, max int64) (m kafka.Message, truncated boo
 		}
 	}
 	return m, true // our own headers alone are larger than the topic allows: the broker will say so
+}
+
+// droppedParts is the HeaderDropped value for what the fetcher and the
+// dead-letter writer left out, each "", "key", "headers" or "headers,key".
+func droppedParts(a, b string) string {
+	headers := strings.Contains(a, "headers") || strings.Contains(b, "headers")
+	key := strings.Contains(a, "key") || strings.Contains(b, "key")
+	switch {
+	case headers && key:
+		return "headers,key"
+	case headers:
+		return "headers"
+	case key:
+		return "key"
+	}
+	return ""
 }
 
 // messageSize bounds from above what kafka-go counts for a message against

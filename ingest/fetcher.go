@@ -2,16 +2,15 @@ package ingest
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
-	"github.com/segmentio/kafka-go/protocol"
 	fetchAPI "github.com/segmentio/kafka-go/protocol/fetch"
 )
 
@@ -54,6 +53,27 @@ func (r *OffsetReset) Set(s string) error {
 type Fetched struct {
 	Msg kafka.Message
 	Ack Ack
+	// Cut is set for a record too large to hold whole: Msg.Value holds
+	// only its first bytes (see Cut).
+	Cut *Cut
+	// Undecodable is set for offsets Msg.Offset to Undecodable.Last of a
+	// record batch that could not be decoded: Msg has no key or value, and
+	// the message stands for all of them.
+	Undecodable *Undecodable
+}
+
+// Undecodable describes a record batch the worker could not decode: one
+// that decompresses to more than the worker may spend on a batch, or whose
+// compressed data or records are broken. Its offsets are dead-lettered as
+// one, and the partition goes on after them.
+type Undecodable struct {
+	Last int64 // the batch's last offset
+	// Codec is the batch's compression; Size and SHA256 are of its
+	// records as they came from the broker, compressed.
+	Codec  string
+	Size   int
+	SHA256 [sha256.Size]byte
+	Reason string
 }
 
 // Bounds of one fetch request. A request is sent only when at least
@@ -83,6 +103,13 @@ const (
 	// for nothing but the broker.
 	busyFetchBytes = 64 << 10
 	busyFetchWait  = 20 * time.Millisecond
+
+	// logEvery is how often the same trouble of one partition (or of one
+	// broker's requests) is logged again while it lasts; each occurrence
+	// is counted in cellttl.kafka.fetch_errors.
+	logEvery = 30 * time.Second
+	// spareResponses is how many response buffers are kept for reuse.
+	spareResponses = 4
 )
 
 // fetcher reads the partitions a generation assigned. It sends at most one
@@ -90,9 +117,10 @@ const (
 // leads, each request as large as the byte budget has room for; a partition
 // with nothing to read holds none of the budget. Errors of one partition
 // (a leader change, a broker restart) are retried for that partition alone
-// with backoff: the generation ends only when the group says so. All of it
-// runs on one goroutine, with the network round trips beside it, and shares
-// the Transport's connections: one per broker, none per partition.
+// with backoff, logged and counted: the generation ends only when the group
+// says so. Responses are read, batch by batch, on one goroutine, with the
+// network round trips and offset lookups beside it, and share the
+// Transport's connections: one per broker, none per partition.
 type fetcher struct {
 	transport kafka.RoundTripper
 	client    *kafka.Client
@@ -103,58 +131,120 @@ type fetcher struct {
 	restart    func(context.Context, *Assignment, int64) *Assignment
 	reset      OffsetReset
 	requestMax int64 // bytes of one request
-	partMax    int64 // bytes of one partition in a request
+	partMax    int64 // bytes of one partition in a request, and of a record held whole
 	out        chan<- []Fetched
 	chunks     *chunks
 	log        *slog.Logger
 	m          *consumerMetrics
+	records    *recordReader
 
 	parts  []*partition // in partition order
 	rotate int          // first partition of the next request, for fairness
-	// ratio is how many bytes of the budget a byte on the wire turned into
-	// lately (a message is charged its overhead beyond its bytes): a
-	// request asks the broker for its reservation divided by it.
-	ratio float64
-	// flowing holds the brokers (request slots) whose last fetch brought
-	// messages: their next fetch gathers (busyFetchBytes, busyFetchWait).
+	est    sizeEstimate
+	// flowing holds the brokers whose last fetch brought messages: their
+	// next fetch gathers (busyFetchBytes, busyFetchWait).
 	flowing map[int]bool
+	spare   [][]byte // response buffers to reuse
 }
 
+// want is what a partition's position waits for.
+type want int8
+
+const (
+	wantNothing want = iota // next is the offset to fetch
+	wantFirst               // the log's first offset (no commit yet)
+	wantLast                // the log's end
+	wantBounds              // the log's bounds: next lay outside them
+)
+
 // partition is a partition of the generation, as the fetcher reads it.
-// next and its epoch belong to the fetcher's goroutine; the rest is read
-// by Status.
+// The plain fields belong to the fetcher's goroutine; the atomic ones are
+// read by Status and readiness.
 type partition struct {
 	id       int
 	a        *Assignment
-	next     int64 // next offset to fetch; kafka.FirstOffset or LastOffset until resolved
-	inFlight bool  // in a request not yet answered
-	// solo: fetched in a request of its own, since a request with it held
-	// a batch too large to decompress (see decompress.go).
-	solo bool
+	next     int64 // next offset to fetch, when want is wantNothing or wantBounds
+	want     want
+	inFlight bool // in a request, or an offset lookup, not yet answered
 
 	delay    time.Duration // current backoff, 0 after a success
 	retryAt  time.Time
 	answered time.Time // last fetch response for it
+	logged   rateLimiter
 
-	lag     atomic.Int64 // high watermark minus next, at the last fetch
-	lastErr atomic.Pointer[string]
-	// stuck is set while the partition cannot go on without an operator
-	// (a batch too large to decompress): /readyz says so.
-	stuck atomic.Bool
+	lag atomic.Int64 // high watermark minus next, at the last look
+	// hw and logStart are the log's end and start at the last look, -1
+	// while unknown.
+	hw, logStart atomic.Int64
+	lastErr      atomic.Pointer[string]
+	// movedAt is when it last made progress (unix nanoseconds): its
+	// position moved, or a fetch found it at the log's end.
+	movedAt atomic.Int64
 }
 
-func (p *partition) failed(err error) {
+func newPartition(id int, a *Assignment, committed int64) *partition {
+	p := &partition{id: id, a: a, next: committed}
+	if committed < 0 {
+		p.want = wantFirst // no commit yet: from the start
+	}
+	p.hw.Store(-1)
+	p.logStart.Store(-1)
+	p.movedAt.Store(time.Now().UnixNano())
+	return p
+}
+
+// fail records a failure of p: it is tried again with backoff, the failure
+// is counted, and logged unless the same was logged within logEvery.
+func (f *fetcher) fail(ctx context.Context, p *partition, err error) {
 	const first, most = 100 * time.Millisecond, 5 * time.Second
 	p.delay = min(max(2*p.delay, first), most)
 	p.retryAt = time.Now().Add(p.delay)
 	s := err.Error()
 	p.lastErr.Store(&s)
+	f.m.fetchErrors.Add(ctx, 1)
+	if n, ok := p.logged.allow(s); ok {
+		f.log.Warn("kafka partition cannot be read; retrying it with backoff", "topic", f.topic, "partition", p.id,
+			"offset", p.position(), "backoff", p.delay, "repeats", n, "err", err)
+	}
 }
 
-func (p *partition) ok() {
+// ok records a fetch of p that succeeded.
+func (f *fetcher) ok(p *partition) {
+	if p.lastErr.Load() != nil {
+		f.log.Info("kafka partition read again", "topic", f.topic, "partition", p.id, "offset", p.next)
+	}
 	p.delay, p.retryAt = 0, time.Time{}
 	p.lastErr.Store(nil)
-	p.stuck.Store(false)
+	p.logged = rateLimiter{}
+}
+
+// position is p's offset for logs: next, or -1 while it is looked up.
+func (p *partition) position() int64 {
+	if p.want == wantFirst || p.want == wantLast {
+		return -1
+	}
+	return p.next
+}
+
+func (p *partition) moved() { p.movedAt.Store(time.Now().UnixNano()) }
+
+// rateLimiter says whether a trouble may be logged: a new one at once, the
+// same one again after logEvery; n is how many were not logged meanwhile.
+type rateLimiter struct {
+	last       string
+	at         time.Time
+	suppressed int
+}
+
+func (r *rateLimiter) allow(what string) (n int, ok bool) {
+	now := time.Now()
+	if what == r.last && now.Sub(r.at) < logEvery {
+		r.suppressed++
+		return 0, false
+	}
+	n = r.suppressed
+	r.last, r.at, r.suppressed = what, now, 0
+	return n, true
 }
 
 // fetchResult is a round trip's outcome.
@@ -162,10 +252,17 @@ type fetchResult struct {
 	broker   int
 	parts    []*partition
 	reserved int64 // bytes of the budget reserved for its messages
-	asked    int64 // bytes asked of the broker
-	refused  bool  // a batch was refused (too large) while it was read
-	res      *fetchAPI.Response
+	res      *fetchResponse
 	err      error
+}
+
+// lookup is an offset lookup's outcome: each partition's log bounds, or
+// why they could not be read.
+type lookup struct {
+	parts  []*partition
+	bounds map[int][2]int64 // first offset and end, by partition
+	errs   map[int]error
+	err    error // of the whole request
 }
 
 // run fetches until ctx ends (the generation is over), and returns an error
@@ -181,15 +278,18 @@ func (f *fetcher) run(ctx context.Context) error {
 	// for a loop that is gone to take its result.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	defer f.records.inflate.close()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	lagTick := time.NewTicker(lagEvery)
 	defer lagTick.Stop()
 	watermarks := make(chan map[int]int64, 1)
 	refreshing := false
+	lookups := make(chan lookup, 1)
+	looking := false
 	for {
-		if err := f.resolve(ctx); err != nil {
-			return err
+		if !looking {
+			looking = f.lookUp(ctx, &wg, lookups)
 		}
 		ready, wake := f.ready(ctx, busy)
 		var freed <-chan struct{}
@@ -201,11 +301,9 @@ func (f *fetcher) run(ctx context.Context) error {
 			busy[broker] = true
 			req := f.request(parts, n, f.flowing[broker])
 			wg.Go(func() {
-				before := refusals.Load()
 				res, err := f.roundTrip(ctx, req)
-				refused := refusals.Load() != before // ours, or a concurrent round trip's
 				select {
-				case results <- fetchResult{broker: broker, parts: parts, reserved: n, asked: int64(req.MaxBytes), refused: refused, res: res, err: err}:
+				case results <- fetchResult{broker: broker, parts: parts, reserved: n, res: res, err: err}:
 				case <-ctx.Done():
 					f.budget.Fill(n, 0)
 				}
@@ -218,7 +316,10 @@ func (f *fetcher) run(ctx context.Context) error {
 			for _, p := range r.parts {
 				p.inFlight = false
 			}
-			if err := f.handle(ctx, r); err != nil {
+			f.handle(ctx, r)
+		case l := <-lookups:
+			looking = false
+			if err := f.looked(ctx, l); err != nil {
 				return err
 			}
 		case <-freed:
@@ -237,14 +338,97 @@ func (f *fetcher) run(ctx context.Context) error {
 		case hw := <-watermarks:
 			refreshing = false
 			for _, p := range f.parts {
-				if w, ok := hw[p.id]; ok && p.next >= 0 {
-					p.lag.Store(max(0, w-p.next))
+				if w, ok := hw[p.id]; ok {
+					p.hw.Store(w)
+					if p.want == wantNothing {
+						p.lag.Store(max(0, w-p.next))
+					}
 				}
 			}
 		case <-ctx.Done():
 			return nil
 		}
 	}
+}
+
+// lookUp starts, beside the loop, one lookup of the log bounds of every
+// partition that waits for them (kafka-go splits it by leader), and
+// reports whether it did.
+func (f *fetcher) lookUp(ctx context.Context, wg *sync.WaitGroup, out chan<- lookup) bool {
+	now := time.Now()
+	var parts []*partition
+	var reqs []kafka.OffsetRequest
+	for _, p := range f.parts {
+		if p.want == wantNothing || p.inFlight || now.Before(p.retryAt) {
+			continue
+		}
+		p.inFlight = true
+		parts = append(parts, p)
+		reqs = append(reqs, kafka.FirstOffsetOf(p.id), kafka.LastOffsetOf(p.id))
+	}
+	if len(parts) == 0 {
+		return false
+	}
+	wg.Go(func() {
+		l := lookup{parts: parts, bounds: map[int][2]int64{}, errs: map[int]error{}}
+		res, err := f.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{f.topic: reqs}})
+		if err != nil {
+			l.err = err
+		} else {
+			for _, po := range res.Topics[f.topic] {
+				if po.Error != nil {
+					l.errs[po.Partition] = po.Error
+				} else {
+					l.bounds[po.Partition] = [2]int64{po.FirstOffset, po.LastOffset}
+				}
+			}
+		}
+		select {
+		case out <- l:
+		case <-ctx.Done():
+		}
+	})
+	return true
+}
+
+// looked applies a lookup: the partitions' positions, or their failures.
+func (f *fetcher) looked(ctx context.Context, l lookup) error {
+	for _, p := range l.parts {
+		p.inFlight = false
+		b, found := l.bounds[p.id]
+		var err error
+		switch {
+		case l.err != nil:
+			err = fmt.Errorf("look up the offsets of partition %d of %s: %w", p.id, f.topic, l.err)
+		case l.errs[p.id] != nil:
+			err = fmt.Errorf("look up the offsets of partition %d of %s: %w", p.id, f.topic, l.errs[p.id])
+		case !found:
+			err = fmt.Errorf("look up the offsets of partition %d of %s: not in the answer", p.id, f.topic)
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				f.fail(ctx, p, err)
+			}
+			continue
+		}
+		first, end := b[0], b[1]
+		p.logStart.Store(first)
+		p.hw.Store(end)
+		switch p.want {
+		case wantFirst:
+			p.next, p.want = first, wantNothing
+		case wantLast:
+			p.next, p.want = end, wantNothing
+		case wantBounds:
+			if err := f.outOfRange(ctx, p, first, end); err != nil {
+				return err
+			}
+			continue
+		}
+		p.lag.Store(max(0, end-p.next))
+		f.ok(p)
+	}
+	return nil
 }
 
 // quiet returns the partitions no fetch has answered for lagEvery.
@@ -290,7 +474,7 @@ func (f *fetcher) ready(ctx context.Context, busy map[int]bool) (map[int][]*part
 		if p.inFlight {
 			continue
 		}
-		if p.next < 0 || now.Before(p.retryAt) {
+		if p.want != wantNothing || now.Before(p.retryAt) {
 			wake = earliest(wake, p.retryAt, now)
 			continue
 		}
@@ -304,27 +488,23 @@ func (f *fetcher) ready(ctx context.Context, busy map[int]bool) (map[int][]*part
 	leaders, err := f.leaders(ctx)
 	if err != nil {
 		for _, p := range waiting {
-			p.failed(err)
+			f.fail(ctx, p, err)
 			wake = earliest(wake, p.retryAt, now)
 		}
-		f.log.Warn("kafka metadata", "topic", f.topic, "err", err)
 		return nil, wake
 	}
 	ready := map[int][]*partition{}
 	n := len(f.parts)
 	for i := range n {
 		p := f.parts[(f.rotate+i)%n]
-		if p.inFlight || p.next < 0 || now.Before(p.retryAt) {
+		if p.inFlight || p.want != wantNothing || now.Before(p.retryAt) {
 			continue
 		}
 		broker, ok := leaders[p.id]
 		if !ok {
-			p.failed(fmt.Errorf("partition %d of %s has no leader", p.id, f.topic))
+			f.fail(ctx, p, fmt.Errorf("partition %d of %s has no leader", p.id, f.topic))
 			wake = earliest(wake, p.retryAt, now)
 			continue
-		}
-		if p.solo {
-			broker = soloSlot(p.id) // a request of its own, beside the broker's
 		}
 		if !busy[broker] {
 			ready[broker] = append(ready[broker], p)
@@ -333,10 +513,6 @@ func (f *fetcher) ready(ctx context.Context, busy map[int]bool) (map[int][]*part
 	f.rotate++
 	return ready, wake
 }
-
-// soloSlot is the in-flight slot of a partition fetched on its own: apart
-// from any broker's id.
-func soloSlot(partition int) int { return -1 - partition }
 
 func earliest(wake, t, now time.Time) time.Time {
 	if t.Before(now) {
@@ -351,7 +527,7 @@ func earliest(wake, t, now time.Time) time.Time {
 func (f *fetcher) leaders(ctx context.Context) (map[int]int, error) {
 	md, err := f.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{f.topic}})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("metadata of %s: %w", f.topic, err)
 	}
 	if len(md.Topics) != 1 {
 		return nil, fmt.Errorf("metadata of %s: %d topics", f.topic, len(md.Topics))
@@ -371,11 +547,8 @@ func (f *fetcher) leaders(ctx context.Context) (map[int]int, error) {
 // request is one Fetch request for parts, all led by one broker, whose
 // messages should fit in reserved bytes of the budget. It marks them in
 // flight.
-func (f *fetcher) request(parts []*partition, reserved int64, flowing bool) *fetchAPI.Request {
-	if f.ratio < 1 {
-		f.ratio = 2 // until a response says otherwise
-	}
-	max := int64(float64(reserved) / f.ratio)
+func (f *fetcher) request(parts []*partition, reserved int64, flowing bool) *fetchRequest {
+	max := f.est.ask(reserved)
 	req := &fetchAPI.Request{
 		ReplicaID:    -1,
 		MaxWaitTime:  int32(maxFetchWait / time.Millisecond),
@@ -398,10 +571,14 @@ func (f *fetcher) request(parts []*partition, reserved int64, flowing bool) *fet
 			PartitionMaxBytes:  int32(min(f.partMax, max)),
 		})
 	}
-	return req
+	r := &fetchRequest{Request: req}
+	if n := len(f.spare); n > 0 {
+		r.buf, f.spare = f.spare[n-1], f.spare[:n-1]
+	}
+	return r
 }
 
-func (f *fetcher) roundTrip(ctx context.Context, req *fetchAPI.Request) (*fetchAPI.Response, error) {
+func (f *fetcher) roundTrip(ctx context.Context, req *fetchRequest) (*fetchResponse, error) {
 	// A request the broker holds for maxFetchWait, and the response's
 	// transfer: a dead connection must not hold the partitions forever.
 	rctx, cancel := context.WithTimeout(ctx, maxFetchWait+30*time.Second)
@@ -410,78 +587,72 @@ func (f *fetcher) roundTrip(ctx context.Context, req *fetchAPI.Request) (*fetchA
 	if err != nil {
 		return nil, err
 	}
-	r := res.(*fetchAPI.Response)
+	r, ok := res.(*fetchResponse)
+	if !ok {
+		return nil, fmt.Errorf("fetch: a response of type %T", res)
+	}
 	if r.ErrorCode != 0 {
 		return nil, kafka.Error(r.ErrorCode)
 	}
 	return r, nil
 }
 
+// recycle keeps a response's buffer for a later one, once nothing points
+// into it; an unusually large one is let go.
+func (f *fetcher) recycle(res *fetchResponse) {
+	if res == nil || len(f.spare) == spareResponses || int64(cap(res.buf)) > 2*f.requestMax {
+		return
+	}
+	f.spare = append(f.spare, res.buf[:0])
+}
+
 // handle takes a round trip's messages into the budget and the tracker and
 // hands them on, or sets the partitions it failed back to retry.
-func (f *fetcher) handle(ctx context.Context, r fetchResult) error {
+func (f *fetcher) handle(ctx context.Context, r fetchResult) {
 	if r.err != nil {
 		f.budget.Fill(r.reserved, 0)
 		if ctx.Err() != nil {
-			return nil
-		}
-		if errors.Is(r.err, errBatchTooLarge) {
-			f.tooLarge(ctx, r.parts)
-			return nil
+			return
 		}
 		for _, p := range r.parts {
-			p.failed(r.err)
+			f.fail(ctx, p, fmt.Errorf("fetch from broker %d: %w", r.broker, r.err))
 		}
-		f.m.fetchErrors.Add(ctx, 1)
-		f.log.Warn("kafka fetch failed; its partitions are retried with backoff", "broker", r.broker, "partitions", len(r.parts), "err", r.err)
-		return nil
+		return
 	}
+	defer f.recycle(r.res)
 	byID := make(map[int]*partition, len(r.parts))
 	for _, p := range r.parts {
 		byID[p.id] = p
 	}
 	rs := readState{reserved: r.reserved}
-	var fatal error
-	var suspects []*partition // nothing new, while a batch was refused
-	for _, t := range r.res.Topics {
-		for i := range t.Partitions {
-			rp := &t.Partitions[i]
-			p := byID[int(rp.Partition)]
-			if p == nil {
-				continue
-			}
-			if rp.ErrorCode != 0 {
-				if err := f.partitionError(ctx, p, kafka.Error(rp.ErrorCode)); err != nil {
-					fatal = err // the worker stops; the rest is still settled below
-				}
-				continue
-			}
-			p.ok()
-			p.solo = false
-			p.answered = time.Now()
-			saw, advanced, full := f.read(p, rp.RecordSet.Records, &rs)
-			if r.refused && !advanced && !full {
-				suspects = append(suspects, p)
-			} else if saw && !advanced && !full {
-				// Only records below next: the tail of a compacted batch,
-				// which the broker hands out again until newer records come.
-				// Wait for those rather than ask again at once.
-				p.retryAt = time.Now().Add(maxFetchWait)
-			}
-			p.lag.Store(max(0, rp.HighWatermark-p.next))
+	for i := range r.res.Partitions {
+		rp := &r.res.Partitions[i]
+		p := byID[int(rp.Partition)]
+		if p == nil || rp.Topic != f.topic {
+			continue
 		}
-	}
-	if len(suspects) > 0 {
-		f.tooLarge(ctx, suspects)
+		if rp.ErrorCode != 0 {
+			f.partitionError(ctx, p, kafka.Error(rp.ErrorCode))
+			continue
+		}
+		p.answered = time.Now()
+		p.hw.Store(rp.HighWatermark)
+		if rp.LogStartOffset >= 0 {
+			p.logStart.Store(rp.LogStartOffset)
+		}
+		before := p.next
+		if err := f.read(ctx, p, rp.Records, &rs); err != nil {
+			f.fail(ctx, p, err)
+		} else {
+			f.ok(p)
+		}
+		if p.next > before || p.next >= rp.HighWatermark {
+			p.moved()
+		}
+		p.lag.Store(max(0, rp.HighWatermark-p.next))
 	}
 	f.budget.Fill(r.reserved, rs.charged)
-	if rs.wire > 0 {
-		// What a byte asked for became in the budget: from the messages
-		// taken, or from all the response held (more when the records were
-		// compressed: the broker counts compressed bytes).
-		observed := max(float64(rs.charged)/float64(rs.wire), float64(rs.all)/float64(r.asked))
-		f.ratio = 0.5*f.ratio + 0.5*max(1, observed)
-	}
+	f.est.observe(rs.estCharged, rs.estWire)
 	if f.flowing == nil {
 		f.flowing = map[int]bool{}
 	}
@@ -509,10 +680,9 @@ func (f *fetcher) handle(ctx context.Context, r fetchResult) error {
 				}
 				f.chunks.put(c)
 			}
-			return fatal
+			return
 		}
 	}
-	return fatal
 }
 
 // readState is a response's reading so far.
@@ -521,239 +691,265 @@ type readState struct {
 	full     [][]Fetched // chunks filled
 	reserved int64       // the reservation the messages must fit in
 	charged  int64       // what the messages taken are charged
-	wire     int64       // their bytes as counted on the wire
-	all      int64       // what every record of the response would be charged
+	// estCharged and estWire are what the batches read whole were charged
+	// and their bytes on the wire, for the size estimate.
+	estCharged, estWire int64
+	// The messages of rs.batch from untracked on are not tracked yet: they
+	// are tracked together, under one lock, in epoch a.
+	a         *Assignment
+	untracked int
 }
 
-// tooLarge handles a response that held a batch too large to decompress:
-// its partitions are fetched one by one from now on, until the one that
-// holds the batch is found; that one waits for an operator, loudly, and
-// the others go on.
-func (f *fetcher) tooLarge(ctx context.Context, parts []*partition) {
-	f.m.fetchErrors.Add(ctx, 1)
-	if len(parts) > 1 {
-		for _, p := range parts {
-			p.solo = true
+// take appends a message to the chunk being filled.
+func (f *fetcher) take(rs *readState, fe Fetched) {
+	if len(rs.batch) == cap(rs.batch) {
+		// The chunk is full (or there is none yet): the next one.
+		f.track(rs)
+		if len(rs.batch) > 0 {
+			rs.full = append(rs.full, rs.batch)
 		}
-		f.log.Warn("a fetch response held a batch too large to decompress; fetching its partitions one by one to find it", "topic", f.topic, "partitions", len(parts))
-		return
+		rs.batch, rs.untracked = f.chunks.get(), 0
 	}
-	p := parts[0]
-	err := batchTooLarge(f.topic, p.id, p.next)
-	if !p.stuck.Load() {
-		f.log.Error("partition stopped until an operator acts; the others go on", "topic", f.topic, "partition", p.id, "offset", p.next, "err", err)
-	}
-	p.failed(err)
-	p.retryAt = time.Now().Add(30 * time.Second) // retrying costs a decompression up to the limit
-	p.stuck.Store(true)
+	rs.batch = append(rs.batch, fe)
+	rs.charged += fe.Ack.size
 }
 
-// read copies a partition's records out of the response and tracks them,
-// appending them to rs.batch, while they fit in the reservation. A message
-// that does not fit stays in Kafka, with every later one of its partition,
-// and is fetched again; the first of a response is always taken, so that a
-// batch larger than the reservation still goes through (by that much over
-// the budget). It reports whether the response held records for the
-// partition, whether it moved next, and whether it stopped for want of room.
-func (f *fetcher) read(p *partition, records protocol.RecordReader, rs *readState) (saw, advanced, full bool) {
-	stream, ok := records.(*protocol.RecordStream)
-	if !ok {
-		return false, false, false
+// track tracks the messages taken and not yet tracked.
+func (f *fetcher) track(rs *readState) {
+	f.tracker.trackAll(rs.a, rs.batch[rs.untracked:])
+	rs.untracked = len(rs.batch)
+}
+
+// read reads a partition's record batches, copies their records out of
+// the response and tracks them, while they fit in the reservation. A
+// record that does not fit stays in Kafka, with every later one of its
+// partition, and is fetched again; the first of a response is always
+// taken, so that a record larger than the reservation still goes through
+// (by that much over the budget). A batch that cannot be decoded is handed
+// on as one Undecodable message, and the partition goes on after it. The
+// error is for a batch the broker sent corrupt: the partition is fetched
+// again from there.
+func (f *fetcher) read(ctx context.Context, p *partition, data []byte, rs *readState) error {
+	// The messages taken are tracked together, under one lock, in offset
+	// order with the offsets settled at once (transaction markers, records
+	// removed by compaction).
+	rs.a, rs.untracked = p.a, len(rs.batch)
+	defer f.track(rs)
+	skip := func(first, last int64) {
+		f.track(rs)
+		f.tracker.TrackSkipped(p.a, first, last)
+		p.next = last + 1
 	}
-	// The messages taken are tracked together, under one lock, once read.
-	untracked := len(rs.batch)
-	defer func() { f.tracker.trackAll(p.a, rs.batch[untracked:]) }()
-	for _, b := range stream.Records {
-		_, control := b.(*protocol.ControlBatch)
-		for {
-			rec, err := b.ReadRecord()
-			if err != nil {
-				break
-			}
-			saw = true
-			if rec.Offset < p.next {
-				// Batches may start before the offset asked for.
-				closeRecord(rec)
-				continue
-			}
-			if control {
-				if !full {
-					// A transaction marker: nothing to deliver, but its
-					// offset is settled, or the commit would stop before it.
-					// Offsets are tracked in order: those before it first.
-					f.tracker.trackAll(p.a, rs.batch[untracked:])
-					untracked = len(rs.batch)
-					f.tracker.TrackSkipped(p.a, rec.Offset)
-					p.next, advanced = rec.Offset+1, true
-				}
-				closeRecord(rec)
-				continue
-			}
-			size, bytes := recordSize(rec)
-			rs.all += size
-			if full || rs.charged > 0 && rs.charged+size > rs.reserved {
-				full = true // the rest is fetched again
-				closeRecord(rec)
-				continue
-			}
-			if len(rs.batch) == cap(rs.batch) {
-				// The chunk is full (or there is none yet): the next one.
-				f.tracker.trackAll(p.a, rs.batch[untracked:])
-				if len(rs.batch) > 0 {
-					rs.full = append(rs.full, rs.batch)
-				}
-				rs.batch, untracked = f.chunks.get(), 0
-			}
-			m := message(f.topic, p.id, rec)
-			rs.batch = append(rs.batch, Fetched{Msg: m, Ack: Ack{size: size}})
-			rs.charged, rs.wire = rs.charged+size, rs.wire+bytes
-			p.next, advanced = rec.Offset+1, true
+	for len(data) > 0 {
+		b, rest, ok, err := nextBatch(data)
+		if err != nil {
+			return fmt.Errorf("partition %d of %s: %w", p.id, f.topic, err)
+		}
+		if !ok {
+			return nil // cut short by the response's size: fetched again
+		}
+		data = rest
+		if b.last < p.next {
+			continue // read before: batches may start before the offset asked for
+		}
+		if b.control() {
+			skip(max(b.first, p.next), b.last)
+			continue
+		}
+		whole := b.first >= p.next
+		charged := rs.charged
+		full, err := f.readBatch(p, &b, rs)
+		switch {
+		case err != nil:
+			f.undecodable(ctx, p, &b, rs, err)
+		case full:
+			return nil
+		case p.next <= b.last:
+			// Its last offsets hold no record (compaction removed them):
+			// settled, or the commit would stop before them.
+			skip(p.next, b.last)
+		}
+		if whole && err == nil {
+			rs.estCharged += rs.charged - charged
+			rs.estWire += int64(len(b.raw))
 		}
 	}
-	return saw, advanced, full
-}
-
-// recordSize is what a record is charged (its key, value and headers, and
-// MessageOverhead) and its bytes as counted on the wire.
-func recordSize(rec *protocol.Record) (charged, wire int64) {
-	if rec.Key != nil {
-		wire += int64(rec.Key.Len())
-	}
-	if rec.Value != nil {
-		wire += int64(rec.Value.Len())
-	}
-	for _, h := range rec.Headers {
-		wire += int64(len(h.Key) + len(h.Value))
-	}
-	// A record's own framing on the wire: lengths, delta varints, attributes.
-	const framing = 16
-	return wire + MessageOverhead, wire + framing
-}
-
-// message copies a record out of the response's buffers: one allocation
-// for its key and value, so that a message kept long (its dead letter
-// retried) pins only itself.
-func message(topic string, partition int, rec *protocol.Record) kafka.Message {
-	var klen, vlen int
-	if rec.Key != nil {
-		klen = rec.Key.Len()
-	}
-	if rec.Value != nil {
-		vlen = rec.Value.Len()
-	}
-	buf := make([]byte, klen+vlen)
-	m := kafka.Message{Topic: topic, Partition: partition, Offset: rec.Offset, Headers: rec.Headers}
-	if rec.Key != nil {
-		_, _ = io.ReadFull(rec.Key, buf[:klen])
-		m.Key = buf[:klen:klen]
-	}
-	if rec.Value != nil {
-		_, _ = io.ReadFull(rec.Value, buf[klen:])
-		m.Value = buf[klen:]
-	}
-	closeRecord(rec)
-	// Kafka's "no timestamp" is -1; kafka-go's Reader maps it to the zero
-	// time, and so does this.
-	if ms := rec.Time.UnixMilli(); ms != -1 {
-		m.Time = time.UnixMilli(ms).UTC()
-	}
-	return m
-}
-
-func closeRecord(rec *protocol.Record) {
-	if rec.Key != nil {
-		rec.Key.Close()
-	}
-	if rec.Value != nil {
-		rec.Value.Close()
-	}
-}
-
-// partitionError handles an error the broker returned for one partition.
-func (f *fetcher) partitionError(ctx context.Context, p *partition, err error) error {
-	if errors.Is(err, kafka.OffsetOutOfRange) {
-		return f.outOfRange(ctx, p)
-	}
-	p.failed(err)
-	f.m.fetchErrors.Add(ctx, 1)
-	f.log.Warn("kafka partition fetch failed; retrying it with backoff", "topic", f.topic, "partition", p.id, "backoff", p.delay, "err", err)
 	return nil
 }
 
-// outOfRange applies --offset-out-of-range to a partition whose next offset
-// the broker says is not in its log.
-func (f *fetcher) outOfRange(ctx context.Context, p *partition) error {
-	first, last, err := f.bounds(ctx, p.id)
-	if err != nil {
-		p.failed(err)
-		return nil
+// readBatch takes b's records from p.next on. full reports that it stopped
+// for want of room in the reservation.
+func (f *fetcher) readBatch(p *partition, b *recordBatch, rs *readState) (full bool, err error) {
+	if err := f.records.open(b); err != nil {
+		return false, err
 	}
-	if p.next >= first && p.next <= last {
+	var rec record
+	for {
+		ok, err := f.records.next(&rec)
+		if err != nil || !ok {
+			return false, err
+		}
+		if rec.offset < p.next {
+			continue
+		}
+		size := int64(len(rec.key)+len(rec.value)+len(rec.headers)) + MessageOverhead
+		if rs.charged > 0 && rs.charged+size > rs.reserved {
+			return true, nil // the rest is fetched again
+		}
+		m, err := message(f.topic, p.id, &rec)
+		if err != nil {
+			return false, err
+		}
+		f.take(rs, Fetched{Msg: m, Ack: Ack{size: size}, Cut: rec.cut})
+		p.next = rec.offset + 1
+	}
+}
+
+// undecodable hands on b's offsets from p.next as one message, to be
+// dead-lettered as what it is, and moves the partition past them.
+func (f *fetcher) undecodable(ctx context.Context, p *partition, b *recordBatch, rs *readState, cause error) {
+	payload := b.records
+	if b.magic < 2 {
+		payload = b.value
+	}
+	first := max(b.first, p.next)
+	u := &Undecodable{Last: b.last, Codec: codecName(b.codec()), Size: len(payload), SHA256: sha256.Sum256(payload)}
+	u.Reason = fmt.Sprintf("record batch at offsets %d to %d (%s, %d bytes) cannot be decoded: %v", first, b.last, u.Codec, u.Size, cause)
+	f.m.undecodable.Add(ctx, 1)
+	if n, ok := p.logged.allow("undecodable"); ok {
+		f.log.Error("record batch cannot be decoded; its offsets go to the dead-letter topic as one and the partition goes on",
+			"topic", f.topic, "partition", p.id, "first", first, "last", b.last, "codec", u.Codec, "bytes", u.Size, "repeats", n, "err", cause)
+	}
+	f.take(rs, Fetched{Msg: kafka.Message{Topic: f.topic, Partition: p.id, Offset: first}, Ack: Ack{size: MessageOverhead}, Undecodable: u})
+	p.next = b.last + 1
+}
+
+// message copies a record out of the response's buffers: one allocation
+// for its key, value and header values, so that a message kept long (its
+// dead letter retried) pins only itself.
+func message(topic string, partition int, rec *record) (kafka.Message, error) {
+	klen, vlen := len(rec.key), len(rec.value)
+	buf := make([]byte, klen+vlen+len(rec.headers))
+	m := kafka.Message{Topic: topic, Partition: partition, Offset: rec.offset}
+	if rec.key != nil {
+		copy(buf, rec.key)
+		m.Key = buf[:klen:klen]
+	}
+	if rec.value != nil {
+		copy(buf[klen:], rec.value)
+		m.Value = buf[klen : klen+vlen : klen+vlen]
+	}
+	if rec.nheaders > 0 {
+		hs, err := headers(rec.headers, rec.nheaders, buf[klen+vlen:klen+vlen])
+		if err != nil {
+			return m, fmt.Errorf("headers of the record at offset %d: %w", rec.offset, err)
+		}
+		m.Headers = hs
+	}
+	// Kafka's "no timestamp" is -1; kafka-go's Reader maps it to the zero
+	// time, and so does this.
+	if rec.time != -1 {
+		m.Time = time.UnixMilli(rec.time).UTC()
+	}
+	return m, nil
+}
+
+// headers decodes n headers of a v2 record, their values copied into buf.
+func headers(b []byte, n int, buf []byte) ([]kafka.Header, error) {
+	if n > len(b) { // each takes at least two bytes
+		return nil, errShort
+	}
+	hs := make([]kafka.Header, n)
+	d := varints{b: b}
+	for i := range hs {
+		k := d.bytes()
+		v := d.bytes()
+		if d.err != nil {
+			return nil, d.err
+		}
+		hs[i].Key = string(k)
+		if v != nil {
+			start := len(buf)
+			buf = append(buf, v...)
+			hs[i].Value = buf[start:len(buf):len(buf)]
+		}
+	}
+	return hs, nil
+}
+
+// partitionError handles an error the broker returned for one partition.
+func (f *fetcher) partitionError(ctx context.Context, p *partition, err error) {
+	if errors.Is(err, kafka.OffsetOutOfRange) {
+		// The log's bounds decide what comes next: looked up beside the
+		// loop, like any other offset lookup.
+		p.want, p.retryAt = wantBounds, time.Time{}
+		return
+	}
+	f.fail(ctx, p, fmt.Errorf("fetch partition %d of %s: %w", p.id, f.topic, err))
+}
+
+// outOfRange applies --offset-out-of-range to a partition whose next offset
+// the broker said is not in its log, which holds first to end.
+func (f *fetcher) outOfRange(ctx context.Context, p *partition, first, end int64) error {
+	if p.next >= first && p.next <= end {
 		// In range again (a new leader caught up): try again.
-		p.failed(fmt.Errorf("offset %d out of range, now within [%d, %d]", p.next, first, last))
+		p.want = wantNothing
+		f.fail(ctx, p, fmt.Errorf("offset %d out of range, now within [%d, %d]", p.next, first, end))
 		return nil
 	}
 	if f.reset == ResetFail {
 		return fmt.Errorf("partition %d of %s: offset %d is outside the log, which holds offsets %d to %d (the topic was recreated, or retention passed it), and --offset-out-of-range is fail: "+
 			"reset the group's offset (kafka-consumer-groups --reset-offsets) or run with --offset-out-of-range earliest or latest",
-			p.id, f.topic, p.next, first, last-1)
+			p.id, f.topic, p.next, first, end-1)
 	}
 	to := first
 	if f.reset == ResetLatest {
-		to = last
+		to = end
 	}
 	a := f.restart(ctx, p.a, to)
 	if a == nil {
 		return nil // the generation is over
 	}
 	f.log.Warn("committed offset outside the log; reading on from --offset-out-of-range", "topic", f.topic, "partition", p.id,
-		"offset", p.next, "log_start", first, "log_end", last, "policy", f.reset.String(), "from", to, "skipped", max(0, to-p.next))
+		"offset", p.next, "log_start", first, "log_end", end, "policy", f.reset.String(), "from", to, "skipped", max(0, to-p.next))
 	f.m.offsetResets.Add(ctx, 1)
-	p.a, p.next = a, to
-	p.ok()
+	p.a, p.next, p.want = a, to, wantNothing
+	p.lag.Store(max(0, end-to))
+	p.moved()
+	f.ok(p)
 	return nil
 }
 
-// resolve turns FirstOffset and LastOffset into offsets.
-func (f *fetcher) resolve(ctx context.Context) error {
-	now := time.Now()
-	for _, p := range f.parts {
-		if p.next >= 0 || now.Before(p.retryAt) {
-			continue
-		}
-		first, last, err := f.bounds(ctx, p.id)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			p.failed(err)
-			continue
-		}
-		if p.next == kafka.FirstOffset {
-			p.next = first
-		} else {
-			p.next = last
-		}
-		p.ok()
+// sizeEstimate is how many bytes of the budget a byte fetched turns into:
+// more than one, since a message is charged its MessageOverhead, and far
+// more when the records are compressed (the broker counts compressed
+// bytes). A request asks the broker for its reservation divided by it. It
+// is learned from record batches read whole, so one batch larger than a
+// request (which the broker sends anyway, to make progress) cannot skew
+// it, and it is bounded: asking for less than minAsk bytes is never right.
+type sizeEstimate struct{ ratio float64 }
+
+const (
+	maxRatio = 64
+	minAsk   = 64 << 10
+)
+
+func (e *sizeEstimate) ask(reserved int64) int64 {
+	r := e.ratio
+	if r < 1 {
+		r = 2 // until a response says otherwise
 	}
-	return nil
+	return max(int64(float64(reserved)/r), min(reserved, minAsk))
 }
 
-// bounds returns the first offset of a partition's log and its end.
-func (f *fetcher) bounds(ctx context.Context, id int) (first, end int64, err error) {
-	res, err := f.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{
-		f.topic: {kafka.FirstOffsetOf(id), kafka.LastOffsetOf(id)},
-	}})
-	if err != nil {
-		return 0, 0, err
+func (e *sizeEstimate) observe(charged, wire int64) {
+	if wire <= 0 {
+		return
 	}
-	for _, po := range res.Topics[f.topic] {
-		if po.Partition == id {
-			if po.Error != nil {
-				return 0, 0, po.Error
-			}
-			return po.FirstOffset, po.LastOffset, nil
-		}
+	o := min(max(float64(charged)/float64(wire), 1), maxRatio)
+	if e.ratio < 1 {
+		e.ratio = o
+		return
 	}
-	return 0, 0, fmt.Errorf("no offsets for partition %d of %s", id, f.topic)
+	e.ratio = 0.5*e.ratio + 0.5*o
 }

@@ -28,6 +28,7 @@ func meter(mp metric.MeterProvider) metric.Meter {
 type consumerMetrics struct {
 	offsetResets metric.Int64Counter
 	fetchErrors  metric.Int64Counter
+	undecodable  metric.Int64Counter
 	registration metric.Registration
 }
 
@@ -49,8 +50,14 @@ func (c *Consumer) registerMetrics(meter metric.Meter) (*consumerMetrics, error)
 	resets, err6 := meter.Int64Counter("cellttl.kafka.offset_resets", metric.WithUnit("{reset}"),
 		metric.WithDescription("committed offsets found outside the log and reset by --offset-out-of-range"))
 	fetchErrors, err7 := meter.Int64Counter("cellttl.kafka.fetch_errors", metric.WithUnit("{error}"),
-		metric.WithDescription("fetch requests or partitions that failed and are retried with backoff"))
-	if err := errors.Join(err1, err2, err3, err4, err5, err6, err7, err8); err != nil {
+		metric.WithDescription("failures to read a partition (fetch, offset lookup, leader): each is retried with backoff"))
+	undecodable, err9 := meter.Int64Counter("cellttl.kafka.undecodable_batches", metric.WithUnit("{batch}"),
+		metric.WithDescription("record batches that could not be decoded (past the decompression bound, or broken), handed on to the dead-letter topic"))
+	committedLag, err10 := meter.Int64ObservableGauge("cellttl.kafka.consumer.committed_lag", metric.WithUnit("{message}"),
+		metric.WithDescription("messages between the committed offset and the partition's high watermark, per owned partition: what the group has not settled"))
+	stalled, err11 := meter.Int64ObservableGauge("cellttl.kafka.consumer.stalled_partitions", metric.WithUnit("{partition}"),
+		metric.WithDescription("owned partitions that made no progress for longer than --partition-stall-timeout"))
+	if err := errors.Join(err1, err2, err3, err4, err5, err6, err7, err8, err9, err10, err11); err != nil {
 		return nil, fmt.Errorf("register consumer metrics: %w", err)
 	}
 	base := []attribute.KeyValue{
@@ -65,20 +72,29 @@ func (c *Consumer) registerMetrics(meter metric.Meter) (*consumerMetrics, error)
 		o.ObserveInt64(limit, c.budget.Limit())
 		s := c.Status()
 		o.ObserveInt64(owned, int64(len(s.Partitions)), baseSet)
+		nstalled := 0
 		for _, p := range s.Partitions {
 			attrs := metric.WithAttributes(append(base[:3:3], attribute.String("messaging.destination.partition.id", strconv.Itoa(p.Partition)))...)
 			o.ObserveInt64(lag, p.Lag, attrs)
 			if p.Committed >= 0 {
 				o.ObserveInt64(committed, p.Committed, attrs)
 			}
+			if p.CommittedLag >= 0 {
+				o.ObserveInt64(committedLag, p.CommittedLag, attrs)
+			}
+			if p.Stalled != "" {
+				nstalled++
+			}
 		}
+		o.ObserveInt64(stalled, int64(nstalled), baseSet)
 		return nil
-	}, consumed, lag, committed, owned, inflight, limit)
+	}, consumed, lag, committed, owned, inflight, limit, committedLag, stalled)
 	if err != nil {
 		return nil, fmt.Errorf("register consumer metrics: %w", err)
 	}
 	// The counters exist from start-up, at 0, for rate() and dashboards.
 	resets.Add(context.Background(), 0)
 	fetchErrors.Add(context.Background(), 0)
-	return &consumerMetrics{offsetResets: resets, fetchErrors: fetchErrors, registration: reg}, nil
+	undecodable.Add(context.Background(), 0)
+	return &consumerMetrics{offsetResets: resets, fetchErrors: fetchErrors, undecodable: undecodable, registration: reg}, nil
 }

@@ -30,9 +30,15 @@ type Assignment struct {
 	partition int
 	stale     atomic.Bool // a later epoch replaced it, or the partition was revoked
 
-	head    uint64  // seq of entries[0]
-	entries []entry // a slice re-sliced as it drains: amortised O(1)
-	last    int64   // last offset tracked
+	// entries are the messages tracked and not yet known done, in offset
+	// order, with done ones among them until there are too many: memory
+	// follows the messages not yet settled, never the span behind the
+	// oldest of them (one stuck offset with millions settled after it
+	// holds a few entries, not millions). Each message not settled holds
+	// its bytes in the budget, which bounds them.
+	entries []entry
+	ndone   int   // entries marked done and not yet removed
+	last    int64 // last offset tracked
 	// frontier is the next offset to commit: every offset tracked below it
 	// is done. -1 until one is.
 	frontier int64
@@ -43,10 +49,16 @@ type Assignment struct {
 	floor int64
 }
 
+// entry is a message, or a range of offsets settled as one (a record batch
+// that could not be decoded), by the first offset it covers.
 type entry struct {
 	offset int64
 	done   bool
 }
+
+// compactAt is the number of entries from which done ones are removed once
+// they are half of them: amortised O(1) per message.
+const compactAt = 64
 
 // Partition is the partition of the epoch.
 func (a *Assignment) Partition() int { return a.partition }
@@ -56,9 +68,9 @@ func (a *Assignment) Stale() bool { return a.stale.Load() }
 
 // Ack settles one tracked message. The zero Ack does nothing.
 type Ack struct {
-	a    *Assignment
-	seq  uint64
-	size int64 // bytes charged to the budget
+	a      *Assignment
+	offset int64
+	size   int64 // bytes charged to the budget
 }
 
 // NewTracker returns an empty Tracker.
@@ -116,15 +128,15 @@ func (t *Tracker) Restart(a *Assignment) *Assignment {
 func (t *Tracker) Track(a *Assignment, offset, size int64) Ack {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.trackLocked(a, offset, size)
+	return t.trackLocked(a, offset, offset, size)
 }
 
-// TrackSkipped records offsets the worker will never deliver (the control
-// records of transactions) as done at once.
-func (t *Tracker) TrackSkipped(a *Assignment, offset int64) {
+// TrackSkipped records offsets first to last, which the worker will never
+// deliver (the control records of transactions), as done at once.
+func (t *Tracker) TrackSkipped(a *Assignment, first, last int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.doneLocked(t.trackLocked(a, offset, 0))
+	t.doneLocked(t.trackLocked(a, first, last, 0))
 }
 
 // trackAll tracks the fetched messages fs, all of epoch a, in offset
@@ -136,14 +148,19 @@ func (t *Tracker) trackAll(a *Assignment, fs []Fetched) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for i := range fs {
-		fs[i].Ack = t.trackLocked(a, fs[i].Msg.Offset, fs[i].Ack.size)
+		last := fs[i].Msg.Offset
+		if u := fs[i].Undecodable; u != nil {
+			last = u.Last
+		}
+		fs[i].Ack = t.trackLocked(a, fs[i].Msg.Offset, last, fs[i].Ack.size)
 	}
 }
 
-func (t *Tracker) trackLocked(a *Assignment, offset, size int64) Ack {
-	a.last = offset
-	a.entries = append(a.entries, entry{offset: offset})
-	return Ack{a: a, seq: a.head + uint64(len(a.entries)) - 1, size: size}
+// trackLocked tracks offsets first to last as one message.
+func (t *Tracker) trackLocked(a *Assignment, first, last, size int64) Ack {
+	a.last = last
+	a.entries = append(a.entries, entry{offset: first})
+	return Ack{a: a, offset: first, size: size}
 }
 
 // Done marks the message done.
@@ -173,23 +190,55 @@ func (t *Tracker) DoneAll(acks []Ack) int64 {
 
 func (t *Tracker) doneLocked(ack Ack) {
 	a := ack.a
-	if ack.seq < a.head {
+	// Entries are in offset order: the message is found by its offset.
+	lo, hi := 0, len(a.entries)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if a.entries[m].offset < ack.offset {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	if lo == len(a.entries) || a.entries[lo].offset != ack.offset || a.entries[lo].done {
 		return // already done (Done called twice)
 	}
-	a.entries[ack.seq-a.head].done = true
+	a.entries[lo].done = true
+	a.ndone++
 	n := 0
 	for n < len(a.entries) && a.entries[n].done {
 		n++
 	}
-	if n == 0 {
-		return
+	if n > 0 {
+		a.entries = a.entries[n:]
+		a.ndone -= n
+		if len(a.entries) == 0 {
+			a.entries = nil // let the backing array go
+			a.frontier = max(a.frontier, a.last+1)
+		} else {
+			// Every offset tracked below the first entry is done.
+			a.frontier = max(a.frontier, a.entries[0].offset)
+		}
 	}
-	a.frontier = max(a.frontier, a.entries[n-1].offset+1)
-	a.head += uint64(n)
-	a.entries = a.entries[n:]
-	if len(a.entries) == 0 {
-		a.entries = nil // let the backing array go
+	if a.ndone >= compactAt/2 && 2*a.ndone >= len(a.entries) {
+		a.compact()
 	}
+}
+
+// compact removes the done entries, and moves the rest to a smaller array
+// when the one they are in has grown far larger than they need.
+func (a *Assignment) compact() {
+	keep := a.entries[:0]
+	if cap(a.entries) > 4*(len(a.entries)-a.ndone)+compactAt {
+		keep = make([]entry, 0, 2*(len(a.entries)-a.ndone)+compactAt)
+	}
+	for _, e := range a.entries {
+		if !e.done {
+			keep = append(keep, e)
+		}
+	}
+	clear(a.entries[len(keep):len(a.entries)])
+	a.entries, a.ndone = keep, 0
 }
 
 // Committable returns the current epochs whose settled prefix lies above
@@ -235,11 +284,7 @@ func (t *Tracker) Pending() int {
 	defer t.mu.Unlock()
 	n := 0
 	for _, a := range t.current {
-		for _, e := range a.entries {
-			if !e.done {
-				n++
-			}
-		}
+		n += len(a.entries) - a.ndone
 	}
 	return n
 }

@@ -26,11 +26,15 @@ type instruments struct {
 // classes of event.Error, and rows Bigtable refused.
 var deadLetterReasons = []string{
 	string(event.TooLarge), string(event.NotJSON), string(event.Missing), string(event.WrongType),
-	string(event.BadID), string(event.BadTime), string(event.Ambiguous), reasonBigtableRefused,
+	string(event.BadID), string(event.BadTime), string(event.Ambiguous), reasonBigtableRefused, reasonUndecodable,
 }
 
-// reasonBigtableRefused is the reason of a row Bigtable refused for good.
-const reasonBigtableRefused = "bigtable_refused"
+// reasonBigtableRefused is the reason of a row Bigtable refused for good,
+// reasonUndecodable of a record batch the fetcher could not decode.
+const (
+	reasonBigtableRefused = "bigtable_refused"
+	reasonUndecodable     = "undecodable_batch"
+)
 
 func (p *Pipeline) registerMetrics() error {
 	var err error

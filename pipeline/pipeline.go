@@ -232,17 +232,28 @@ func record(m *event.Mapping, msg *kafka.Message) event.Record {
 // route decides a message's fate: dead letter, skip, or a row to write.
 func (p *Pipeline) route(f *ingest.Fetched, now time.Time, cfg *tenants.Config, b *batcher, dead chan<- deadItem) {
 	msg := &f.Msg
-	rec := record(p.cfg.Decoder.Mapping, msg)
-	ev, err := p.cfg.Decoder.DecodeRecord(&rec)
+	var ev event.Event
+	var err error
+	reason := reasonUndecodable
+	if f.Undecodable != nil {
+		err = errors.New(f.Undecodable.Reason)
+	} else {
+		rec := record(p.cfg.Decoder.Mapping, msg)
+		if f.Cut != nil {
+			rec.Size = f.Cut.Size
+		}
+		ev, err = p.cfg.Decoder.DecodeRecord(&rec)
+		reason = string(event.NotJSON)
+	}
 	if err != nil {
 		var evErr *event.Error
-		field, reason := "", string(event.NotJSON)
+		field := ""
 		if errors.As(err, &evErr) {
 			field, reason = evErr.Field, string(evErr.Class)
 		}
 		ts := p.stats.Tenant(ev.Tenant)
 		ts.Consumed.Add(1)
-		d := deadItem{dl: ingest.DeadLetter{Msg: *msg, Reason: err.Error(), Field: field}, ack: f.Ack, tenant: ts, reason: reason}
+		d := deadItem{dl: ingest.DeadLetter{Msg: *msg, Reason: err.Error(), Field: field, Cut: f.Cut, Undecodable: f.Undecodable}, ack: f.Ack, tenant: ts, reason: reason}
 		select {
 		case dead <- d:
 		default:

@@ -203,6 +203,7 @@ func newWorker(ctx context.Context, o *runOptions, cfg *tenants.Config, dc *bigt
 		Group:            o.kafka.Group,
 		CommitInterval:   o.kafka.CommitInterval,
 		SessionTimeout:   o.kafka.SessionTimeout,
+		StallTimeout:     o.kafka.StallTimeout,
 		MaxInflightBytes: o.pipe.FetchBudget(),
 		MaxEventBytes:    o.pipe.Decoder.MaxBytes,
 		OffsetReset:      o.kafka.OffsetReset,

@@ -1,0 +1,239 @@
+package ingest
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"sync/atomic"
+
+	"github.com/segmentio/kafka-go/protocol"
+	fetchAPI "github.com/segmentio/kafka-go/protocol/fetch"
+)
+
+// The fetcher reads Fetch responses itself. kafka-go would decode a whole
+// response before returning it, decompressing every record batch in full
+// into memory: a response of many small batches, each a few kilobytes of
+// zstd on the wire, could hold gigabytes. So a fetch request is sent through
+// the Transport (its connection, TLS, SASL and routing to the leader), but
+// its response is read as bytes, by RawExchange, and its batches are walked
+// and decompressed one at a time, as streams, by the fetcher (batches.go).
+
+// minFetchVersion is the oldest Fetch version the fetcher reads: v4 (Kafka
+// 0.11) brought record batches and the log's last stable offset.
+const minFetchVersion = 4
+
+// maxResponseBytes is a sanity bound on a response's size prefix: a broker
+// answers within the request's MaxBytes, plus one record batch larger than
+// that to make progress.
+const maxResponseBytes = 1 << 30
+
+// fetchRequest is a Fetch request whose response is read as bytes.
+type fetchRequest struct {
+	*fetchAPI.Request
+	version int16
+	// buf, when large enough, holds the response: a buffer of an earlier
+	// response, reused.
+	buf []byte
+}
+
+// correlations numbers the requests the fetcher sends itself.
+var correlations atomic.Int32
+
+// Required is called on the connection with the versions it negotiated:
+// the response is always read here.
+func (r *fetchRequest) Required(versions map[protocol.ApiKey]int16) bool {
+	r.version = versions[protocol.Fetch]
+	return true
+}
+
+// RawExchange writes the request and reads its whole response, then parses
+// its frame: topics and partitions, each partition's records left as bytes.
+func (r *fetchRequest) RawExchange(rw io.ReadWriter) (protocol.Message, error) {
+	if r.version < minFetchVersion {
+		return nil, fmt.Errorf("the broker speaks Fetch v%d; cellttl needs v%d or later (Kafka 0.11+)", r.version, minFetchVersion)
+	}
+	id := correlations.Add(1)
+	if err := protocol.WriteRequest(rw, r.version, id, "cellttl", r.Request); err != nil {
+		return nil, fmt.Errorf("write fetch request: %w", err)
+	}
+	var size [4]byte
+	if _, err := io.ReadFull(rw, size[:]); err != nil {
+		return nil, fmt.Errorf("read fetch response: %w", err)
+	}
+	n := int32(binary.BigEndian.Uint32(size[:]))
+	if n < 4 || n > maxResponseBytes {
+		return nil, fmt.Errorf("fetch response of %d bytes", n)
+	}
+	buf := r.buf
+	if cap(buf) < int(n) {
+		buf = make([]byte, n)
+	}
+	buf = buf[:n]
+	if _, err := io.ReadFull(rw, buf); err != nil {
+		return nil, fmt.Errorf("read fetch response: %w", err)
+	}
+	if got := int32(binary.BigEndian.Uint32(buf)); got != id {
+		return nil, fmt.Errorf("fetch response for request %d, want %d", got, id)
+	}
+	res, err := parseFetchResponse(buf[4:], r.version)
+	if err != nil {
+		return nil, fmt.Errorf("fetch response v%d: %w", r.version, err)
+	}
+	res.buf = buf
+	return res, nil
+}
+
+// fetchResponse is a Fetch response as read from the wire.
+type fetchResponse struct {
+	ErrorCode  int16
+	Partitions []fetchPartition
+	// buf holds the response, which Records point into.
+	buf []byte
+}
+
+// ApiKey makes it a protocol.Message.
+func (*fetchResponse) ApiKey() protocol.ApiKey { return protocol.Fetch }
+
+// fetchPartition is one partition of a Fetch response.
+type fetchPartition struct {
+	Topic          string
+	Partition      int32
+	ErrorCode      int16
+	HighWatermark  int64
+	LogStartOffset int64 // -1 before v5
+	// Records is the partition's record batches as the broker sent them;
+	// the last may be cut short by the response's size limit.
+	Records []byte
+}
+
+// parseFetchResponse parses the body of a Fetch response, v4 to v11 (the
+// versions before the flexible encoding of v12, which kafka-go does not
+// negotiate).
+func parseFetchResponse(b []byte, version int16) (*fetchResponse, error) {
+	d := wire{b: b}
+	res := &fetchResponse{}
+	d.int32() // throttle_time_ms
+	if version >= 7 {
+		res.ErrorCode = d.int16()
+		d.int32() // session_id
+	}
+	topics := d.arrayLen()
+	for range topics {
+		topic := d.string()
+		parts := d.arrayLen()
+		for range parts {
+			p := fetchPartition{Topic: topic, LogStartOffset: -1}
+			p.Partition = d.int32()
+			p.ErrorCode = d.int16()
+			p.HighWatermark = d.int64()
+			d.int64() // last_stable_offset
+			if version >= 5 {
+				p.LogStartOffset = d.int64()
+			}
+			aborted := d.arrayLen() // aborted transactions: read uncommitted
+			d.skip(aborted * 16)
+			if version >= 11 {
+				d.int32() // preferred_read_replica
+			}
+			n := d.int32()
+			if n > 0 {
+				p.Records = d.bytes(int(n))
+			}
+			if d.err != nil {
+				return nil, d.err
+			}
+			res.Partitions = append(res.Partitions, p)
+		}
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	return res, nil
+}
+
+// errShort is a response or batch shorter than its lengths say.
+var errShort = errors.New("truncated")
+
+// wire reads the big-endian fields of the Kafka protocol from b; the
+// first error sticks and later reads return zeros.
+type wire struct {
+	b   []byte
+	err error
+}
+
+func (d *wire) need(n int) bool {
+	if d.err != nil {
+		return false
+	}
+	if n < 0 || len(d.b) < n {
+		d.err = errShort
+		d.b = nil
+		return false
+	}
+	return true
+}
+
+func (d *wire) int16() int16 {
+	if !d.need(2) {
+		return 0
+	}
+	v := int16(binary.BigEndian.Uint16(d.b))
+	d.b = d.b[2:]
+	return v
+}
+
+func (d *wire) int32() int32 {
+	if !d.need(4) {
+		return 0
+	}
+	v := int32(binary.BigEndian.Uint32(d.b))
+	d.b = d.b[4:]
+	return v
+}
+
+func (d *wire) int64() int64 {
+	if !d.need(8) {
+		return 0
+	}
+	v := int64(binary.BigEndian.Uint64(d.b))
+	d.b = d.b[8:]
+	return v
+}
+
+func (d *wire) bytes(n int) []byte {
+	if !d.need(n) {
+		return nil
+	}
+	v := d.b[:n:n]
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *wire) skip(n int) { d.bytes(n) }
+
+func (d *wire) string() string {
+	n := d.int16()
+	if n < 0 {
+		return ""
+	}
+	return string(d.bytes(int(n)))
+}
+
+// arrayLen reads an array's length: 0 for a null array.
+func (d *wire) arrayLen() int {
+	n := d.int32()
+	if n < 0 {
+		return 0
+	}
+	// Each element takes at least a byte: a length beyond what is left is
+	// a broken response, not a reason to allocate.
+	if int(n) > len(d.b) {
+		d.err, d.b = errShort, nil
+		return 0
+	}
+	return int(n)
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
