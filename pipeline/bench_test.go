@@ -121,6 +121,8 @@ func (s *benchSource) Settle(acks []ingest.Ack)       { s.tracker.DoneAll(acks);
 func (s *benchSource) Commit(context.Context) error   { return nil }
 func (s *benchSource) CommitLoop(ctx context.Context) { <-ctx.Done() }
 
+func (s *benchSource) Failed() <-chan struct{} { return nil }
+
 type discardWriter struct{}
 
 func (discardWriter) Write(_ context.Context, rows []sink.Row) ([]error, error) {

@@ -37,6 +37,9 @@ type Source interface {
 	Settle([]ingest.Ack)
 	Commit(ctx context.Context) error
 	CommitLoop(ctx context.Context)
+	// Failed is closed when the source must stop the worker: Poll then
+	// returns why.
+	Failed() <-chan struct{}
 }
 
 // RowWriter writes a batch of rows; see sink.Writer.Write. It must not
@@ -127,10 +130,27 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	// drain deadline passes.
 	drainCtx, cancelDrain := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelDrain()
-	stopDrainTimer := context.AfterFunc(ctx, func() {
-		time.AfterFunc(p.cfg.DrainTimeout, cancelDrain)
-	})
+	// The drain deadline runs from ctx's end, or from the source's failure:
+	// a worker that must stop stops within DrainTimeout, also while
+	// Bigtable or the dead-letter topic takes nothing (the fetch loop may
+	// be waiting on them, unable to see the failure).
+	var drainTimer *time.Timer
+	startDrain := sync.OnceFunc(func() { drainTimer = time.AfterFunc(p.cfg.DrainTimeout, cancelDrain) })
+	defer func() {
+		startDrain() // sets drainTimer, if neither did before
+		drainTimer.Stop()
+	}()
+	stopDrainTimer := context.AfterFunc(ctx, startDrain)
 	defer stopDrainTimer()
+	watchDone := make(chan struct{})
+	defer close(watchDone)
+	go func() {
+		select {
+		case <-p.src.Failed():
+			startDrain()
+		case <-watchDone:
+		}
+	}()
 
 	// Batches are recycled: at most one is being built, and one per writer
 	// is written.
@@ -192,9 +212,10 @@ func (p *Pipeline) fetchLoop(ctx context.Context, b *batcher, dead chan<- deadIt
 		}
 		var err error
 		msgs, err = p.src.Poll(pctx, msgs)
+		due := pctx.Err() != nil // before cancel, which ends pctx too
 		cancel()
 		if err != nil {
-			if ctx.Err() != nil || pctx.Err() != nil {
+			if ctx.Err() != nil || due {
 				continue // stopping, or the batch's age: flushed above
 			}
 			return err

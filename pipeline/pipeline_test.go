@@ -67,6 +67,8 @@ func (s *fakeSource) Poll(ctx context.Context, reuse []ingest.Fetched) ([]ingest
 
 func (s *fakeSource) Done(a ingest.Ack) { s.tracker.Done(a) }
 
+func (s *fakeSource) Failed() <-chan struct{} { return nil }
+
 func (s *fakeSource) Settle(acks []ingest.Ack) { s.tracker.DoneAll(acks) }
 
 func (s *fakeSource) Commit(context.Context) error {
@@ -398,4 +400,63 @@ func TestBatchSpan(t *testing.T) {
 	if len(s.Links()) != 1 || s.Links()[0].SpanContext.TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" {
 		t.Errorf("links %+v, want the producer's trace", s.Links())
 	}
+}
+
+// failingSource serves its messages, then fails as a source does when the
+// worker must stop (--offset-out-of-range fail).
+type failingSource struct {
+	*fakeSource
+	err error
+}
+
+func (s *failingSource) Failed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.next < len(s.msgs) {
+		return nil
+	}
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
+func (s *failingSource) Poll(ctx context.Context, reuse []ingest.Fetched) ([]ingest.Fetched, error) {
+	s.mu.Lock()
+	more := s.next < len(s.msgs)
+	s.mu.Unlock()
+	if more {
+		return s.fakeSource.Poll(ctx, reuse)
+	}
+	return nil, s.err
+}
+
+// Regression (issue 20): a source that must stop the worker stopped it only
+// once its writes and dead letters were done: with Bigtable taking no
+// writes and the dead-letter topic down, --offset-out-of-range fail never
+// exited (the drain deadline started on SIGTERM alone). The deadline now
+// starts when the source fails too.
+func TestFatalSourceErrorStopsWithinTheDrainTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fatal := errors.New("partition 0 of clicks: offset 500 is outside the log")
+		src := &failingSource{fakeSource: newSource(good(1), "not json"), err: fatal}
+		w, dlq := &fakeWriter{block: make(chan struct{})}, &fakeDLQ{failing: true}
+		cfg := DefaultConfig()
+		cfg.DrainTimeout = 30 * time.Second
+		p := New(cfg, src, w, dlq, func() *tenants.Config { return testConfig(t) }, nil, slog.New(slog.DiscardHandler))
+		done := make(chan error, 1)
+		start := time.Now()
+		go func() { done <- p.Run(context.Background()) }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, fatal) {
+				t.Errorf("Run: %v, want the source's error", err)
+			}
+			if took := time.Since(start); took > cfg.DrainTimeout+10*time.Second {
+				t.Errorf("Run returned after %s, drain timeout %s", took, cfg.DrainTimeout)
+			}
+		case <-time.After(10 * time.Minute):
+			t.Fatal("Run did not return with Bigtable and the dead-letter topic down")
+		}
+		close(w.block)
+	})
 }
