@@ -82,12 +82,17 @@ func (c TableConfig) Clients(ctx context.Context) (*bigtable.Client, *bigtable.A
 // defaults.
 func (c *WriterConfig) RegisterFlags(f *envflag.FlagSet) {
 	f.Duration(&c.AttemptTimeout, "write-timeout", "WRITE_TIMEOUT", c.AttemptTimeout, "bound on one Bigtable bulk write attempt before it is retried")
+	f.Duration(&c.RuleCheckInterval, "gc-rule-check-interval", "GC_RULE_CHECK_INTERVAL", c.RuleCheckInterval, "how often the family's GC rule is read again: writes wait while it disagrees with the tenants file")
 }
 
 // Validate checks the settings, naming the flag at fault.
 func (c WriterConfig) Validate() error {
+	var errs []error
 	if c.AttemptTimeout <= 0 {
-		return fmt.Errorf("--write-timeout %s: must be positive", c.AttemptTimeout)
+		errs = append(errs, fmt.Errorf("--write-timeout %s: must be positive", c.AttemptTimeout))
 	}
-	return nil
+	if c.RuleCheckInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--gc-rule-check-interval %s: must be positive", c.RuleCheckInterval))
+	}
+	return errors.Join(errs...)
 }

@@ -105,13 +105,20 @@ type WriterConfig struct {
 	// OnRetry, when set, is told of every failed attempt: the number of rows
 	// to retry, and the gRPC code and error of one of their failures.
 	OnRetry func(rows int, code codes.Code, err error)
+	// Held, when set, is asked before every attempt: while it returns an
+	// error, nothing is sent, and the rows wait (retried with backoff),
+	// neither written nor refused. See RuleWatch.
+	Held func() error
+	// RuleCheckInterval is how often the worker's RuleWatch reads the
+	// family's GC rule.
+	RuleCheckInterval time.Duration
 	// Now is the clock for written_at; time.Now when nil.
 	Now func() time.Time
 }
 
 // DefaultWriterConfig returns the defaults.
 func DefaultWriterConfig() WriterConfig {
-	return WriterConfig{AttemptTimeout: 30 * time.Second, InitialBackoff: 100 * time.Millisecond, MaxBackoff: 10 * time.Second}
+	return WriterConfig{AttemptTimeout: 30 * time.Second, InitialBackoff: 100 * time.Millisecond, MaxBackoff: 10 * time.Second, RuleCheckInterval: 30 * time.Second}
 }
 
 // NewWriter returns a Writer for the target family, its metrics from mp
@@ -167,6 +174,11 @@ func (w *Writer) Write(ctx context.Context, rows []Row) ([]error, error) {
 	}
 	attempts := 0
 	err := w.loop.Do(ctx, func(ctx context.Context) error {
+		if w.cfg.Held != nil {
+			if err := w.cfg.Held(); err != nil {
+				return &held{err}
+			}
+		}
 		attempts++
 		out := w.attempt(ctx, rows, pending, results)
 		// The caller's span (one per batch) learns how hard the write was.
@@ -188,6 +200,11 @@ func (w *Writer) Write(ctx context.Context, rows []Row) ([]error, error) {
 	}
 	return results, nil
 }
+
+// held is a write that waits: nothing was sent (see WriterConfig.Held).
+type held struct{ err error }
+
+func (h *held) Error() string { return h.err.Error() }
 
 // retryable is an attempt that left rows to write again.
 type retryable struct{ out outcome }

@@ -110,7 +110,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fmt.Fprintf(stdout, "table %s, family %s with GC rule %q (%s)\n", target.Table, target.Family, sink.DescribeGC(bigtable.MaxAgePolicy(cfg.Policy.GCMaxAge())), describePolicy(cfg.Policy))
 	fmt.Fprintf(stdout, "producing %d clicks/s for %s (1 in 25 an hour old, 1 in 40 malformed), then watching GC; Ctrl-C stops\n\n", o.rate, duration.Format(o.produceFor))
 
-	w, err := newWorker(ctx, &ro, cfg, dc, nil, log)
+	w, err := newWorker(ctx, &ro, cfg, dc, ac, nil, log)
 	if err != nil {
 		return err
 	}

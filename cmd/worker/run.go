@@ -125,7 +125,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 			log.Warn("telemetry shutdown", "err", err)
 		}
 	}()
-	w, err := newWorker(ctx, &o, cfg, s.dc, tel.MeterProvider(), log)
+	w, err := newWorker(ctx, &o, cfg, s.dc, s.ac, tel.MeterProvider(), log)
 	if err != nil {
 		return err
 	}
@@ -160,6 +160,7 @@ type worker struct {
 	o            *runOptions
 	cfg          *tenants.Config
 	dc           *bigtable.Client
+	rules        *sink.RuleWatch
 	log          *slog.Logger
 	dlq          *ingest.DeadLetterWriter
 	consumer     *ingest.Consumer
@@ -172,11 +173,16 @@ type worker struct {
 // newWorker builds the parts, checks the dead-letter topic and joins the
 // consumer group. The parts record their metrics through mp (nothing when
 // nil).
-func newWorker(ctx context.Context, o *runOptions, cfg *tenants.Config, dc *bigtable.Client, mp metric.MeterProvider, log *slog.Logger) (*worker, error) {
+func newWorker(ctx context.Context, o *runOptions, cfg *tenants.Config, dc *bigtable.Client, ac *bigtable.AdminClient, mp metric.MeterProvider, log *slog.Logger) (*worker, error) {
 	if mp == nil {
 		mp = noop.NewMeterProvider()
 	}
 	w := &worker{o: o, cfg: cfg, dc: dc, log: log}
+	// The rule the cells are computed for never changes while the worker
+	// runs (a reload that would change it is refused): checked at start-up,
+	// then watched.
+	w.rules = sink.NewRuleWatch(ac, o.table.Target(), cfg.Policy.GCMaxAge(),
+		fmt.Sprintf("set it back (`worker setup --update-gc-policy` with the tenants file this worker runs, %s), or restart the workers with the tenants file that matches the new rule", describePolicy(cfg.Policy)), log)
 	brokers, sec := o.kafka.Brokers, o.kafka.Security
 	dialer, err := sec.Dialer()
 	if err != nil {
@@ -216,6 +222,7 @@ func newWorker(ctx context.Context, o *runOptions, cfg *tenants.Config, dc *bigt
 	}
 	wcfg := o.writer
 	wcfg.OnRetry = func(rows int, code codes.Code, err error) { w.lastWriteErr.set(err) }
+	wcfg.Held = w.rules.Held
 	if w.writer, err = sink.NewWriter(dc, o.table.Target(), wcfg, mp, log); err != nil {
 		_ = errors.Join(w.consumer.Close(), w.dlq.Close())
 		return nil, err
@@ -242,6 +249,7 @@ func (w *worker) serve(ctx context.Context, metrics http.Handler) error {
 	bg, stopBackground := context.WithCancel(ctx)
 	defer stopBackground()
 	wg.Go(func() { w.dlq.Run(bg, 30*time.Second) })
+	wg.Go(func() { w.rules.Run(bg, o.writer.RuleCheckInterval) })
 	if o.tenants.Path != "" {
 		hup := make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)
@@ -293,8 +301,9 @@ func (w *worker) readinessChecks() []admin.Check {
 				return fmt.Errorf("bigtable read: %w", err)
 			}
 			// Reads can pass while every write is refused (an app profile
-			// that routes nowhere, missing write permission).
-			return w.writer.Outage()
+			// that routes nowhere, missing write permission), or held (the
+			// family's GC rule changed under the worker).
+			return errors.Join(w.rules.Held(), w.writer.Outage())
 		}},
 		{Name: "dead-letter", Fn: func(context.Context) error { return w.dlq.Problem() }},
 		{Name: "config", Fn: func(context.Context) error {

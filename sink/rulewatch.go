@@ -1,0 +1,91 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"cloud.google.com/go/bigtable"
+)
+
+// RuleWatch reads the family's GC rule again and again while the worker
+// runs. Cell timestamps are computed for one max-age; under another, the
+// cells written expire at the wrong time (a shorter rule collects them
+// early: data lost). So while the family's rule is not the one the worker
+// computes for (an operator ran `worker setup --update-gc-policy` before
+// restarting the workers, or edited it with cbt), Held returns why, and a
+// Writer given it writes nothing: its rows wait, neither written nor
+// refused, until the rule and the worker agree again.
+type RuleWatch struct {
+	ac     *bigtable.AdminClient
+	target Target
+	maxAge time.Duration
+	fix    string
+	log    *slog.Logger
+
+	mu     sync.Mutex
+	held   error     // why writes wait, nil when the rule agrees
+	failed time.Time // last time a read failure was logged
+}
+
+// NewRuleWatch watches t's rule, which must be max-age maxAge; fix says
+// what to do when it is not, for the log and readiness.
+func NewRuleWatch(ac *bigtable.AdminClient, t Target, maxAge time.Duration, fix string, log *slog.Logger) *RuleWatch {
+	return &RuleWatch{ac: ac, target: t, maxAge: maxAge, fix: fix, log: log}
+}
+
+// Held returns why writes must wait, nil when they may go on.
+func (r *RuleWatch) Held() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.held
+}
+
+// Check reads the rule once. A rule that disagrees, or a family or table
+// that is gone, holds writes; one that agrees releases them. When the rule
+// cannot be read, what was known stays, and the error is returned.
+func (r *RuleWatch) Check(ctx context.Context) error {
+	err := CheckGC(ctx, r.ac, r.target, r.maxAge)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case err == nil:
+		if r.held != nil {
+			r.log.Info("the family's GC rule agrees with the tenants file again; writes go on", "family", r.target.String(), "rule", DescribeGC(bigtable.MaxAgePolicy(r.maxAge)))
+		}
+		r.held = nil
+	case IsMismatch(err) || errors.Is(err, ErrNotSetUp):
+		held := fmt.Errorf("writes held: %w; %s", err, r.fix)
+		if r.held == nil || r.held.Error() != held.Error() {
+			r.log.Error("the family's GC rule changed under the worker: no cell is written until it agrees with the tenants file again, and nothing is dead-lettered for it",
+				"family", r.target.String(), "err", err, "fix", r.fix)
+		}
+		r.held = held
+	default:
+		if time.Since(r.failed) >= time.Minute {
+			r.failed = time.Now()
+			r.log.Warn("could not read the family's GC rule; checking again", "family", r.target.String(), "err", err)
+		}
+		return err
+	}
+	return nil
+}
+
+// Run checks every interval until ctx ends.
+func (r *RuleWatch) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			cctx, cancel := context.WithTimeout(ctx, max(interval, 10*time.Second))
+			_ = r.Check(cctx)
+			cancel()
+		}
+	}
+}
