@@ -156,6 +156,7 @@ func Migrate(ctx context.Context, tbl *bigtable.Table, family string, old, new *
 		if st.Purge {
 			ro := o
 			ro.Tenants, ro.WrittenUnder, ro.Passes = st.Tenants, old, 1
+			ro.Job.Step = st.String()
 			var r Report
 			// Rows follow the old file: only the expired ones change. The
 			// rest is counted by the re-timing step.
@@ -164,6 +165,7 @@ func Migrate(ctx context.Context, tbl *bigtable.Table, family string, old, new *
 		} else if st.Retime {
 			ro := o
 			ro.Tenants, ro.WrittenUnder = st.Tenants, old
+			ro.Job.Step = st.String()
 			var r Report
 			r, err = Retime(ctx, tbl, family, new, ro)
 			total.add(r)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -207,7 +208,7 @@ func TestRetimeResumes(t *testing.T) {
 	}
 	var cp checkpoint
 	cp.path = cpFile
-	if ok, err := cp.load(); !ok || err != nil || cp.Done["acme"] == "" || cp.Done["acme"] == doneMark {
+	if ok, err := cp.load(Job{Tenants: []string{"acme"}, Shard: "0/1"}); !ok || err != nil || cp.Done["acme"] == "" || cp.Done["acme"] == doneMark {
 		t.Fatalf("checkpoint after the interruption: %+v, %v", cp.Done, err)
 	}
 	o.Progress, o.Resume = nil, true
@@ -250,6 +251,81 @@ func TestRetimeSecondPassCatchesLateWrites(t *testing.T) {
 		t.Errorf("%+v: want the 3 seeded and the 2 late rows re-timed", rep)
 	}
 	checkFollows(t, tbl, tgt.Family, now, "acme", append(evs, late...), time.Now())
+}
+
+// Regression (issue 20): interrupted while it waited between its passes,
+// then resumed (the shipped Kubernetes Job always passes --resume), retime
+// found the first pass done, changed nothing and took that for the end: the
+// second pass, for rows a worker still on the old file wrote meanwhile,
+// never ran. The checkpoint now records the pass.
+func TestRetimeResumeKeepsTheSecondPass(t *testing.T) {
+	dc, ac := testenv.Clients(t)
+	old, now := policy(t, "default_ttl: 2d\ntenants:\n  acme: 3h\n"), policy(t, "default_ttl: 2d\ntenants:\n  acme: 1h\n")
+	tgt := testenv.Table(t, ac, dc, old.GCMaxAge())
+	tbl := dc.Open(tgt.Table)
+	evs := seed(t, dc, tgt, old, "acme", []time.Duration{time.Minute, 2 * time.Minute})
+	cpFile := filepath.Join(t.TempDir(), "checkpoint")
+	job := Job{Table: tgt.Table, Family: tgt.Family, Config: "v2"}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	o := RetimeOptions{Tenants: []string{"acme"}, Checkpoint: cpFile, Resume: true, Job: job, Passes: 2, PassDelay: time.Hour, ProgressEvery: time.Nanosecond,
+		Progress: func(p Progress) {
+			if p.Completed {
+				cancel() // in the delay before the second pass
+			}
+		}}
+	if rep, err := Retime(cctx, tbl, tgt.Family, now, o); err == nil || rep.Rewritten != 2 {
+		t.Fatalf("first run: %+v, %v: want the 2 rows re-timed, then the interruption", rep, err)
+	}
+	// A worker still on the old file wrote meanwhile.
+	late := seed(t, dc, tgt, old, "acme", []time.Duration{30 * time.Second})
+	o.Progress, o.PassDelay = nil, 10*time.Millisecond
+	rep, err := Retime(ctx, tbl, tgt.Family, now, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Rewritten != 1 {
+		t.Errorf("resumed: %+v, want the second pass to re-time the late row", rep)
+	}
+	checkFollows(t, tbl, tgt.Family, now, "acme", append(evs, late...), time.Now())
+	// The second pass changed a row: a third would run, but --passes is 2.
+	if again, err := Retime(ctx, tbl, tgt.Family, now, o); err != nil || again.Scanned != 0 {
+		t.Errorf("resumed after the last pass: %+v, %v; want nothing to do", again, err)
+	}
+}
+
+// A checkpoint written for another table, tenants, shard or tenants file
+// is refused by --resume, naming both: resuming from it would skip rows.
+func TestRetimeRefusesAnotherJobsCheckpoint(t *testing.T) {
+	dc, ac := testenv.Clients(t)
+	p := policy(t, "default_ttl: 2d\ntenants:\n  acme: 1h\n")
+	tgt := testenv.Table(t, ac, dc, p.GCMaxAge())
+	tbl := dc.Open(tgt.Table)
+	seed(t, dc, tgt, p, "acme", []time.Duration{time.Minute})
+	cpFile := filepath.Join(t.TempDir(), "checkpoint")
+	job := Job{Table: tgt.Table, Family: tgt.Family, Config: "v1"}
+	if _, err := Retime(ctx, tbl, tgt.Family, p, RetimeOptions{Tenants: []string{"acme"}, Checkpoint: cpFile, Job: job}); err != nil {
+		t.Fatal(err)
+	}
+	other := func(f func(*RetimeOptions)) RetimeOptions {
+		o := RetimeOptions{Tenants: []string{"acme"}, Checkpoint: cpFile, Resume: true, Job: job}
+		f(&o)
+		return o
+	}
+	for name, o := range map[string]RetimeOptions{
+		"table":        other(func(o *RetimeOptions) { o.Job.Table = "other" }),
+		"tenants":      other(func(o *RetimeOptions) { o.Tenants = []string{"globex"} }),
+		"shard":        other(func(o *RetimeOptions) { o.Shard = Shard{Index: 1, Count: 2} }),
+		"tenants file": other(func(o *RetimeOptions) { o.Job.Config = "v2" }),
+	} {
+		_, err := Retime(ctx, tbl, tgt.Family, p, o)
+		if err == nil || !strings.Contains(err.Error(), "was written for table "+tgt.Table) || !strings.Contains(err.Error(), "give this run a --checkpoint of its own") {
+			t.Errorf("%s: %v, want a refusal naming both jobs", name, err)
+		}
+	}
+	if _, err := Retime(ctx, tbl, tgt.Family, p, other(func(*RetimeOptions) {})); err != nil {
+		t.Errorf("the same job: %v", err)
+	}
 }
 
 func TestForget(t *testing.T) {

@@ -31,10 +31,16 @@ type RetimeOptions struct {
 	DryRun bool
 	// RowsPerSecond bounds the rows scanned per second; 0 for no bound.
 	RowsPerSecond int
-	// Checkpoint is a file that records the last row done, after every
-	// batch; empty for none. Resume starts after the row it records.
+	// Checkpoint is a file that records the pass under way and the last
+	// row done, after every batch; empty for none. Resume goes on where it
+	// stands, in the pass it records; it refuses a checkpoint written for
+	// another Job.
 	Checkpoint string
 	Resume     bool
+	// Job names what is re-timed, for the checkpoint: its table, family,
+	// tenants file version and, in a migration, step (Retime fills in the
+	// tenants and the shard).
+	Job Job
 	// Passes is how many passes run at most: a pass that changes nothing
 	// ends the run. A second pass re-times rows a worker still on the old
 	// tenants file wrote during the first (see the README). 1 when 0.
@@ -136,7 +142,12 @@ func Retime(ctx context.Context, tbl *bigtable.Table, family string, policy *exp
 	if o.Tenants == nil && o.Shard.Count > 1 {
 		return Report{}, errors.New("--shard needs --tenant: shards split each tenant's rows by hash bucket")
 	}
-	cp := &checkpoint{path: o.Checkpoint, Done: map[string]string{}}
+	job := o.Job
+	job.Tenants, job.Shard = o.Tenants, o.Shard.String()
+	if o.Shard.Count == 0 {
+		job.Shard = All.String()
+	}
+	cp := &checkpoint{path: o.Checkpoint, For: job, Done: map[string]string{}}
 	if o.DryRun {
 		cp.path = "" // a plan marks nothing done
 	}
@@ -144,31 +155,57 @@ func Retime(ctx context.Context, tbl *bigtable.Table, family string, policy *exp
 		if o.Checkpoint == "" {
 			return Report{}, errors.New("--resume needs --checkpoint, the file the interrupted run wrote")
 		}
-		found, err := cp.load()
-		if err != nil {
+		found, err := cp.load(job)
+		switch {
+		case errors.Is(err, errOtherStep):
+			o.Log.Info("the checkpoint is of an earlier step: this one starts from its first row", "checkpoint", o.Checkpoint, "step", job.Step)
+		case err != nil:
 			return Report{}, err
-		}
-		if !found {
+		case !found:
 			o.Log.Info("no checkpoint yet: starting from the first row", "checkpoint", o.Checkpoint)
 		}
 	}
-	var total Report
-	for pass := 1; pass <= max(1, o.Passes); pass++ {
-		if pass > 1 {
-			o.Log.Info("waiting before the next pass, for rows written under the old tenants file", "pass", pass, "delay", o.PassDelay)
-			select {
-			case <-ctx.Done():
-				return total, ctx.Err()
-			case <-time.After(o.PassDelay):
+	passes := max(1, o.Passes)
+	pass := 1
+	if cp.Pass > 0 {
+		// Resumed: the pass under way goes on; after a pass that ended,
+		// the next runs if that one changed rows.
+		pass = cp.Pass
+		if !cp.Ended.IsZero() {
+			if cp.Changed == 0 || cp.Pass >= passes {
+				o.Log.Info("the checkpoint records the last pass done: nothing left to do", "checkpoint", o.Checkpoint, "pass", cp.Pass)
+				return Report{}, nil
 			}
-			cp.reset()
+			pass++
+		}
+	}
+	var total Report
+	for ; pass <= passes; pass++ {
+		if cp.Pass != pass {
+			if pass > 1 {
+				// From the end of the last pass, also when an interruption
+				// came between the two.
+				wait := time.Until(cp.Ended.Add(o.PassDelay))
+				o.Log.Info("waiting before the next pass, for rows written under the old tenants file", "pass", pass, "delay", max(wait, 0).Round(time.Second))
+				select {
+				case <-ctx.Done():
+					return total, ctx.Err()
+				case <-time.After(wait):
+				}
+			}
+			if err := cp.start(pass); err != nil {
+				return total, err
+			}
 		}
 		r, err := retimePass(ctx, tbl, family, policy, o, cp, pass)
 		total.add(r)
 		if err != nil {
 			return total, err
 		}
-		if o.DryRun || r.Changed() == 0 {
+		if err := cp.end(time.Now()); err != nil {
+			return total, err
+		}
+		if o.DryRun || cp.Changed == 0 {
 			break
 		}
 	}
@@ -177,6 +214,7 @@ func Retime(ctx context.Context, tbl *bigtable.Table, family string, policy *exp
 
 // retimePass visits every row of the tenants once.
 func retimePass(ctx context.Context, tbl *bigtable.Table, family string, policy *expiry.Policy, o RetimeOptions, cp *checkpoint, pass int) (rep Report, err error) {
+	changedBefore := cp.Changed // by this pass, before an interruption
 	ctx, span := tracer.Start(ctx, "cellttl.retime.pass", trace.WithAttributes(attribute.Int("cellttl.pass", pass), attribute.Bool("cellttl.dry_run", o.DryRun)))
 	defer func() { endSpan(span, rep, err) }()
 	start := time.Now()
@@ -212,7 +250,7 @@ func retimePass(ctx context.Context, tbl *bigtable.Table, family string, policy 
 			}
 			keys, muts = keys[:0], muts[:0]
 			if lastKey != "" {
-				applyErr = cp.save(tenant, lastKey)
+				applyErr = cp.save(tenant, lastKey, changedBefore+rep.Changed())
 			}
 		}
 		now := o.Now()
@@ -249,7 +287,7 @@ func retimePass(ctx context.Context, tbl *bigtable.Table, family string, policy 
 		if applyErr != nil {
 			return rep, applyErr
 		}
-		if err := cp.save(tenant, doneMark); err != nil {
+		if err := cp.save(tenant, doneMark, changedBefore+rep.Changed()); err != nil {
 			return rep, err
 		}
 	}

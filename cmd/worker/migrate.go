@@ -140,6 +140,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return nil
 	}
 	ro.Log = log
+	ro.Job = retention.Job{Table: o.table.Table, Family: o.table.Family, Config: oldCfg.Version + " to " + s.cfg.Version}
 	ro.Progress = func(p retention.Progress) {
 		fmt.Fprintf(stderr, "re-timing: scanned %d, rewritten %d, deleted %d, unchanged %d, %.0f rows/s\n",
 			p.Report.Scanned, p.Report.Rewritten, p.Report.Deleted, p.Report.Unchanged, p.Rate)

@@ -64,6 +64,7 @@ func runRetime(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return fmt.Errorf("refusing to re-time: %w (the tenants file says %s)", err, describePolicy(s.cfg.Policy))
 	}
 	ro.Log = log
+	ro.Job = retention.Job{Table: o.table.Table, Family: o.table.Family, Config: s.cfg.Version}
 	ro.Progress = func(p retention.Progress) {
 		eta := "unknown"
 		if p.ETA >= 0 {
