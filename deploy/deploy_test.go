@@ -478,7 +478,9 @@ func TestDashboard(t *testing.T) {
 	// queries.
 	for _, want := range []string{
 		"sum by (cellttl_tenant) (rate(cellttl_events_written_total",
-		"sum by (messaging_destination_partition_id) (cellttl_kafka_consumer_lag",
+		"max by (messaging_destination_partition_id) (cellttl_kafka_consumer_committed_lag",
+		"max by (messaging_destination_partition_id) (cellttl_kafka_consumer_lag",
+		"cellttl_kafka_consumer_stalled_partitions",
 		"cellttl_batch_duration_seconds_bucket",
 		"cellttl_bigtable_retries_total", "cellttl_retries_total",
 		"cellttl_inflight_bytes", "cellttl_inflight_limit_bytes",
