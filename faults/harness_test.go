@@ -105,6 +105,10 @@ type suite struct {
 	workerBrokers []string
 	// maxEvent is the workers' --max-event-bytes.
 	maxEvent int
+	// unreadTopic: the oracle does not read the input topic back (it holds
+	// batches no plain client should decompress). Events then must carry
+	// their own time, and the group's lag stands for the commits.
+	unreadTopic bool
 
 	mu      sync.Mutex
 	workers map[int]*worker
