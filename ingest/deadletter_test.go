@@ -175,3 +175,40 @@ func TestDeadLetterKeepsTheOriginalTimestampInAHeader(t *testing.T) {
 		t.Errorf("a record without a timestamp: header %q (present %t), want empty", v, ok)
 	}
 }
+
+// A record the fetcher held cut is dead-lettered with the size and hash of
+// its whole value, even when what is left of it fits the topic, and says
+// what the fetcher left out; an undecodable batch is one dead letter with
+// no key or value that says which offsets it stands for and what it was.
+func TestDeadLetterOfACutRecordAndAnUndecodableBatch(t *testing.T) {
+	src := kafka.Message{Topic: "clicks", Partition: 2, Offset: 10, Value: []byte("first bytes"), Headers: []kafka.Header{{Key: "h", Value: []byte("v")}}}
+	cut := &Cut{Size: 5 << 20, SHA256: sha256.Sum256([]byte("all of it")), Dropped: "key"}
+	m, truncated := deadLetterMessage(DeadLetter{Msg: src, Reason: "too large", Cut: cut}, 1<<20)
+	if !truncated || string(m.Value) != "first bytes" {
+		t.Errorf("cut record: truncated %v, value %q", truncated, m.Value)
+	}
+	for k, want := range map[string]string{HeaderTruncated: "true", HeaderOriginalSize: strconv.Itoa(5 << 20),
+		HeaderOriginalSHA256: hex.EncodeToString(cut.SHA256[:]), HeaderDropped: "key", "h": "v"} {
+		if v, _ := header(m, k); v != want {
+			t.Errorf("cut record: header %s = %q, want %q", k, v, want)
+		}
+	}
+	// Cut by the fetcher, then again to fit: both said.
+	m, _ = deadLetterMessage(DeadLetter{Msg: kafka.Message{Value: bytes.Repeat([]byte("x"), 5000), Headers: []kafka.Header{{Key: "big", Value: make([]byte, 4000)}}},
+		Reason: "too large", Cut: cut}, 4000)
+	if v, _ := header(m, HeaderDropped); v != "headers,key" || messageSize(m) > 4000 {
+		t.Errorf("cut twice: dropped %q, size %d", v, messageSize(m))
+	}
+
+	u := &Undecodable{Last: 66, Codec: "zstd", Size: 2508, SHA256: sha256.Sum256([]byte("batch")), Reason: "cannot be decoded"}
+	m, truncated = deadLetterMessage(DeadLetter{Msg: kafka.Message{Topic: "clicks", Partition: 0, Offset: 6}, Reason: u.Reason, Undecodable: u}, 1<<20)
+	if truncated || m.Key != nil || m.Value != nil {
+		t.Errorf("undecodable batch: truncated %v, key %q, %d bytes of value", truncated, m.Key, len(m.Value))
+	}
+	for k, want := range map[string]string{HeaderSourceOffset: "6", HeaderSourceOffsetLast: "66", HeaderBatchCodec: "zstd",
+		HeaderBatchSize: "2508", HeaderBatchSHA256: hex.EncodeToString(u.SHA256[:]), HeaderReason: "cannot be decoded", HeaderSourcePartition: "0"} {
+		if v, _ := header(m, k); v != want {
+			t.Errorf("undecodable batch: header %s = %q, want %q", k, v, want)
+		}
+	}
+}

@@ -460,3 +460,53 @@ func TestFatalSourceErrorStopsWithinTheDrainTimeout(t *testing.T) {
 		close(w.block)
 	})
 }
+
+// notes serves fakeSource's messages with the fetcher's notes: by offset,
+// a Cut or an Undecodable.
+type notes struct {
+	*fakeSource
+	cut         map[int64]*ingest.Cut
+	undecodable map[int64]*ingest.Undecodable
+}
+
+func (s *notes) Poll(ctx context.Context, reuse []ingest.Fetched) ([]ingest.Fetched, error) {
+	b, err := s.fakeSource.Poll(ctx, reuse)
+	for i := range b {
+		b[i].Cut, b[i].Undecodable = s.cut[b[i].Msg.Offset], s.undecodable[b[i].Msg.Offset]
+	}
+	return b, err
+}
+
+// A record the fetcher held cut is dead-lettered as too large, with the
+// size of all of it (its first bytes would be too); an undecodable batch is
+// dead-lettered as what it is. Both are settled, and the commit passes
+// them.
+func TestCutRecordsAndUndecodableBatchesAreDeadLettered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		src := &notes{fakeSource: newSource(good(0), good(1), "", good(3)),
+			cut:         map[int64]*ingest.Cut{1: {Size: 5 << 20}},
+			undecodable: map[int64]*ingest.Undecodable{2: {Last: 2, Codec: "zstd", Reason: "record batch at offsets 2 to 2 (zstd, 9 bytes) cannot be decoded: broken"}}}
+		w, dlq := &fakeWriter{}, &fakeDLQ{}
+		stop, p := start(t, DefaultConfig(), src, w, dlq, func() *tenants.Config { return testConfig(t) })
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		if len(dlq.got) != 2 {
+			t.Fatalf("%d dead letters, want 2: %+v", len(dlq.got), dlq.got)
+		}
+		if d := dlq.got[0]; d.Cut == nil || !strings.Contains(d.Reason, fmt.Sprintf("value is %d bytes, more than the limit", 5<<20)) {
+			t.Errorf("cut record: %+v", d)
+		}
+		if d := dlq.got[1]; d.Undecodable == nil || !strings.Contains(d.Reason, "cannot be decoded") {
+			t.Errorf("undecodable batch: %+v", d)
+		}
+		if n := p.Stats().Tenant("acme").Written.Load(); n != 2 {
+			t.Errorf("written %d, want 2", n)
+		}
+		if got := src.committed(); got != 4 {
+			t.Errorf("committed %d, want 4", got)
+		}
+	})
+}
