@@ -2,7 +2,6 @@ package ingest
 
 import (
 	"bufio"
-	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -112,7 +111,9 @@ func (b *recordBatch) parseLegacy() error {
 		return fmt.Errorf("%w: checksum mismatch at offset %d", errCorrupt, b.first)
 	}
 	d.skip(1) // magic
-	b.attrs = int16(uint8(d.bytes(1)[0]))
+	if attrs := d.bytes(1); attrs != nil {
+		b.attrs = int16(attrs[0])
+	}
 	b.time = -1
 	if b.magic == 1 {
 		b.time = d.int64()
@@ -389,11 +390,10 @@ func (r *recordReader) openLegacy() error {
 	if err != nil {
 		return err
 	}
-	inner := bytes.NewBuffer(r.inner[:0])
-	if _, err := inner.ReadFrom(io.LimitReader(s, inflateWindow+1)); err != nil {
-		return err
+	var err2 error
+	if r.inner, err2 = readAtMost(s, r.inner[:0], inflateWindow+1); err2 != nil {
+		return err2
 	}
-	r.inner = inner.Bytes()
 	if len(r.inner) > inflateWindow {
 		return fmt.Errorf("a legacy compressed message of more than %d bytes, the most one may: %w", inflateWindow, errBatchTooLarge)
 	}
@@ -420,6 +420,27 @@ func (r *recordReader) openLegacy() error {
 		b.first = r.legacy[0].offset
 	}
 	return r.cutLegacy()
+}
+
+// readAtMost reads r into buf until it ends or holds n bytes, growing buf
+// by doubling but never past n.
+func readAtMost(r io.Reader, buf []byte, n int) ([]byte, error) {
+	for len(buf) < n {
+		if len(buf) == cap(buf) {
+			grown := make([]byte, len(buf), min(max(2*cap(buf), 4<<10), n))
+			copy(grown, buf)
+			buf = grown
+		}
+		k, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+k]
+		if errors.Is(err, io.EOF) {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+	return buf, nil
 }
 
 // cutLegacy cuts the legacy messages too large to hold.

@@ -91,6 +91,9 @@ const (
 	// headers: the Message, its Ack, the row and bookkeeping. It keeps
 	// tiny events from escaping the budget.
 	MessageOverhead = 256
+	// headerOverhead is what a header costs beyond its key and value: its
+	// kafka.Header and its key's string.
+	headerOverhead = 64
 
 	// While messages flow, a fetch asks the broker to gather up to
 	// busyFetchBytes for at most busyFetchWait before it answers, rather
@@ -108,8 +111,10 @@ const (
 	// broker's requests) is logged again while it lasts; each occurrence
 	// is counted in cellttl.kafka.fetch_errors.
 	logEvery = 30 * time.Second
-	// spareResponses is how many response buffers are kept for reuse.
-	spareResponses = 4
+	// spareResponses is how many response buffers are kept for reuse, each
+	// at most a request's size: part of the worker's memory beyond the
+	// budget.
+	spareResponses = 2
 )
 
 // fetcher reads the partitions a generation assigned. It sends at most one
@@ -170,7 +175,9 @@ type partition struct {
 	delay    time.Duration // current backoff, 0 after a success
 	retryAt  time.Time
 	answered time.Time // last fetch response for it
-	logged   rateLimiter
+	// logged and loggedBatch limit the log lines of its failures and of
+	// its undecodable batches.
+	logged, loggedBatch rateLimiter
 
 	lag atomic.Int64 // high watermark minus next, at the last look
 	// hw and logStart are the log's end and start at the last look, -1
@@ -215,7 +222,6 @@ func (f *fetcher) ok(p *partition) {
 	}
 	p.delay, p.retryAt = 0, time.Time{}
 	p.lastErr.Store(nil)
-	p.logged = rateLimiter{}
 }
 
 // position is p's offset for logs: next, or -1 while it is looked up.
@@ -342,6 +348,9 @@ func (f *fetcher) run(ctx context.Context) error {
 					p.hw.Store(w)
 					if p.want == wantNothing {
 						p.lag.Store(max(0, w-p.next))
+						if w <= p.next {
+							p.moved() // at the log's end: nothing to fetch is no stall
+						}
 					}
 				}
 			}
@@ -474,7 +483,15 @@ func (f *fetcher) ready(ctx context.Context, busy map[int]bool) (map[int][]*part
 		if p.inFlight {
 			continue
 		}
-		if p.want != wantNothing || now.Before(p.retryAt) {
+		if p.want != wantNothing {
+			// Looked up, not fetched: the lookup's loop iteration takes it
+			// when its backoff has passed (or the lookup under way ends).
+			if p.retryAt.After(now) {
+				wake = earliest(wake, p.retryAt, now)
+			}
+			continue
+		}
+		if now.Before(p.retryAt) {
 			wake = earliest(wake, p.retryAt, now)
 			continue
 		}
@@ -600,7 +617,7 @@ func (f *fetcher) roundTrip(ctx context.Context, req *fetchRequest) (*fetchRespo
 // recycle keeps a response's buffer for a later one, once nothing points
 // into it; an unusually large one is let go.
 func (f *fetcher) recycle(res *fetchResponse) {
-	if res == nil || len(f.spare) == spareResponses || int64(cap(res.buf)) > 2*f.requestMax {
+	if res == nil || len(f.spare) == spareResponses || int64(cap(res.buf)) > f.requestMax {
 		return
 	}
 	f.spare = append(f.spare, res.buf[:0])
@@ -792,7 +809,9 @@ func (f *fetcher) readBatch(p *partition, b *recordBatch, rs *readState) (full b
 		if rec.offset < p.next {
 			continue
 		}
-		size := int64(len(rec.key)+len(rec.value)+len(rec.headers)) + MessageOverhead
+		// A header costs its kafka.Header beside its bytes: a record of
+		// many empty headers must not escape the budget.
+		size := int64(len(rec.key)+len(rec.value)+len(rec.headers)+rec.nheaders*headerOverhead) + MessageOverhead
 		if rs.charged > 0 && rs.charged+size > rs.reserved {
 			return true, nil // the rest is fetched again
 		}
@@ -813,10 +832,15 @@ func (f *fetcher) undecodable(ctx context.Context, p *partition, b *recordBatch,
 		payload = b.value
 	}
 	first := max(b.first, p.next)
+	if b.magic < 2 {
+		// A legacy wrapper's own offset is its last message's: the ones
+		// before it are unknown until it is decompressed.
+		first = p.next
+	}
 	u := &Undecodable{Last: b.last, Codec: codecName(b.codec()), Size: len(payload), SHA256: sha256.Sum256(payload)}
 	u.Reason = fmt.Sprintf("record batch at offsets %d to %d (%s, %d bytes) cannot be decoded: %v", first, b.last, u.Codec, u.Size, cause)
 	f.m.undecodable.Add(ctx, 1)
-	if n, ok := p.logged.allow("undecodable"); ok {
+	if n, ok := p.loggedBatch.allow("undecodable"); ok {
 		f.log.Error("record batch cannot be decoded; its offsets go to the dead-letter topic as one and the partition goes on",
 			"topic", f.topic, "partition", p.id, "first", first, "last", b.last, "codec", u.Codec, "bytes", u.Size, "repeats", n, "err", cause)
 	}

@@ -581,7 +581,13 @@ func TestIdlePartitionIsNeverConvicted(t *testing.T) {
 	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: kafka.BalancerFunc(func(kafka.Message, ...int) int { return 1 }),
 		Compression: kafka.Zstd, BatchBytes: 64 << 20, BatchSize: 1000, BatchTimeout: 20 * time.Millisecond, RequiredAcks: kafka.RequireAll, Transport: tr}
 	defer w.Close()
-	c := newTestConsumer(t, ConsumerConfig{Brokers: brokers, Topic: topic, Group: testenv.Name("group"), MaxInflightBytes: 1 << 20, StallTimeout: time.Second})
+	logs := &countingHandler{msg: "record batch cannot be decoded; its offsets go to the dead-letter topic as one and the partition goes on"}
+	c, err := NewConsumer(ConsumerConfig{Brokers: brokers, Topic: topic, Group: testenv.Name("group"), MaxInflightBytes: 1 << 20, StallTimeout: time.Second,
+		SessionTimeout: 6 * time.Second}, nil, slog.New(logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
 	testenv.Eventually(t, 30*time.Second, func() (bool, string) { return len(c.Status().Partitions) == 2, "no partitions yet" })
 	covered := int64(0)
 	deadline := time.Now().Add(8 * time.Second)
@@ -619,6 +625,11 @@ func TestIdlePartitionIsNeverConvicted(t *testing.T) {
 	}
 	if covered != 5*64 {
 		t.Errorf("partition 1 read up to offset %d, want past all 5 bombs (%d)", covered, 5*64)
+	}
+	// Regression (review): the log's rate limit was reset by every good
+	// response, so each batch logged a line.
+	if n := logs.n.Load(); n != 1 {
+		t.Errorf("%d log lines for 5 undecodable batches of one partition within 30 s, want 1", n)
 	}
 }
 
@@ -809,4 +820,67 @@ func TestOffsetLookupFailuresAreLoud(t *testing.T) {
 		err := c.Problem()
 		return err == nil, fmt.Sprintf("problem %v once partition 1 moves", err)
 	})
+}
+
+// Regression (review): a header was charged its bytes on the wire, two for
+// an empty one, while it costs a kafka.Header and a string: a record of
+// many empty headers held twenty times what the budget counted.
+func TestHeadersAreChargedWhatTheyCost(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	topic := testenv.Name("headers")
+	testenv.CreateTopic(t, brokers, topic, 1)
+	hs := make([]kafka.Header, 5000)
+	for i := range hs {
+		hs[i] = kafka.Header{Key: "h"}
+	}
+	testenv.ProduceMessages(t, brokers, topic, kafka.Message{Value: []byte("v"), Headers: hs})
+	c := newTestConsumer(t, ConsumerConfig{Brokers: brokers, Topic: topic, Group: testenv.Name("group")})
+	got := fetchFor(t, c, 2*time.Second)
+	if len(got) != 1 || len(got[0].Msg.Headers) != 5000 {
+		t.Fatalf("fetched %d messages", len(got))
+	}
+	if held := c.InflightBytes(); held < 5000*headerOverhead {
+		t.Errorf("a message of 5000 headers charged %d bytes, want at least %d", held, 5000*headerOverhead)
+	}
+	c.Done(got[0].Ack)
+}
+
+// Regression (review): a partition waiting for its offsets to be looked
+// up woke the fetch loop at once, again and again, while another lookup
+// was under way (up to the client's 10 s timeout): a spin. The lookup's
+// end wakes the loop; nothing else needs to.
+func TestReadyDoesNotSpinOnLookups(t *testing.T) {
+	f := &fetcher{parts: []*partition{newPartition(0, nil, -1)}} // its lookup not yet started, no backoff
+	f.parts[0].want = wantBounds
+	if _, wake := f.ready(context.Background(), map[int]bool{}); time.Until(wake) < time.Minute {
+		t.Errorf("the loop wakes in %s for a partition only a lookup can move", time.Until(wake))
+	}
+}
+
+// Regression (review): with the byte budget full, no fetch goes out, and a
+// partition already at the log's end was reported stalled beside the one
+// that is: the lag probe that reads the log's end now counts as its
+// progress.
+func TestIdlePartitionIsNotStalledByAFullBudget(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	topic := testenv.Name("fullbudget")
+	testenv.CreateTopic(t, brokers, topic, 2)
+	produceTo(t, brokers, topic, 0, make([]byte, 200<<10))
+	produceTo(t, brokers, topic, 0, make([]byte, 200<<10))
+	c := newTestConsumer(t, ConsumerConfig{Brokers: brokers, Topic: topic, Group: testenv.Name("group"), MaxInflightBytes: 300 << 10, StallTimeout: 7 * time.Second})
+	held := fetchFor(t, c, 2*time.Second) // nothing settled: the budget stays full
+	if len(held) == 0 {
+		t.Fatal("nothing fetched")
+	}
+	testenv.Eventually(t, 20*time.Second, func() (bool, string) {
+		err := c.Problem()
+		return err != nil && strings.Contains(err.Error(), "partition 0 of"), fmt.Sprintf("problem %v, want partition 0 stalled", err)
+	})
+	time.Sleep(3 * time.Second)
+	if err := c.Problem(); err != nil && strings.Contains(err.Error(), "partition 1 of") {
+		t.Errorf("the idle partition reported stalled: %v", err)
+	}
+	for _, f := range held {
+		c.Done(f.Ack)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -250,19 +251,31 @@ func record(m *event.Mapping, msg *kafka.Message) event.Record {
 	return r
 }
 
+// cutError is why a record the fetcher held cut is dead-lettered: its
+// value is too large, or its key or headers were (more than 64 KiB, left
+// out: its fields may be read from them).
+func cutError(c *ingest.Cut, d event.Decoder) error {
+	if c.Size > int64(d.MaxBytes) {
+		_, err := d.DecodeRecord(&event.Record{Size: c.Size}) // the decoder's own words
+		return err
+	}
+	return &event.Error{Class: event.TooLarge, Reason: fmt.Sprintf("the record's %s took more than 64 KiB: the record is too large to hold", strings.ReplaceAll(c.Dropped, ",", " and "))}
+}
+
 // route decides a message's fate: dead letter, skip, or a row to write.
 func (p *Pipeline) route(f *ingest.Fetched, now time.Time, cfg *tenants.Config, b *batcher, dead chan<- deadItem) {
 	msg := &f.Msg
 	var ev event.Event
 	var err error
 	reason := reasonUndecodable
-	if f.Undecodable != nil {
+	switch {
+	case f.Undecodable != nil:
 		err = errors.New(f.Undecodable.Reason)
-	} else {
+	case f.Cut != nil:
+		// Never decoded: what the fetcher held is not all of the record.
+		err = cutError(f.Cut, p.cfg.Decoder)
+	default:
 		rec := record(p.cfg.Decoder.Mapping, msg)
-		if f.Cut != nil {
-			rec.Size = f.Cut.Size
-		}
 		ev, err = p.cfg.Decoder.DecodeRecord(&rec)
 		reason = string(event.NotJSON)
 	}

@@ -483,8 +483,10 @@ func (s *notes) Poll(ctx context.Context, reuse []ingest.Fetched) ([]ingest.Fetc
 // them.
 func TestCutRecordsAndUndecodableBatchesAreDeadLettered(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		src := &notes{fakeSource: newSource(good(0), good(1), "", good(3)),
-			cut:         map[int64]*ingest.Cut{1: {Size: 5 << 20}},
+		src := &notes{fakeSource: newSource(good(0), good(1), "", good(3), good(4)),
+			// 4: a value that fits, with headers too large to hold (the
+			// user id may have been in them): never decoded.
+			cut:         map[int64]*ingest.Cut{1: {Size: 5 << 20}, 4: {Size: int64(len(good(4))), Dropped: "headers"}},
 			undecodable: map[int64]*ingest.Undecodable{2: {Last: 2, Codec: "zstd", Reason: "record batch at offsets 2 to 2 (zstd, 9 bytes) cannot be decoded: broken"}}}
 		w, dlq := &fakeWriter{}, &fakeDLQ{}
 		stop, p := start(t, DefaultConfig(), src, w, dlq, func() *tenants.Config { return testConfig(t) })
@@ -493,8 +495,11 @@ func TestCutRecordsAndUndecodableBatchesAreDeadLettered(t *testing.T) {
 		if err := stop(); err != nil {
 			t.Fatal(err)
 		}
-		if len(dlq.got) != 2 {
-			t.Fatalf("%d dead letters, want 2: %+v", len(dlq.got), dlq.got)
+		if len(dlq.got) != 3 {
+			t.Fatalf("%d dead letters, want 3: %+v", len(dlq.got), dlq.got)
+		}
+		if d := dlq.got[2]; d.Cut == nil || !strings.Contains(d.Reason, "the record's headers took more than 64 KiB") {
+			t.Errorf("cut headers: %+v", d)
 		}
 		if d := dlq.got[0]; d.Cut == nil || !strings.Contains(d.Reason, fmt.Sprintf("value is %d bytes, more than the limit", 5<<20)) {
 			t.Errorf("cut record: %+v", d)
@@ -505,8 +510,8 @@ func TestCutRecordsAndUndecodableBatchesAreDeadLettered(t *testing.T) {
 		if n := p.Stats().Tenant("acme").Written.Load(); n != 2 {
 			t.Errorf("written %d, want 2", n)
 		}
-		if got := src.committed(); got != 4 {
-			t.Errorf("committed %d, want 4", got)
+		if got := src.committed(); got != 5 {
+			t.Errorf("committed %d, want 5", got)
 		}
 	})
 }

@@ -110,6 +110,15 @@ func (c *checkpoint) save(tenant, last string, changed int64) error {
 	return c.write()
 }
 
+// count records the rows the pass changed so far.
+func (c *checkpoint) count(changed int64) error {
+	if changed == c.Changed {
+		return nil
+	}
+	c.Changed = changed
+	return c.write()
+}
+
 // end records the end of the pass.
 func (c *checkpoint) end(at time.Time) error {
 	c.Ended = at

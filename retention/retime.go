@@ -244,6 +244,14 @@ func retimePass(ctx context.Context, tbl *bigtable.Table, family string, policy 
 		var readErr, applyErr error
 		flush := func(lastKey string) {
 			if len(muts) > 0 && !o.DryRun {
+				// Counted before they are written: an interruption after
+				// Bigtable applied them, but before the checkpoint said so,
+				// must not make the pass look as if it changed nothing
+				// (its resume finds the rows already changed), which would
+				// skip the next pass. Counting too many costs a pass.
+				if applyErr = cp.count(changedBefore + rep.Changed()); applyErr != nil {
+					return
+				}
 				if applyErr = applyBulk(ctx, tbl, keys, muts); applyErr != nil {
 					return
 				}

@@ -26,15 +26,33 @@ type RuleWatch struct {
 	fix    string
 	log    *slog.Logger
 
-	mu     sync.Mutex
-	held   error     // why writes wait, nil when the rule agrees
-	failed time.Time // last time a read failure was logged
+	mu       sync.Mutex
+	held     error     // why writes wait, nil when the rule agrees
+	failed   time.Time // last time a read failure was logged
+	read     time.Time // last time the rule was read
+	readErr  error     // why the last read failed, if it did
+	interval time.Duration
 }
 
 // NewRuleWatch watches t's rule, which must be max-age maxAge; fix says
 // what to do when it is not, for the log and readiness.
 func NewRuleWatch(ac *bigtable.AdminClient, t Target, maxAge time.Duration, fix string, log *slog.Logger) *RuleWatch {
-	return &RuleWatch{ac: ac, target: t, maxAge: maxAge, fix: fix, log: log}
+	return &RuleWatch{ac: ac, target: t, maxAge: maxAge, fix: fix, log: log, read: time.Now()}
+}
+
+// Problem returns why the worker is not ready as far as the rule goes:
+// writes held, or the rule not read for three intervals (writes then go on
+// under the rule read last, and readiness says so).
+func (r *RuleWatch) Problem() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.held != nil {
+		return r.held
+	}
+	if r.interval > 0 && time.Since(r.read) > 3*r.interval {
+		return fmt.Errorf("the GC rule of family %s has not been read for %s (%v): writes go on under the rule read last", r.target, time.Since(r.read).Round(time.Second), r.readErr)
+	}
+	return nil
 }
 
 // Held returns why writes must wait, nil when they may go on.
@@ -51,6 +69,11 @@ func (r *RuleWatch) Check(ctx context.Context) error {
 	err := CheckGC(ctx, r.ac, r.target, r.maxAge)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if IsMismatch(err) || errors.Is(err, ErrNotSetUp) || err == nil {
+		r.read, r.readErr = time.Now(), nil
+	} else {
+		r.readErr = err
+	}
 	switch {
 	case err == nil:
 		if r.held != nil {
@@ -76,6 +99,9 @@ func (r *RuleWatch) Check(ctx context.Context) error {
 
 // Run checks every interval until ctx ends.
 func (r *RuleWatch) Run(ctx context.Context, interval time.Duration) {
+	r.mu.Lock()
+	r.interval = interval
+	r.mu.Unlock()
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {

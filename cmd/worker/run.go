@@ -303,7 +303,7 @@ func (w *worker) readinessChecks() []admin.Check {
 			// Reads can pass while every write is refused (an app profile
 			// that routes nowhere, missing write permission), or held (the
 			// family's GC rule changed under the worker).
-			return errors.Join(w.rules.Held(), w.writer.Outage())
+			return errors.Join(w.rules.Problem(), w.writer.Outage())
 		}},
 		{Name: "dead-letter", Fn: func(context.Context) error { return w.dlq.Problem() }},
 		{Name: "config", Fn: func(context.Context) error {

@@ -24,10 +24,13 @@ import (
 // through a BigtableProxy. A non-nil Refuse fails the request as a whole,
 // before the emulator sees it. Otherwise each entry for which Entry returns
 // a code other than OK is refused with that code while the others are
-// written, as Bigtable refuses a row on its own.
+// written, as Bigtable refuses a row on its own. A non-nil LostReply is
+// what the client gets instead of the answer of a request the emulator
+// applied: a reply lost on the way.
 type MutateRowsFault struct {
-	Refuse error
-	Entry  func(key []byte) codes.Code
+	Refuse    error
+	Entry     func(key []byte) codes.Code
+	LostReply error
 }
 
 // BigtableProxy is a gRPC proxy in front of a Bigtable emulator that
@@ -208,6 +211,9 @@ func (p *BigtableProxy) mutateRows(ctx context.Context, ss grpc.ServerStream, me
 				results[i] = &btpb.MutateRowsResponse_Entry{Index: int64(i), Status: e.Status}
 			}
 		}
+	}
+	if f.LostReply != nil {
+		return f.LostReply
 	}
 	out, err := proto.Marshal(&btpb.MutateRowsResponse{Entries: results})
 	if err != nil {
