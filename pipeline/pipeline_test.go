@@ -403,22 +403,16 @@ func TestBatchSpan(t *testing.T) {
 }
 
 // failingSource serves its messages, then fails as a source does when the
-// worker must stop (--offset-out-of-range fail).
+// worker must stop (--offset-out-of-range fail): Poll returns err, and
+// failed is closed, as the consumer's Failed is.
 type failingSource struct {
 	*fakeSource
-	err error
+	err    error
+	failed chan struct{}
+	once   sync.Once
 }
 
-func (s *failingSource) Failed() <-chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.next < len(s.msgs) {
-		return nil
-	}
-	c := make(chan struct{})
-	close(c)
-	return c
-}
+func (s *failingSource) Failed() <-chan struct{} { return s.failed }
 
 func (s *failingSource) Poll(ctx context.Context, reuse []ingest.Fetched) ([]ingest.Fetched, error) {
 	s.mu.Lock()
@@ -427,6 +421,7 @@ func (s *failingSource) Poll(ctx context.Context, reuse []ingest.Fetched) ([]ing
 	if more {
 		return s.fakeSource.Poll(ctx, reuse)
 	}
+	s.once.Do(func() { close(s.failed) })
 	return nil, s.err
 }
 
@@ -438,7 +433,7 @@ func (s *failingSource) Poll(ctx context.Context, reuse []ingest.Fetched) ([]ing
 func TestFatalSourceErrorStopsWithinTheDrainTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fatal := errors.New("partition 0 of clicks: offset 500 is outside the log")
-		src := &failingSource{fakeSource: newSource(good(1), "not json"), err: fatal}
+		src := &failingSource{fakeSource: newSource(good(1), "not json"), err: fatal, failed: make(chan struct{})}
 		w, dlq := &fakeWriter{block: make(chan struct{})}, &fakeDLQ{failing: true}
 		cfg := DefaultConfig()
 		cfg.DrainTimeout = 30 * time.Second
