@@ -329,30 +329,7 @@ func FuzzBatches(f *testing.F) {
 			f.Add(encodeBatch(f, version, codec, 5, sampleRecords(version == 2)...))
 		}
 	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		r := newRecordReader(newInflater(4<<20), 64<<10)
-		defer r.inflate.close()
-		for len(data) > 0 {
-			b, rest, ok, err := nextBatch(data)
-			if err != nil || !ok {
-				return
-			}
-			data = rest
-			if err := r.open(&b); err != nil {
-				continue
-			}
-			var rec record
-			for range 1 << 16 {
-				ok, err := r.next(&rec)
-				if err != nil || !ok {
-					break
-				}
-				if _, err := message("t", 0, &rec); err != nil {
-					break
-				}
-			}
-		}
-	})
+	f.Fuzz(func(t *testing.T, data []byte) { decodeAll(data) })
 }
 
 // Regression (review): a legacy message whose body ends right after its
@@ -398,29 +375,35 @@ func FuzzBatchesChecksummed(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		fixChecksums(data)
-		r := newRecordReader(newInflater(4<<20), 64<<10)
-		defer r.inflate.close()
-		for len(data) > 0 {
-			b, rest, ok, err := nextBatch(data)
+		decodeAll(data)
+	})
+}
+
+// decodeAll reads every batch and record of data as the fetcher does,
+// stopping at the first error.
+func decodeAll(data []byte) {
+	r := newRecordReader(newInflater(4<<20), 64<<10)
+	defer r.inflate.close()
+	for len(data) > 0 {
+		b, rest, ok, err := nextBatch(data)
+		if err != nil || !ok {
+			return
+		}
+		data = rest
+		if err := r.open(&b); err != nil {
+			continue
+		}
+		var rec record
+		for range 1 << 16 {
+			ok, err := r.next(&rec)
 			if err != nil || !ok {
-				return
+				break
 			}
-			data = rest
-			if err := r.open(&b); err != nil {
-				continue
-			}
-			var rec record
-			for range 1 << 16 {
-				ok, err := r.next(&rec)
-				if err != nil || !ok {
-					break
-				}
-				if _, err := message("t", 0, &rec); err != nil {
-					break
-				}
+			if _, err := message("t", 0, &rec); err != nil {
+				break
 			}
 		}
-	})
+	}
 }
 
 // Regression (review): a legacy compressed message that cannot be opened

@@ -175,9 +175,10 @@ type partition struct {
 	delay    time.Duration // current backoff, 0 after a success
 	retryAt  time.Time
 	answered time.Time // last fetch response for it
-	// logged and loggedBatch limit the log lines of its failures and of
-	// its undecodable batches.
-	logged, loggedBatch rateLimiter
+	// logged, loggedBatch and loggedBack limit the log lines of its
+	// failures, of its undecodable batches and of its recoveries (a
+	// partition that fails every other fetch must not log each time).
+	logged, loggedBatch, loggedBack rateLimiter
 
 	lag atomic.Int64 // high watermark minus next, at the last look
 	// hw and logStart are the log's end and start at the last look, -1
@@ -218,7 +219,9 @@ func (f *fetcher) fail(ctx context.Context, p *partition, err error) {
 // ok records a fetch of p that succeeded.
 func (f *fetcher) ok(p *partition) {
 	if p.lastErr.Load() != nil {
-		f.log.Info("kafka partition read again", "topic", f.topic, "partition", p.id, "offset", p.next)
+		if n, ok := p.loggedBack.allow("read again"); ok {
+			f.log.Info("kafka partition read again", "topic", f.topic, "partition", p.id, "offset", p.next, "repeats", n)
+		}
 	}
 	p.delay, p.retryAt = 0, time.Time{}
 	p.lastErr.Store(nil)
