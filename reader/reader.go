@@ -111,7 +111,7 @@ func (r *Reader) Read(ctx context.Context, q Query, fn func(Event) bool) error {
 			if !q.Since.IsZero() {
 				start = rowkey.UserTimeKey(q.Tenant, q.User, q.Since.UnixMilli())
 			}
-			limit := prefixEnd(prefix)
+			limit := rowkey.PrefixEnd(prefix)
 			if !q.Until.IsZero() {
 				limit = rowkey.UserTimeKey(q.Tenant, q.User, q.Until.UnixMilli())
 			}
@@ -167,16 +167,4 @@ func (r *Reader) decode(row bigtable.Row, now time.Time) (Event, bool, error) {
 	ev.Expiry = r.policy.ExpiryOf(ev.Timestamp)
 	ev.Expired = expiry.Expired(ev.Expiry, now)
 	return ev, true, nil
-}
-
-// prefixEnd is the first key after every key with prefix.
-func prefixEnd(prefix string) string {
-	b := []byte(prefix)
-	for i := len(b) - 1; i >= 0; i-- {
-		if b[i] < 0xff {
-			b[i]++
-			return string(b[:i+1])
-		}
-	}
-	return ""
 }

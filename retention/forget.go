@@ -43,7 +43,7 @@ func Forget(ctx context.Context, tbl *bigtable.Table, o ForgetOptions) (_ Forget
 		return ForgetReport{}, err
 	}
 	start := rowkey.UserPrefix(o.Tenant, o.User)
-	end := prefixEnd(start)
+	end := rowkey.PrefixEnd(start)
 	if !o.Before.IsZero() {
 		end = rowkey.UserTimeKey(o.Tenant, o.User, max(0, o.Before.UnixMilli()))
 	}

@@ -394,18 +394,6 @@ func progress(pass int, tenant string, rep Report, start time.Time, done float64
 	return p
 }
 
-// prefixEnd is the first key after every key with prefix.
-func prefixEnd(prefix string) string {
-	b := []byte(prefix)
-	for i := len(b) - 1; i >= 0; i-- {
-		if b[i] < 0xff {
-			b[i]++
-			return string(b[:i+1])
-		}
-	}
-	return ""
-}
-
 // pacer holds a scan to a number of rows per second.
 type pacer struct {
 	perSecond int

@@ -45,7 +45,7 @@ const buckets = 1 << 16
 func (s Shard) tenantRange(tenant string) (start, end string) {
 	if s.Count <= 1 {
 		p := rowkey.TenantPrefix(tenant)
-		return p, prefixEnd(p)
+		return p, rowkey.PrefixEnd(p)
 	}
 	prefix := rowkey.TenantPrefix(tenant)
 	lo, hi := s.Index*buckets/s.Count, (s.Index+1)*buckets/s.Count
@@ -53,7 +53,7 @@ func (s Shard) tenantRange(tenant string) (start, end string) {
 	if lo > 0 {
 		start = fmt.Sprintf("%s%04x", prefix, lo)
 	}
-	end = prefixEnd(prefix)
+	end = rowkey.PrefixEnd(prefix)
 	if hi < buckets {
 		end = fmt.Sprintf("%s%04x", prefix, hi)
 	}

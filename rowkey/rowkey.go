@@ -132,6 +132,20 @@ type Parts struct {
 	Millis                int64
 }
 
+// PrefixEnd is the first key after every key with prefix: the end of a
+// row range that holds the prefix's keys, "" (the table's end) when there
+// is none.
+func PrefixEnd(prefix string) string {
+	b := []byte(prefix)
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] < 0xff {
+			b[i]++
+			return string(b[:i+1])
+		}
+	}
+	return ""
+}
+
 // Parse splits a row key built by Build.
 func Parse(key string) (Parts, error) {
 	var f [5]string

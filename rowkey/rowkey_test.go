@@ -99,3 +99,19 @@ func TestKeyAllocatesOnce(t *testing.T) {
 		t.Errorf("Key allocates %v times, want 1", n)
 	}
 }
+
+// The end of a prefix's range lies after every key with the prefix and
+// before every key after them.
+func TestPrefixEnd(t *testing.T) {
+	for _, c := range []struct{ prefix, want string }{
+		{"acme#", "acme$"}, {"a\xff", "b"}, {"\xff\xff", ""}, {"", ""},
+	} {
+		if got := PrefixEnd(c.prefix); got != c.want {
+			t.Errorf("PrefixEnd(%q) = %q, want %q", c.prefix, got, c.want)
+		}
+	}
+	key := Key("acme", "u", "e", 1)
+	if end := PrefixEnd(TenantPrefix("acme")); !(key < end) || !(end <= TenantPrefix("acmf")) {
+		t.Errorf("%q is not after %q and before acmf's keys", end, key)
+	}
+}
