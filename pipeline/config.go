@@ -50,12 +50,12 @@ func DefaultConfig() Config {
 // defaults.
 func (c *Config) RegisterFlags(f *envflag.FlagSet) {
 	f.Int(&c.FlushRows, "flush-rows", "FLUSH_ROWS", c.FlushRows, "flush a batch at this many rows")
-	f.Int(&c.FlushBytes, "flush-bytes", "FLUSH_BYTES", c.FlushBytes, "flush a batch at this many bytes of event values")
+	f.BytesInt(&c.FlushBytes, "flush-bytes", "FLUSH_BYTES", c.FlushBytes, "flush a batch at this many bytes of event values")
 	f.Duration(&c.FlushInterval, "flush-interval", "FLUSH_INTERVAL", c.FlushInterval, "flush a batch when its first row is this old")
 	f.Int(&c.Writers, "writers", "WRITERS", c.Writers, "batches written to Bigtable concurrently")
-	f.Int64(&c.MaxInflightBytes, "max-inflight-bytes", "MAX_INFLIGHT_BYTES", c.MaxInflightBytes, "bytes of events fetched and not yet settled, over all partitions; fetching pauses beyond")
+	f.Bytes(&c.MaxInflightBytes, "max-inflight-bytes", "MAX_INFLIGHT_BYTES", c.MaxInflightBytes, "bytes of events fetched and not yet settled, over all partitions; fetching pauses beyond")
 	f.Duration(&c.DrainTimeout, "drain-timeout", "DRAIN_TIMEOUT", c.DrainTimeout, "on SIGTERM, time allowed to flush, commit and leave the group")
-	f.Int(&c.Decoder.MaxBytes, "max-event-bytes", "MAX_EVENT_BYTES", c.Decoder.MaxBytes, "larger events go to the dead-letter topic")
+	f.BytesInt(&c.Decoder.MaxBytes, "max-event-bytes", "MAX_EVENT_BYTES", c.Decoder.MaxBytes, "larger events go to the dead-letter topic")
 	f.Duration(&c.Decoder.MaxClockSkew, "max-clock-skew", "MAX_CLOCK_SKEW", c.Decoder.MaxClockSkew, "an occurred_at further after the Kafka record timestamp is replaced by the record timestamp")
 	f.String(&c.Fields.Tenant, "tenant-from", "TENANT_FROM", c.Fields.Tenant, "where the tenant id comes from: json:PATH (a dotted path), header:NAME or key")
 	f.String(&c.Fields.EventID, "event-id-from", "EVENT_ID_FROM", c.Fields.EventID, "where the event id comes from: json:PATH, header:NAME or key")

@@ -9,7 +9,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -42,7 +44,7 @@ func New(name, usage string, out io.Writer) *FlagSet {
 }
 
 // zeroes are the values whose default the help leaves out, by kind.
-var zeroes = map[string]string{"string": "", "int": "0", "uint": "0", "float": "0", "bool": "false", "duration": duration.Format(0)}
+var zeroes = map[string]string{"string": "", "int": "0", "uint": "0", "float": "0", "bool": "false", "duration": duration.Format(0), "size": "0"}
 
 // printDefaults prints the flags as flag.PrintDefaults does, except that a
 // flag of a type of its own (a broker list, an offset policy) shows the
@@ -127,6 +129,19 @@ func (f *FlagSet) Duration(p *time.Duration, name, env string, def time.Duration
 	f.Var((*durationValue)(p), name, f.withEnv(name, "duration", env, usage))
 }
 
+// Bytes declares a size flag: a number of bytes, with or without a unit
+// ("67108864", "64MiB", "8MB"; see ParseBytes).
+func (f *FlagSet) Bytes(p *int64, name, env string, def int64, usage string) {
+	*p = def
+	f.Var((*bytesValue)(p), name, f.withEnv(name, "size", env, usage))
+}
+
+// BytesInt declares a size flag of an int.
+func (f *FlagSet) BytesInt(p *int, name, env string, def int, usage string) {
+	*p = def
+	f.Var((*intBytesValue)(p), name, f.withEnv(name, "size", env, usage))
+}
+
 // Value declares a flag of a type of its own, given as text; its current
 // value is the default, and its help shows it as a string.
 func (f *FlagSet) Value(v flag.Value, name, env, usage string) {
@@ -142,6 +157,66 @@ func (d *durationValue) Set(s string) error {
 		return err
 	}
 	*d = durationValue(v)
+	return nil
+}
+
+// units are the byte units a size may end with.
+var units = []struct {
+	name string
+	n    int64
+}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"GB", 1e9}, {"MB", 1e6}, {"kB", 1e3}, {"KB", 1e3}, {"B", 1}}
+
+// ParseBytes reads a size: a whole number of bytes, optionally followed by
+// a unit, B, kB (or KB), KiB, MB, MiB, GB or GiB; a space may come between.
+func ParseBytes(s string) (int64, error) {
+	num, mul := strings.TrimSpace(s), int64(1)
+	for _, u := range units {
+		if strings.HasSuffix(num, u.name) {
+			num, mul = strings.TrimSpace(strings.TrimSuffix(num, u.name)), u.n
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n < 0 || n > math.MaxInt64/mul {
+		return 0, fmt.Errorf("invalid size %q: want a whole number of bytes, with or without B, kB, KiB, MB, MiB, GB or GiB", s)
+	}
+	return n * mul, nil
+}
+
+// FormatBytes writes a size with the largest binary unit that divides it.
+func FormatBytes(n int64) string {
+	for _, u := range units[:3] {
+		if n != 0 && n%u.n == 0 {
+			return strconv.FormatInt(n/u.n, 10) + u.name
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+type bytesValue int64
+
+func (b *bytesValue) String() string { return FormatBytes(int64(*b)) }
+func (b *bytesValue) Set(s string) error {
+	n, err := ParseBytes(s)
+	if err != nil {
+		return err
+	}
+	*b = bytesValue(n)
+	return nil
+}
+
+type intBytesValue int
+
+func (b *intBytesValue) String() string { return FormatBytes(int64(*b)) }
+func (b *intBytesValue) Set(s string) error {
+	n, err := ParseBytes(s)
+	if err != nil {
+		return err
+	}
+	if n > math.MaxInt {
+		return fmt.Errorf("invalid size %q: too large", s)
+	}
+	*b = intBytesValue(n)
 	return nil
 }
 
