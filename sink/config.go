@@ -60,6 +60,12 @@ func (c *TableConfig) Resolve() error {
 	return errors.Join(errs...)
 }
 
+// Configured reports whether a Bigtable is named at all: a project or an
+// instance, or an emulator.
+func (c TableConfig) Configured() bool {
+	return c.Project != "" || c.Instance != "" || os.Getenv("BIGTABLE_EMULATOR_HOST") != ""
+}
+
 // Target is the family the config names.
 func (c TableConfig) Target() Target { return Target{Table: c.Table, Family: c.Family} }
 

@@ -35,9 +35,11 @@ type checkReport struct {
 	Default  string      `json:"default_ttl,omitempty"`
 	Tenants  int         `json:"tenants"`
 	Table    *tableCheck `json:"table,omitempty"`
-	Against  *comparison `json:"against,omitempty"`
-	Exit     int         `json:"exit"`
-	Verdict  string      `json:"verdict"`
+	// TableNote says why the table was not read, when it was not.
+	TableNote string      `json:"table_note,omitempty"`
+	Against   *comparison `json:"against,omitempty"`
+	Exit      int         `json:"exit"`
+	Verdict   string      `json:"verdict"`
 }
 
 type tableCheck struct {
@@ -91,7 +93,14 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 			rep.Against = compare(against, old, cfg)
 		}
-		if !offline {
+		switch {
+		case offline:
+			rep.TableNote = "not checked (--offline)"
+		case !o.table.Configured():
+			// Checking a file needs no Bigtable: compare with the table
+			// only when one is named.
+			rep.TableNote = "not checked: no Bigtable given (--project and --instance, or BIGTABLE_EMULATOR_HOST, to compare its GC rule)"
+		default:
 			if err := o.resolve(); err != nil {
 				return err
 			}
@@ -173,6 +182,9 @@ func printCheck(w io.Writer, rep *checkReport) {
 		return
 	}
 	fmt.Fprintf(w, "%s is valid (version %s): strategy %s, default_ttl %s, %d tenants listed.\n", rep.File, rep.Version, rep.Strategy, rep.Default, rep.Tenants)
+	if rep.TableNote != "" {
+		fmt.Fprintf(w, "\nTable: %s.\n", rep.TableNote)
+	}
 	if t := rep.Table; t != nil {
 		switch {
 		case t.Error != "":

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -114,5 +118,22 @@ func TestCheckExplainsEdits(t *testing.T) {
 	out, err = e.cmd(t, "check")
 	if code(err) != 2 || !strings.Contains(out, `line 3: tenants.acme: invalid duration "1hour"`) {
 		t.Errorf("invalid file: exit %d\n%s", code(err), out)
+	}
+}
+
+// A newcomer's first command: `worker check --tenants tenants.yaml` on a
+// valid file, with no Bigtable named, validates and explains it (it
+// stopped with "--project is required"), and says the table was not read.
+func TestCheckWithoutBigtable(t *testing.T) {
+	t.Setenv("BIGTABLE_EMULATOR_HOST", "")
+	os.Unsetenv("BIGTABLE_EMULATOR_HOST")
+	file := filepath.Join(t.TempDir(), "tenants.yaml")
+	if err := os.WriteFile(file, []byte(tenantsYAML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"check", "--tenants", file}, &out, &out)
+	if err != nil || !strings.Contains(out.String(), "is valid") || !strings.Contains(out.String(), "Table: not checked: no Bigtable given") {
+		t.Errorf("check: %v\n%s", err, out.String())
 	}
 }
