@@ -47,6 +47,7 @@ type demoOptions struct {
 	produceFor time.Duration
 	every      time.Duration
 	runFor     time.Duration
+	watch      bool
 	logLevel   string
 }
 
@@ -54,11 +55,14 @@ type demoOptions struct {
 // (internal/inproc), fed with synthetic clicks.
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var o demoOptions
-	f := envflag.New("worker demo", "worker demo: the whole pipeline in one process, with in-process Kafka and Bigtable emulator and synthetic clicks.\nTenants (TTL): flash 5s, brief 15s, walk-in (unlisted: default 30s), keeper 45s. Ctrl-C stops it.", stderr)
+	f := envflag.New("worker demo", "worker demo: the whole pipeline in one process, with in-process Kafka and Bigtable emulator and synthetic clicks.\n"+
+		"Tenants (TTL): flash 5s, brief 15s, walk-in (unlisted: default 30s), keeper 45s. It ends when every tenant's cells are gone\n"+
+		"(about a minute), unless --watch; Ctrl-C stops it.", stderr)
 	f.Int(&o.rate, "rate", "DEMO_RATE", 200, "synthetic clicks per second")
 	f.Duration(&o.produceFor, "produce-for", "DEMO_PRODUCE_FOR", 10*time.Second, "produce for this long, then watch the cells expire")
 	f.Duration(&o.every, "every", "DEMO_EVERY", 5*time.Second, "print the per-tenant summary this often")
-	f.Duration(&o.runFor, "duration", "DEMO_DURATION", 0, "stop after this long (0: run until Ctrl-C)")
+	f.Duration(&o.runFor, "duration", "DEMO_DURATION", 0, "stop after this long (0: until every tenant's cells are gone, or Ctrl-C)")
+	f.Bool(&o.watch, "watch", "DEMO_WATCH", false, "keep running once every tenant's cells are gone, until Ctrl-C")
 	f.String(&o.logLevel, "log-level", "LOG_LEVEL", "warn", "log level of the worker's own logs")
 	if err := parse(f, args); err != nil {
 		return err
@@ -108,7 +112,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	fmt.Fprintf(stdout, "cellttl demo: Kafka (in-process) %s, Bigtable emulator (in-process) %s\n", brokers[0], bt.Addr())
 	fmt.Fprintf(stdout, "table %s, family %s with GC rule %q (%s)\n", target.Table, target.Family, sink.DescribeGC(bigtable.MaxAgePolicy(cfg.Policy.GCMaxAge())), describePolicy(cfg.Policy))
-	fmt.Fprintf(stdout, "producing %d clicks/s for %s (1 in 25 an hour old, 1 in 40 malformed), then watching GC; Ctrl-C stops\n\n", o.rate, duration.Format(o.produceFor))
+	fmt.Fprintf(stdout, "producing %d clicks/s for %s (1 in 25 an hour old, 1 in 40 malformed), then watching GC until every tenant's cells are gone; Ctrl-C stops\n\n", o.rate, duration.Format(o.produceFor))
 
 	w, err := newWorker(ctx, &ro, cfg, dc, ac, nil, log)
 	if err != nil {
@@ -118,12 +122,16 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	defer wg.Wait()
 	pctx, stopProducing := context.WithCancel(ctx)
 	defer stopProducing()
+	produced := make(chan struct{})
 	wg.Go(func() {
+		defer close(produced)
 		if err := produceDemo(pctx, brokers, o.rate, o.produceFor); err != nil && pctx.Err() == nil {
 			log.Error("demo producer stopped", "err", err)
 		}
 	})
 	started := time.Now()
+	wctx, done := context.WithCancel(ctx) // the worker's: done when every cell is gone
+	defer done()
 	sctx, stopSummaries := context.WithCancel(ctx)
 	defer stopSummaries()
 	wg.Go(func() {
@@ -134,11 +142,23 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			case <-sctx.Done():
 				return
 			case <-t.C:
-				printSummary(sctx, stdout, dc.Open(target.Table), target.Family, cfg.Policy, w.pipeline.Stats(), time.Since(started))
+			}
+			tbl := dc.Open(target.Table)
+			stored := printSummary(sctx, stdout, tbl, target.Family, cfg.Policy, w.pipeline.Stats(), time.Since(started))
+			select {
+			case <-produced:
+			default:
+				continue // still producing
+			}
+			if stored == 0 && !o.watch && w.pipeline.Stats().Totals().Written > 0 {
+				fmt.Fprintf(stdout, "t+%s: every tenant's cells are gone, each collected by the emulator's own GC after its TTL: the demo is done (--watch keeps it running)\n",
+					time.Since(started).Truncate(time.Second))
+				done()
+				return
 			}
 		}
 	})
-	err = w.serve(ctx, nil)
+	err = w.serve(wctx, nil)
 	stopProducing()
 	stopSummaries()
 	wg.Wait() // the summaries write to stdout too
@@ -190,27 +210,33 @@ func produceDemo(ctx context.Context, brokers []string, rate int, d time.Duratio
 // holds now: stored counts every row GC has not yet removed, live only the
 // rows a correct reader returns (reader.Filter), and the first live row
 // with its expiry.
-func printSummary(ctx context.Context, w io.Writer, tbl *bigtable.Table, family string, p *expiry.Policy, stats *pipeline.Stats, elapsed time.Duration) {
+func printSummary(ctx context.Context, w io.Writer, tbl *bigtable.Table, family string, p *expiry.Policy, stats *pipeline.Stats, elapsed time.Duration) (stored int) {
 	now := time.Now()
 	r := reader.New(tbl, family, p)
 	tw := tabwriter.NewWriter(w, 2, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "t+%s\ttenant\tttl\twritten\tskipped\tdead-lettered\tstored\tlive\tsample row (expiry)\n", elapsed.Truncate(time.Second))
 	for _, id := range demoTenantIDs {
 		ts := stats.Tenant(id)
-		stored := countRows(ctx, tbl, id, nil)
+		n := countRows(ctx, tbl, id, nil)
+		if n < 0 {
+			stored++ // a count that failed is not "none"
+		} else {
+			stored += n
+		}
 		live := countRows(ctx, tbl, id, reader.Filter(p, family, now))
 		sample := "-"
 		_ = r.Read(ctx, reader.Query{Tenant: id, Limit: 1}, func(ev reader.Event) bool {
 			sample = fmt.Sprintf("%s (expires in %s)", shorten(ev.Key), ev.Expiry.Sub(now).Truncate(100*time.Millisecond))
 			return false
 		})
-		fmt.Fprintf(tw, "\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", id, duration.Format(p.TTL(id)), ts.Written.Load(), ts.Expired.Load(), ts.DeadLettered.Load(), stored, live, sample)
+		fmt.Fprintf(tw, "\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", id, duration.Format(p.TTL(id)), ts.Written.Load(), ts.Expired.Load(), ts.DeadLettered.Load(), n, live, sample)
 	}
 	if o := stats.Tenant(pipeline.OtherTenants); o.Consumed.Load() > 0 {
 		fmt.Fprintf(tw, "\t(no valid tenant)\t\t%d\t%d\t%d\t\t\t\n", o.Written.Load(), o.Expired.Load(), o.DeadLettered.Load())
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
+	return stored
 }
 
 func shorten(key string) string {

@@ -5,7 +5,9 @@ import (
 	"context"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 )
 
 // The demo runs the real pipeline end to end and its summary shows the
@@ -37,5 +39,21 @@ func TestDemo(t *testing.T) {
 	}
 	if w, l := row("keeper"); w == 0 || l != w {
 		t.Errorf("keeper: written %d, live %d; want all live within 45s", w, l)
+	}
+}
+
+// Without --duration the demo ends by itself, exit 0, once the emulator's
+// GC has taken every tenant's cells, and says so.
+func TestDemoEnds(t *testing.T) {
+	t.Setenv("BIGTABLE_EMULATOR_HOST", "")
+	var out, errOut bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	err := run(ctx, []string{"demo", "--produce-for", "1s", "--every", "2s", "--rate", "50"}, &out, &errOut)
+	if err != nil || ctx.Err() != nil {
+		t.Fatalf("demo: %v (context %v)\n%s\n%s", err, ctx.Err(), out.String(), errOut.String())
+	}
+	if !strings.Contains(out.String(), "every tenant's cells are gone") {
+		t.Errorf("the demo did not say it was done:\n%s", out.String())
 	}
 }
