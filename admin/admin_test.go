@@ -10,18 +10,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-)
 
-func get(t *testing.T, url string) (int, string) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
+	"github.com/cellttl/cellttl/internal/testenv"
+)
 
 func TestEndpoints(t *testing.T) {
 	var kafkaDown atomic.Bool
@@ -43,23 +34,23 @@ func TestEndpoints(t *testing.T) {
 	defer s.Shutdown(context.Background())
 	base := "http://" + addr.String()
 
-	if code, body := get(t, base+"/healthz"); code != 200 || body != "ok\n" {
+	if code, body := testenv.MustGet(t, base+"/healthz"); code != 200 || body != "ok\n" {
 		t.Errorf("/healthz: %d %q", code, body)
 	}
-	if code, body := get(t, base+"/readyz"); code != 200 || !strings.Contains(body, "kafka: ok") {
+	if code, body := testenv.MustGet(t, base+"/readyz"); code != 200 || !strings.Contains(body, "kafka: ok") {
 		t.Errorf("/readyz: %d %q", code, body)
 	}
 	kafkaDown.Store(true)
-	if code, body := get(t, base+"/readyz"); code != 503 || !strings.Contains(body, "kafka: not ready: not in the consumer group") || !strings.Contains(body, "config: ok") {
+	if code, body := testenv.MustGet(t, base+"/readyz"); code != 503 || !strings.Contains(body, "kafka: not ready: not in the consumer group") || !strings.Contains(body, "config: ok") {
 		t.Errorf("/readyz with kafka down: %d %q", code, body)
 	}
-	if code, body := get(t, base+"/status"); code != 200 || !strings.Contains(body, `"partitions": 3`) {
+	if code, body := testenv.MustGet(t, base+"/status"); code != 200 || !strings.Contains(body, `"partitions": 3`) {
 		t.Errorf("/status: %d %q", code, body)
 	}
-	if code, body := get(t, base+"/status?tenants=false"); code != 200 || !strings.Contains(body, `"tenants": "false"`) {
+	if code, body := testenv.MustGet(t, base+"/status?tenants=false"); code != 200 || !strings.Contains(body, `"tenants": "false"`) {
 		t.Errorf("/status?tenants=false: the query does not reach the page: %d %q", code, body)
 	}
-	if code, body := get(t, base+"/metrics"); code != 200 || body != "m 1\n" {
+	if code, body := testenv.MustGet(t, base+"/metrics"); code != 200 || body != "m 1\n" {
 		t.Errorf("/metrics: %d %q", code, body)
 	}
 }

@@ -3,9 +3,7 @@ package faults
 import (
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -256,7 +254,7 @@ func TestGCRuleChangedUnderWorkers(t *testing.T) {
 	s.faults++
 	for _, w := range workers {
 		testenv.Eventually(t, 15*time.Second, func() (bool, string) {
-			code, body := get(w.admin + "/readyz")
+			code, body := testenv.Get(w.admin + "/readyz")
 			return code == 503 && strings.Contains(body, `GC rule "max-age 3d", the configuration needs "max-age 2d"`), fmt.Sprintf("worker %d /readyz %d: %s", w.id, code, body)
 		})
 	}
@@ -274,7 +272,7 @@ func TestGCRuleChangedUnderWorkers(t *testing.T) {
 	done()
 	recovery := s.settle(partitions, 3*time.Minute)
 	for _, w := range workers {
-		if code, body := get(w.admin + "/readyz"); code != 200 {
+		if code, body := testenv.Get(w.admin + "/readyz"); code != 200 {
 			t.Errorf("worker %d /readyz %d after the rule was set back: %s", w.id, code, body)
 		}
 	}
@@ -288,15 +286,4 @@ func TestGCRuleChangedUnderWorkers(t *testing.T) {
 	v.PeakRSSMiB, v.BoundMiB = peak>>20, bound>>20
 	s.record(v)
 	checkRSS(t, peak, bound)
-}
-
-// get returns a URL's status and body, 0 when it cannot be reached.
-func get(url string) (int, string) {
-	resp, err := http.Get(url)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -97,12 +96,8 @@ func TestBigtableRefusesWholeRequests(t *testing.T) {
 		})
 		s.logf("bigtable refuses every MutateRows with %s", code)
 		testenv.Eventually(t, 10*time.Second, func() (bool, string) {
-			resp, err := http.Get(w.admin + "/readyz")
-			if err != nil {
-				return false, err.Error()
-			}
-			resp.Body.Close()
-			return resp.StatusCode == 503 && refused.Load() > 2, fmt.Sprintf("/readyz %d with every write refused (%d refusals)", resp.StatusCode, refused.Load())
+			code, _ := testenv.Get(w.admin + "/readyz")
+			return code == 503 && refused.Load() > 2, fmt.Sprintf("/readyz %d with every write refused (%d refusals)", code, refused.Load())
 		})
 		time.Sleep(2 * time.Second)
 		proxy.SetFault(nil)

@@ -34,7 +34,7 @@ func TestVerifierReportsEachDefect(t *testing.T) {
 	}
 	for _, defect := range []string{"missing row", "duplicate row", "wrong timestamp", "extra version", "valid event dead-lettered"} {
 		t.Run(defect, func(t *testing.T) {
-			tgt := testenv.Table(t, ac, dc, cfg.Policy.GCMaxAge())
+			tgt := sink.Target(testenv.Table(t, ac, dc, cfg.Policy.GCMaxAge()))
 			o := &options{project: "local", instance: "local", table: tgt.Table, family: tgt.Family, dlqTopic: testenv.Name("dlq")}
 			testenv.CreateTopic(t, brokers, o.dlqTopic, 1)
 			g := newGenerator(testenv.Name("run"), m, shapes["contract"], 50, 1.2, 10, 0.2, 7)

@@ -81,7 +81,7 @@ func TestExpiryEndToEnd(t *testing.T) {
 		t.Run(s.String(), func(t *testing.T) {
 			p := &expiry.Policy{Strategy: s, DefaultTTL: 6 * time.Second, Tenants: map[string]time.Duration{"short": 2 * time.Second, "long": 12 * time.Second}}
 			dc, ac := testenv.Clients(t)
-			tgt := testenv.Table(t, ac, dc, p.GCMaxAge())
+			tgt := sink.Target(testenv.Table(t, ac, dc, p.GCMaxAge()))
 			tbl := dc.Open(tgt.Table)
 			base := time.Now()
 			events := writeEvents(t, dc, tgt, p, ttls, base, 3)
@@ -140,7 +140,7 @@ func TestExpiryEndToEnd(t *testing.T) {
 func TestQueryUserWindowAndLimit(t *testing.T) {
 	dc, ac := testenv.Clients(t)
 	p := &expiry.Policy{Strategy: expiry.DefaultExpiration, DefaultTTL: 48 * time.Hour}
-	tgt := testenv.Table(t, ac, dc, p.GCMaxAge())
+	tgt := sink.Target(testenv.Table(t, ac, dc, p.GCMaxAge()))
 	base := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
 	var rows []sink.Row
 	for i := range 10 {

@@ -134,7 +134,7 @@ func TestRetimeShorterAndLonger(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			old, now := policy(t, tc.old), policy(t, tc.new)
-			tgt := testenv.Table(t, ac, dc, old.GCMaxAge())
+			tgt := sink.Target(testenv.Table(t, ac, dc, old.GCMaxAge()))
 			tbl := dc.Open(tgt.Table)
 			// 10m and 50m old: live under both. 2h old: expired under
 			// 1h, live under 3h; lengthening must not bring it back once
@@ -190,7 +190,7 @@ func TestRetimeShorterAndLonger(t *testing.T) {
 func TestRetimeResumes(t *testing.T) {
 	dc, ac := testenv.Clients(t)
 	old, now := policy(t, "default_ttl: 2d\ntenants:\n  acme: 3h\n"), policy(t, "default_ttl: 2d\ntenants:\n  acme: 1h\n")
-	tgt := testenv.Table(t, ac, dc, old.GCMaxAge())
+	tgt := sink.Target(testenv.Table(t, ac, dc, old.GCMaxAge()))
 	tbl := dc.Open(tgt.Table)
 	ages := make([]time.Duration, 1500)
 	for i := range ages {
@@ -233,7 +233,7 @@ func TestRetimeResumes(t *testing.T) {
 func TestRetimeSecondPassCatchesLateWrites(t *testing.T) {
 	dc, ac := testenv.Clients(t)
 	old, now := policy(t, "default_ttl: 2d\ntenants:\n  acme: 3h\n"), policy(t, "default_ttl: 2d\ntenants:\n  acme: 1h\n")
-	tgt := testenv.Table(t, ac, dc, old.GCMaxAge())
+	tgt := sink.Target(testenv.Table(t, ac, dc, old.GCMaxAge()))
 	tbl := dc.Open(tgt.Table)
 	evs := seed(t, dc, tgt, old, "acme", []time.Duration{time.Minute, 2 * time.Minute, 3 * time.Minute})
 	var late []event
@@ -264,7 +264,7 @@ func TestRetimeSecondPassCatchesLateWrites(t *testing.T) {
 func TestRetimeResumeKeepsTheSecondPass(t *testing.T) {
 	dc, ac := testenv.Clients(t)
 	old, now := policy(t, "default_ttl: 2d\ntenants:\n  acme: 3h\n"), policy(t, "default_ttl: 2d\ntenants:\n  acme: 1h\n")
-	tgt := testenv.Table(t, ac, dc, old.GCMaxAge())
+	tgt := sink.Target(testenv.Table(t, ac, dc, old.GCMaxAge()))
 	tbl := dc.Open(tgt.Table)
 	evs := seed(t, dc, tgt, old, "acme", []time.Duration{time.Minute, 2 * time.Minute})
 	cpFile := filepath.Join(t.TempDir(), "checkpoint")
@@ -302,7 +302,7 @@ func TestRetimeResumeKeepsTheSecondPass(t *testing.T) {
 func TestRetimeRefusesAnotherJobsCheckpoint(t *testing.T) {
 	dc, ac := testenv.Clients(t)
 	p := policy(t, "default_ttl: 2d\ntenants:\n  acme: 1h\n")
-	tgt := testenv.Table(t, ac, dc, p.GCMaxAge())
+	tgt := sink.Target(testenv.Table(t, ac, dc, p.GCMaxAge()))
 	tbl := dc.Open(tgt.Table)
 	seed(t, dc, tgt, p, "acme", []time.Duration{time.Minute})
 	cpFile := filepath.Join(t.TempDir(), "checkpoint")
@@ -334,7 +334,7 @@ func TestRetimeRefusesAnotherJobsCheckpoint(t *testing.T) {
 func TestForget(t *testing.T) {
 	dc, ac := testenv.Clients(t)
 	p := policy(t, "default_ttl: 2d\n")
-	tgt := testenv.Table(t, ac, dc, p.GCMaxAge())
+	tgt := sink.Target(testenv.Table(t, ac, dc, p.GCMaxAge()))
 	tbl := dc.Open(tgt.Table)
 	// Users u0..u6 cycle: u0 has events 0, 7, 14 at ages 0, 7h, 14h.
 	ages := make([]time.Duration, 21)
@@ -369,7 +369,7 @@ func TestForget(t *testing.T) {
 func TestAudit(t *testing.T) {
 	dc, ac := testenv.Clients(t)
 	old, cur := policy(t, "default_ttl: 2d\ntenants:\n  acme: 3h\n"), policy(t, "default_ttl: 2d\ntenants:\n  acme: 1h\n")
-	tgt := testenv.Table(t, ac, dc, cur.GCMaxAge())
+	tgt := sink.Target(testenv.Table(t, ac, dc, cur.GCMaxAge()))
 	tbl := dc.Open(tgt.Table)
 	seed(t, dc, tgt, cur, "acme", []time.Duration{time.Minute, 2 * time.Hour})    // correct: one live, one expired
 	seed(t, dc, tgt, old, "acme", []time.Duration{10 * time.Minute})              // under the old TTL: breaks the rule
@@ -406,7 +406,7 @@ func TestAudit(t *testing.T) {
 func TestShardsTouchEveryRowOnce(t *testing.T) {
 	dc, ac := testenv.Clients(t)
 	old, cur := policy(t, "default_ttl: 2d\ntenants:\n  acme: 3h\n"), policy(t, "default_ttl: 2d\ntenants:\n  acme: 1h\n")
-	tgt := testenv.Table(t, ac, dc, cur.GCMaxAge())
+	tgt := sink.Target(testenv.Table(t, ac, dc, cur.GCMaxAge()))
 	tbl := dc.Open(tgt.Table)
 	w, err := sink.NewWriter(dc, tgt, sink.DefaultWriterConfig(), nil, slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -468,7 +468,7 @@ func TestRetimeCountsChangesBeforeWritingThem(t *testing.T) {
 	t.Setenv("BIGTABLE_EMULATOR_HOST", proxy.Addr)
 	dc, ac := testenv.Clients(t)
 	old, now := policy(t, "default_ttl: 2d\ntenants:\n  acme: 3h\n"), policy(t, "default_ttl: 2d\ntenants:\n  acme: 1h\n")
-	tgt := testenv.Table(t, ac, dc, old.GCMaxAge())
+	tgt := sink.Target(testenv.Table(t, ac, dc, old.GCMaxAge()))
 	tbl := dc.Open(tgt.Table)
 	evs := seed(t, dc, tgt, old, "acme", []time.Duration{time.Minute, 2 * time.Minute})
 	cpFile := filepath.Join(t.TempDir(), "checkpoint")

@@ -24,7 +24,7 @@ func TestRuleWatch(t *testing.T) {
 	}
 	t.Setenv("BIGTABLE_EMULATOR_HOST", bt.Addr())
 	dc, ac := testenv.Clients(t)
-	tgt := testenv.Table(t, ac, dc, 48*time.Hour)
+	tgt := sink.Target(testenv.Table(t, ac, dc, 48*time.Hour))
 	w := sink.NewRuleWatch(ac, tgt, 48*time.Hour, "the fix", slog.New(slog.DiscardHandler))
 	ctx := context.Background()
 	if err := w.Check(ctx); err != nil || w.Held() != nil || w.Problem() != nil {

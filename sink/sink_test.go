@@ -63,7 +63,7 @@ func TestSetupCreatesAndChecks(t *testing.T) {
 
 func TestSetupRefusesOneSecondOnCells(t *testing.T) {
 	dc, ac := testenv.Clients(t)
-	tgt := testenv.Table(t, ac, dc, 48*time.Hour)
+	tgt := sink.Target(testenv.Table(t, ac, dc, 48*time.Hour))
 	w, err := sink.NewWriter(dc, tgt, sink.DefaultWriterConfig(), nil, slog.Default())
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +102,7 @@ func readRow(t *testing.T, dc *bigtable.Client, table, key string) bigtable.Row 
 
 func TestWriteCells(t *testing.T) {
 	dc, ac := testenv.Clients(t)
-	tgt := testenv.Table(t, ac, dc, 48*time.Hour)
+	tgt := sink.Target(testenv.Table(t, ac, dc, 48*time.Hour))
 	writeTime := time.Date(2026, 4, 30, 9, 0, 1, 0, time.UTC)
 	cfg := sink.DefaultWriterConfig()
 	cfg.Now = func() time.Time { return writeTime }
@@ -211,7 +211,7 @@ func fastRetries() sink.WriterConfig {
 
 func TestWriteRetriesWholeCallFailures(t *testing.T) {
 	dc, ac, proxy := faultyEmulator(t)
-	tgt := testenv.Table(t, ac, dc, time.Hour)
+	tgt := sink.Target(testenv.Table(t, ac, dc, time.Hour))
 	proxy.SetFault(refuseFirst(10, codes.Unavailable))
 	cfg := fastRetries()
 	cfg.AttemptTimeout = 100 * time.Millisecond // the client's own retries end here
@@ -260,7 +260,7 @@ func TestWriteRetriesWholeCallFailures(t *testing.T) {
 // takes requests without it, so the request is split to find the row.
 func TestWriteIsolatesRefusedRow(t *testing.T) {
 	dc, ac, proxy := faultyEmulator(t)
-	tgt := testenv.Table(t, ac, dc, time.Hour)
+	tgt := sink.Target(testenv.Table(t, ac, dc, time.Hour))
 	proxy.SetFault(refuseRequestsWith)
 	w, err := sink.NewWriter(dc, tgt, fastRetries(), nil, slog.Default())
 	if err != nil {
@@ -278,7 +278,7 @@ func TestWriteIsolatesRefusedRow(t *testing.T) {
 // same request is the row's fault.
 func TestWriteBlamesAnEntryRefusedBesideWrittenOnes(t *testing.T) {
 	dc, ac, proxy := faultyEmulator(t)
-	tgt := testenv.Table(t, ac, dc, time.Hour)
+	tgt := sink.Target(testenv.Table(t, ac, dc, time.Hour))
 	proxy.SetFault(refuseEntriesWith)
 	w, err := sink.NewWriter(dc, tgt, fastRetries(), nil, slog.Default())
 	if err != nil {
@@ -299,7 +299,7 @@ func TestWriteBlamesAnEntryRefusedBesideWrittenOnes(t *testing.T) {
 // request without it (the probe) succeeds.
 func TestWriteBlamesALoneRowOnlyWhenOthersPass(t *testing.T) {
 	dc, ac, proxy := faultyEmulator(t)
-	tgt := testenv.Table(t, ac, dc, time.Hour)
+	tgt := sink.Target(testenv.Table(t, ac, dc, time.Hour))
 	w, err := sink.NewWriter(dc, tgt, fastRetries(), nil, slog.Default())
 	if err != nil {
 		t.Fatal(err)
@@ -336,7 +336,7 @@ func checkOnlyPoisonBlamed(t *testing.T, dc *bigtable.Client, tgt sink.Target, k
 // waits, Outage says why, and everything is written when it ends.
 func TestWholeRequestRefusalIsAnOutageForEveryCode(t *testing.T) {
 	dc, ac, proxy := faultyEmulator(t)
-	tgt := testenv.Table(t, ac, dc, time.Hour)
+	tgt := sink.Target(testenv.Table(t, ac, dc, time.Hour))
 	for _, code := range []codes.Code{codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange,
 		codes.PermissionDenied, codes.NotFound, codes.Unavailable, codes.ResourceExhausted, codes.Internal} {
 		t.Run(code.String(), func(t *testing.T) {
@@ -390,7 +390,7 @@ func TestWholeRequestRefusalIsAnOutageForEveryCode(t *testing.T) {
 
 func TestWriteStopsWithContext(t *testing.T) {
 	dc, ac, proxy := faultyEmulator(t)
-	tgt := testenv.Table(t, ac, dc, time.Hour)
+	tgt := sink.Target(testenv.Table(t, ac, dc, time.Hour))
 	proxy.SetFault(refuseFirst(1<<30, codes.Unavailable)) // never recovers
 	w, err := sink.NewWriter(dc, tgt, fastRetries(), nil, slog.Default())
 	if err != nil {

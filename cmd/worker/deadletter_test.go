@@ -200,7 +200,7 @@ func TestDeadLetterTopicPermanentFailures(t *testing.T) {
 			testenv.Produce(t, plaintext, e.topic, click{EventID: "p-2", TenantID: "acme", UserID: "u"}.bytes())
 			e.waitRows(t, 2, 30*time.Second)
 			testenv.Eventually(t, 30*time.Second, func() (bool, string) {
-				code, body := httpGet(t, base+"/readyz")
+				code, body := testenv.MustGet(t, base+"/readyz")
 				return code == 503 && strings.Contains(body, "dead-letter: not ready") && strings.Contains(body, tc.said), fmt.Sprintf("/readyz %d: %s", code, body)
 			})
 			if !strings.Contains(logs.String(), tc.said) {
@@ -223,7 +223,7 @@ func TestDeadLetterTopicPermanentFailures(t *testing.T) {
 				t.Errorf("%d dead letters after the fix, want 1", len(dead))
 			}
 			testenv.Eventually(t, 30*time.Second, func() (bool, string) {
-				code, body := httpGet(t, base+"/readyz")
+				code, body := testenv.MustGet(t, base+"/readyz")
 				return code == 200, fmt.Sprintf("/readyz %d after the fix: %s", code, body)
 			})
 			if err := stop(); err != nil {

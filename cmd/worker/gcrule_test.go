@@ -38,7 +38,7 @@ func TestGCRuleChangedUnderTheWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 20*time.Second, func() (bool, string) {
-		code, body := httpGet(t, base+"/readyz")
+		code, body := testenv.MustGet(t, base+"/readyz")
 		return code == 503 && strings.Contains(body, `GC rule "max-age 1h", the configuration needs "max-age 2d"`), fmt.Sprintf("/readyz %d: %s", code, body)
 	})
 	testenv.Produce(t, e.brokers, e.topic,
@@ -61,7 +61,7 @@ func TestGCRuleChangedUnderTheWorker(t *testing.T) {
 	}
 	e.waitRows(t, 3, 30*time.Second)
 	testenv.Eventually(t, 20*time.Second, func() (bool, string) {
-		code, body := httpGet(t, base+"/readyz")
+		code, body := testenv.MustGet(t, base+"/readyz")
 		return code == 200, fmt.Sprintf("/readyz %d: %s", code, body)
 	})
 	e.waitCommitted(t, 30*time.Second)

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -21,7 +22,6 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/cellttl/cellttl/internal/inproc"
-	"github.com/cellttl/cellttl/sink"
 )
 
 // Real reports whether both real services are configured.
@@ -89,14 +89,23 @@ func Clients(t testing.TB) (*bigtable.Client, *bigtable.AdminClient) {
 	return dc, ac
 }
 
-// Table creates a table and family with GC rule max-age maxAge through
-// sink.Setup and deletes the table when the test ends: the emulator never
-// frees memory otherwise.
-func Table(t testing.TB, ac *bigtable.AdminClient, dc *bigtable.Client, maxAge time.Duration) sink.Target {
+// Family names a table's column family: the shape of sink.Target, which a
+// test converts it to (testenv imports no feature package).
+type Family struct{ Table, Family string }
+
+// Table creates a table and its family "c" with the GC rule max-age maxAge,
+// in one ModifyColumnFamilies call as worker setup does (after which the
+// emulator runs its GC on the table), and deletes the table when the test
+// ends: the emulator never frees memory otherwise.
+func Table(t testing.TB, ac *bigtable.AdminClient, _ *bigtable.Client, maxAge time.Duration) Family {
 	t.Helper()
-	tgt := sink.Target{Table: Name("t"), Family: "c"}
-	if _, err := sink.Setup(context.Background(), ac, dc, tgt, maxAge, sink.SetupOptions{}); err != nil {
-		t.Fatalf("setup table: %v", err)
+	tgt := Family{Table: Name("t"), Family: "c"}
+	ctx := context.Background()
+	if err := ac.CreateTable(ctx, tgt.Table); err != nil {
+		t.Fatalf("create table %s: %v", tgt.Table, err)
+	}
+	if err := ac.CreateColumnFamilyWithConfig(ctx, tgt.Table, tgt.Family, bigtable.Family{GCPolicy: bigtable.MaxAgePolicy(maxAge)}); err != nil {
+		t.Fatalf("create family %s:%s: %v", tgt.Table, tgt.Family, err)
 	}
 	t.Cleanup(func() { _ = ac.DeleteTable(context.Background(), tgt.Table) })
 	return tgt
@@ -196,6 +205,47 @@ func ProduceMessages(t testing.TB, brokers []string, topic string, msgs ...kafka
 	if err := w.WriteMessages(ctx, msgs...); err != nil {
 		t.Fatalf("produce %d messages to %s: %v", len(msgs), topic, err)
 	}
+}
+
+// ProduceTo writes values to one partition of topic and waits for the
+// broker's acknowledgement.
+func ProduceTo(t testing.TB, brokers []string, topic string, partition int, values ...[]byte) {
+	t.Helper()
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond, Transport: tr,
+		Balancer: kafka.BalancerFunc(func(kafka.Message, ...int) int { return partition })}
+	defer w.Close()
+	msgs := make([]kafka.Message, len(values))
+	for i, v := range values {
+		msgs[i] = kafka.Message{Value: v}
+	}
+	if err := w.WriteMessages(context.Background(), msgs...); err != nil {
+		t.Fatalf("produce %d messages to %s/%d: %v", len(msgs), topic, partition, err)
+	}
+}
+
+// Get fetches url and returns its status and body: 0 and why when it
+// cannot be reached (a server that may be down).
+func Get(url string) (int, string) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// MustGet is Get for a server that must answer: the test fails when it
+// cannot be reached.
+func MustGet(t testing.TB, url string) (int, string) {
+	t.Helper()
+	code, body := Get(url)
+	if code == 0 {
+		t.Fatalf("GET %s: %s", url, body)
+	}
+	return code, body
 }
 
 // ReadAll reads every message of topic from the start until n have been
