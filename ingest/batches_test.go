@@ -7,14 +7,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"go.opentelemetry.io/otel/metric/noop"
 	"hash/crc32"
 	"io"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel/metric/noop"
+
 	"github.com/segmentio/kafka-go/compress"
 	"github.com/segmentio/kafka-go/protocol"
 )
@@ -46,11 +46,11 @@ func encodeBatch(t testing.TB, version int8, codec compress.Compression, base in
 }
 
 // decodeOurs reads every message of data as the fetcher does.
-func decodeOurs(t testing.TB, data []byte, maxRecord int) ([]kafka.Message, []*Cut) {
+func decodeOurs(t testing.TB, data []byte, maxRecord int) ([]Message, []*Cut) {
 	t.Helper()
 	r := newRecordReader(newInflater(1<<30), maxRecord)
 	defer r.inflate.close()
-	var msgs []kafka.Message
+	var msgs []Message
 	var cuts []*Cut
 	for len(data) > 0 {
 		b, rest, ok, err := nextBatch(data)
@@ -82,14 +82,14 @@ func decodeOurs(t testing.TB, data []byte, maxRecord int) ([]kafka.Message, []*C
 
 // decodeKafkaGo reads data with kafka-go's decoder, which the worker used
 // before it read responses itself, into messages as the worker made them.
-func decodeKafkaGo(t testing.TB, data []byte) []kafka.Message {
+func decodeKafkaGo(t testing.TB, data []byte) []Message {
 	t.Helper()
 	framed := binary.BigEndian.AppendUint32(nil, uint32(len(data)))
 	var rs protocol.RecordSet
 	if _, err := rs.ReadFrom(bytes.NewReader(append(framed, data...))); err != nil {
 		t.Fatal(err)
 	}
-	var out []kafka.Message
+	var out []Message
 	for {
 		rec, err := rs.Records.ReadRecord()
 		if errors.Is(err, io.EOF) {
@@ -98,7 +98,10 @@ func decodeKafkaGo(t testing.TB, data []byte) []kafka.Message {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m := kafka.Message{Topic: "t", Offset: rec.Offset, Headers: rec.Headers}
+		m := Message{Topic: "t", Offset: rec.Offset}
+		for _, h := range rec.Headers {
+			m.Headers = append(m.Headers, Header{Key: h.Key, Value: h.Value})
+		}
 		if rec.Key != nil {
 			m.Key, _ = io.ReadAll(rec.Key)
 			if m.Key == nil {
@@ -118,7 +121,7 @@ func decodeKafkaGo(t testing.TB, data []byte) []kafka.Message {
 	}
 }
 
-func sameMessage(a, b kafka.Message) error {
+func sameMessage(a, b Message) error {
 	switch {
 	case a.Offset != b.Offset:
 		return fmt.Errorf("offset %d, want %d", a.Offset, b.Offset)

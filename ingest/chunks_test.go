@@ -2,8 +2,6 @@ package ingest
 
 import (
 	"testing"
-
-	"github.com/segmentio/kafka-go"
 )
 
 // A chunk comes back empty, without its messages, and is reused; what is
@@ -14,7 +12,7 @@ func TestChunksRecycle(t *testing.T) {
 	if len(s) != 0 || cap(s) != chunkSize {
 		t.Fatalf("new chunk: len %d cap %d", len(s), cap(s))
 	}
-	s = append(s, Fetched{Msg: kafka.Message{Value: []byte("x")}}, Fetched{Msg: kafka.Message{Value: []byte("y")}})
+	s = append(s, Fetched{Msg: Message{Value: []byte("x")}}, Fetched{Msg: Message{Value: []byte("y")}})
 	c.put(s)
 	r := c.get()
 	if &r[:1][0] != &s[0] {

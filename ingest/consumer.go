@@ -17,6 +17,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/cellttl/cellttl/internal/retry"
 )
 
 // ConsumerConfig configures a Consumer.
@@ -92,7 +94,11 @@ type Consumer struct {
 	parts    []*partition      // of the current generation, for Status
 	lastErr  error
 	joinedAt time.Time
+	final    map[int]int64 // the committed offsets Close left, once closed
 }
+
+// generationRetry paces generations that end as soon as they start.
+var generationRetry = retry.Policy{Initial: time.Second, Max: 10 * time.Second}
 
 // DefaultStallTimeout is how long a partition may make no progress before
 // readiness names it, unless --partition-stall-timeout says otherwise:
@@ -177,27 +183,27 @@ func NewConsumer(cfg ConsumerConfig, mp metric.MeterProvider, log *slog.Logger) 
 		return nil, err
 	}
 	c.wg.Go(func() { c.generations(ctx) })
+	c.wg.Go(func() { c.committer.Loop(ctx) })
 	return c, nil
 }
 
 // generations follows the group from generation to generation.
 func (c *Consumer) generations(ctx context.Context) {
 	var started time.Time
-	var pause time.Duration
+	pauses := generationRetry.Curve()
 	for {
 		// Generations that end as soon as they start (the input topic is
 		// missing: kafka-go's partition watcher ends each at once) would
-		// spin: pause before taking the next, doubling from 1s to 10s.
-		// kafka-go holds the next generation meanwhile, heartbeating.
+		// spin: pause before taking the next, from 1s to 10s. kafka-go
+		// holds the next generation meanwhile, heartbeating.
 		if !started.IsZero() && time.Since(started) < time.Second {
-			pause = min(max(2*pause, time.Second), 10*time.Second)
 			select {
-			case <-time.After(pause):
+			case <-time.After(pauses.Next()):
 			case <-ctx.Done():
 				return
 			}
 		} else {
-			pause = 0
+			pauses.Reset()
 		}
 		gen, err := c.group.Next(ctx)
 		if err != nil {
@@ -397,12 +403,12 @@ func (c *Consumer) Failed() <-chan struct{} { return c.failed }
 
 // Fetch returns the next message, as Poll does one at a time: for callers
 // that want messages one by one.
-func (c *Consumer) Fetch(ctx context.Context) (kafka.Message, Ack, error) {
+func (c *Consumer) Fetch(ctx context.Context) (Message, Ack, error) {
 	if c.next == len(c.batch) {
 		b, err := c.Poll(ctx, c.batch)
 		if err != nil {
 			c.batch, c.next = nil, 0
-			return kafka.Message{}, Ack{}, err
+			return Message{}, Ack{}, err
 		}
 		c.batch, c.next = b, 0
 	}
@@ -431,18 +437,30 @@ func (c *Consumer) Settle(acks []Ack) {
 }
 
 // Commit commits, through the current generation, every owned partition's
-// settled prefix that moved since the last commit.
+// settled prefix that moved since the last commit. The consumer also does
+// so every CommitInterval, and once more in Close.
 func (c *Consumer) Commit(ctx context.Context) error { return c.committer.Commit(ctx) }
-
-// CommitLoop commits every CommitInterval until ctx ends.
-func (c *Consumer) CommitLoop(ctx context.Context) { c.committer.Loop(ctx) }
 
 // InflightBytes is the bytes of fetched messages not yet settled.
 func (c *Consumer) InflightBytes() int64 { return c.budget.Held() }
 
-// Close leaves the group and stops fetching. Commit first: nothing is
-// committed after Close.
+// finalCommitTimeout bounds Close's commit: a coordinator that does not
+// answer must not hold the worker's exit.
+const finalCommitTimeout = 5 * time.Second
+
+// Close commits what is settled, then leaves the group and stops fetching:
+// nothing settled by now is redelivered, and nothing is committed after.
 func (c *Consumer) Close() error {
+	cctx, cancel := context.WithTimeout(context.Background(), finalCommitTimeout)
+	commitErr := c.committer.Commit(cctx)
+	cancel()
+	if commitErr != nil {
+		commitErr = fmt.Errorf("final commit: %w", commitErr)
+	}
+	final := c.tracker.Floors()
+	c.mu.Lock()
+	c.final = final
+	c.mu.Unlock()
 	c.stop()
 	err := c.group.Close()
 	c.wg.Wait()
@@ -452,9 +470,9 @@ func (c *Consumer) Close() error {
 	c.transport.CloseIdleConnections()
 	c.conns.closeAll()
 	if err != nil {
-		return fmt.Errorf("leave consumer group: %w", err)
+		err = fmt.Errorf("leave consumer group: %w", err)
 	}
-	return nil
+	return errors.Join(commitErr, err)
 }
 
 // PartitionStatus is what the consumer knows of one owned partition.
@@ -536,8 +554,16 @@ func (c *Consumer) Problem() error {
 }
 
 // Committed returns the committed offset of each owned partition as this
-// consumer knows it.
-func (c *Consumer) Committed() map[int]int64 { return c.tracker.Floors() }
+// consumer knows it; after Close, as the final commit left them.
+func (c *Consumer) Committed() map[int]int64 {
+	c.mu.Lock()
+	final := c.final
+	c.mu.Unlock()
+	if final != nil {
+		return final
+	}
+	return c.tracker.Floors()
+}
 
 // connSet dials the fetch transport's connections and remembers them, so
 // that Close can end them: a Kafka request cannot be cancelled, and a long

@@ -50,7 +50,7 @@ const (
 
 // DeadLetter is a message set aside with the reason.
 type DeadLetter struct {
-	Msg    kafka.Message
+	Msg    Message
 	Reason string
 	// Field is the event field at fault, "" when none is.
 	Field string
@@ -445,7 +445,11 @@ func deadLetterMessage(dl DeadLetter, max int64) (m kafka.Message, truncated boo
 			kafka.Header{Key: HeaderBatchSHA256, Value: []byte(hex.EncodeToString(u.SHA256[:]))},
 		)}, false
 	}
-	m = kafka.Message{Key: src.Key, Value: src.Value, Headers: append(append(make([]kafka.Header, 0, len(src.Headers)+len(ours)+4), src.Headers...), ours...)}
+	theirs := make([]kafka.Header, len(src.Headers), len(src.Headers)+len(ours)+4)
+	for i, h := range src.Headers {
+		theirs[i] = kafka.Header{Key: h.Key, Value: h.Value}
+	}
+	m = kafka.Message{Key: src.Key, Value: src.Value, Headers: append(theirs, ours...)}
 	if dl.Cut == nil && messageSize(m) <= max {
 		return m, false
 	}
@@ -466,7 +470,7 @@ func deadLetterMessage(dl DeadLetter, max int64) (m kafka.Message, truncated boo
 		m = kafka.Message{Key: src.Key}
 		m.Headers = append(append([]kafka.Header{}, ours...), truncation...)
 		if drop == "" {
-			m.Headers = append(append([]kafka.Header{}, src.Headers...), m.Headers...)
+			m.Headers = append(theirs[:len(src.Headers):len(src.Headers)], m.Headers...)
 		}
 		if drop == "headers,key" {
 			m.Key = nil

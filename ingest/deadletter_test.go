@@ -28,8 +28,8 @@ func header(m kafka.Message, key string) (string, bool) {
 // to fit, with its size and SHA-256; if the original headers or key alone
 // do not leave room, they go too, and a header says so.
 func TestDeadLetterFitsAtTheEdge(t *testing.T) {
-	src := kafka.Message{Topic: "clicks", Partition: 3, Offset: 77, Key: []byte("user-9"), Time: time.UnixMilli(1_777_000_000_123),
-		Headers: []kafka.Header{{Key: "traceparent", Value: []byte("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")}}}
+	src := Message{Topic: "clicks", Partition: 3, Offset: 77, Key: []byte("user-9"), Time: time.UnixMilli(1_777_000_000_123),
+		Headers: []Header{{Key: "traceparent", Value: []byte("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")}}}
 	dl := func(value []byte) DeadLetter {
 		m := src
 		m.Value = value
@@ -66,7 +66,7 @@ func TestDeadLetterFitsAtTheEdge(t *testing.T) {
 
 	// Original headers that leave no room: dropped, and said so.
 	big := src
-	big.Headers = []kafka.Header{{Key: "huge", Value: bytes.Repeat([]byte("h"), max)}}
+	big.Headers = []Header{{Key: "huge", Value: bytes.Repeat([]byte("h"), max)}}
 	m, _ = deadLetterMessage(DeadLetter{Msg: big, Reason: "r"}, max)
 	if v, _ := header(m, HeaderDropped); v != "headers" || messageSize(m) > max || !bytes.Equal(m.Key, src.Key) {
 		t.Errorf("huge headers: dropped %q, size %d, key %q", v, messageSize(m), m.Key)
@@ -101,11 +101,11 @@ func TestDeadLettersFitTheBroker(t *testing.T) {
 	if err != nil || info.MaxMessageBytes != limit || info.Created {
 		t.Fatalf("check: %+v, %v", info, err)
 	}
-	base, _ := deadLetterMessage(DeadLetter{Msg: kafka.Message{Topic: "in", Offset: 1}, Reason: "r"}, limit)
+	base, _ := deadLetterMessage(DeadLetter{Msg: Message{Topic: "in", Offset: 1}, Reason: "r"}, limit)
 	room := int(limit - recordBatchOverhead - messageSize(base))
 	var dls []DeadLetter
 	for i, n := range []int{room - 1, room, room + 1, 2 * limit, 10 * limit} {
-		dls = append(dls, DeadLetter{Msg: kafka.Message{Topic: "in", Offset: int64(i), Value: bytes.Repeat([]byte{'a' + byte(i)}, n)}, Reason: "r"})
+		dls = append(dls, DeadLetter{Msg: Message{Topic: "in", Offset: int64(i), Value: bytes.Repeat([]byte{'a' + byte(i)}, n)}, Reason: "r"})
 	}
 	if err := d.Write(context.Background(), dls); err != nil {
 		t.Fatalf("the broker refused dead letters fitted to its limit: %v", err)
@@ -163,14 +163,14 @@ func TestDeadLetterProblemsBecomeLoud(t *testing.T) {
 // original goes in a header.
 func TestDeadLetterKeepsTheOriginalTimestampInAHeader(t *testing.T) {
 	orig := time.UnixMilli(10_000_000_000_000)
-	m, _ := deadLetterMessage(DeadLetter{Msg: kafka.Message{Topic: "in", Value: []byte("v"), Time: orig}, Reason: "r"}, 1<<20)
+	m, _ := deadLetterMessage(DeadLetter{Msg: Message{Topic: "in", Value: []byte("v"), Time: orig}, Reason: "r"}, 1<<20)
 	if !m.Time.IsZero() {
 		t.Errorf("dead letter stamped %s, want the produce time (zero: the producer's clock)", m.Time)
 	}
 	if v, _ := header(m, HeaderSourceTimestamp); v != "2286-11-20T17:46:40Z" {
 		t.Errorf("source timestamp header %q", v)
 	}
-	m, _ = deadLetterMessage(DeadLetter{Msg: kafka.Message{Topic: "in", Value: []byte("v")}, Reason: "r"}, 1<<20)
+	m, _ = deadLetterMessage(DeadLetter{Msg: Message{Topic: "in", Value: []byte("v")}, Reason: "r"}, 1<<20)
 	if v, ok := header(m, HeaderSourceTimestamp); !ok || v != "" {
 		t.Errorf("a record without a timestamp: header %q (present %t), want empty", v, ok)
 	}
@@ -181,7 +181,7 @@ func TestDeadLetterKeepsTheOriginalTimestampInAHeader(t *testing.T) {
 // what the fetcher left out; an undecodable batch is one dead letter with
 // no key or value that says which offsets it stands for and what it was.
 func TestDeadLetterOfACutRecordAndAnUndecodableBatch(t *testing.T) {
-	src := kafka.Message{Topic: "clicks", Partition: 2, Offset: 10, Value: []byte("first bytes"), Headers: []kafka.Header{{Key: "h", Value: []byte("v")}}}
+	src := Message{Topic: "clicks", Partition: 2, Offset: 10, Value: []byte("first bytes"), Headers: []Header{{Key: "h", Value: []byte("v")}}}
 	cut := &Cut{Size: 5 << 20, SHA256: sha256.Sum256([]byte("all of it")), Dropped: "key"}
 	m, truncated := deadLetterMessage(DeadLetter{Msg: src, Reason: "too large", Cut: cut}, 1<<20)
 	if !truncated || string(m.Value) != "first bytes" {
@@ -194,14 +194,14 @@ func TestDeadLetterOfACutRecordAndAnUndecodableBatch(t *testing.T) {
 		}
 	}
 	// Cut by the fetcher, then again to fit: both said.
-	m, _ = deadLetterMessage(DeadLetter{Msg: kafka.Message{Value: bytes.Repeat([]byte("x"), 5000), Headers: []kafka.Header{{Key: "big", Value: make([]byte, 4000)}}},
+	m, _ = deadLetterMessage(DeadLetter{Msg: Message{Value: bytes.Repeat([]byte("x"), 5000), Headers: []Header{{Key: "big", Value: make([]byte, 4000)}}},
 		Reason: "too large", Cut: cut}, 4000)
 	if v, _ := header(m, HeaderDropped); v != "headers,key" || messageSize(m) > 4000 {
 		t.Errorf("cut twice: dropped %q, size %d", v, messageSize(m))
 	}
 
 	u := &Undecodable{Last: 66, Codec: "zstd", Size: 2508, SHA256: sha256.Sum256([]byte("batch")), Reason: "cannot be decoded"}
-	m, truncated = deadLetterMessage(DeadLetter{Msg: kafka.Message{Topic: "clicks", Partition: 0, Offset: 6}, Reason: u.Reason, Undecodable: u}, 1<<20)
+	m, truncated = deadLetterMessage(DeadLetter{Msg: Message{Topic: "clicks", Partition: 0, Offset: 6}, Reason: u.Reason, Undecodable: u}, 1<<20)
 	if truncated || m.Key != nil || m.Value != nil {
 		t.Errorf("undecodable batch: truncated %v, key %q, %d bytes of value", truncated, m.Key, len(m.Value))
 	}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	fetchAPI "github.com/segmentio/kafka-go/protocol/fetch"
+
+	"github.com/cellttl/cellttl/internal/retry"
 )
 
 // OffsetReset is what to do when a partition's committed offset lies
@@ -51,7 +53,7 @@ func (r *OffsetReset) Set(s string) error {
 
 // Fetched is a message and the Ack that settles it.
 type Fetched struct {
-	Msg kafka.Message
+	Msg Message
 	Ack Ack
 	// Cut is set for a record too large to hold whole: Msg.Value holds
 	// only its first bytes (see Cut).
@@ -173,6 +175,7 @@ type partition struct {
 	inFlight bool // in a request, or an offset lookup, not yet answered
 
 	delay    time.Duration // current backoff, 0 after a success
+	backoff  *retry.Curve  // of its failures, made at the first
 	retryAt  time.Time
 	answered time.Time // last fetch response for it
 	// logged, loggedBatch and loggedBack limit the log lines of its
@@ -204,8 +207,10 @@ func newPartition(id int, a *Assignment, committed int64) *partition {
 // fail records a failure of p: it is tried again with backoff, the failure
 // is counted, and logged unless the same was logged within logEvery.
 func (f *fetcher) fail(ctx context.Context, p *partition, err error) {
-	const first, most = 100 * time.Millisecond, 5 * time.Second
-	p.delay = min(max(2*p.delay, first), most)
+	if p.backoff == nil {
+		p.backoff = partitionRetry.Curve()
+	}
+	p.delay = p.backoff.Next()
 	p.retryAt = time.Now().Add(p.delay)
 	s := err.Error()
 	p.lastErr.Store(&s)
@@ -224,8 +229,15 @@ func (f *fetcher) ok(p *partition) {
 		}
 	}
 	p.delay, p.retryAt = 0, time.Time{}
+	if p.backoff != nil {
+		p.backoff.Reset()
+	}
 	p.lastErr.Store(nil)
 }
+
+// partitionRetry is the backoff of a partition's failures: from 100 ms to
+// 5 s, jittered, so that partitions failing together spread out.
+var partitionRetry = retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
 
 // position is p's offset for logs: next, or -1 while it is looked up.
 func (p *partition) position() int64 {
@@ -847,17 +859,17 @@ func (f *fetcher) undecodable(ctx context.Context, p *partition, b *recordBatch,
 		f.log.Error("record batch cannot be decoded; its offsets go to the dead-letter topic as one and the partition goes on",
 			"topic", f.topic, "partition", p.id, "first", first, "last", b.last, "codec", u.Codec, "bytes", u.Size, "repeats", n, "err", cause)
 	}
-	f.take(rs, Fetched{Msg: kafka.Message{Topic: f.topic, Partition: p.id, Offset: first}, Ack: Ack{size: MessageOverhead}, Undecodable: u})
+	f.take(rs, Fetched{Msg: Message{Topic: f.topic, Partition: p.id, Offset: first}, Ack: Ack{size: MessageOverhead}, Undecodable: u})
 	p.next = b.last + 1
 }
 
 // message copies a record out of the response's buffers: one allocation
 // for its key, value and header values, so that a message kept long (its
 // dead letter retried) pins only itself.
-func message(topic string, partition int, rec *record) (kafka.Message, error) {
+func message(topic string, partition int, rec *record) (Message, error) {
 	klen, vlen := len(rec.key), len(rec.value)
 	buf := make([]byte, klen+vlen+len(rec.headers))
-	m := kafka.Message{Topic: topic, Partition: partition, Offset: rec.offset}
+	m := Message{Topic: topic, Partition: partition, Offset: rec.offset}
 	if rec.key != nil {
 		copy(buf, rec.key)
 		m.Key = buf[:klen:klen]
@@ -873,8 +885,8 @@ func message(topic string, partition int, rec *record) (kafka.Message, error) {
 		}
 		m.Headers = hs
 	}
-	// Kafka's "no timestamp" is -1; kafka-go's Reader maps it to the zero
-	// time, and so does this.
+	// Kafka's "no timestamp" is -1: the zero time, as kafka-go's Reader
+	// has it.
 	if rec.time != -1 {
 		m.Time = time.UnixMilli(rec.time).UTC()
 	}
@@ -882,11 +894,11 @@ func message(topic string, partition int, rec *record) (kafka.Message, error) {
 }
 
 // headers decodes n headers of a v2 record, their values copied into buf.
-func headers(b []byte, n int, buf []byte) ([]kafka.Header, error) {
+func headers(b []byte, n int, buf []byte) ([]Header, error) {
 	if n > len(b) { // each takes at least two bytes
 		return nil, errShort
 	}
-	hs := make([]kafka.Header, n)
+	hs := make([]Header, n)
 	d := varints{b: b}
 	for i := range hs {
 		k := d.bytes()

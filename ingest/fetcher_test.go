@@ -3,7 +3,6 @@ package ingest
 import (
 	"context"
 	"fmt"
-	"github.com/segmentio/kafka-go/protocol/listoffsets"
 	"log/slog"
 	"net"
 	"runtime"
@@ -13,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/segmentio/kafka-go/protocol/listoffsets"
 
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
@@ -699,19 +700,6 @@ func TestFetchSizeEstimateStaysBounded(t *testing.T) {
 	}
 }
 
-// produceTo writes value to one partition of topic.
-func produceTo(t *testing.T, brokers []string, topic string, partition int, value []byte) {
-	t.Helper()
-	tr := &kafka.Transport{}
-	defer tr.CloseIdleConnections()
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond, Transport: tr,
-		Balancer: kafka.BalancerFunc(func(kafka.Message, ...int) int { return partition })}
-	defer w.Close()
-	if err := w.WriteMessages(context.Background(), kafka.Message{Value: value}); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // lookupFault makes the offset lookups of the partitions in fail fail,
 // and those of the partitions in hang wait for their context's end.
 type lookupFault struct {
@@ -790,7 +778,7 @@ func TestOffsetLookupFailuresAreLoud(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for got[0] == 0 {
-		produceTo(t, brokers, topic, 0, []byte("p0"))
+		testenv.ProduceTo(t, brokers, topic, 0, []byte("p0"))
 		b, err := c.Poll(ctx, nil)
 		if err != nil {
 			t.Fatalf("no message of partition 0 while partition 1's lookup hangs: %v", err)
@@ -805,7 +793,7 @@ func TestOffsetLookupFailuresAreLoud(t *testing.T) {
 	}
 
 	lf.set(nil, nil)
-	produceTo(t, brokers, topic, 1, []byte("p1"))
+	testenv.ProduceTo(t, brokers, topic, 1, []byte("p1"))
 	for got[1] == 0 {
 		b, err := c.Poll(ctx, nil)
 		if err != nil {
@@ -865,8 +853,8 @@ func TestIdlePartitionIsNotStalledByAFullBudget(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	topic := testenv.Name("fullbudget")
 	testenv.CreateTopic(t, brokers, topic, 2)
-	produceTo(t, brokers, topic, 0, make([]byte, 200<<10))
-	produceTo(t, brokers, topic, 0, make([]byte, 200<<10))
+	testenv.ProduceTo(t, brokers, topic, 0, make([]byte, 200<<10))
+	testenv.ProduceTo(t, brokers, topic, 0, make([]byte, 200<<10))
 	c := newTestConsumer(t, ConsumerConfig{Brokers: brokers, Topic: topic, Group: testenv.Name("group"), MaxInflightBytes: 300 << 10, StallTimeout: 7 * time.Second})
 	held := fetchFor(t, c, 2*time.Second) // nothing settled: the budget stays full
 	if len(held) == 0 {

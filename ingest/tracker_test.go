@@ -5,8 +5,6 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"testing"
-
-	"github.com/segmentio/kafka-go"
 )
 
 // assign starts one epoch per partition with no committed offset.
@@ -132,7 +130,7 @@ func TestTrackerBatches(t *testing.T) {
 	const n = 1000
 	fs := make([]Fetched, n)
 	for i := range fs {
-		fs[i] = Fetched{Msg: kafka.Message{Offset: int64(100 + i)}, Ack: Ack{size: int64(i)}}
+		fs[i] = Fetched{Msg: Message{Offset: int64(100 + i)}, Ack: Ack{size: int64(i)}}
 	}
 	tr.trackAll(e, fs[:400])
 	tr.trackAll(e, fs[400:])
@@ -267,10 +265,10 @@ func TestFetchDropsMessagesOfAStaleEpoch(t *testing.T) {
 	c := &Consumer{tracker: tr, budget: NewBudget(1 << 20), fetched: make(chan []Fetched, 2), fatal: make(chan error, 1)}
 	old := assign(tr, 0)[0]
 	c.budget.Fill(0, 300)
-	c.fetched <- []Fetched{{Msg: kafka.Message{Offset: 150}, Ack: tr.Track(old, 150, 300)}}
+	c.fetched <- []Fetched{{Msg: Message{Offset: 150}, Ack: tr.Track(old, 150, 300)}}
 	cur := tr.Assign(map[int]int64{0: 100})[0]
 	c.budget.Fill(0, 200)
-	c.fetched <- []Fetched{{Msg: kafka.Message{Offset: 100}, Ack: tr.Track(cur, 100, 200)}}
+	c.fetched <- []Fetched{{Msg: Message{Offset: 100}, Ack: tr.Track(cur, 100, 200)}}
 	m, a, err := c.Fetch(context.Background())
 	if err != nil || m.Offset != 100 {
 		t.Fatalf("fetched offset %d (%v), want 100: the stale 150 must be dropped", m.Offset, err)
@@ -292,13 +290,13 @@ func TestFetchDropsMessagesThatWentStale(t *testing.T) {
 	c := &Consumer{tracker: tr, budget: NewBudget(1 << 20), fetched: make(chan []Fetched, 2), fatal: make(chan error, 1)}
 	old := assign(tr, 0)[0]
 	c.budget.Fill(0, 300)
-	c.fetched <- []Fetched{{Msg: kafka.Message{Offset: 10}, Ack: tr.Track(old, 10, 100)}, {Msg: kafka.Message{Offset: 11}, Ack: tr.Track(old, 11, 200)}}
+	c.fetched <- []Fetched{{Msg: Message{Offset: 10}, Ack: tr.Track(old, 10, 100)}, {Msg: Message{Offset: 11}, Ack: tr.Track(old, 11, 200)}}
 	if m, _, err := c.Fetch(context.Background()); err != nil || m.Offset != 10 {
 		t.Fatalf("fetched offset %d (%v), want 10", m.Offset, err)
 	}
 	cur := tr.Assign(map[int]int64{0: 11})[0] // the rebalance
 	c.budget.Fill(0, 50)
-	c.fetched <- []Fetched{{Msg: kafka.Message{Offset: 11}, Ack: tr.Track(cur, 11, 50)}}
+	c.fetched <- []Fetched{{Msg: Message{Offset: 11}, Ack: tr.Track(cur, 11, 50)}}
 	m, _, err := c.Fetch(context.Background())
 	if err != nil || m.Offset != 11 || m.Offset == 11 && c.next != 1 {
 		t.Fatalf("fetched offset %d (%v) from chunk position %d, want 11 of the new epoch", m.Offset, err, c.next)
@@ -354,7 +352,7 @@ func TestTrackerRange(t *testing.T) {
 	tr := NewTracker()
 	e := assign(tr, 0)
 	a := tr.Track(e[0], 4, 0)
-	fs := []Fetched{{Msg: kafka.Message{Offset: 5}, Undecodable: &Undecodable{Last: 9}}, {Msg: kafka.Message{Offset: 10}}}
+	fs := []Fetched{{Msg: Message{Offset: 5}, Undecodable: &Undecodable{Last: 9}}, {Msg: Message{Offset: 10}}}
 	tr.trackAll(e[0], fs)
 	tr.Done(a)
 	tr.Done(fs[1].Ack)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/segmentio/kafka-go"
-
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
@@ -194,7 +192,7 @@ func links(items []item) []trace.Link {
 }
 
 // headerCarrier reads Kafka headers as a propagation carrier.
-type headerCarrier []kafka.Header
+type headerCarrier []ingest.Header
 
 func (h headerCarrier) Get(key string) string {
 	for _, x := range h {

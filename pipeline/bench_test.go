@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go"
-
 	"github.com/cellttl/cellttl/event"
 	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/rowkey"
@@ -24,14 +22,14 @@ const payload = "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx
 var hotPathShapes = []struct {
 	name   string
 	fields event.Fields
-	msg    kafka.Message
+	msg    ingest.Message
 }{
-	{"contract", event.DefaultFields(), kafka.Message{
+	{"contract", event.DefaultFields(), ingest.Message{
 		Value: []byte(`{"event_id":"e-123456","tenant_id":"acme","user_id":"u-42","occurred_at":"2026-11-21T09:00:00.123Z","page":"/pricing","referrer":"https://example.com/","payload":"` + payload + `"}`)}},
-	{"nested path, epoch ms", event.Fields{Tenant: "json:customer_id", EventID: "json:context.session.id", User: "json:context.user.id", Time: "json:ts", TimeFormat: "unix-ms"}, kafka.Message{
+	{"nested path, epoch ms", event.Fields{Tenant: "json:customer_id", EventID: "json:context.session.id", User: "json:context.user.id", Time: "json:ts", TimeFormat: "unix-ms"}, ingest.Message{
 		Value: []byte(`{"customer_id":"acme","ts":1795251600123,"context":{"page":{"url":"/pricing","referrer":"https://example.com/"},"session":{"id":"e-123456"},"user":{"id":"u-42"}},"payload":"` + payload + `"}`)}},
-	{"tenant header", event.Fields{Tenant: "header:tenant", EventID: "json:event_id", User: "json:user_id", Time: "json:occurred_at", TimeFormat: "rfc3339"}, kafka.Message{
-		Headers: []kafka.Header{{Key: "trace", Value: []byte("00-abc")}, {Key: "tenant", Value: []byte("acme")}},
+	{"tenant header", event.Fields{Tenant: "header:tenant", EventID: "json:event_id", User: "json:user_id", Time: "json:occurred_at", TimeFormat: "rfc3339"}, ingest.Message{
+		Headers: []ingest.Header{{Key: "trace", Value: []byte("00-abc")}, {Key: "tenant", Value: []byte("acme")}},
 		Value:   []byte(`{"event_id":"e-123456","user_id":"u-42","occurred_at":"2026-11-21T09:00:00.123Z","page":"/pricing","referrer":"https://example.com/","payload":"` + payload + `"}`)}},
 }
 
@@ -44,7 +42,7 @@ func BenchmarkHotPath(b *testing.B) {
 	}
 }
 
-func hotPath(b *testing.B, fields event.Fields, msg kafka.Message) {
+func hotPath(b *testing.B, fields event.Fields, msg ingest.Message) {
 	cfg, err := tenants.Load("../tenants.yaml")
 	if err != nil {
 		b.Fatal(err)
@@ -89,7 +87,7 @@ func TestHotPathAllocations(t *testing.T) {
 type benchSource struct {
 	tracker *ingest.Tracker
 	epoch   *ingest.Assignment
-	msg     kafka.Message
+	msg     ingest.Message
 	perPoll int
 	next, n int64
 	settled atomic.Int64
@@ -116,12 +114,9 @@ func (s *benchSource) settle(n int) {
 		close(s.done)
 	}
 }
-func (s *benchSource) Done(a ingest.Ack)              { s.tracker.Done(a); s.settle(1) }
-func (s *benchSource) Settle(acks []ingest.Ack)       { s.tracker.DoneAll(acks); s.settle(len(acks)) }
-func (s *benchSource) Commit(context.Context) error   { return nil }
-func (s *benchSource) CommitLoop(ctx context.Context) { <-ctx.Done() }
-
-func (s *benchSource) Failed() <-chan struct{} { return nil }
+func (s *benchSource) Done(a ingest.Ack)        { s.tracker.Done(a); s.settle(1) }
+func (s *benchSource) Settle(acks []ingest.Ack) { s.tracker.DoneAll(acks); s.settle(len(acks)) }
+func (s *benchSource) Failed() <-chan struct{}  { return nil }
 
 type discardWriter struct{}
 
@@ -147,7 +142,7 @@ func BenchmarkPipeline(b *testing.B) {
 	}
 	tr := ingest.NewTracker()
 	src := &benchSource{tracker: tr, epoch: tr.Assign(map[int]int64{0: -1})[0], perPoll: 5000, n: int64(b.N), done: make(chan struct{}),
-		msg: kafka.Message{Topic: "clicks", Value: hotPathShapes[0].msg.Value, Time: time.Date(2026, 11, 21, 9, 0, 1, 0, time.UTC)}}
+		msg: ingest.Message{Topic: "clicks", Value: hotPathShapes[0].msg.Value, Time: time.Date(2026, 11, 21, 9, 0, 1, 0, time.UTC)}}
 	p := New(pc, src, discardWriter{}, nil, func() *tenants.Config { return cfg }, nil, slog.New(slog.DiscardHandler))
 	p.now = func() time.Time { return src.msg.Time }
 	ctx, cancel := context.WithCancel(context.Background())

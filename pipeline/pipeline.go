@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
@@ -28,16 +27,14 @@ import (
 	"github.com/cellttl/cellttl/tenants"
 )
 
-// Source is where messages come from and where they are settled; see
-// ingest.Consumer.
+// Source is where messages come from and where they are settled; it
+// commits what is settled on its own (see ingest.Consumer).
 type Source interface {
 	// Poll returns the next messages, at least one, waiting until ctx
 	// ends; reuse is the slice the previous call returned, done with.
 	Poll(ctx context.Context, reuse []ingest.Fetched) ([]ingest.Fetched, error)
 	Done(ingest.Ack)
 	Settle([]ingest.Ack)
-	Commit(ctx context.Context) error
-	CommitLoop(ctx context.Context)
 	// Failed is closed when the source must stop the worker: Poll then
 	// returns why.
 	Failed() <-chan struct{}
@@ -100,7 +97,7 @@ func (p *Pipeline) Stats() *Stats { return p.stats }
 // how to settle it, and the message itself for the dead-letter topic.
 type item struct {
 	ack    ingest.Ack
-	msg    kafka.Message
+	msg    ingest.Message
 	tenant *TenantStats
 }
 
@@ -159,9 +156,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	batches := make(chan *batch)
 	dead := make(chan deadItem, 1024)
 
-	var commitWG, writeWG, dlqWG sync.WaitGroup
-	commitCtx, stopCommits := context.WithCancel(drainCtx)
-	commitWG.Go(func() { p.src.CommitLoop(commitCtx) })
+	var writeWG, dlqWG sync.WaitGroup
 	for range p.cfg.Writers {
 		writeWG.Go(func() { p.writeLoop(drainCtx, batches, free, dead) })
 	}
@@ -173,21 +168,12 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	writeWG.Wait()
 	close(dead)
 	dlqWG.Wait()
-	stopCommits()
-	commitWG.Wait()
-
-	// The final commit gets a moment even when the drain ran out of time:
-	// whatever is settled by now should not be redelivered.
-	finalCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	commitErr := p.src.Commit(finalCtx)
-	drained := drainCtx.Err() == nil
+	// What is settled now is committed by the source: on its own while it
+	// runs, and once more when it is closed (ingest.Consumer.Close).
 	switch {
 	case fetchErr != nil:
-		return errors.Join(fetchErr, commitErr)
-	case commitErr != nil:
-		return fmt.Errorf("final commit: %w", commitErr)
-	case !drained:
+		return fetchErr
+	case drainCtx.Err() != nil:
 		return fmt.Errorf("drain did not finish within %s: unsettled events will be redelivered", p.cfg.DrainTimeout)
 	}
 	return nil
@@ -236,7 +222,7 @@ func (p *Pipeline) fetchLoop(ctx context.Context, b *batcher, dead chan<- deadIt
 // record is what a decoder with mapping m reads of msg: the headers the
 // mapping names are looked up here, where the Kafka client's types are
 // known.
-func record(m *event.Mapping, msg *kafka.Message) event.Record {
+func record(m *event.Mapping, msg *ingest.Message) event.Record {
 	r := event.Record{Value: msg.Value, Key: msg.Key, Time: msg.Time}
 	if m != nil {
 		for i, name := range m.Headers() {

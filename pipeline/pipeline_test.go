@@ -12,7 +12,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -25,10 +24,11 @@ import (
 
 // fakeSource serves msgs on partition 0, perPoll at a time (all when 0),
 // then blocks; acks go through the real Tracker so commits are what the
-// worker would commit.
+// worker would commit (committed commits what is settled, as the consumer
+// does on its own).
 type fakeSource struct {
 	mu      sync.Mutex
-	msgs    []kafka.Message
+	msgs    []ingest.Message
 	next    int
 	perPoll int
 	tracker *ingest.Tracker
@@ -40,7 +40,7 @@ func newSource(values ...string) *fakeSource {
 	s := &fakeSource{tracker: ingest.NewTracker()}
 	s.epoch = s.tracker.Assign(map[int]int64{0: -1})[0]
 	for i, v := range values {
-		s.msgs = append(s.msgs, kafka.Message{Topic: "clicks", Partition: 0, Offset: int64(i), Value: []byte(v), Time: time.Now()})
+		s.msgs = append(s.msgs, ingest.Message{Topic: "clicks", Partition: 0, Offset: int64(i), Value: []byte(v), Time: time.Now()})
 	}
 	return s
 }
@@ -80,26 +80,16 @@ func (s *fakeSource) Commit(context.Context) error {
 	return nil
 }
 
+// committed is what the source has committed, as a consumer would by now:
+// it commits what is settled on its own.
 func (s *fakeSource) committed() int64 {
+	_ = s.Commit(context.Background())
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.commits) == 0 {
 		return -1
 	}
 	return s.commits[len(s.commits)-1]
-}
-
-func (s *fakeSource) CommitLoop(ctx context.Context) {
-	t := time.NewTicker(10 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			_ = s.Commit(ctx)
-		}
-	}
 }
 
 // fakeWriter records batches; block, when set, holds every write until it
@@ -378,7 +368,7 @@ func TestBatchSpan(t *testing.T) {
 
 	src := newSource(good(0), good(1))
 	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-	src.msgs[0].Headers = []kafka.Header{{Key: "traceparent", Value: []byte(parent)}}
+	src.msgs[0].Headers = []ingest.Header{{Key: "traceparent", Value: []byte(parent)}}
 	cfg := testConfig(t)
 	stop, _ := start(t, DefaultConfig(), src, &fakeWriter{}, &fakeDLQ{}, func() *tenants.Config { return cfg })
 	time.Sleep(300 * time.Millisecond)

@@ -274,9 +274,10 @@ func (w *worker) serve(ctx context.Context, metrics http.Handler) error {
 		"table", o.table.Table, "family", o.table.Family, "strategy", w.cfg.Policy.Strategy.String(),
 		"default_ttl", duration.Format(w.cfg.Policy.DefaultTTL), "tenants", len(w.cfg.Policy.Tenants), "config_version", w.cfg.Version)
 	runErr := w.pipeline.Run(ctx)
+	closeErr := w.consumer.Close() // the final commit, then leave the group
 	t := w.pipeline.Stats().Totals()
 	log.Info("worker stopping", "consumed", t.Consumed, "written", t.Written, "expired", t.Expired, "dead_lettered", t.DeadLettered, "clamped", t.Clamped, "committed", w.consumer.Committed())
-	return errors.Join(runErr, w.consumer.Close(), w.dlq.Close())
+	return errors.Join(runErr, closeErr, w.dlq.Close())
 }
 
 // readinessChecks: in the consumer group, Bigtable answering and taking

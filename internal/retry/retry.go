@@ -24,6 +24,26 @@ type Policy struct {
 	Initial, Max time.Duration
 }
 
+// Curve is a Policy's waits for a caller that waits on its own, in a loop
+// that waits for other things too (the fetch loop, the group's
+// generations): Next is the next wait, Reset starts over after a success.
+type Curve struct{ b *backoff.ExponentialBackOff }
+
+// Curve returns p's waits, from Initial.
+func (p Policy) Curve() *Curve {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval = p.Initial, p.Max
+	b.MaxElapsedTime = 0 // never give up
+	b.Reset()
+	return &Curve{b: b}
+}
+
+// Next returns the next wait, jittered.
+func (c *Curve) Next() time.Duration { return c.b.NextBackOff() }
+
+// Reset starts the waits over from Initial.
+func (c *Curve) Reset() { c.b.Reset() }
+
 // Backoff counts attempts and sleeps between them until its context ends:
 //
 //	b := retry.New(ctx, policy)

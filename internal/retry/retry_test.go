@@ -98,3 +98,35 @@ func TestLoopClassifiesCountsAndStops(t *testing.T) {
 		}
 	})
 }
+
+// A curve's waits grow from Initial to Max, each jittered by at most half,
+// and start over after Reset.
+func TestCurve(t *testing.T) {
+	c := Policy{Initial: 100 * time.Millisecond, Max: time.Second}.Curve()
+	var waits []time.Duration
+	for range 12 {
+		waits = append(waits, c.Next())
+	}
+	if w := waits[0]; w < 50*time.Millisecond || w > 150*time.Millisecond {
+		t.Errorf("first wait %s, want 100ms ± 50%%", w)
+	}
+	for _, w := range waits {
+		if w > 1500*time.Millisecond {
+			t.Errorf("a wait of %s past Max + 50%%", w)
+		}
+	}
+	if w := waits[len(waits)-1]; w < 500*time.Millisecond {
+		t.Errorf("twelfth wait %s, want near Max", w)
+	}
+	distinct := map[time.Duration]bool{}
+	for _, w := range waits[8:] {
+		distinct[w] = true
+	}
+	if len(distinct) < 2 {
+		t.Errorf("waits at Max not jittered: %v", waits[8:])
+	}
+	c.Reset()
+	if w := c.Next(); w > 150*time.Millisecond {
+		t.Errorf("after Reset: %s, want 100ms ± 50%%", w)
+	}
+}
