@@ -139,6 +139,22 @@ func samePolicy(a, b *expiry.Policy) bool {
 	return true
 }
 
+// PendingSteps drops from a plan the GC steps a previous run already
+// applied, which the family's current max-age tells (every step before the
+// one that set it is done: steps run in order); nil when the current
+// max-age is on no step's path.
+func PendingSteps(steps []Step, from, current time.Duration) []Step {
+	if current == from {
+		return steps
+	}
+	for i, st := range steps {
+		if !st.Retime && !st.Purge && st.MaxAge == current {
+			return steps[i+1:]
+		}
+	}
+	return nil
+}
+
 // GCSetter changes the family's GC rule: the admin client's SetGCPolicy.
 type GCSetter func(ctx context.Context, maxAge time.Duration) error
 

@@ -53,6 +53,20 @@ func TestPlanMigrationOrder(t *testing.T) {
 	}
 }
 
+// A migration resumed where the family's rule stands: the GC steps before
+// that rule are done; a rule on no step's path is no plan at all.
+func TestPendingSteps(t *testing.T) {
+	d2 := policy(t, "default_ttl: 2d\ntenants:\n  acme: 1h\n")
+	plan := PlanMigration(d2, policy(t, "default_ttl: 202d\ntenants:\n  acme: 1h\n"), true) // purge, gc 92d, gc 182d, gc 202d, retime
+	day := 24 * time.Hour
+	for current, want := range map[time.Duration]int{2 * day: 5, 92 * day: 3, 182 * day: 2, 202 * day: 1, 7 * day: 0} {
+		got := PendingSteps(plan, 2*day, current)
+		if len(got) != want || (want > 0 && got[len(got)-1].String() != plan[len(plan)-1].String()) {
+			t.Errorf("rule at %s: %d steps left %v, want the last %d", current, len(got), got, want)
+		}
+	}
+}
+
 // A migration with TTLs of seconds, while the emulator's GC runs (every
 // 0.5 to 1.5 s) and a reader samples every 100 ms: GC never takes a cell
 // before the earlier of its old and new expiry, and no event is readable
@@ -69,7 +83,7 @@ func TestMigrationKeepsItsPromises(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			old, new := policy(t, tc.old), policy(t, tc.new)
-			tgt := testenv.Table(t, ac, dc, old.GCMaxAge())
+			tgt := sink.Target(testenv.Table(t, ac, dc, old.GCMaxAge()))
 			tbl := dc.Open(tgt.Table)
 			w, err := sink.NewWriter(dc, tgt, sink.DefaultWriterConfig(), nil, slog.New(slog.DiscardHandler))
 			if err != nil {

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cellttl/cellttl/expiry"
+	"github.com/cellttl/cellttl/internal/envflag"
 	"github.com/cellttl/cellttl/rowkey"
 )
 
@@ -43,7 +44,7 @@ type RetimeOptions struct {
 	Job Job
 	// Passes is how many passes run at most: a pass that changes nothing
 	// ends the run. A second pass re-times rows a worker still on the old
-	// tenants file wrote during the first (see the README). 1 when 0.
+	// tenants file wrote during the first (see docs/retention.md). 1 when 0.
 	Passes int
 	// PassDelay separates the passes: long enough for batches computed
 	// under the old file to have been written.
@@ -55,6 +56,33 @@ type RetimeOptions struct {
 	// Now is the clock that decides what has expired; time.Now when nil.
 	Now func() time.Time
 	Log *slog.Logger
+}
+
+// RegisterFlags declares the flags that fill o and that retime and migrate
+// share, with o's values as their defaults.
+func (o *RetimeOptions) RegisterFlags(f *envflag.FlagSet) {
+	f.Int(&o.RowsPerSecond, "rows-per-second", "", o.RowsPerSecond, "rows scanned per second at most (0: no limit)")
+	f.String(&o.Checkpoint, "checkpoint", "", o.Checkpoint, "file recording the pass and the last row done, to --resume from after an interruption")
+	f.Bool(&o.Resume, "resume", "", o.Resume, "go on where the --checkpoint file says (from the start when there is no file yet)")
+	f.Value(&o.Shard, "shard", "", "this process's part I/N of the rows, by hash bucket, I from 0 (a Kubernetes Indexed Job's completion index): N processes share the work without overlap")
+}
+
+// Validate checks the settings the flags gave, naming the flag at fault.
+func (o RetimeOptions) Validate() error {
+	var errs []error
+	if o.RowsPerSecond < 0 {
+		errs = append(errs, fmt.Errorf("--rows-per-second %d: must not be negative", o.RowsPerSecond))
+	}
+	if o.Resume && o.Checkpoint == "" {
+		errs = append(errs, errors.New("--resume needs --checkpoint, the file the interrupted run wrote"))
+	}
+	if o.Passes < 0 {
+		errs = append(errs, fmt.Errorf("--passes %d: must not be negative", o.Passes))
+	}
+	if o.PassDelay < 0 {
+		errs = append(errs, fmt.Errorf("--pass-delay %s: must not be negative", o.PassDelay))
+	}
+	return errors.Join(errs...)
 }
 
 // Progress is where a Retime stands.
@@ -151,10 +179,10 @@ func Retime(ctx context.Context, tbl *bigtable.Table, family string, policy *exp
 	if o.DryRun {
 		cp.path = "" // a plan marks nothing done
 	}
+	if err := o.Validate(); err != nil {
+		return Report{}, err
+	}
 	if o.Resume {
-		if o.Checkpoint == "" {
-			return Report{}, errors.New("--resume needs --checkpoint, the file the interrupted run wrote")
-		}
 		found, err := cp.load(job)
 		switch {
 		case errors.Is(err, errOtherStep):

@@ -27,7 +27,22 @@ func ParseShard(s string) (Shard, error) {
 	return Shard{Index: idx, Count: cnt}, nil
 }
 
-func (s Shard) String() string { return fmt.Sprintf("%d/%d", s.Index, s.Count) }
+func (s Shard) String() string {
+	if s.Count == 0 {
+		s = All
+	}
+	return fmt.Sprintf("%d/%d", s.Index, s.Count)
+}
+
+// Set reads "I/N", as a flag.
+func (s *Shard) Set(v string) error {
+	p, err := ParseShard(v)
+	if err != nil {
+		return err
+	}
+	*s = p
+	return nil
+}
 
 // buckets is the number of hash buckets after a tenant in a row key.
 const buckets = 1 << 16

@@ -23,10 +23,9 @@ import (
 // order that keeps every cell's promises.
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o := defaultTableOptions()
-	var against, format, shard string
+	var against, format string
 	var yes, replicated, force bool
 	var only int
-	var err error
 	ro := retention.RetimeOptions{Passes: 1}
 	f := envflag.New("worker migrate", "worker migrate: move a table written under --against to --tenants, whose default_ttl or strategy differs.\n"+
 		"Without --yes it prints the plan. Stop the workers first; start them with the new file when it is done.\n"+
@@ -36,16 +35,13 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	f.Bool(&yes, "yes", "", false, "apply the plan")
 	f.Bool(&replicated, "replicated", "", false, "the table is replicated: raise the GC max-age by at most 90 days at a time")
 	f.Bool(&force, "force", "", false, "switch to one-second even though rows outside cellttl's layout would lose their cells")
-	f.Int(&ro.RowsPerSecond, "rows-per-second", "", 0, "rows scanned per second at most while re-timing (0: no limit)")
-	f.String(&ro.Checkpoint, "checkpoint", "", "", "file recording the last row re-timed, to --resume from")
-	f.Bool(&ro.Resume, "resume", "", false, "go on after the row the --checkpoint file records")
-	f.Int(&only, "step", "", 0, "run this step of the plan alone (1, 2...; 0: every step left): how N processes share the re-timing steps")
-	f.String(&shard, "shard", "", "0/1", "with --step of a re-timing step: this process's part I/N of the rows (by hash bucket, I from 0)")
+	ro.RegisterFlags(f)
+	f.Int(&only, "step", "", 0, "run this step of the plan alone (1, 2...; 0: every step left): how N processes, each with a --shard, share the re-timing steps")
 	f.String(&format, "format", "", "text", "output: text or json")
 	if err := parse(f, args); err != nil {
 		return err
 	}
-	if ro.Shard, err = retention.ParseShard(shard); err != nil {
+	if err := ro.Validate(); err != nil {
 		return usageError(err)
 	}
 	if against == "" {
@@ -76,7 +72,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("family %s: want a max-age GC rule, found %s", target, sink.DescribeGC(fam.Rule))
 	}
 	plan := retention.PlanMigration(old, new, replicated)
-	steps := pendingSteps(plan, old.GCMaxAge(), current)
+	steps := retention.PendingSteps(plan, old.GCMaxAge(), current)
 	if only != 0 {
 		if only < 0 || only > len(plan) {
 			return usageError(fmt.Errorf("--step %d: the plan has steps 1 to %d", only, len(plan)))
@@ -123,7 +119,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		switch {
 		case only == i+1:
 			mark = " (this run" + shardNote(ro.Shard) + ")"
-		case only == 0 && i < len(plan)-len(steps): // pendingSteps keeps a suffix
+		case only == 0 && i < len(plan)-len(steps): // PendingSteps keeps a suffix
 			mark = " (done)"
 		}
 		fmt.Fprintf(text, "  %d. %s%s\n", i+1, st, mark)
@@ -167,20 +163,5 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	fmt.Fprintf(stdout, "Done: %d rows re-timed, %d deleted, %d unchanged, %d outside cellttl's layout (left alone). Start the workers with %s.\n",
 		rep.Rewritten, rep.Deleted, rep.Unchanged, rep.Foreign, o.tenants.Path)
-	return nil
-}
-
-// pendingSteps drops the GC steps a previous run already applied, given
-// the family's current max-age; nil when the current max-age is on no
-// step's path.
-func pendingSteps(steps []retention.Step, from, current time.Duration) []retention.Step {
-	if current == from {
-		return steps
-	}
-	for i, st := range steps {
-		if !st.Retime && !st.Purge && st.MaxAge == current {
-			return steps[i+1:]
-		}
-	}
 	return nil
 }

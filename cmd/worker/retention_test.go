@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -307,4 +308,26 @@ func TestRetimeRacingAWorker(t *testing.T) {
 		t.Errorf("audit after retime raced the worker: exit %d\n%s\nretime said:\n%s", codeOf(err), audit, out)
 	}
 	t.Logf("%d events; retime:\n%s", produced.Load(), out)
+}
+
+// retime and migrate declare their shared flags once and check them the
+// same way: migrate accepted a negative --rows-per-second.
+func TestSharedRetentionFlags(t *testing.T) {
+	old := filepath.Join(t.TempDir(), "old.yaml")
+	if err := os.WriteFile(old, []byte(tenantsYAML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for args, want := range map[*[]string]string{
+		{"retime", "--tenant", "acme", "--rows-per-second", "-1"}: "--rows-per-second -1: must not be negative",
+		{"migrate", "--against", old, "--rows-per-second", "-1"}:  "--rows-per-second -1: must not be negative",
+		{"retime", "--tenant", "acme", "--resume"}:                "--resume needs --checkpoint",
+		{"migrate", "--against", old, "--resume"}:                 "--resume needs --checkpoint",
+		{"migrate", "--against", old, "--shard", "3/2"}:           `--shard "3/2"`,
+	} {
+		var out bytes.Buffer
+		err := run(context.Background(), *args, &out, &out)
+		if code := exitCode(err, &out); code != 2 || !strings.Contains(out.String(), want) {
+			t.Errorf("%v: exit %d, %v\n%s\nwant exit 2 and %q", *args, code, err, out.String(), want)
+		}
+	}
 }

@@ -23,33 +23,26 @@ const exitInterrupted = 3
 // timestamps the current tenants file gives them.
 func runRetime(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o := defaultTableOptions()
-	var tenantList, format, shard string
-	var err error
+	var tenantList, format string
 	ro := retention.RetimeOptions{Passes: 2, PassDelay: time.Minute}
 	f := envflag.New("worker retime", "worker retime: apply the tenants file's TTLs to the cells already written for some tenants.\n"+
 		"Exit status: 0 done, 2 bad flags or file, 3 interrupted (run again with --resume), 1 other errors.", stderr)
 	o.register(f)
 	f.String(&tenantList, "tenant", "", "", "comma-separated tenants to re-time (required)")
 	f.Bool(&ro.DryRun, "dry-run", "", false, "print the plan and change nothing")
-	f.Int(&ro.RowsPerSecond, "rows-per-second", "", 0, "rows scanned per second at most (0: no limit)")
-	f.String(&ro.Checkpoint, "checkpoint", "", "", "file recording the last row done, to --resume from after an interruption")
-	f.Bool(&ro.Resume, "resume", "", false, "start after the row the --checkpoint file records")
+	ro.RegisterFlags(f)
 	f.Int(&ro.Passes, "passes", "", ro.Passes, "passes at most; a pass that changes nothing ends the run (the second catches rows written meanwhile under the old file)")
 	f.Duration(&ro.PassDelay, "pass-delay", "", ro.PassDelay, "wait between passes")
-	f.String(&shard, "shard", "", "0/1", "this process's part I/N of each tenant's rows, I from 0 (a Kubernetes Indexed Job's completion index): N processes share the work without overlap")
 	f.String(&format, "format", "", "text", "output: text or json")
 	if err := parse(f, args); err != nil {
 		return err
 	}
-	if ro.Shard, err = retention.ParseShard(shard); err != nil {
-		return usageError(err)
-	}
 	ro.Tenants = splitList(tenantList)
-	switch {
-	case len(ro.Tenants) == 0:
+	if len(ro.Tenants) == 0 {
 		return usageError(errors.New("--tenant is required"))
-	case ro.RowsPerSecond < 0:
-		return usageError(fmt.Errorf("--rows-per-second %d: must not be negative", ro.RowsPerSecond))
+	}
+	if err := ro.Validate(); err != nil {
+		return usageError(err)
 	}
 	if err := checkFormat(format); err != nil {
 		return err
