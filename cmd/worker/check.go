@@ -164,7 +164,7 @@ func verdict(rep *checkReport) (int, string) {
 	case !rep.Valid:
 		return checkInvalid, "invalid: the worker refuses this file (at start-up, and keeps the last good config when it is edited in)"
 	case rep.Against != nil && rep.Against.GCRuleChange,
-		rep.Table != nil && rep.Table.Error == "" && !rep.Table.Matches:
+		rep.Table != nil && rep.Table.Error == "" && rep.Table.Exists && !rep.Table.Matches:
 		return checkNeedsGC, fmt.Sprintf("needs the family's GC rule changed: run `worker setup --update-gc-policy --tenants %s`, then restart the workers (a running worker refuses this edit)", rep.File)
 	case rep.Table != nil && rep.Table.Error != "":
 		return checkUnchecked, "valid, but the table's GC rule could not be read: " + rep.Table.Error

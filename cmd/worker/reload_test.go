@@ -137,3 +137,13 @@ func TestCheckWithoutBigtable(t *testing.T) {
 		t.Errorf("check: %v\n%s", err, out.String())
 	}
 }
+
+// A table not created yet needs worker setup, not a GC rule change: check
+// said "needs the family's GC rule changed" (exit 1) before the first setup.
+func TestCheckBeforeSetup(t *testing.T) {
+	e := newEnv(t, tenantsYAML)
+	out, err := e.cmd(t, "check")
+	if err != nil || !strings.Contains(out, "does not exist yet; `worker setup` creates it") || strings.Contains(out, "needs the family's GC rule changed") {
+		t.Errorf("check before setup: %v\n%s", err, out)
+	}
+}
