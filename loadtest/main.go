@@ -2,7 +2,7 @@
 // what it wrote.
 //
 //	go run ./loadtest --embedded --count 200000        # in-process Kafka and emulator, a worker process
-//	go run ./loadtest --rate 20000 --duration 5m       # against a running worker (README set-up)
+//	go run ./loadtest --rate 20000 --duration 5m       # against a running worker (docs/operations.md)
 //	go run ./loadtest bench --events 300000            # the ceilings and the worker in one run (BENCHMARKS.md)
 //
 // It produces at a target rate (or as fast as it can) for a count or a

@@ -3,8 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"regexp"
 	"strconv"
@@ -31,17 +29,6 @@ func adminURL(t *testing.T, logs *syncBuffer) string {
 		return true, ""
 	})
 	return url
-}
-
-func httpGet(t *testing.T, url string) (int, string) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
 }
 
 // metricValue returns the value of the first sample of name whose labels
@@ -77,7 +64,7 @@ func TestMetricsAndStatus(t *testing.T) {
 	stop, logs := e.startWorker(t)
 	base := adminURL(t, logs)
 	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
-		code, body := httpGet(t, base+"/readyz")
+		code, body := testenv.MustGet(t, base+"/readyz")
 		return code == 200, fmt.Sprintf("/readyz %d: %s", code, body)
 	})
 
@@ -116,7 +103,7 @@ func TestMetricsAndStatus(t *testing.T) {
 	}
 	var body string
 	testenv.Eventually(t, 10*time.Second, func() (bool, string) {
-		_, body = httpGet(t, base+"/metrics")
+		_, body = testenv.MustGet(t, base+"/metrics")
 		for _, w := range want {
 			if v, ok := metricValue(body, w.name, w.labels...); !ok || v != w.value {
 				return false, fmt.Sprintf("%s%v = %v (found %t), want %v", w.name, w.labels, v, ok, w.value)
@@ -162,6 +149,8 @@ func TestMetricsAndStatus(t *testing.T) {
 		}
 	}
 
+	checkReference(t, "../../docs/reference/metrics.md", metricsReference(body))
+
 	// The page as a client reads it.
 	type page struct {
 		Config struct {
@@ -173,7 +162,7 @@ func TestMetricsAndStatus(t *testing.T) {
 		Events map[string]tenantCounts
 		Totals eventCounts
 	}
-	code, statusBody := httpGet(t, base+"/status")
+	code, statusBody := testenv.MustGet(t, base+"/status")
 	var st page
 	if err := json.Unmarshal([]byte(statusBody), &st); err != nil || code != 200 {
 		t.Fatalf("/status %d: %v\n%s", code, err, statusBody)
@@ -188,7 +177,7 @@ func TestMetricsAndStatus(t *testing.T) {
 		t.Errorf("/status (totals %+v, the tenants' sum %+v): %s", st.Totals, sum, statusBody)
 	}
 	// The brief page: the same but for the two lists of tenants.
-	code, brief := httpGet(t, base+"/status?tenants=false")
+	code, brief := testenv.MustGet(t, base+"/status?tenants=false")
 	st = page{}
 	if err := json.Unmarshal([]byte(brief), &st); err != nil || code != 200 {
 		t.Fatalf("/status?tenants=false %d: %v\n%s", code, err, brief)
@@ -228,7 +217,7 @@ func TestReadinessFollowsDependencies(t *testing.T) {
 	ready := func(want int, contains string) {
 		t.Helper()
 		testenv.Eventually(t, 30*time.Second, func() (bool, string) {
-			code, body := httpGet(t, base+"/readyz")
+			code, body := testenv.MustGet(t, base+"/readyz")
 			return code == want && strings.Contains(body, contains), fmt.Sprintf("/readyz %d: %s", code, body)
 		})
 	}
@@ -247,7 +236,7 @@ func TestReadinessFollowsDependencies(t *testing.T) {
 
 	kc.Close()
 	ready(503, "kafka: not ready")
-	if code, _ := httpGet(t, base+"/healthz"); code != 200 {
+	if code, _ := testenv.MustGet(t, base+"/healthz"); code != 200 {
 		t.Errorf("/healthz %d while Kafka is away: liveness must not depend on it", code)
 	}
 	_ = stop() // the final commit has no broker to go to

@@ -1,5 +1,5 @@
 // Command worker consumes click events from Kafka and writes them to
-// Bigtable with per-tenant TTLs. See the README for the contract.
+// Bigtable with per-tenant TTLs. See docs/contract.md for the contract.
 package main
 
 import (
