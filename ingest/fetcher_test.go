@@ -567,7 +567,7 @@ func TestFetchGathersWhileMessagesFlow(t *testing.T) {
 // idle partition's long poll marked the idle one stuck, and readiness could
 // name the wrong partition. Now a batch's fate is its own partition's: the
 // bomb's partition goes past it, and the idle partition, led by the other
-// broker, is never reported, even with a stall timeout of a second.
+// broker, is never reported, with a stall timeout of a few long polls.
 func TestIdlePartitionIsNeverConvicted(t *testing.T) {
 	cluster, err := inproc.StartKafka(inproc.KafkaOptions{Brokers: 2})
 	if err != nil {
@@ -583,8 +583,11 @@ func TestIdlePartitionIsNeverConvicted(t *testing.T) {
 		Compression: kafka.Zstd, BatchBytes: 64 << 20, BatchSize: 1000, BatchTimeout: 20 * time.Millisecond, RequiredAcks: kafka.RequireAll, Transport: tr}
 	defer w.Close()
 	logs := &countingHandler{msg: "record batch cannot be decoded; its offsets go to the dead-letter topic as one and the partition goes on"}
-	c, err := NewConsumer(ConsumerConfig{Brokers: brokers, Topic: topic, Group: testenv.Name("group"), MaxInflightBytes: 1 << 20, StallTimeout: time.Second,
-		SessionTimeout: 6 * time.Second}, nil, slog.New(logs))
+	c, err := NewConsumer(ConsumerConfig{Brokers: brokers, Topic: topic, Group: testenv.Name("group"), MaxInflightBytes: 1 << 20,
+		// An idle partition makes progress at every long poll (500 ms);
+		// under -race on a loaded machine one answer came 1 s after the
+		// other (a fresh-clone run), so a second is too tight to tell.
+		StallTimeout: 5 * time.Second, SessionTimeout: 6 * time.Second}, nil, slog.New(logs))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -750,7 +753,8 @@ func TestOffsetLookupFailuresAreLoud(t *testing.T) {
 	lf := &lookupFault{}
 	lf.set(map[int32]bool{1: true}, nil)
 	logs := &countingHandler{msg: "kafka partition cannot be read; retrying it with backoff"}
-	c, err := NewConsumer(ConsumerConfig{Brokers: brokers, Topic: topic, Group: group, SessionTimeout: 6 * time.Second, StallTimeout: 2 * time.Second,
+	// A stall timeout of ten long polls: an idle partition is never near it.
+	c, err := NewConsumer(ConsumerConfig{Brokers: brokers, Topic: topic, Group: group, SessionTimeout: 6 * time.Second, StallTimeout: 5 * time.Second,
 		wrap: func(rt kafka.RoundTripper) kafka.RoundTripper { lf.RoundTripper = rt; return lf }}, nil, slog.New(logs))
 	if err != nil {
 		t.Fatal(err)
@@ -853,14 +857,19 @@ func TestIdlePartitionIsNotStalledByAFullBudget(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	topic := testenv.Name("fullbudget")
 	testenv.CreateTopic(t, brokers, topic, 2)
-	testenv.ProduceTo(t, brokers, topic, 0, make([]byte, 200<<10))
-	testenv.ProduceTo(t, brokers, topic, 0, make([]byte, 200<<10))
-	c := newTestConsumer(t, ConsumerConfig{Brokers: brokers, Topic: topic, Group: testenv.Name("group"), MaxInflightBytes: 300 << 10, StallTimeout: 7 * time.Second})
+	// Four records of 200 KiB, a budget of 300 KiB: at most two are
+	// fetched (the first of a response always is), the others wait.
+	for range 4 {
+		testenv.ProduceTo(t, brokers, topic, 0, make([]byte, 200<<10))
+	}
+	c := newTestConsumer(t, ConsumerConfig{Brokers: brokers, Topic: topic, Group: testenv.Name("group"), MaxInflightBytes: 300 << 10, StallTimeout: 10 * time.Second})
 	held := fetchFor(t, c, 2*time.Second) // nothing settled: the budget stays full
 	if len(held) == 0 {
 		t.Fatal("nothing fetched")
 	}
-	testenv.Eventually(t, 20*time.Second, func() (bool, string) {
+	// The lag probe reads the idle partition's end every 5 s: twice within
+	// the stall timeout.
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
 		err := c.Problem()
 		return err != nil && strings.Contains(err.Error(), "partition 0 of"), fmt.Sprintf("problem %v, want partition 0 stalled", err)
 	})
