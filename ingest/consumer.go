@@ -106,13 +106,19 @@ var generationRetry = retry.Policy{Initial: time.Second, Max: 10 * time.Second}
 // behind a Bigtable that takes seconds, a leader election).
 const DefaultStallTimeout = 2 * time.Minute
 
-// NewConsumer starts joining the group.
+// NewConsumer starts joining the group. Settings left at zero take the
+// defaults of the flags (DefaultConfig), the byte bounds those a test
+// needs (the worker always gives them: pipeline.Config splits them).
 func NewConsumer(cfg ConsumerConfig, mp metric.MeterProvider, log *slog.Logger) (*Consumer, error) {
+	def := DefaultConfig()
 	if cfg.CommitInterval <= 0 {
-		cfg.CommitInterval = time.Second
+		cfg.CommitInterval = def.CommitInterval
 	}
 	if cfg.SessionTimeout <= 0 {
-		cfg.SessionTimeout = 30 * time.Second
+		cfg.SessionTimeout = def.SessionTimeout
+	}
+	if cfg.StallTimeout <= 0 {
+		cfg.StallTimeout = def.StallTimeout
 	}
 	if cfg.MaxInflightBytes <= 0 {
 		cfg.MaxInflightBytes = 64 << 20
@@ -122,9 +128,6 @@ func NewConsumer(cfg ConsumerConfig, mp metric.MeterProvider, log *slog.Logger) 
 	}
 	if cfg.FetchMaxBytes <= 0 {
 		cfg.FetchMaxBytes = 4 << 20
-	}
-	if cfg.StallTimeout <= 0 {
-		cfg.StallTimeout = DefaultStallTimeout
 	}
 	transport := cfg.Transport
 	if transport == nil {

@@ -2,6 +2,7 @@ package retention
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -153,6 +154,34 @@ func PendingSteps(steps []Step, from, current time.Duration) []Step {
 		}
 	}
 	return nil
+}
+
+// ErrOffPath is StepsToRun's error for a family whose max-age is neither
+// the old file's nor a step towards the new one's.
+var ErrOffPath = errors.New("the family's GC rule is on no step of the plan")
+
+// StepsToRun picks from plan what one run does: step only (from 1) alone,
+// or, when only is 0, every step the family's current max-age leaves
+// (PendingSteps). Shards share re-timing and purge steps: a sharded run
+// must name one. Errors about the choice name the flag; ErrOffPath is for
+// the family's rule.
+func StepsToRun(plan []Step, from, current time.Duration, only int, shard Shard) ([]Step, error) {
+	sharded := shard.Count > 1
+	switch {
+	case only < 0 || only > len(plan):
+		return nil, fmt.Errorf("--step %d: the plan has steps 1 to %d", only, len(plan))
+	case only == 0 && sharded:
+		return nil, errors.New("--shard needs --step: the GC rule changes once, between the re-timing steps every shard runs")
+	case only > 0 && sharded && !plan[only-1].Retime && !plan[only-1].Purge:
+		return nil, fmt.Errorf("--step %d changes the GC rule: run it once, without --shard", only)
+	case only > 0:
+		return []Step{plan[only-1]}, nil
+	}
+	steps := PendingSteps(plan, from, current)
+	if steps == nil {
+		return nil, ErrOffPath
+	}
+	return steps, nil
 }
 
 // GCSetter changes the family's GC rule: the admin client's SetGCPolicy.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -203,5 +204,36 @@ func TestMigrationKeepsItsPromises(t *testing.T) {
 			}
 			t.Logf("steps %v; migration took %s", steps, time.Duration(ended.Load()-started.Load()))
 		})
+	}
+}
+
+// What one run of a migration does: one step, or every step left; a shard
+// takes a re-timing or purge step, never the GC rule's.
+func TestStepsToRun(t *testing.T) {
+	d2 := policy(t, "default_ttl: 2d\ntenants:\n  acme: 1h\n")
+	plan := PlanMigration(d2, policy(t, "default_ttl: 3d\ntenants:\n  acme: 1h\n"), false) // purge, gc 3d, retime
+	day := 24 * time.Hour
+	two := Shard{Index: 1, Count: 2}
+	for _, c := range []struct {
+		name    string
+		current time.Duration
+		only    int
+		shard   Shard
+		steps   int
+		err     string
+	}{
+		{"every step", 2 * day, 0, All, 3, ""},
+		{"after the GC step", 3 * day, 0, All, 1, ""},
+		{"one step", 2 * day, 3, All, 1, ""},
+		{"a shard of the re-timing", 3 * day, 3, two, 1, ""},
+		{"a shard of the GC step", 2 * day, 2, two, 0, "--step 2 changes the GC rule"},
+		{"a shard without a step", 2 * day, 0, two, 0, "--shard needs --step"},
+		{"no such step", 2 * day, 4, All, 0, "--step 4: the plan has steps 1 to 3"},
+		{"a rule off the path", 5 * day, 0, All, 0, ErrOffPath.Error()},
+	} {
+		steps, err := StepsToRun(plan, 2*day, c.current, c.only, c.shard)
+		if len(steps) != c.steps || (err == nil) != (c.err == "") || (err != nil && !strings.Contains(err.Error(), c.err)) {
+			t.Errorf("%s: %d steps, %v; want %d, %q", c.name, len(steps), err, c.steps, c.err)
+		}
 	}
 }

@@ -50,9 +50,6 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := checkFormat(format); err != nil {
 		return err
 	}
-	if ro.Shard.Count > 1 && only == 0 {
-		return usageError(errors.New("--shard needs --step: the GC rule changes once, between the re-timing steps every shard runs"))
-	}
 	oldCfg, err := tenants.Load(against)
 	if err != nil {
 		return usageError(fmt.Errorf("--against: %w", err))
@@ -72,20 +69,13 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("family %s: want a max-age GC rule, found %s", target, sink.DescribeGC(fam.Rule))
 	}
 	plan := retention.PlanMigration(old, new, replicated)
-	steps := retention.PendingSteps(plan, old.GCMaxAge(), current)
-	if only != 0 {
-		if only < 0 || only > len(plan) {
-			return usageError(fmt.Errorf("--step %d: the plan has steps 1 to %d", only, len(plan)))
-		}
-		st := plan[only-1]
-		if ro.Shard.Count > 1 && !st.Retime && !st.Purge {
-			return usageError(fmt.Errorf("--step %d changes the GC rule: run it once, without --shard", only))
-		}
-		steps = []retention.Step{st}
-	}
-	if steps == nil {
+	steps, err := retention.StepsToRun(plan, old.GCMaxAge(), current, only, ro.Shard)
+	switch {
+	case errors.Is(err, retention.ErrOffPath):
 		return fmt.Errorf("family %s has GC rule %s, which is neither the old file's (%s) nor a step towards the new one's (%s)",
 			target, sink.DescribeGC(fam.Rule), duration.Format(old.GCMaxAge()), duration.Format(new.GCMaxAge()))
+	case err != nil:
+		return usageError(err)
 	}
 	tbl := s.dc.Open(o.table.Table)
 	var foreign int64
