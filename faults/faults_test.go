@@ -15,6 +15,7 @@ import (
 
 	"github.com/Shopify/toxiproxy/v2"
 	_ "github.com/Shopify/toxiproxy/v2/toxics" // registers the toxics
+	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
@@ -203,7 +204,7 @@ func TestDrainUnderLoad(t *testing.T) {
 	committed, _ := offsets(t, s, partitions)
 	rows := s.writtenIDs()
 	settled, beyond := 0, 0
-	for _, m := range readTopic(t, s.brokers, s.topic) {
+	for _, m := range testenv.ReadToEnd(t, s.brokers, s.topic) {
 		seq, _ := strconv.Atoi(header(m, "seq"))
 		if _, written := rows["f-"+strconv.Itoa(seq)]; !written {
 			continue

@@ -192,7 +192,7 @@ func TestCompressedBatchesPastTheBound(t *testing.T) {
 			// codec, size and hash.
 			byCodec, offsets := map[string]int{}, 0
 			seen := map[string]bool{}
-			for _, m := range readTopic(t, s.brokers, s.dlq) {
+			for _, m := range testenv.ReadToEnd(t, s.brokers, s.dlq) {
 				if header(m, ingest.HeaderSourceOffsetLast) == "" {
 					continue
 				}

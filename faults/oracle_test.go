@@ -74,7 +74,7 @@ func (s *suite) observe(partitions int) observed {
 	o := observed{where: map[int]kafka.Message{}, rows: map[string][]*rowInfo{}, dead: map[int]kafka.Message{}}
 	if !s.unreadTopic {
 		s.logf("oracle: reading the topic")
-		for _, m := range readTopic(s.t, s.brokers, s.topic) {
+		for _, m := range testenv.ReadToEnd(s.t, s.brokers, s.topic) {
 			seq, _ := strconv.Atoi(header(m, "seq"))
 			m.Value = nil // the oracle needs where and when, not the bytes
 			o.where[seq] = m
@@ -97,7 +97,7 @@ func (s *suite) observe(partitions int) observed {
 		s.t.Fatalf("read table: %v", err)
 	}
 	s.logf("oracle: reading the dead-letter topic")
-	for _, m := range readTopic(s.t, s.brokers, s.dlq) {
+	for _, m := range testenv.ReadToEnd(s.t, s.brokers, s.dlq) {
 		seq, err := strconv.Atoi(header(m, "seq"))
 		if err != nil {
 			continue // not a produced event's (a batch that could not be decoded)
@@ -255,50 +255,4 @@ func header(m kafka.Message, key string) string {
 		}
 	}
 	return ""
-}
-
-// readTopic reads every partition of topic to its end.
-func readTopic(t interface{ Fatalf(string, ...any) }, brokers []string, topic string) []kafka.Message {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	conn, err := kafka.DialContext(ctx, "tcp", brokers[0])
-	if err != nil {
-		t.Fatalf("dial: %v", err)
-	}
-	parts, err := conn.ReadPartitions(topic)
-	conn.Close()
-	if err != nil {
-		t.Fatalf("partitions of %s: %v", topic, err)
-	}
-	var out []kafka.Message
-	for _, p := range parts {
-		pc, err := kafka.DialLeader(ctx, "tcp", brokers[0], topic, p.ID)
-		if err != nil {
-			t.Fatalf("leader of %s/%d: %v", topic, p.ID, err)
-		}
-		first, last, err := pc.ReadOffsets()
-		pc.Close()
-		if err != nil {
-			t.Fatalf("offsets of %s/%d: %v", topic, p.ID, err)
-		}
-		if last <= first {
-			continue
-		}
-		r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: p.ID, MaxBytes: 10 << 20, MaxWait: 200 * time.Millisecond})
-		if err := r.SetOffset(first); err != nil {
-			t.Fatalf("%v", err)
-		}
-		for {
-			m, err := r.ReadMessage(ctx)
-			if err != nil {
-				t.Fatalf("read %s/%d: %v", topic, p.ID, err)
-			}
-			out = append(out, m)
-			if m.Offset+1 >= last {
-				break
-			}
-		}
-		r.Close()
-	}
-	return out
 }

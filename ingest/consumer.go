@@ -36,8 +36,7 @@ type ConsumerConfig struct {
 	// share of a fetch holds at least one such message.
 	MaxEventBytes int
 	// FetchMaxBytes bounds one fetch request, which covers every owned
-	// partition a broker leads (default 4 MiB: a response and its decoding
-	// are held while it is read, beside the budget).
+	// partition a broker leads (DefaultFetchMaxBytes).
 	FetchMaxBytes int64
 	// OffsetReset is what to do when a committed offset lies outside the log.
 	OffsetReset OffsetReset
@@ -106,9 +105,19 @@ var generationRetry = retry.Policy{Initial: time.Second, Max: 10 * time.Second}
 // behind a Bigtable that takes seconds, a leader election).
 const DefaultStallTimeout = 2 * time.Minute
 
+// The byte bounds' defaults: the worker's flags document the first two
+// (pipeline.DefaultConfig takes them from here), the third has no flag.
+const (
+	DefaultMaxInflightBytes = 64 << 20
+	DefaultMaxEventBytes    = 1 << 20
+	// DefaultFetchMaxBytes bounds one fetch request: a response and its
+	// decoding are held while it is read, beside the budget.
+	DefaultFetchMaxBytes = 4 << 20
+)
+
 // NewConsumer starts joining the group. Settings left at zero take the
-// defaults of the flags (DefaultConfig), the byte bounds those a test
-// needs (the worker always gives them: pipeline.Config splits them).
+// defaults of the flags: DefaultConfig, and the byte bounds above (the
+// worker always gives those, split by pipeline.Config).
 func NewConsumer(cfg ConsumerConfig, mp metric.MeterProvider, log *slog.Logger) (*Consumer, error) {
 	def := DefaultConfig()
 	if cfg.CommitInterval <= 0 {
@@ -121,13 +130,13 @@ func NewConsumer(cfg ConsumerConfig, mp metric.MeterProvider, log *slog.Logger) 
 		cfg.StallTimeout = def.StallTimeout
 	}
 	if cfg.MaxInflightBytes <= 0 {
-		cfg.MaxInflightBytes = 64 << 20
+		cfg.MaxInflightBytes = DefaultMaxInflightBytes
 	}
 	if cfg.MaxEventBytes <= 0 {
-		cfg.MaxEventBytes = 1 << 20
+		cfg.MaxEventBytes = DefaultMaxEventBytes
 	}
 	if cfg.FetchMaxBytes <= 0 {
-		cfg.FetchMaxBytes = 4 << 20
+		cfg.FetchMaxBytes = DefaultFetchMaxBytes
 	}
 	transport := cfg.Transport
 	if transport == nil {

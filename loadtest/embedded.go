@@ -34,7 +34,9 @@ func startEmbedded(ctx context.Context, o *options, log *slog.Logger) (*embedded
 	if e.bt, err = inproc.StartBigtable(inproc.BigtableOptions{}); err != nil {
 		return nil, err
 	}
-	if e.kafka, err = inproc.StartKafka(inproc.KafkaOptions{Topics: []inproc.Topic{{Name: o.topic, Partitions: o.partitions}, {Name: o.dlqTopic, Partitions: 1}}}); err != nil {
+	// The worker creates the dead-letter topic with its retention: made
+	// here with the defaults (7 days), letters would keep no payload.
+	if e.kafka, err = inproc.StartKafka(inproc.KafkaOptions{Topics: []inproc.Topic{{Name: o.topic, Partitions: o.partitions}}}); err != nil {
 		e.stop()
 		return nil, err
 	}
@@ -65,7 +67,7 @@ func startEmbedded(ctx context.Context, o *options, log *slog.Logger) (*embedded
 	}
 	args := append([]string{"run", "--brokers", o.brokers, "--topic", o.topic, "--dlq-topic", o.dlqTopic,
 		"--admin-addr", fmt.Sprintf("127.0.0.1:%d", port), "--log-level", "warn"}, common...)
-	args = append(args, o.shape.workerFlags...)
+	args = append(args, o.shape.WorkerFlags...)
 	args = append(args, strings.Fields(o.workerFlags)...)
 	e.worker = exec.Command(bin, args...)
 	e.worker.Env = env

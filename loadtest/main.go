@@ -28,6 +28,9 @@ import (
 
 	"github.com/cellttl/cellttl/internal/envflag"
 	"github.com/cellttl/cellttl/internal/inproc"
+	"github.com/cellttl/cellttl/loadtest/bench"
+	"github.com/cellttl/cellttl/loadtest/synth"
+	"github.com/cellttl/cellttl/loadtest/verify"
 )
 
 func main() {
@@ -36,14 +39,12 @@ func main() {
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "loadtest:", err)
-		if errors.Is(err, errMismatch) {
+		if errors.Is(err, verify.ErrMismatch) {
 			os.Exit(1)
 		}
 		os.Exit(2)
 	}
 }
-
-var errMismatch = errors.New("verification failed")
 
 type options struct {
 	embedded     bool
@@ -69,7 +70,7 @@ type options struct {
 	settle       time.Duration
 	seed         uint64
 	workerFlags  string
-	shape        shape
+	shape        synth.Shape
 	partitions   int
 	emulator     *inproc.Bigtable // the embedded emulator, with --embedded
 }
@@ -103,8 +104,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.Duration(&o.settle, "settle-timeout", "", 5*time.Minute, "how long to wait for the worker to catch up")
 	fs.Uint64(&o.seed, "seed", "", 0, "random seed (0: from the clock)")
 	fs.String(&o.workerFlags, "worker-flags", "", "", "extra flags for the embedded worker, space-separated")
-	o.shape = shapes["contract"]
-	fs.Value(shapeValue{&o.shape}, "shape", "", "event layout: contract; nested (customer_id, context.session.id, context.user.id, epoch-ms ts) or header (tenant in header x-tenant), which the worker reads with the mapping flags printed at start (--embedded passes them)")
+	o.shape = synth.Contract()
+	fs.Value(synth.ShapeFlag(&o.shape), "shape", "", "event layout: contract; nested (customer_id, context.session.id, context.user.id, epoch-ms ts) or header (tenant in header x-tenant), which the worker reads with the mapping flags printed at start (--embedded passes them)")
 	fs.Int(&o.partitions, "partitions", "", 6, "partitions of the embedded topic")
 	if err := fs.Parse(args); err != nil {
 		if envflag.IsHelp(err) {
@@ -129,6 +130,46 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if o.brokers == "" {
 		return errors.New("no brokers: --brokers, KAFKA_BROKERS, or --embedded")
 	}
-	_, err := loadTest(ctx, &o, strings.Split(o.brokers, ","), stdout, log)
-	return err
+	return loadTest(ctx, &o, strings.Split(o.brokers, ","), stdout)
 }
+
+// runBench is the bench subcommand: its flags, then the measurements.
+func runBench(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := envflag.New("loadtest bench", "loadtest bench: the ceilings and the worker measured in one run (BENCHMARKS.md).", os.Stderr)
+	var o bench.Options
+	var brokers string
+	fs.String(&brokers, "brokers", "KAFKA_BROKERS", "", "Kafka brokers (scripts/services.sh starts one)")
+	fs.Int(&o.Events, "events", "", 300000, "events per measurement")
+	fs.Int(&o.PayloadBytes, "payload-bytes", "", 200, "bytes of filler per event")
+	fs.Int(&o.Partitions, "partitions", "", 6, "partitions of the topics")
+	fs.Int(&o.Writers, "writers", "", 4, "concurrent ApplyBulk calls of the raw Bigtable measurement (the worker's default)")
+	var configs multiFlag
+	fs.Var(&configs, "worker", `worker flags of one worker measurement, e.g. "--writers 8"; repeat for more (default: one run with the defaults)`)
+	fs.String(&o.TenantsFile, "tenants", "", "tenants.yaml", "tenants file")
+	fs.Int(&o.TenantCount, "tenant-count", "", 0, "instead of --tenants, a generated tenants file of this many tenants (TTLs from 1h to 7d)")
+	fs.String(&o.Baseline, "baseline-bin", "", "", "another build of the worker to time in the same run, interleaved with this one (e.g. one built from an earlier commit)")
+	fs.Int(&o.Rounds, "rounds", "", 1, "times each worker measurement is repeated (interleaved with the baseline's)")
+	fs.String(&o.ProfileDir, "profile", "", "", "write the first worker measurement's CPU profile (worker-cpu.pprof) and allocations (worker-allocs.pprof) to this directory")
+	fs.Int(&o.ProfileSeconds, "profile-seconds", "", 5, "length of the CPU profile: about the worker's run")
+	fs.Duration(&o.Latency, "latency", "", 0, "then measure latency for this long at half the worker's rate: raw ApplyBulk, and the worker's produce → ack (0: skip)")
+	fs.Int(&o.LatencyRate, "latency-rate", "", 0, "events/s of the latency measurement (default: half the maximum: of what raw ApplyBulk sustains for --latency, or of the worker's best rate if lower)")
+	if err := fs.Parse(args); err != nil {
+		if envflag.IsHelp(err) {
+			return nil
+		}
+		return err
+	}
+	if brokers == "" || os.Getenv("BIGTABLE_EMULATOR_HOST") == "" {
+		return errors.New("bench needs KAFKA_BROKERS and BIGTABLE_EMULATOR_HOST: eval \"$(scripts/services.sh start)\" first, or run make bench")
+	}
+	if len(configs) == 0 {
+		configs = multiFlag{""}
+	}
+	o.Brokers, o.Workers = strings.Split(brokers, ","), configs
+	return bench.Run(ctx, o, stdout)
+}
+
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, "; ") }
+func (m *multiFlag) Set(s string) error { *m = append(*m, s); return nil }

@@ -20,6 +20,7 @@ import (
 
 	"cloud.google.com/go/bigtable"
 	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
 
 	"github.com/cellttl/cellttl/internal/inproc"
 )
@@ -110,6 +111,13 @@ func Table(t testing.TB, ac *bigtable.AdminClient, _ *bigtable.Client, maxAge ti
 	t.Cleanup(func() { _ = ac.DeleteTable(context.Background(), tgt.Table) })
 	return tgt
 }
+
+// DeadLetterConfigs are what a test gives the dead-letter topics it makes
+// before the worker starts: a retention short enough (30 minutes, with
+// 2-minute segments) that dead letters of the tests' TTLs, an hour and
+// more, keep their payload, which the tests read back. A topic with the
+// broker's defaults (7 days, 7-day segments) would get letters without it.
+var DeadLetterConfigs = map[string]string{"retention.ms": "1800000", "segment.ms": "120000"}
 
 // CreateTopic creates a topic with partitions partitions.
 func CreateTopic(t testing.TB, brokers []string, topic string, partitions int) {
@@ -333,4 +341,91 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() (bool, string))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// ProduceLarge writes values one per request, each up to 4 MiB (past
+// kafka-go's default batch size), retrying a partition without a leader.
+func ProduceLarge(t testing.TB, brokers []string, topic string, values ...[]byte) {
+	t.Helper()
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, BatchBytes: 4 << 20, BatchSize: 1, RequiredAcks: kafka.RequireAll, Transport: tr}
+	defer w.Close()
+	for _, v := range values {
+		// Metadata read just after the topic was made may show a partition
+		// without its leader yet; the client then sends nothing, and a
+		// second try cannot duplicate the message.
+		var err error
+		for attempt := 1; attempt <= 5; attempt++ {
+			if err = w.WriteMessages(context.Background(), kafka.Message{Value: v}); err == nil || !NoLeader(err) {
+				break
+			}
+			time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
+		}
+		if err != nil {
+			t.Fatalf("produce %d bytes: %v", len(v), err)
+		}
+	}
+}
+
+// NoLeader reports whether every write of err failed for want of a
+// partition leader in the client's metadata.
+func NoLeader(err error) bool {
+	var we kafka.WriteErrors
+	if !errors.As(err, &we) {
+		return errors.Is(err, protocol.ErrNoLeader) || errors.Is(err, kafka.LeaderNotAvailable)
+	}
+	for _, e := range we {
+		if e != nil && !errors.Is(e, protocol.ErrNoLeader) && !errors.Is(e, kafka.LeaderNotAvailable) {
+			return false
+		}
+	}
+	return true
+}
+
+// ReadToEnd reads every partition of topic from its first offset to its
+// end, as it is when called (the oracles' read: nothing left out).
+func ReadToEnd(t interface{ Fatalf(string, ...any) }, brokers []string, topic string) []kafka.Message {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	conn, err := kafka.DialContext(ctx, "tcp", brokers[0])
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	parts, err := conn.ReadPartitions(topic)
+	conn.Close()
+	if err != nil {
+		t.Fatalf("partitions of %s: %v", topic, err)
+	}
+	var out []kafka.Message
+	for _, p := range parts {
+		pc, err := kafka.DialLeader(ctx, "tcp", brokers[0], topic, p.ID)
+		if err != nil {
+			t.Fatalf("leader of %s/%d: %v", topic, p.ID, err)
+		}
+		first, last, err := pc.ReadOffsets()
+		pc.Close()
+		if err != nil {
+			t.Fatalf("offsets of %s/%d: %v", topic, p.ID, err)
+		}
+		if last <= first {
+			continue
+		}
+		r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: p.ID, MaxBytes: 10 << 20, MaxWait: 200 * time.Millisecond})
+		if err := r.SetOffset(first); err != nil {
+			t.Fatalf("%v", err)
+		}
+		for {
+			m, err := r.ReadMessage(ctx)
+			if err != nil {
+				t.Fatalf("read %s/%d: %v", topic, p.ID, err)
+			}
+			out = append(out, m)
+			if m.Offset+1 >= last {
+				break
+			}
+		}
+		r.Close()
+	}
+	return out
 }

@@ -1,4 +1,9 @@
-package main
+// Package bench is what `loadtest bench` measures, in one run against the
+// real broker and emulator: the two ceilings of the worker's throughput
+// (raw ApplyBulk, raw kafka-go consumption), the worker process itself
+// (events per second, CPU per event, peak RSS, who used the cores), and the
+// decomposition of its latency against raw ApplyBulk's.
+package bench
 
 import (
 	"context"
@@ -20,60 +25,47 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/cellttl/cellttl/expiry"
-	"github.com/cellttl/cellttl/internal/envflag"
+	"github.com/cellttl/cellttl/loadtest/drive"
+	"github.com/cellttl/cellttl/loadtest/synth"
 	"github.com/cellttl/cellttl/rowkey"
 	"github.com/cellttl/cellttl/sink"
 	"github.com/cellttl/cellttl/tenants"
 )
 
-// runBench measures, in one run against the real broker and emulator, the
+// Options is what the bench flags say.
+type Options struct {
+	Brokers        []string
+	Events         int // events per measurement
+	PayloadBytes   int
+	Partitions     int
+	Writers        int      // concurrent ApplyBulk calls of the raw Bigtable measurement
+	Workers        []string // worker flags of each worker measurement ("": the defaults)
+	TenantsFile    string
+	TenantCount    int    // instead of TenantsFile, a generated file of this many tenants
+	Baseline       string // another worker binary, timed interleaved with this build
+	Rounds         int
+	ProfileDir     string // where the first worker measurement's profiles go
+	ProfileSeconds int
+	Latency        time.Duration // how long to measure latency for (0: skip)
+	LatencyRate    int           // 0: half the maximum
+}
+
+// Run measures, in one run against the real broker and emulator, the
 // two ceilings and the worker: (a) raw ApplyBulk of the rows the events
 // become, no Kafka; (b) raw kafka-go consumer-group consumption of the
 // events, no Bigtable; (c) the worker, once per set of worker flags.
-func runBench(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := envflag.New("loadtest bench", "loadtest bench: the ceilings and the worker measured in one run (BENCHMARKS.md).", os.Stderr)
-	var brokers, tenantsFile, baseline, profileDir string
-	var events, payload, partitions, writers, rounds, profileSeconds, latencyRate, tenantCount int
-	var latencyFor time.Duration
-	fs.String(&brokers, "brokers", "KAFKA_BROKERS", "", "Kafka brokers (scripts/services.sh starts one)")
-	fs.Int(&events, "events", "", 300000, "events per measurement")
-	fs.Int(&payload, "payload-bytes", "", 200, "bytes of filler per event")
-	fs.Int(&partitions, "partitions", "", 6, "partitions of the topics")
-	fs.Int(&writers, "writers", "", 4, "concurrent ApplyBulk calls of the raw Bigtable measurement (the worker's default)")
-	var configs multiFlag
-	fs.Var(&configs, "worker", `worker flags of one worker measurement, e.g. "--writers 8"; repeat for more (default: one run with the defaults)`)
-	fs.String(&tenantsFile, "tenants", "", "tenants.yaml", "tenants file")
-	fs.Int(&tenantCount, "tenant-count", "", 0, "instead of --tenants, a generated tenants file of this many tenants (TTLs from 1h to 7d)")
-	fs.String(&baseline, "baseline-bin", "", "", "another build of the worker to time in the same run, interleaved with this one (e.g. one built from an earlier commit)")
-	fs.Int(&rounds, "rounds", "", 1, "times each worker measurement is repeated (interleaved with the baseline's)")
-	fs.String(&profileDir, "profile", "", "", "write the first worker measurement's CPU profile (worker-cpu.pprof) and allocations (worker-allocs.pprof) to this directory")
-	fs.Int(&profileSeconds, "profile-seconds", "", 5, "length of the CPU profile: about the worker's run")
-	fs.Duration(&latencyFor, "latency", "", 0, "then measure latency for this long at half the worker's rate: raw ApplyBulk, and the worker's produce → ack (0: skip)")
-	fs.Int(&latencyRate, "latency-rate", "", 0, "events/s of the latency measurement (default: half the maximum: of what raw ApplyBulk sustains for --latency, or of the worker's best rate if lower)")
-	if err := fs.Parse(args); err != nil {
-		if envflag.IsHelp(err) {
-			return nil
-		}
-		return err
-	}
-	if brokers == "" || os.Getenv("BIGTABLE_EMULATOR_HOST") == "" {
-		return errors.New("bench needs KAFKA_BROKERS and BIGTABLE_EMULATOR_HOST: eval \"$(scripts/services.sh start)\" first, or run make bench")
-	}
-	if len(configs) == 0 {
-		configs = multiFlag{""}
-	}
-	bl := strings.Split(brokers, ",")
-	if tenantCount > 0 {
+func Run(ctx context.Context, o Options, stdout io.Writer) error {
+	if o.TenantCount > 0 {
 		dir, err := os.MkdirTemp("", "cellttl-bench")
 		if err != nil {
 			return err
 		}
 		defer os.RemoveAll(dir)
-		if tenantsFile, err = manyTenants(dir, tenantCount); err != nil {
+		if o.TenantsFile, err = manyTenants(dir, o.TenantCount); err != nil {
 			return err
 		}
 	}
-	cfg, err := tenants.Load(tenantsFile)
+	cfg, err := tenants.Load(o.TenantsFile)
 	if err != nil {
 		return err
 	}
@@ -81,38 +73,38 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	for t := range cfg.Policy.Tenants {
 		listed = append(listed, t)
 	}
-	m, err := parseMix(listed, "")
+	m, err := synth.ParseMix(listed, "")
 	if err != nil {
 		return err
 	}
 	run := fmt.Sprintf("b%x", time.Now().UnixNano()/1e6%0xffffff)
-	gen := newGenerator(run, m, shapes["contract"], 10000, 1.1, payload, 0, 1)
+	gen := synth.New(synth.Config{Run: run, Mix: m, Shape: synth.Contract(), Users: 10000, ZipfS: 1.1, PayloadBytes: o.PayloadBytes, Seed: 1})
 	now := time.Now()
-	values := make([][]byte, events)
-	keys := make([][]byte, events)
-	recs := make([]record, events)
+	values := make([][]byte, o.Events)
+	keys := make([][]byte, o.Events)
+	recs := make([]synth.Record, o.Events)
 	for i := range values {
 		var msg kafka.Message
-		msg, recs[i] = gen.next(i, now)
+		msg, recs[i] = gen.Next(i, now)
 		values[i], keys[i] = msg.Value, msg.Key
 	}
-	fmt.Fprintf(stdout, "bench %s: %d events of %d bytes, %d partitions, %d tenants\n", run, events, len(values[0]), partitions, len(m.tenants))
+	fmt.Fprintf(stdout, "bench %s: %d events of %d bytes, %d partitions, %d tenants\n", run, o.Events, len(values[0]), o.Partitions, len(m.Tenants()))
 
-	a, err := benchApplyBulk(ctx, cfg.Policy, m, values, recs, writers)
+	a, err := benchApplyBulk(ctx, cfg.Policy, m, values, recs, o.Writers)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "(a) raw ApplyBulk, %d writers, batches of 1000:  %9.0f rows/s      %5.2f µs CPU/event (client side)\n", writers, a.rate, a.cpuPerEvent)
+	fmt.Fprintf(stdout, "(a) raw ApplyBulk, %d writers, batches of 1000:  %9.0f rows/s      %5.2f µs CPU/event (client side)\n", o.Writers, a.rate, a.cpuPerEvent)
 	fmt.Fprintf(stdout, "    cores: %s\n", a.cores)
 
 	topic := run + "-raw"
-	if err := createTopic(bl, topic, partitions); err != nil {
+	if err := createTopic(o.Brokers, topic, o.Partitions); err != nil {
 		return err
 	}
-	if err := produceAll(ctx, bl, topic, keys, values); err != nil {
+	if err := produceAll(ctx, o.Brokers, topic, keys, values); err != nil {
 		return err
 	}
-	b, err := benchConsume(ctx, bl, topic, len(values))
+	b, err := benchConsume(ctx, o.Brokers, topic, len(values))
 	if err != nil {
 		return err
 	}
@@ -128,23 +120,23 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	defer os.RemoveAll(filepath.Dir(bin))
 	builds := []struct{ name, bin string }{{"this build", bin}}
-	if baseline != "" {
-		builds = append(builds, struct{ name, bin string }{"baseline " + filepath.Base(baseline), baseline})
+	if o.Baseline != "" {
+		builds = append(builds, struct{ name, bin string }{"baseline " + filepath.Base(o.Baseline), o.Baseline})
 	}
 	n := 0
 	best := 0.0 // of this build, first set of flags
-	for ci, flags := range configs {
+	for ci, flags := range o.Workers {
 		label := flags
 		if label == "" {
 			label = "defaults"
 		}
-		for round := range rounds {
+		for round := range o.Rounds {
 			for _, b := range builds {
 				prof := ""
 				if n == 0 {
-					prof = profileDir
+					prof = o.ProfileDir
 				}
-				c, err := benchWorker(ctx, b.bin, bl, tenantsFile, fmt.Sprintf("%s-w%d", run, n), partitions, keys, values, flags, prof, profileSeconds)
+				c, err := benchWorker(ctx, b.bin, o.Brokers, o.TenantsFile, fmt.Sprintf("%s-w%d", run, n), o.Partitions, keys, values, flags, prof, o.ProfileSeconds)
 				n++
 				if err != nil {
 					return err
@@ -158,8 +150,8 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 			}
 		}
 	}
-	if latencyFor > 0 {
-		return benchLatency(ctx, stdout, cfg, m, run, bin, bl, tenantsFile, partitions, payload, latencyRate, best, latencyFor)
+	if o.Latency > 0 {
+		return benchLatency(ctx, stdout, cfg, m, run, bin, o.Brokers, o.TenantsFile, o.Partitions, o.PayloadBytes, o.LatencyRate, best, o.Latency)
 	}
 	return nil
 }
@@ -176,11 +168,6 @@ func manyTenants(dir string, n int) (string, error) {
 	return file, os.WriteFile(file, []byte(b.String()), 0o644)
 }
 
-type multiFlag []string
-
-func (m *multiFlag) String() string     { return strings.Join(*m, "; ") }
-func (m *multiFlag) Set(s string) error { *m = append(*m, s); return nil }
-
 // measured is one measurement: its rate, and the CPU time per event of
 // the process measured.
 type measured struct {
@@ -193,7 +180,7 @@ type measured struct {
 // benchApplyBulk writes the rows the events become straight to a new table
 // with the client's ApplyBulk, as the worker's writers do (the mutations
 // built in the timed part): the client side's floor of CPU per row.
-func benchApplyBulk(ctx context.Context, p *expiry.Policy, m mix, values [][]byte, recs []record, writers int) (measured, error) {
+func benchApplyBulk(ctx context.Context, p *expiry.Policy, m synth.Mix, values [][]byte, recs []synth.Record, writers int) (measured, error) {
 	tbl, family, cleanup, err := benchTable(ctx, p)
 	if err != nil {
 		return measured{}, err
@@ -232,10 +219,10 @@ func benchApplyBulk(ctx context.Context, p *expiry.Policy, m mix, values [][]byt
 
 // benchRow is the row the worker makes of generated event seq: the raw
 // writes write what the worker would.
-func benchRow(p *expiry.Policy, m mix, seq int, r record, value []byte) sink.Row {
-	tenant := m.tenantName(int(r.tenant))
-	return sink.Row{Key: rowkey.Key(tenant, userName(r.user), strconv.Itoa(seq), r.millis),
-		Timestamp: p.Cell(tenant, time.UnixMilli(r.millis)).Timestamp, Value: value, WrittenAt: p.RecordRealTimestamp}
+func benchRow(p *expiry.Policy, m synth.Mix, seq int, r synth.Record, value []byte) sink.Row {
+	tenant := m.TenantName(int(r.Tenant))
+	return sink.Row{Key: rowkey.Key(tenant, synth.UserName(r.User), strconv.Itoa(seq), r.Millis),
+		Timestamp: p.Cell(tenant, time.UnixMilli(r.Millis)).Timestamp, Value: value, WrittenAt: p.RecordRealTimestamp}
 }
 
 // benchTable makes a table for raw writes, and returns it with its family
@@ -437,11 +424,11 @@ func benchWorker(ctx context.Context, bin string, brokers []string, tenantsFile,
 		// run, seldom enough to cost it about 1%.
 		time.Sleep(25 * time.Millisecond)
 		peak = max(peak, rss(pid))
-		t, err := fetchStatus(ctx, w.admin+"/status?tenants=false")
+		t, err := drive.FetchStatus(ctx, w.admin+"/status?tenants=false")
 		if err != nil {
 			continue
 		}
-		if t.reading && cpu0 == 0 {
+		if t.Reading && cpu0 == 0 {
 			if cpu0, err = procCPU(pid); err != nil {
 				return measured{}, err
 			}
@@ -453,7 +440,7 @@ func benchWorker(ctx context.Context, bin string, brokers []string, tenantsFile,
 				}()
 			}
 		}
-		done := t.written + t.dead + t.expired
+		done := t.Written + t.Dead + t.Expired
 		if done > 0 && first.IsZero() {
 			first = time.Now()
 		}
@@ -517,4 +504,13 @@ func rss(pid int) int64 {
 		}
 	}
 	return 0
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -1,4 +1,4 @@
-package main
+package verify
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/cellttl/cellttl/internal/testenv"
+	"github.com/cellttl/cellttl/loadtest/synth"
 	"github.com/cellttl/cellttl/rowkey"
 	"github.com/cellttl/cellttl/sink"
 	"github.com/cellttl/cellttl/tenants"
@@ -28,30 +29,30 @@ func TestVerifierReportsEachDefect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := parseMix([]string{"acme", "*"}, "")
+	m, err := synth.ParseMix([]string{"acme", "*"}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, defect := range []string{"missing row", "duplicate row", "wrong timestamp", "extra version", "valid event dead-lettered"} {
 		t.Run(defect, func(t *testing.T) {
 			tgt := sink.Target(testenv.Table(t, ac, dc, cfg.Policy.GCMaxAge()))
-			o := &options{project: "local", instance: "local", table: tgt.Table, family: tgt.Family, dlqTopic: testenv.Name("dlq")}
-			testenv.CreateTopic(t, brokers, o.dlqTopic, 1)
-			g := newGenerator(testenv.Name("run"), m, shapes["contract"], 50, 1.2, 10, 0.2, 7)
+			o := Options{Brokers: brokers, Project: "local", Instance: "local", Table: tgt.Table, Family: tgt.Family, DLQTopic: testenv.Name("dlq")}
+			testenv.CreateTopic(t, brokers, o.DLQTopic, 1)
+			g := synth.New(synth.Config{Run: testenv.Name("run"), Mix: m, Shape: synth.Contract(), Users: 50, ZipfS: 1.2, PayloadBytes: 10, Malformed: 0.2, Seed: 7})
 			const n = 40
-			recs := make([]record, n)
+			recs := make([]synth.Record, n)
 			values := make([][]byte, n)
 			var rows []sink.Row
 			var dead []kafka.Message
 			at := time.Now().Add(-time.Minute)
 			for seq := range n {
 				var msg kafka.Message
-				msg, recs[seq] = g.next(seq, at.Add(time.Duration(seq)*time.Millisecond))
+				msg, recs[seq] = g.Next(seq, at.Add(time.Duration(seq)*time.Millisecond))
 				values[seq] = msg.Value
-				if recs[seq].valid {
+				if recs[seq].Valid {
 					rows = append(rows, rowOf(cfg, g, seq, recs[seq], values[seq], 0))
 				} else {
-					dead = append(dead, deadLetter(g.run, seq))
+					dead = append(dead, deadLetter(g.Run(), seq))
 				}
 			}
 			w, err := sink.NewWriter(dc, tgt, sink.DefaultWriterConfig(), nil, quietLog)
@@ -65,14 +66,14 @@ func TestVerifierReportsEachDefect(t *testing.T) {
 				}
 			}
 			write(rows...)
-			produceDead(t, brokers, o.dlqTopic, dead...)
-			if c, err := verify(ctx, o, brokers, cfg, g, recs); err != nil || !c.ok() {
-				t.Fatalf("the verifier fails a correct run: %v\n%s", err, c.summary())
+			testenv.ProduceMessages(t, brokers, o.DLQTopic, dead...)
+			if c, err := Run(ctx, o, cfg, g, recs); err != nil || !c.OK() {
+				t.Fatalf("the verifier fails a correct run: %v\n%s", err, c.Summary())
 			}
 
 			victim := -1
 			for seq, r := range recs {
-				if r.valid {
+				if r.Valid {
 					victim = seq
 					break
 				}
@@ -87,8 +88,8 @@ func TestVerifierReportsEachDefect(t *testing.T) {
 				}
 			}
 			var got []int
-			c := func() *check {
-				c, err := verify(ctx, o, brokers, cfg, g, recs)
+			c := func() *Result {
+				c, err := Run(ctx, o, cfg, g, recs)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -100,7 +101,7 @@ func TestVerifierReportsEachDefect(t *testing.T) {
 				got = c().missing
 			case "duplicate row":
 				// The same event again under another time: a second row.
-				dup := rowOf(cfg, g, victim, record{millis: recs[victim].millis + 1, user: recs[victim].user, tenant: recs[victim].tenant, valid: true}, values[victim], 0)
+				dup := rowOf(cfg, g, victim, synth.Record{Millis: recs[victim].Millis + 1, User: recs[victim].User, Tenant: recs[victim].Tenant, Valid: true}, values[victim], 0)
 				write(dup)
 				got = c().duplicateRows
 			case "wrong timestamp":
@@ -111,14 +112,14 @@ func TestVerifierReportsEachDefect(t *testing.T) {
 				write(rowOf(cfg, g, victim, recs[victim], values[victim], -1000)) // an older version beside the right one
 				got = c().duplicateVersions
 			case "valid event dead-lettered":
-				produceDead(t, brokers, o.dlqTopic, deadLetter(g.run, victim))
+				testenv.ProduceMessages(t, brokers, o.DLQTopic, deadLetter(g.Run(), victim))
 				got = c().unexpectedDeadLetters
 			}
 			if !slices.Equal(got, []int{victim}) {
 				t.Errorf("planted %s on event %d; the verifier reports %v", defect, victim, got)
 			}
-			if cc := c(); cc.ok() {
-				t.Errorf("planted %s; the verifier passes the run:\n%s", defect, cc.summary())
+			if cc := c(); cc.OK() {
+				t.Errorf("planted %s; the verifier passes the run:\n%s", defect, cc.Summary())
 			}
 		})
 	}
@@ -126,11 +127,11 @@ func TestVerifierReportsEachDefect(t *testing.T) {
 
 // rowOf is the row the worker writes for an event, its timestamp moved by
 // shift microseconds.
-func rowOf(cfg *tenants.Config, g *generator, seq int, r record, value []byte, shift int64) sink.Row {
-	tenant := g.mix.tenantName(int(r.tenant))
+func rowOf(cfg *tenants.Config, g *synth.Generator, seq int, r synth.Record, value []byte, shift int64) sink.Row {
+	tenant := g.Mix().TenantName(int(r.Tenant))
 	return sink.Row{
-		Key:       rowkey.Key(tenant, userName(r.user), g.eventID(seq), r.millis),
-		Timestamp: cfg.Policy.Cell(tenant, time.UnixMilli(r.millis)).Timestamp + shift,
+		Key:       rowkey.Key(tenant, synth.UserName(r.User), g.EventID(seq), r.Millis),
+		Timestamp: cfg.Policy.Cell(tenant, time.UnixMilli(r.Millis)).Timestamp + shift,
 		Value:     value,
 		WrittenAt: true,
 	}
@@ -138,15 +139,4 @@ func rowOf(cfg *tenants.Config, g *generator, seq int, r record, value []byte, s
 
 func deadLetter(run string, seq int) kafka.Message {
 	return kafka.Message{Value: []byte("x"), Headers: []kafka.Header{{Key: "loadtest-run", Value: []byte(run)}, {Key: "loadtest-seq", Value: []byte(strconv.Itoa(seq))}}}
-}
-
-func produceDead(t *testing.T, brokers []string, topic string, msgs ...kafka.Message) {
-	t.Helper()
-	tr := &kafka.Transport{}
-	defer tr.CloseIdleConnections()
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond, Transport: tr}
-	defer w.Close()
-	if err := w.WriteMessages(context.Background(), msgs...); err != nil {
-		t.Fatal(err)
-	}
 }

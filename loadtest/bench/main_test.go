@@ -1,12 +1,9 @@
-package main
+package bench
 
 import (
-	"log/slog"
 	"testing"
 
 	"go.uber.org/goleak"
 )
-
-var quietLog = slog.New(slog.DiscardHandler)
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -1,6 +1,7 @@
-package main
+package synth
 
 import (
+	"flag"
 	"fmt"
 	"maps"
 	"slices"
@@ -11,22 +12,22 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
-// shape is how the synthetic events are laid out: the contract's field
+// Shape is how the synthetic events are laid out: the contract's field
 // names, or a layout the worker reads through an input mapping. Whatever
 // the shape, the verification expects the contract's rows and cells.
-type shape struct {
-	name string
-	// workerFlags are the worker's mapping flags for this shape.
-	workerFlags []string
+type Shape struct {
+	Name string
+	// WorkerFlags are the worker's mapping flags for this shape.
+	WorkerFlags []string
 	// valid builds a valid event.
 	valid func(id, tenant, user string, millis int64, payload string) (value []byte, headers []kafka.Header)
 	// malformed builds bad event number kind (0..3) of four kinds.
 	malformed func(kind int, id, tenant string) (value []byte, headers []kafka.Header)
 }
 
-var shapes = map[string]shape{
+var shapes = map[string]Shape{
 	"contract": {
-		name: "contract",
+		Name: "contract",
 		valid: func(id, tenant, user string, millis int64, payload string) ([]byte, []kafka.Header) {
 			ts := time.UnixMilli(millis).UTC().Format("2006-01-02T15:04:05.000Z07:00")
 			return []byte(`{"event_id":"` + id + `","tenant_id":"` + tenant + `","user_id":"` + user + `","occurred_at":"` + ts + `","payload":"` + payload + `"}`), nil
@@ -46,8 +47,8 @@ var shapes = map[string]shape{
 	// nested is the tenant as customer_id, the ids under context, the time
 	// as epoch milliseconds.
 	"nested": {
-		name: "nested",
-		workerFlags: []string{"--tenant-from", "json:customer_id", "--event-id-from", "json:context.session.id",
+		Name: "nested",
+		WorkerFlags: []string{"--tenant-from", "json:customer_id", "--event-id-from", "json:context.session.id",
 			"--user-from", "json:context.user.id", "--event-time-from", "json:ts", "--event-time-format", "unix-ms"},
 		valid: func(id, tenant, user string, millis int64, payload string) ([]byte, []kafka.Header) {
 			return []byte(`{"customer_id":"` + tenant + `","ts":` + strconv.FormatInt(millis, 10) + `,"context":{"session":{"id":"` + id +
@@ -67,8 +68,8 @@ var shapes = map[string]shape{
 	},
 	// header is the tenant in a record header.
 	"header": {
-		name:        "header",
-		workerFlags: []string{"--tenant-from", "header:x-tenant"},
+		Name:        "header",
+		WorkerFlags: []string{"--tenant-from", "header:x-tenant"},
 		valid: func(id, tenant, user string, millis int64, payload string) ([]byte, []kafka.Header) {
 			ts := time.UnixMilli(millis).UTC().Format("2006-01-02T15:04:05.000Z07:00")
 			return []byte(`{"event_id":"` + id + `","user_id":"` + user + `","occurred_at":"` + ts + `","payload":"` + payload + `"}`),
@@ -89,14 +90,20 @@ var shapes = map[string]shape{
 	},
 }
 
-// shapeValue is the --shape flag.
-type shapeValue struct{ s *shape }
+// Contract is the shape of the contract's field names, which the worker
+// reads without mapping flags.
+func Contract() Shape { return shapes["contract"] }
+
+// ShapeFlag is the --shape flag: it sets *s to the shape named.
+func ShapeFlag(s *Shape) flag.Value { return shapeValue{s} }
+
+type shapeValue struct{ s *Shape }
 
 func (v shapeValue) String() string {
-	if v.s == nil || v.s.name == "" {
+	if v.s == nil || v.s.Name == "" {
 		return "contract"
 	}
-	return v.s.name
+	return v.s.Name
 }
 
 func (v shapeValue) Set(name string) error {

@@ -1,11 +1,10 @@
-package main
+package bench
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math"
 	"net/http"
 	"os"
@@ -21,6 +20,10 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/cellttl/cellttl/expiry"
+	"github.com/cellttl/cellttl/loadtest/drive"
+	"github.com/cellttl/cellttl/loadtest/report"
+	"github.com/cellttl/cellttl/loadtest/synth"
+	"github.com/cellttl/cellttl/loadtest/verify"
 	"github.com/cellttl/cellttl/pipeline"
 	"github.com/cellttl/cellttl/sink"
 	"github.com/cellttl/cellttl/tenants"
@@ -59,7 +62,7 @@ type latencyPhase struct {
 // p99 ≤ raw p99 + --flush-interval + 20 ms. Rate 0 is half of what raw
 // ApplyBulk sustains for d (the emulator slows as its table grows, so a
 // short run's rate is more than it keeps up), or of best, if lower.
-func benchLatency(ctx context.Context, stdout io.Writer, cfg *tenants.Config, m mix, run, bin string, brokers []string, tenantsFile string, partitions, payload, rate int, best float64, d time.Duration) error {
+func benchLatency(ctx context.Context, stdout io.Writer, cfg *tenants.Config, m synth.Mix, run, bin string, brokers []string, tenantsFile string, partitions, payload, rate int, best float64, d time.Duration) error {
 	p := cfg.Policy
 	def := pipeline.DefaultConfig()
 	if rate == 0 {
@@ -77,7 +80,7 @@ func benchLatency(ctx context.Context, stdout io.Writer, cfg *tenants.Config, m 
 	}
 	fmt.Fprintf(stdout, "    raw ApplyBulk, flush to ack:            %s   calls p50 %s p99 %s   CPU: %s\n", raw.dist,
 		raw.applyP50.Round(time.Millisecond), raw.applyP99.Round(time.Millisecond), raw.cpu)
-	wk, err := workerLatency(ctx, run+"-lat", bin, brokers, cfg, tenantsFile, partitions, payload, rate, d)
+	wk, err := workerLatency(ctx, run+"-lat", bin, brokers, cfg, m, tenantsFile, partitions, payload, rate, d)
 	if err != nil {
 		return err
 	}
@@ -92,11 +95,11 @@ func benchLatency(ctx context.Context, stdout io.Writer, cfg *tenants.Config, m 
 	if err := createTopic(brokers, bg, partitions); err != nil {
 		return err
 	}
-	bgo := &options{topic: bg, rate: rate, duration: d, users: 10000, zipfS: 1.1, payloadBytes: payload, shape: shapes["contract"]}
+	bgo := &drive.Options{Brokers: brokers, Topic: bg, Rate: rate, Duration: d}
 	bgErr := make(chan error, 1)
 	go func() {
 		var n atomic.Int64
-		_, err := produce(ctx, bgo, brokers, newGenerator(bg, m, shapes["contract"], 10000, 1.1, payload, 0, 3), &n)
+		_, err := drive.Produce(ctx, bgo, synth.New(synth.Config{Run: bg, Mix: m, Shape: synth.Contract(), Users: 10000, ZipfS: 1.1, PayloadBytes: payload, Seed: 3}), &n)
 		bgErr <- err
 	}()
 	loaded, err := rawLatency(ctx, p, m, run+"-loaded", payload, rate, d, def)
@@ -126,13 +129,13 @@ func benchLatency(ctx context.Context, stdout io.Writer, cfg *tenants.Config, m 
 // as the worker's writers. Each row counts the time from its batch's flush
 // to the call's return, a wait for a free writer included: the latency the
 // worker's writes cannot go below.
-func rawLatency(ctx context.Context, p *expiry.Policy, m mix, run string, payload, rate int, d time.Duration, def pipeline.Config) (latencyPhase, error) {
+func rawLatency(ctx context.Context, p *expiry.Policy, m synth.Mix, run string, payload, rate int, d time.Duration, def pipeline.Config) (latencyPhase, error) {
 	tbl, family, cleanup, err := benchTable(ctx, p)
 	if err != nil {
 		return latencyPhase{}, err
 	}
 	defer cleanup()
-	gen := newGenerator(run+"-raw", m, shapes["contract"], 10000, 1.1, payload, 0, 2)
+	gen := synth.New(synth.Config{Run: run + "-raw", Mix: m, Shape: synth.Contract(), Users: 10000, ZipfS: 1.1, PayloadBytes: payload, Seed: 2})
 	type job struct {
 		rows []sink.Row
 		due  time.Time
@@ -180,7 +183,7 @@ func rawLatency(ctx context.Context, p *expiry.Policy, m mix, run string, payloa
 			budget += float64(def.FlushRows)
 		}
 		for ; budget >= 1; budget-- {
-			msg, r := gen.next(seq, at)
+			msg, r := gen.Next(seq, at)
 			cur = append(cur, benchRow(p, m, seq, r, msg.Value))
 			seq++
 			if len(cur) == 1 {
@@ -211,7 +214,7 @@ func rawLatency(ctx context.Context, p *expiry.Policy, m mix, run string, payloa
 // workerLatency starts a worker on an empty topic, produces to it at rate
 // for d with the load generator, and reads every event's produce → ack
 // latency back from its written_at column (verifying the rows on the way).
-func workerLatency(ctx context.Context, name, bin string, brokers []string, cfg *tenants.Config, tenantsFile string, partitions, payload, rate int, d time.Duration) (latencyPhase, error) {
+func workerLatency(ctx context.Context, name, bin string, brokers []string, cfg *tenants.Config, m synth.Mix, tenantsFile string, partitions, payload, rate int, d time.Duration) (latencyPhase, error) {
 	if err := createTopic(brokers, name, partitions); err != nil {
 		return latencyPhase{}, err
 	}
@@ -222,7 +225,7 @@ func workerLatency(ctx context.Context, name, bin string, brokers []string, cfg 
 	defer w.stop(ctx)
 	deadline := time.Now().Add(time.Minute)
 	for {
-		if t, err := fetchStatus(ctx, w.admin+"/status?tenants=false"); err == nil && t.reading {
+		if t, err := drive.FetchStatus(ctx, w.admin+"/status?tenants=false"); err == nil && t.Reading {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -230,11 +233,9 @@ func workerLatency(ctx context.Context, name, bin string, brokers []string, cfg 
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	o := &options{
-		topic: name, dlqTopic: name + ".dlq", tenantsFile: tenantsFile, rate: rate, duration: d,
-		users: 10000, zipfS: 1.1, payloadBytes: payload, statusURL: w.admin + "/status?tenants=false",
-		project: "local", instance: "local", table: w.table, family: "c",
-		reportDir: filepath.Join("loadtest-report", name), settle: 2 * time.Minute, shape: shapes["contract"],
+	load := &drive.Options{
+		Brokers: brokers, Topic: name, Mix: m, Shape: synth.Contract(), Rate: rate, Duration: d,
+		Users: 10000, ZipfS: 1.1, PayloadBytes: payload, StatusURL: w.admin + "/status?tenants=false", Settle: 2 * time.Minute,
 	}
 	const applyBulk = "db_client_operation_duration_seconds" // one MutateRows call of the worker
 	before, err := scrapeHistogram(ctx, w.admin+"/metrics", applyBulk)
@@ -242,7 +243,11 @@ func workerLatency(ctx context.Context, name, bin string, brokers []string, cfg 
 		return latencyPhase{}, err
 	}
 	watch := watchCPU(w.cmd.Process.Pid)
-	res, err := loadTest(ctx, o, brokers, io.Discard, slog.New(slog.DiscardHandler))
+	res, err := drive.Run(ctx, load, io.Discard)
+	if err == nil {
+		// The run's report, as every load test leaves one.
+		_, err = report.Write(report.Run{Dir: filepath.Join("loadtest-report", name), Load: load, Result: res})
+	}
 	if err != nil {
 		return latencyPhase{}, fmt.Errorf("worker at %d events/s: %w", rate, err)
 	}
@@ -254,14 +259,14 @@ func workerLatency(ctx context.Context, name, bin string, brokers []string, cfg 
 		return latencyPhase{}, err
 	}
 	ph.applyP50, ph.applyP99 = after.quantile(before, 0.50), after.quantile(before, 0.99)
-	c, err := verify(ctx, o, brokers, cfg, res.gen, res.recs)
+	c, err := verify.Run(ctx, verify.Options{Brokers: brokers, DLQTopic: name + ".dlq", Project: "local", Instance: "local", Table: w.table, Family: "c"}, cfg, res.Gen, res.Recs)
 	if err != nil {
 		return latencyPhase{}, err
 	}
-	if !c.ok() {
-		return latencyPhase{}, fmt.Errorf("%w: %s", errMismatch, c.summary())
+	if !c.OK() {
+		return latencyPhase{}, fmt.Errorf("%w: %s", verify.ErrMismatch, c.Summary())
 	}
-	ph.dist = distOf(c.latencies)
+	ph.dist = distOf(c.Latencies)
 	return ph, nil
 }
 
@@ -379,4 +384,16 @@ func (h histogram) quantile(before histogram, q float64) time.Duration {
 		lower, below = le, n
 	}
 	return 0
+}
+
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(p * float64(len(sorted)-1))
+	return sorted[i]
+}
+
+func sortDurations(d []time.Duration) {
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
 }

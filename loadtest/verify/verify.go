@@ -1,8 +1,15 @@
-package main
+// Package verify checks what the worker wrote against what the load test
+// produced: through the reader, that every valid event is in Bigtable
+// exactly once, under the contract's row key, with the timestamp the
+// tenants file gives and a single version of each cell; and in the
+// dead-letter topic, that every invalid event is there and no valid one.
+package verify
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -10,13 +17,30 @@ import (
 	"cloud.google.com/go/bigtable"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/cellttl/cellttl/internal/inproc"
+	"github.com/cellttl/cellttl/loadtest/synth"
 	"github.com/cellttl/cellttl/reader"
 	"github.com/cellttl/cellttl/rowkey"
 	"github.com/cellttl/cellttl/tenants"
 )
 
-// check is the outcome of the verification.
-type check struct {
+// ErrMismatch is the error of a run the verification failed.
+var ErrMismatch = errors.New("verification failed")
+
+// Options is where the worker under test writes.
+type Options struct {
+	Brokers  []string
+	DLQTopic string
+	// Emulator is the embedded emulator, with --embedded; otherwise the
+	// client finds BIGTABLE_EMULATOR_HOST, or Bigtable's Project and
+	// Instance.
+	Emulator          *inproc.Bigtable
+	Project, Instance string
+	Table, Family     string
+}
+
+// Result is the outcome of the verification.
+type Result struct {
 	valid, invalid        int
 	found                 int
 	missing               []int // seqs of valid events not in Bigtable
@@ -27,17 +51,21 @@ type check struct {
 	deadLettered          int
 	missingDeadLetters    []int
 	unexpectedDeadLetters []int // valid events found in the dead-letter topic
-	latencies             []time.Duration
+	// Latencies are the produce → ack times of the events found, from
+	// their written_at cells, sorted.
+	Latencies []time.Duration
 }
 
-func (c *check) ok() bool {
+// OK reports whether every event is where it should be, once.
+func (c *Result) OK() bool {
 	return len(c.missing)+len(c.duplicateRows)+len(c.wrongTimestamp)+len(c.wrongKey)+len(c.duplicateVersions)+len(c.missingDeadLetters)+len(c.unexpectedDeadLetters) == 0
 }
 
-func (c *check) summary() string {
+// Summary is the verdict, each kind of defect counted, with examples.
+func (c *Result) Summary() string {
 	var b strings.Builder
 	verdict := "PASS"
-	if !c.ok() {
+	if !c.OK() {
 		verdict = "FAIL"
 	}
 	fmt.Fprintf(&b, "verification %s: %d valid events, %d in Bigtable; %d invalid, %d in the dead-letter topic\n", verdict, c.valid, c.found, c.invalid, c.deadLettered)
@@ -64,35 +92,36 @@ func examples(seqs []int) string {
 	return " (e.g. seq " + strings.Join(parts, ", ") + ")"
 }
 
-// verify reads back every event of the run.
-func verify(ctx context.Context, o *options, brokers []string, cfg *tenants.Config, g *generator, recs []record) (*check, error) {
-	c := &check{}
+// Run reads back every event of the run: recs, made by g, of the tenants
+// and timestamps cfg says.
+func Run(ctx context.Context, o Options, cfg *tenants.Config, g *synth.Generator, recs []synth.Record) (*Result, error) {
+	c := &Result{}
 	for _, r := range recs {
-		if r.valid {
+		if r.Valid {
 			c.valid++
 		} else {
 			c.invalid++
 		}
 	}
-	dc, err := o.bigtableClient(ctx)
+	dc, err := o.client(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer dc.Close()
-	tbl := dc.Open(o.table)
-	rd := reader.New(tbl, o.family, cfg.Policy)
-	prefix := g.run + "-"
+	tbl := dc.Open(o.Table)
+	rd := reader.New(tbl, o.Family, cfg.Policy)
+	prefix := g.Run() + "-"
 	// Rows per event, counted: a second row of one event is a duplicate,
 	// and a set of events seen would hide it.
 	rows := make([]int, len(recs))
-	for ti := range g.mix.tenants {
-		tenant := g.mix.tenantName(ti)
+	for ti := range g.Mix().Tenants() {
+		tenant := g.Mix().TenantName(ti)
 		err := rd.Read(ctx, reader.Query{Tenant: tenant}, func(ev reader.Event) bool {
 			if !strings.HasPrefix(ev.EventID, prefix) {
 				return true
 			}
 			seq, err := strconv.Atoi(ev.EventID[len(prefix):])
-			if err != nil || seq < 0 || seq >= len(recs) || !recs[seq].valid {
+			if err != nil || seq < 0 || seq >= len(recs) || !recs[seq].Valid {
 				return true
 			}
 			r := recs[seq]
@@ -101,15 +130,15 @@ func verify(ctx context.Context, o *options, brokers []string, cfg *tenants.Conf
 			} else if rows[seq] == 2 {
 				c.duplicateRows = append(c.duplicateRows, seq)
 			}
-			base := time.UnixMilli(r.millis)
-			if ev.Key != rowkey.Key(tenant, userName(r.user), ev.EventID, r.millis) || ev.Tenant != g.mix.tenantName(int(r.tenant)) {
+			base := time.UnixMilli(r.Millis)
+			if ev.Key != rowkey.Key(tenant, synth.UserName(r.User), ev.EventID, r.Millis) || ev.Tenant != g.Mix().TenantName(int(r.Tenant)) {
 				c.wrongKey = append(c.wrongKey, seq)
 			}
 			if ev.Timestamp != cfg.Policy.Cell(tenant, base).Timestamp {
 				c.wrongTimestamp = append(c.wrongTimestamp, seq)
 			}
 			if !ev.WrittenAt.IsZero() {
-				c.latencies = append(c.latencies, ev.WrittenAt.Sub(base))
+				c.Latencies = append(c.Latencies, ev.WrittenAt.Sub(base))
 			}
 			return true
 		})
@@ -125,7 +154,7 @@ func verify(ctx context.Context, o *options, brokers []string, cfg *tenants.Conf
 				return true
 			}
 			perColumn := map[string]int{}
-			for _, it := range row[o.family] {
+			for _, it := range row[o.Family] {
 				perColumn[it.Column]++
 			}
 			for _, n := range perColumn {
@@ -142,25 +171,25 @@ func verify(ctx context.Context, o *options, brokers []string, cfg *tenants.Conf
 		}
 	}
 	for seq, r := range recs {
-		if r.valid && rows[seq] == 0 {
+		if r.Valid && rows[seq] == 0 {
 			c.missing = append(c.missing, seq)
 		}
 	}
-	dead, err := deadLetterSeqs(ctx, brokers, o.dlqTopic, g.run)
+	dead, err := deadLetterSeqs(ctx, o.Brokers, o.DLQTopic, g.Run())
 	if err != nil {
 		return nil, err
 	}
 	for seq, r := range recs {
 		switch {
-		case !r.valid && dead[seq]:
+		case !r.Valid && dead[seq]:
 			c.deadLettered++
-		case !r.valid:
+		case !r.Valid:
 			c.missingDeadLetters = append(c.missingDeadLetters, seq)
 		case dead[seq]:
 			c.unexpectedDeadLetters = append(c.unexpectedDeadLetters, seq)
 		}
 	}
-	sortDurations(c.latencies)
+	slices.Sort(c.Latencies)
 	return c, nil
 }
 
@@ -223,18 +252,18 @@ func deadLetterSeqs(ctx context.Context, brokers []string, topic, run string) (m
 	return out, nil
 }
 
-// bigtableClient opens a data client of the table under test: of the
-// embedded emulator, or as BIGTABLE_EMULATOR_HOST and the flags say.
-func (o *options) bigtableClient(ctx context.Context) (*bigtable.Client, error) {
-	if o.emulator != nil {
-		dc, ac, err := o.emulator.Clients(ctx)
+// client opens a data client of the table under test: of the embedded
+// emulator, or as BIGTABLE_EMULATOR_HOST and the flags say.
+func (o Options) client(ctx context.Context) (*bigtable.Client, error) {
+	if o.Emulator != nil {
+		dc, ac, err := o.Emulator.Clients(ctx)
 		if err != nil {
 			return nil, err
 		}
 		ac.Close()
 		return dc, nil
 	}
-	dc, err := bigtable.NewClient(ctx, o.project, o.instance)
+	dc, err := bigtable.NewClient(ctx, o.Project, o.Instance)
 	if err != nil {
 		return nil, fmt.Errorf("bigtable client: %w", err)
 	}
