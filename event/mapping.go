@@ -342,3 +342,11 @@ func (n *node) leaves(fn func(field int)) {
 		}
 	}
 }
+
+// TenantField names the tenant's field the way an Error's Field does.
+func (m *Mapping) TenantField() string {
+	if m == nil {
+		m = contract
+	}
+	return m.src[fieldTenant].field
+}

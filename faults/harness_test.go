@@ -175,7 +175,7 @@ func newSuite(t *testing.T, partitions int, opts ...option) *suite {
 	s.event, s.maxEvent = s.poisoned, maxEventBytes
 	s.dc, s.ac = testenv.Clients(t)
 	createTopic(t, s.brokers, s.topic, partitions, to.replication, to.config)
-	createTopic(t, s.brokers, s.dlq, 1, to.replication, nil)
+	createTopic(t, s.brokers, s.dlq, 1, to.replication, testenv.DeadLetterConfigs)
 	s.tenants = filepath.Join(t.TempDir(), "tenants.yaml")
 	if err := os.WriteFile(s.tenants, []byte(tenantsYAML), 0o644); err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,6 +34,15 @@ const (
 	// (message.timestamp.after.max.ms) would refuse the original's forever,
 	// and a record timestamp out of bounds is one reason to dead-letter.
 	HeaderSourceTimestamp = "cellttl.source.timestamp"
+	// HeaderTenant is the event's tenant when it was read; HeaderExpiresAt
+	// when the event expires in Bigtable (RFC 3339 UTC, milliseconds), set
+	// when it would have been written.
+	HeaderTenant    = "cellttl.tenant"
+	HeaderExpiresAt = "cellttl.expires_at"
+	// HeaderPayload is "omitted" on a letter that keeps no payload (no
+	// key, value or original headers; see DeadLetterTopics): its reason is
+	// then the reason's class, since the sentence may quote the value.
+	HeaderPayload = "cellttl.payload"
 
 	HeaderTruncated      = "cellttl.truncated"       // "true"
 	HeaderOriginalSize   = "cellttl.original.size"   // bytes of the original value
@@ -58,6 +68,17 @@ type DeadLetter struct {
 	// or a batch it could not decode (see Fetched).
 	Cut         *Cut
 	Undecodable *Undecodable
+	// Class is the reason's class (a cellttl_dead_letters_total reason
+	// label), said instead of Reason on a letter without its payload.
+	Class string
+	// Tenant is the event's tenant when tenants.yaml lists it, else "".
+	Tenant string
+	// ExpiresAt is when the event expires in Bigtable, zero when it would
+	// not be written there.
+	ExpiresAt time.Time
+	// KeepUntil is when the letter's payload must be gone: ExpiresAt, or
+	// the bound for events without a listed tenant. Zero keeps no payload.
+	KeepUntil time.Time
 }
 
 // defaultMaxMessageBytes is Kafka's default max.message.bytes, assumed when
@@ -72,8 +93,9 @@ const recordBatchOverhead = 61
 // it is reported like one it does not.
 const loudAfter = time.Minute
 
-// DeadLetterWriter produces rejected messages to the dead-letter topic. A
-// dead letter always fits: the topic's max.message.bytes is learned at
+// DeadLetterWriter produces rejected messages to the dead-letter topics,
+// each to the one whose retention its payload may live (DeadLetterTopics).
+// A dead letter always fits: the topics' max.message.bytes is learned at
 // start-up (and again when the broker says a message is too large), and a
 // dead letter larger than that is cut to fit. Produce errors are
 // classified: those time heals are retried quietly; those it does not
@@ -82,7 +104,7 @@ const loudAfter = time.Minute
 // uncommitted, and nothing is lost.
 type DeadLetterWriter struct {
 	brokers   []string
-	topic     string
+	topics    DeadLetterTopics
 	security  Security
 	transport *kafka.Transport
 	client    *kafka.Client
@@ -95,27 +117,34 @@ type DeadLetterWriter struct {
 	// means a new writer (a writer's batch size is not to change in use).
 	wmu   sync.RWMutex
 	w     *kafka.Writer
-	limit int64 // the topic's max.message.bytes
+	limit int64 // the smallest max.message.bytes of the topics
 
 	mu sync.Mutex
+	// state is each topic as the last check read it, in Names order.
+	state []TopicRetention
 	// checkProblem is what Check found, produceProblem what produces meet:
 	// why dead letters cannot be produced, nil when they can.
 	checkProblem, produceProblem error
 	failingSince                 time.Time // of the produces failing in a row
 }
 
-// NewDeadLetterWriter writes to topic. Each Write waits for all in-sync
+// NewDeadLetterWriter writes to topics. Each Write waits for all in-sync
 // replicas: a dead-lettered offset is committed right after. Call Check
-// before the first Write.
-func NewDeadLetterWriter(brokers []string, topic string, security Security, mp metric.MeterProvider, log *slog.Logger) (*DeadLetterWriter, error) {
+// before the first Write: until then every letter goes to the base topic
+// without its payload.
+func NewDeadLetterWriter(brokers []string, topics DeadLetterTopics, security Security, mp metric.MeterProvider, log *slog.Logger) (*DeadLetterWriter, error) {
 	transport, err := security.Transport()
 	if err != nil {
 		return nil, err
 	}
-	transport.MetadataTopics = []string{topic}
+	names := topics.Names()
+	transport.MetadataTopics = names
 	d := &DeadLetterWriter{
-		brokers: brokers, topic: topic, security: security, transport: transport, log: log, now: time.Now,
+		brokers: brokers, topics: topics, security: security, transport: transport, log: log, now: time.Now,
 		client: &kafka.Client{Addr: kafka.TCP(brokers...), Transport: transport, Timeout: 10 * time.Second},
+	}
+	for _, n := range names {
+		d.state = append(d.state, TopicRetention{Topic: n, Writable: "unknown"})
 	}
 	d.w, d.limit = d.writer(defaultMaxMessageBytes), defaultMaxMessageBytes
 	meter := meter(mp)
@@ -128,18 +157,24 @@ func NewDeadLetterWriter(brokers []string, topic string, security Security, mp m
 		return nil, fmt.Errorf("register dead-letter metrics: %w", err)
 	}
 	// Both exist from start-up, at 0, for rate(), alerts and dashboards.
-	attrs := metric.WithAttributes(attribute.String("messaging.system", "kafka"), attribute.String("messaging.destination.name", topic))
-	d.sent.Add(context.Background(), 0, attrs)
-	d.truncated.Add(context.Background(), 0, attrs)
+	for _, n := range names {
+		attrs := topicAttrs(n)
+		d.sent.Add(context.Background(), 0, attrs)
+		d.truncated.Add(context.Background(), 0, attrs)
+	}
 	return d, nil
+}
+
+func topicAttrs(topic string) metric.MeasurementOption {
+	return metric.WithAttributes(attribute.String("messaging.system", "kafka"), attribute.String("messaging.destination.name", topic))
 }
 
 // writer makes the producer for a topic limit: kafka-go accepts any batch
 // whose estimated size fits under it, the batch's header included.
 func (d *DeadLetterWriter) writer(maxMessageBytes int64) *kafka.Writer {
 	return &kafka.Writer{
-		Addr:         kafka.TCP(d.brokers...),
-		Topic:        d.topic,
+		Addr: kafka.TCP(d.brokers...),
+		// Each message names its topic.
 		Balancer:     &kafka.Hash{},
 		RequiredAcks: kafka.RequireAll,
 		BatchTimeout: 5 * time.Millisecond,
@@ -171,97 +206,149 @@ func (d *DeadLetterWriter) currentLimit() int64 {
 	return d.limit
 }
 
-// TopicInfo is what Check found.
-type TopicInfo struct {
-	Topic           string
-	Created         bool
-	MaxMessageBytes int64
-	// Writable is "yes", or "unknown" when the broker does not say.
-	Writable string
-}
-
-// Check makes sure the dead-letter topic can take dead letters: it exists,
-// or is created (with the broker's default partitions and replication);
-// its max.message.bytes is learned; and the broker says this worker may
-// write to it. An error is also kept for Problem.
-func (d *DeadLetterWriter) Check(ctx context.Context) (TopicInfo, error) {
-	info, err := d.check(ctx)
+// Check makes sure the dead-letter topics can take dead letters: each
+// exists, or is created (with the broker's default partitions and
+// replication, cleanup.policy=delete and its retention); its settings are
+// read, and a topic that keeps records forever is refused unless accepted;
+// max.message.bytes is learned; and the broker says this worker may write.
+// It returns what it found, topic by topic; the error, also kept for
+// Problem, joins every topic's problem and says the fix.
+func (d *DeadLetterWriter) Check(ctx context.Context) ([]TopicRetention, error) {
+	rs, err := d.check(ctx)
 	d.mu.Lock()
-	d.checkProblem = err
+	d.state, d.checkProblem = rs, err
 	d.mu.Unlock()
-	return info, err
+	return rs, err
 }
 
-func (d *DeadLetterWriter) check(ctx context.Context) (TopicInfo, error) {
-	info := TopicInfo{Topic: d.topic, Writable: "unknown"}
-	exists, err := d.exists(ctx)
+func (d *DeadLetterWriter) check(ctx context.Context) ([]TopicRetention, error) {
+	names := d.topics.Names()
+	rs := make([]TopicRetention, len(names))
+	for i, n := range names {
+		rs[i] = TopicRetention{Topic: n, Writable: "unknown"}
+	}
+	md, err := d.client.Metadata(ctx, &kafka.MetadataRequest{Topics: names})
 	if err != nil {
-		return info, fmt.Errorf("dead-letter topic %s: %w", d.topic, err)
+		return d.failAll(rs, fmt.Errorf("dead-letter topics: %w", err))
 	}
-	if !exists {
-		res, err := d.client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{Topic: d.topic, NumPartitions: -1, ReplicationFactor: -1}}})
-		if err == nil {
-			err = res.Errors[d.topic]
+	create := d.topics.creation()
+	var missing []kafka.TopicConfig
+	for _, n := range names {
+		if !d.known(md, n) {
+			keep := create[n]
+			missing = append(missing, kafka.TopicConfig{Topic: n, NumPartitions: -1, ReplicationFactor: -1, ConfigEntries: []kafka.ConfigEntry{
+				{ConfigName: "cleanup.policy", ConfigValue: "delete"},
+				{ConfigName: "retention.ms", ConfigValue: strconv.FormatInt(keep.Milliseconds(), 10)},
+				{ConfigName: "segment.ms", ConfigValue: strconv.FormatInt(segmentFor(keep).Milliseconds(), 10)},
+			}})
 		}
-		if err != nil && !errors.Is(err, kafka.TopicAlreadyExists) {
-			return info, &ProduceError{Err: fmt.Errorf("dead-letter topic %s does not exist and could not be created: %w", d.topic, err),
-				Fix: fmt.Sprintf("create topic %s, or allow this worker to create topics", d.topic), Permanent: true}
+	}
+	if len(missing) > 0 {
+		res, err := d.client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: missing})
+		for _, tc := range missing {
+			i := slices.Index(names, tc.Topic)
+			cerr := err
+			if cerr == nil {
+				cerr = res.Errors[tc.Topic]
+			}
+			switch {
+			case cerr == nil:
+				rs[i].Created = true
+			case !errors.Is(cerr, kafka.TopicAlreadyExists):
+				rs[i].Problem = &ProduceError{Err: fmt.Errorf("dead-letter topic %s does not exist and could not be created: %w", tc.Topic, cerr),
+					Fix: fmt.Sprintf("create topic %s with cleanup.policy=delete and retention.ms=%d, or allow this worker to create topics", tc.Topic, create[tc.Topic].Milliseconds()), Permanent: true}
+			}
 		}
-		info.Created = true
 	}
-	info.MaxMessageBytes = d.learnLimit(ctx)
-	ok, known, err := d.security.mayWrite(ctx, d.brokers, d.topic)
-	switch {
-	case err != nil:
-		d.log.Warn("could not ask the broker whether the dead-letter topic is writable", "topic", d.topic, "err", err)
-	case known && !ok:
-		return info, &ProduceError{Err: fmt.Errorf("dead-letter topic %s is not writable by this worker: %w", d.topic, kafka.TopicAuthorizationFailed),
-			Fix: fmt.Sprintf("grant this worker's principal WRITE on topic %s", d.topic), Permanent: true}
-	case known:
-		info.Writable = "yes"
+	if _, describeErr := describeTopics(ctx, d.client, rs, md.Controller.ID); describeErr != nil {
+		d.log.Warn("could not read every dead-letter topic's settings; a topic whose settings are unknown gets letters without their payload", "err", describeErr)
 	}
-	return info, nil
+	limit := int64(0)
+	for i := range rs {
+		r := &rs[i]
+		if r.Problem != nil {
+			continue
+		}
+		if r.MaxMessageBytes > recordBatchOverhead && (limit == 0 || r.MaxMessageBytes < limit) {
+			limit = r.MaxMessageBytes
+		}
+		if why := r.unbounded(); why != "" && !d.topics.AcceptUnbounded {
+			r.refused = true
+			r.Problem = &ProduceError{Err: fmt.Errorf("dead-letter topic %s: %s, past every tenant's TTL", r.Topic, why),
+				Fix:       fmt.Sprintf("kafka-configs.sh --alter --entity-type topics --entity-name %s --add-config cleanup.policy=delete,retention.ms=%d; or accept it with --dlq-accept-unbounded (it then gets letters without their payload)", r.Topic, create[r.Topic].Milliseconds()),
+				Permanent: true}
+			continue
+		}
+		ok, known, err := d.security.mayWrite(ctx, d.brokers, r.Topic)
+		switch {
+		case err != nil:
+			d.log.Warn("could not ask the broker whether a dead-letter topic is writable", "topic", r.Topic, "err", err)
+		case known && !ok:
+			r.Problem = &ProduceError{Err: fmt.Errorf("dead-letter topic %s is not writable by this worker: %w", r.Topic, kafka.TopicAuthorizationFailed),
+				Fix: fmt.Sprintf("grant this worker's principal WRITE on topic %s", r.Topic), Permanent: true}
+		case known:
+			r.Writable = "yes"
+		}
+	}
+	if limit == 0 {
+		limit = d.currentLimit()
+		d.log.Warn("could not read the dead-letter topics' max.message.bytes; dead letters are cut to the last known limit", "limit", limit)
+	}
+	d.setLimit(limit)
+	var problems []error
+	for _, r := range rs {
+		if r.Problem != nil {
+			problems = append(problems, r.Problem)
+		}
+	}
+	return rs, errors.Join(problems...)
 }
 
-func (d *DeadLetterWriter) exists(ctx context.Context) (bool, error) {
-	md, err := d.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{d.topic}})
-	if err != nil {
-		return false, err
+// failAll gives every topic the same problem.
+func (d *DeadLetterWriter) failAll(rs []TopicRetention, err error) ([]TopicRetention, error) {
+	for i := range rs {
+		rs[i].Problem = err
 	}
+	return rs, err
+}
+
+// known reports whether the metadata has the topic.
+func (d *DeadLetterWriter) known(md *kafka.MetadataResponse, topic string) bool {
 	for _, t := range md.Topics {
-		if t.Name == d.topic {
-			if errors.Is(t.Error, kafka.UnknownTopicOrPartition) {
-				return false, nil
-			}
-			return t.Error == nil, t.Error
+		if t.Name == topic {
+			return t.Error == nil
 		}
 	}
-	return false, nil
+	return false
 }
 
-// learnLimit reads the topic's max.message.bytes (its own, or the broker's
-// default that it inherits), keeping the last known one when it cannot.
+// Topics returns each dead-letter topic as the last check found it.
+func (d *DeadLetterWriter) Topics() []TopicRetention {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.state)
+}
+
+// learnLimit reads the topics' max.message.bytes again, keeping the last
+// known one when it cannot.
 func (d *DeadLetterWriter) learnLimit(ctx context.Context) int64 {
-	res, err := d.client.DescribeConfigs(ctx, &kafka.DescribeConfigsRequest{Resources: []kafka.DescribeConfigRequestResource{{
-		ResourceType: kafka.ResourceTypeTopic, ResourceName: d.topic, ConfigNames: []string{"max.message.bytes"},
-	}}})
-	if err == nil && len(res.Resources) == 1 {
-		err = res.Resources[0].Error
+	d.mu.Lock()
+	rs := slices.Clone(d.state)
+	d.mu.Unlock()
+	if _, err := describeTopics(ctx, d.client, rs, 0); err != nil {
+		d.log.Debug("re-reading the dead-letter topics' settings", "err", err)
 	}
-	if err == nil {
-		for _, e := range res.Resources[0].ConfigEntries {
-			if e.ConfigName == "max.message.bytes" {
-				if n, perr := strconv.ParseInt(e.ConfigValue, 10, 64); perr == nil && n > recordBatchOverhead {
-					d.setLimit(n)
-					return n
-				}
-			}
+	limit := int64(0)
+	for _, r := range rs {
+		if r.MaxMessageBytes > recordBatchOverhead && (limit == 0 || r.MaxMessageBytes < limit) {
+			limit = r.MaxMessageBytes
 		}
-		err = errors.New("max.message.bytes not in the answer")
 	}
-	n := d.currentLimit()
-	d.log.Warn("could not read the dead-letter topic's max.message.bytes; dead letters are cut to the last known limit", "topic", d.topic, "limit", n, "err", err)
-	return n
+	if limit == 0 {
+		return d.currentLimit()
+	}
+	d.setLimit(limit)
+	return limit
 }
 
 // Problem returns why dead letters cannot be produced, nil when they can:
@@ -276,16 +363,29 @@ func (d *DeadLetterWriter) Problem() error {
 	return d.produceProblem
 }
 
-// produced records a produce's outcome.
-func (d *DeadLetterWriter) produced(pe *ProduceError) {
+// produced records a produce's outcome: on success, to the topics in to.
+func (d *DeadLetterWriter) produced(pe *ProduceError, to ...string) {
 	d.mu.Lock()
 	was := d.checkProblem != nil || d.produceProblem != nil
 	if pe == nil {
-		// Dead letters flow: whatever Check found is over too.
-		d.checkProblem, d.produceProblem, d.failingSince = nil, nil, time.Time{}
+		// Dead letters flow to these topics: whatever Check found there
+		// (a denied write, a missing topic) is over too; a topic refused for
+		// its retention is not written to, so stays refused.
+		var problems []error
+		for i := range d.state {
+			r := &d.state[i]
+			if slices.Contains(to, r.Topic) && !r.refused {
+				r.Problem = nil
+			}
+			if r.Problem != nil {
+				problems = append(problems, r.Problem)
+			}
+		}
+		d.checkProblem, d.produceProblem, d.failingSince = errors.Join(problems...), nil, time.Time{}
+		now := d.checkProblem != nil
 		d.mu.Unlock()
-		if was {
-			d.log.Info("the dead-letter topic takes dead letters again", "topic", d.topic)
+		if was && !now {
+			d.log.Info("the dead-letter topics take dead letters again", "topics", to)
 		}
 		return
 	}
@@ -302,8 +402,10 @@ func (d *DeadLetterWriter) produced(pe *ProduceError) {
 	d.mu.Unlock()
 }
 
-// Run checks again every interval while there is a problem, until ctx
-// ends, so that /readyz follows a fix even when no dead letter is waiting.
+// Run checks the topics again every interval until ctx ends: /readyz
+// follows a fix even when no dead letter is waiting, and a topic whose
+// retention is changed under the worker (to forever, or longer than the
+// letters it holds may live) is seen within an interval.
 func (d *DeadLetterWriter) Run(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -313,12 +415,14 @@ func (d *DeadLetterWriter) Run(ctx context.Context, interval time.Duration) {
 			return
 		case <-t.C:
 			d.mu.Lock()
-			checkFailed := d.checkProblem != nil
+			before := d.checkProblem
 			d.mu.Unlock()
-			if checkFailed {
-				if _, err := d.Check(ctx); err == nil {
-					d.log.Info("dead-letter topic ready", "topic", d.topic)
-				}
+			_, err := d.Check(ctx)
+			switch {
+			case err != nil && (before == nil || before.Error() != err.Error()):
+				d.log.Error("dead-letter topics cannot take dead letters; the letters bound for them wait, uncommitted", "err", err)
+			case err == nil && before != nil:
+				d.log.Info("dead-letter topics ready", "topics", d.topics.Names())
 			}
 		}
 	}
@@ -351,35 +455,62 @@ func IsPermanent(err error) bool {
 // concerned: on error none may be treated as delivered. The error is a
 // *ProduceError.
 func (d *DeadLetterWriter) Write(ctx context.Context, dls []DeadLetter) error {
+	d.mu.Lock()
+	state := slices.Clone(d.state)
+	d.mu.Unlock()
+	now := d.now()
 	d.wmu.RLock()
 	limit := d.limit
 	msgs := make([]kafka.Message, len(dls))
-	cut := 0
+	cut := map[string]int{}
+	sent := map[string]int{}
+	var to []string
 	for i, dl := range dls {
+		topic, payload := rangeTopic(state, now, dl)
+		if r := state[slices.IndexFunc(state, func(r TopicRetention) bool { return r.Topic == topic })]; r.refused {
+			d.wmu.RUnlock()
+			return r.Problem // never written to: the letters wait until it is fixed
+		}
 		var truncated bool
-		if msgs[i], truncated = deadLetterMessage(dl, limit-recordBatchOverhead); truncated {
-			cut++
+		msgs[i], truncated = deadLetterMessage(dl, limit-recordBatchOverhead, payload)
+		msgs[i].Topic = topic
+		if truncated {
+			cut[topic]++
+		}
+		if sent[topic]++; sent[topic] == 1 {
+			to = append(to, topic)
 		}
 	}
 	err := d.w.WriteMessages(ctx, msgs...)
 	d.wmu.RUnlock()
 	if err == nil {
-		d.produced(nil)
-		attrs := metric.WithAttributes(attribute.String("messaging.system", "kafka"), attribute.String("messaging.destination.name", d.topic))
-		d.sent.Add(ctx, int64(len(msgs)), attrs)
-		if cut > 0 {
-			d.truncated.Add(ctx, int64(cut), attrs)
+		d.produced(nil, to...)
+		for topic, n := range sent {
+			d.sent.Add(ctx, int64(n), topicAttrs(topic))
+			if cut[topic] > 0 {
+				d.truncated.Add(ctx, int64(cut[topic]), topicAttrs(topic))
+			}
 		}
 		return nil
 	}
-	pe := d.classify(ctx, err)
-	pe.Err = fmt.Errorf("produce %d messages to dead-letter topic %s: %w", len(msgs), d.topic, err)
+	pe := d.classify(ctx, err, to)
+	pe.Err = fmt.Errorf("produce %d messages to dead-letter topics %s: %w", len(msgs), strings.Join(to, ", "), err)
 	d.produced(pe)
 	return pe
 }
 
+// rangeTopic is where dl goes, and whether with its payload: an
+// undecodable batch has none to keep, so goes to the base topic.
+func rangeTopic(state []TopicRetention, now time.Time, dl DeadLetter) (topic string, payload bool) {
+	if dl.Undecodable != nil || dl.KeepUntil.IsZero() {
+		return state[0].Topic, false
+	}
+	return place(state, now, dl.KeepUntil)
+}
+
 // classify sorts a produce error into what time heals and what it does not.
-func (d *DeadLetterWriter) classify(ctx context.Context, err error) *ProduceError {
+func (d *DeadLetterWriter) classify(ctx context.Context, err error, to []string) *ProduceError {
+	topics := strings.Join(to, ", ")
 	var perMessage kafka.WriteErrors
 	if errors.As(err, &perMessage) {
 		for _, e := range perMessage {
@@ -396,21 +527,21 @@ func (d *DeadLetterWriter) classify(ctx context.Context, err error) *ProduceErro
 		// and the next attempt cuts the dead letters to the new one.
 		before := d.currentLimit()
 		if after := d.learnLimit(ctx); after < before {
-			return &ProduceError{Fix: fmt.Sprintf("max.message.bytes of %s went down from %d to %d; retrying with smaller dead letters", d.topic, before, after)}
+			return &ProduceError{Fix: fmt.Sprintf("max.message.bytes of %s went down from %d to %d; retrying with smaller dead letters", topics, before, after)}
 		}
-		return &ProduceError{Permanent: true, Fix: fmt.Sprintf("the broker refuses dead letters cut to max.message.bytes %d of %s: check the broker's message.max.bytes", before, d.topic)}
+		return &ProduceError{Permanent: true, Fix: fmt.Sprintf("the broker refuses dead letters cut to max.message.bytes %d of %s: check the broker's message.max.bytes", before, topics)}
 	case errors.Is(err, kafka.TopicAuthorizationFailed), errors.Is(err, kafka.ClusterAuthorizationFailed), errors.Is(err, kafka.TransactionalIDAuthorizationFailed):
-		return &ProduceError{Permanent: true, Fix: fmt.Sprintf("grant this worker's principal WRITE on topic %s", d.topic)}
+		return &ProduceError{Permanent: true, Fix: fmt.Sprintf("grant this worker's principal WRITE on topic %s", topics)}
 	case errors.Is(err, kafka.SASLAuthenticationFailed):
 		return &ProduceError{Permanent: true, Fix: "check the SASL mechanism, user name and password"}
 	case errors.Is(err, kafka.InvalidTopic):
-		return &ProduceError{Permanent: true, Fix: fmt.Sprintf("topic name %s is invalid: check --dlq-topic", d.topic)}
+		return &ProduceError{Permanent: true, Fix: fmt.Sprintf("topic names %s: check --dlq-topic and --dlq-classes", topics)}
 	case errors.Is(err, kafka.UnknownTopicOrPartition):
 		// Also what a topic created a moment ago says, so it is loud only
 		// once it has lasted: a topic deleted under the worker.
-		return &ProduceError{Fix: fmt.Sprintf("create topic %s, or allow this worker to create it", d.topic)}
+		return &ProduceError{Fix: fmt.Sprintf("create topic %s, or allow this worker to create it", topics)}
 	case errors.Is(err, kafka.PolicyViolation), errors.Is(err, kafka.InvalidRecord), errors.Is(err, kafka.InvalidRequiredAcks):
-		return &ProduceError{Permanent: true, Fix: fmt.Sprintf("the broker refuses records on %s: check its configuration", d.topic)}
+		return &ProduceError{Permanent: true, Fix: fmt.Sprintf("the broker refuses records on %s: check its configuration", topics)}
 	}
 	return &ProduceError{}
 }
@@ -420,15 +551,20 @@ func (d *DeadLetterWriter) classify(ctx context.Context, err error) *ProduceErro
 // in its batch). A message that does not fit keeps a prefix of its value,
 // then if need be loses its original headers, then its key; the truncation
 // headers record the original value's size and SHA-256 and what was left
-// out.
-func deadLetterMessage(dl DeadLetter, max int64) (m kafka.Message, truncated bool) {
+// out. Without payload, it keeps none of the three, and the reason's class
+// instead of its sentence.
+func deadLetterMessage(dl DeadLetter, max int64, payload bool) (m kafka.Message, truncated bool) {
 	src := dl.Msg
 	var ts []byte
 	if !src.Time.IsZero() {
 		ts = src.Time.UTC().AppendFormat(nil, time.RFC3339Nano)
 	}
+	reason := dl.Reason
+	if !payload && dl.Class != "" {
+		reason = dl.Class
+	}
 	ours := []kafka.Header{
-		{Key: HeaderReason, Value: []byte(dl.Reason)},
+		{Key: HeaderReason, Value: []byte(reason)},
 		{Key: HeaderSourceTopic, Value: []byte(src.Topic)},
 		{Key: HeaderSourcePartition, Value: strconv.AppendInt(nil, int64(src.Partition), 10)},
 		{Key: HeaderSourceOffset, Value: strconv.AppendInt(nil, src.Offset, 10)},
@@ -436,6 +572,12 @@ func deadLetterMessage(dl DeadLetter, max int64) (m kafka.Message, truncated boo
 	}
 	if dl.Field != "" {
 		ours = append(ours, kafka.Header{Key: HeaderField, Value: []byte(dl.Field)})
+	}
+	if dl.Tenant != "" {
+		ours = append(ours, kafka.Header{Key: HeaderTenant, Value: []byte(dl.Tenant)})
+	}
+	if !dl.ExpiresAt.IsZero() {
+		ours = append(ours, kafka.Header{Key: HeaderExpiresAt, Value: dl.ExpiresAt.UTC().AppendFormat(nil, "2006-01-02T15:04:05.000Z07:00")})
 	}
 	if u := dl.Undecodable; u != nil {
 		return kafka.Message{Headers: append(ours,
@@ -450,7 +592,7 @@ func deadLetterMessage(dl DeadLetter, max int64) (m kafka.Message, truncated boo
 		theirs[i] = kafka.Header{Key: h.Key, Value: h.Value}
 	}
 	m = kafka.Message{Key: src.Key, Value: src.Value, Headers: append(theirs, ours...)}
-	if dl.Cut == nil && messageSize(m) <= max {
+	if payload && dl.Cut == nil && messageSize(m) <= max {
 		return m, false
 	}
 	// Cut here, or by the fetcher already (which hashed all of the value
@@ -465,6 +607,11 @@ func deadLetterMessage(dl DeadLetter, max int64) (m kafka.Message, truncated boo
 		{Key: HeaderTruncated, Value: []byte("true")},
 		{Key: HeaderOriginalSize, Value: strconv.AppendInt(nil, size, 10)},
 		{Key: HeaderOriginalSHA256, Value: []byte(hex.EncodeToString(sum[:]))},
+	}
+	if !payload {
+		return kafka.Message{Headers: append(append(ours, truncation...),
+			kafka.Header{Key: HeaderDropped, Value: []byte("headers,key")},
+			kafka.Header{Key: HeaderPayload, Value: []byte("omitted")})}, true
 	}
 	for _, drop := range []string{"", "headers", "headers,key"} {
 		m = kafka.Message{Key: src.Key}

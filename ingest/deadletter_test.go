@@ -36,14 +36,14 @@ func TestDeadLetterFitsAtTheEdge(t *testing.T) {
 		return DeadLetter{Msg: m, Reason: "value is too large", Field: ""}
 	}
 	const max = 20000
-	whole, _ := deadLetterMessage(dl(nil), max)
+	whole, _ := deadLetterMessage(dl(nil), max, true)
 	exact := bytes.Repeat([]byte("v"), int(max-messageSize(whole)))
-	m, cut := deadLetterMessage(dl(exact), max)
+	m, cut := deadLetterMessage(dl(exact), max, true)
 	if cut || !bytes.Equal(m.Value, exact) || messageSize(m) != max {
 		t.Fatalf("a dead letter of exactly %d bytes: cut %t, size %d", max, cut, messageSize(m))
 	}
 	over := append(exact, 'w')
-	m, cut = deadLetterMessage(dl(over), max)
+	m, cut = deadLetterMessage(dl(over), max, true)
 	if !cut || messageSize(m) > max {
 		t.Fatalf("one byte over: cut %t, size %d", cut, messageSize(m))
 	}
@@ -67,13 +67,13 @@ func TestDeadLetterFitsAtTheEdge(t *testing.T) {
 	// Original headers that leave no room: dropped, and said so.
 	big := src
 	big.Headers = []Header{{Key: "huge", Value: bytes.Repeat([]byte("h"), max)}}
-	m, _ = deadLetterMessage(DeadLetter{Msg: big, Reason: "r"}, max)
+	m, _ = deadLetterMessage(DeadLetter{Msg: big, Reason: "r"}, max, true)
 	if v, _ := header(m, HeaderDropped); v != "headers" || messageSize(m) > max || !bytes.Equal(m.Key, src.Key) {
 		t.Errorf("huge headers: dropped %q, size %d, key %q", v, messageSize(m), m.Key)
 	}
 	// A key that leaves no room: the key goes too.
 	big.Key = bytes.Repeat([]byte("k"), max)
-	m, _ = deadLetterMessage(DeadLetter{Msg: big, Reason: "r"}, max)
+	m, _ = deadLetterMessage(DeadLetter{Msg: big, Reason: "r"}, max, true)
 	if v, _ := header(m, HeaderDropped); v != "headers,key" || m.Key != nil || messageSize(m) > max {
 		t.Errorf("huge key: dropped %q, size %d", v, messageSize(m))
 	}
@@ -91,21 +91,23 @@ func TestDeadLettersFitTheBroker(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	topic := testenv.Name("dlq")
 	const limit = 20000
-	testenv.CreateTopicWith(t, brokers, topic, 1, map[string]string{"max.message.bytes": strconv.Itoa(limit)})
-	d, err := NewDeadLetterWriter(brokers, topic, Security{}, nil, quiet)
+	testenv.CreateTopicWith(t, brokers, topic, 1, map[string]string{"max.message.bytes": strconv.Itoa(limit), "retention.ms": "3600000", "segment.ms": "300000"})
+	d, err := NewDeadLetterWriter(brokers, DeadLetterTopics{Base: topic, Retention: time.Hour}, Security{}, nil, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close()
 	info, err := d.Check(context.Background())
-	if err != nil || info.MaxMessageBytes != limit || info.Created {
+	if err != nil || len(info) != 1 || info[0].MaxMessageBytes != limit || info[0].Created || info[0].Keeps < time.Hour+5*time.Minute {
 		t.Fatalf("check: %+v, %v", info, err)
 	}
-	base, _ := deadLetterMessage(DeadLetter{Msg: Message{Topic: "in", Offset: 1}, Reason: "r"}, limit)
+	// Every letter has days to live: each keeps its payload.
+	expires := time.Now().Add(72 * time.Hour)
+	base, _ := deadLetterMessage(DeadLetter{Msg: Message{Topic: "in", Offset: 1}, Reason: "r"}, limit, true)
 	room := int(limit - recordBatchOverhead - messageSize(base))
 	var dls []DeadLetter
 	for i, n := range []int{room - 1, room, room + 1, 2 * limit, 10 * limit} {
-		dls = append(dls, DeadLetter{Msg: Message{Topic: "in", Offset: int64(i), Value: bytes.Repeat([]byte{'a' + byte(i)}, n)}, Reason: "r"})
+		dls = append(dls, DeadLetter{Msg: Message{Topic: "in", Offset: int64(i), Value: bytes.Repeat([]byte{'a' + byte(i)}, n)}, Reason: "r", KeepUntil: expires})
 	}
 	if err := d.Write(context.Background(), dls); err != nil {
 		t.Fatalf("the broker refused dead letters fitted to its limit: %v", err)
@@ -130,7 +132,7 @@ func TestDeadLettersFitTheBroker(t *testing.T) {
 // come back); one time does not heal is reported at once; a produce that
 // goes through clears both.
 func TestDeadLetterProblemsBecomeLoud(t *testing.T) {
-	d := &DeadLetterWriter{topic: "dlq", log: quiet}
+	d := &DeadLetterWriter{topics: DeadLetterTopics{Base: "dlq"}, log: quiet}
 	clock := time.Unix(1_800_000_000, 0)
 	d.now = func() time.Time { return clock }
 	transient := func() *ProduceError { return &ProduceError{Err: kafka.NotEnoughReplicas} }
@@ -163,14 +165,14 @@ func TestDeadLetterProblemsBecomeLoud(t *testing.T) {
 // original goes in a header.
 func TestDeadLetterKeepsTheOriginalTimestampInAHeader(t *testing.T) {
 	orig := time.UnixMilli(10_000_000_000_000)
-	m, _ := deadLetterMessage(DeadLetter{Msg: Message{Topic: "in", Value: []byte("v"), Time: orig}, Reason: "r"}, 1<<20)
+	m, _ := deadLetterMessage(DeadLetter{Msg: Message{Topic: "in", Value: []byte("v"), Time: orig}, Reason: "r"}, 1<<20, true)
 	if !m.Time.IsZero() {
 		t.Errorf("dead letter stamped %s, want the produce time (zero: the producer's clock)", m.Time)
 	}
 	if v, _ := header(m, HeaderSourceTimestamp); v != "2286-11-20T17:46:40Z" {
 		t.Errorf("source timestamp header %q", v)
 	}
-	m, _ = deadLetterMessage(DeadLetter{Msg: Message{Topic: "in", Value: []byte("v")}, Reason: "r"}, 1<<20)
+	m, _ = deadLetterMessage(DeadLetter{Msg: Message{Topic: "in", Value: []byte("v")}, Reason: "r"}, 1<<20, true)
 	if v, ok := header(m, HeaderSourceTimestamp); !ok || v != "" {
 		t.Errorf("a record without a timestamp: header %q (present %t), want empty", v, ok)
 	}
@@ -183,7 +185,7 @@ func TestDeadLetterKeepsTheOriginalTimestampInAHeader(t *testing.T) {
 func TestDeadLetterOfACutRecordAndAnUndecodableBatch(t *testing.T) {
 	src := Message{Topic: "clicks", Partition: 2, Offset: 10, Value: []byte("first bytes"), Headers: []Header{{Key: "h", Value: []byte("v")}}}
 	cut := &Cut{Size: 5 << 20, SHA256: sha256.Sum256([]byte("all of it")), Dropped: "key"}
-	m, truncated := deadLetterMessage(DeadLetter{Msg: src, Reason: "too large", Cut: cut}, 1<<20)
+	m, truncated := deadLetterMessage(DeadLetter{Msg: src, Reason: "too large", Cut: cut}, 1<<20, true)
 	if !truncated || string(m.Value) != "first bytes" {
 		t.Errorf("cut record: truncated %v, value %q", truncated, m.Value)
 	}
@@ -195,13 +197,13 @@ func TestDeadLetterOfACutRecordAndAnUndecodableBatch(t *testing.T) {
 	}
 	// Cut by the fetcher, then again to fit: both said.
 	m, _ = deadLetterMessage(DeadLetter{Msg: Message{Value: bytes.Repeat([]byte("x"), 5000), Headers: []Header{{Key: "big", Value: make([]byte, 4000)}}},
-		Reason: "too large", Cut: cut}, 4000)
+		Reason: "too large", Cut: cut}, 4000, true)
 	if v, _ := header(m, HeaderDropped); v != "headers,key" || messageSize(m) > 4000 {
 		t.Errorf("cut twice: dropped %q, size %d", v, messageSize(m))
 	}
 
 	u := &Undecodable{Last: 66, Codec: "zstd", Size: 2508, SHA256: sha256.Sum256([]byte("batch")), Reason: "cannot be decoded"}
-	m, truncated = deadLetterMessage(DeadLetter{Msg: Message{Topic: "clicks", Partition: 0, Offset: 6}, Reason: u.Reason, Undecodable: u}, 1<<20)
+	m, truncated = deadLetterMessage(DeadLetter{Msg: Message{Topic: "clicks", Partition: 0, Offset: 6}, Reason: u.Reason, Undecodable: u}, 1<<20, true)
 	if truncated || m.Key != nil || m.Value != nil {
 		t.Errorf("undecodable batch: truncated %v, key %q, %d bytes of value", truncated, m.Key, len(m.Value))
 	}

@@ -30,6 +30,9 @@ type Config struct {
 	// fetched and not yet settled, and the copies the Bigtable client
 	// encodes of the batches it writes. FetchBudget splits it.
 	MaxInflightBytes int64
+	// UnlistedDeadLetterTTL bounds how long a dead letter without a listed
+	// tenant keeps its payload; 0 is tenants.yaml's default_ttl.
+	UnlistedDeadLetterTTL time.Duration
 }
 
 // DefaultConfig returns the defaults the worker's flags document.
@@ -40,9 +43,9 @@ func DefaultConfig() Config {
 		FlushInterval:    100 * time.Millisecond,
 		Writers:          4,
 		DrainTimeout:     30 * time.Second,
-		Decoder:          event.Decoder{MaxBytes: 1 << 20, MaxClockSkew: 5 * time.Minute},
+		Decoder:          event.Decoder{MaxBytes: ingest.DefaultMaxEventBytes, MaxClockSkew: 5 * time.Minute},
 		Fields:           event.DefaultFields(),
-		MaxInflightBytes: 64 << 20,
+		MaxInflightBytes: ingest.DefaultMaxInflightBytes,
 	}
 }
 
@@ -56,6 +59,7 @@ func (c *Config) RegisterFlags(f *envflag.FlagSet) {
 	f.Bytes(&c.MaxInflightBytes, "max-inflight-bytes", "MAX_INFLIGHT_BYTES", c.MaxInflightBytes, "bytes of events fetched and not yet settled, over all partitions; fetching pauses beyond")
 	f.Duration(&c.DrainTimeout, "drain-timeout", "DRAIN_TIMEOUT", c.DrainTimeout, "on SIGTERM, time allowed to flush, commit and leave the group")
 	f.BytesInt(&c.Decoder.MaxBytes, "max-event-bytes", "MAX_EVENT_BYTES", c.Decoder.MaxBytes, "larger events go to the dead-letter topic")
+	f.Duration(&c.UnlistedDeadLetterTTL, "dlq-unlisted-retention", "DLQ_UNLISTED_RETENTION", c.UnlistedDeadLetterTTL, "how long a dead letter of an event without a listed tenant may keep its payload, from the record's time (0: default_ttl)")
 	f.Duration(&c.Decoder.MaxClockSkew, "max-clock-skew", "MAX_CLOCK_SKEW", c.Decoder.MaxClockSkew, "an occurred_at further after the Kafka record timestamp is replaced by the record timestamp")
 	f.String(&c.Fields.Tenant, "tenant-from", "TENANT_FROM", c.Fields.Tenant, "where the tenant id comes from: json:PATH (a dotted path), header:NAME or key")
 	f.String(&c.Fields.EventID, "event-id-from", "EVENT_ID_FROM", c.Fields.EventID, "where the event id comes from: json:PATH, header:NAME or key")
@@ -111,6 +115,9 @@ func (c Config) Validate() error {
 	}
 	if c.DrainTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--drain-timeout %s: must be positive", c.DrainTimeout))
+	}
+	if c.UnlistedDeadLetterTTL < 0 {
+		errs = append(errs, fmt.Errorf("--dlq-unlisted-retention %s: must not be negative", c.UnlistedDeadLetterTTL))
 	}
 	if c.Decoder.MaxClockSkew < 0 {
 		errs = append(errs, fmt.Errorf("--max-clock-skew %s: must not be negative", c.Decoder.MaxClockSkew))

@@ -26,7 +26,7 @@ type instruments struct {
 // classes of event.Error, and rows Bigtable refused.
 var deadLetterReasons = []string{
 	string(event.TooLarge), string(event.NotJSON), string(event.Missing), string(event.WrongType),
-	string(event.BadID), string(event.BadTime), string(event.Ambiguous), reasonBigtableRefused, reasonUndecodable,
+	string(event.BadID), string(event.BadTime), string(event.Ambiguous), reasonBigtableRefused, reasonUndecodable, reasonUnlisted,
 }
 
 // reasonBigtableRefused is the reason of a row Bigtable refused for good,
@@ -34,6 +34,9 @@ var deadLetterReasons = []string{
 const (
 	reasonBigtableRefused = "bigtable_refused"
 	reasonUndecodable     = "undecodable_batch"
+	// reasonUnlisted is an event of a tenant tenants.yaml does not list,
+	// under unlisted_tenants: dead-letter.
+	reasonUnlisted = "unlisted_tenant"
 )
 
 func (p *Pipeline) registerMetrics() error {
@@ -78,6 +81,8 @@ func (p *Pipeline) registerMetrics() error {
 	dead := counter("cellttl.events.dead_lettered", "events produced to the dead-letter topic, by tenant (_other: no valid tenant)")
 	expired := counter("cellttl.events.expired", "events skipped because they had expired before they were processed, by tenant")
 	clamped := counter("cellttl.events.clamped", "events whose occurred_at lay beyond --max-clock-skew and was clamped, by tenant")
+	ahead := counter("cellttl.records.timestamp_ahead", "records whose timestamp lay further ahead of the worker's clock than --max-clock-skew when processed (their cells still follow the record; see /status record_timestamps)")
+	unlisted := counter("cellttl.events.unlisted", "events of tenants tenants.yaml does not list, whatever unlisted_tenants does with them (no tenant label: /status lists the most frequent ids)")
 	if err != nil {
 		return fmt.Errorf("register pipeline metrics: %w", err)
 	}
@@ -90,8 +95,10 @@ func (p *Pipeline) registerMetrics() error {
 			o.ObserveInt64(expired, t.Expired.Load(), attrs)
 			o.ObserveInt64(clamped, t.Clamped.Load(), attrs)
 		})
+		o.ObserveInt64(unlisted, p.stats.UnlistedTotal())
+		o.ObserveInt64(ahead, p.stats.TimestampsAhead())
 		return nil
-	}, consumed, written, dead, expired, clamped)
+	}, consumed, written, dead, expired, clamped, unlisted, ahead)
 	if err != nil {
 		return fmt.Errorf("register pipeline metrics: %w", err)
 	}

@@ -99,6 +99,10 @@ type item struct {
 	ack    ingest.Ack
 	msg    ingest.Message
 	tenant *TenantStats
+	// id and expires are the event's tenant and when its cells expire,
+	// for a dead letter should Bigtable refuse the row.
+	id      string
+	expires time.Time
 }
 
 // batch is rows on their way to Bigtable, and their messages.
@@ -251,6 +255,10 @@ func cutError(c *ingest.Cut, d event.Decoder) error {
 // route decides a message's fate: dead letter, skip, or a row to write.
 func (p *Pipeline) route(f *ingest.Fetched, now time.Time, cfg *tenants.Config, b *batcher, dead chan<- deadItem) {
 	msg := &f.Msg
+	if msg.Time.Sub(now) > p.cfg.Decoder.MaxClockSkew {
+		// Counted, not corrected: the cells stay a function of the record.
+		p.stats.ahead.Add(1)
+	}
 	var ev event.Event
 	var err error
 	reason := reasonUndecodable
@@ -273,25 +281,36 @@ func (p *Pipeline) route(f *ingest.Fetched, now time.Time, cfg *tenants.Config, 
 		}
 		ts := p.stats.Tenant(ev.Tenant)
 		ts.Consumed.Add(1)
-		d := deadItem{dl: ingest.DeadLetter{Msg: *msg, Reason: err.Error(), Field: field, Cut: f.Cut, Undecodable: f.Undecodable}, ack: f.Ack, tenant: ts, reason: reason}
-		select {
-		case dead <- d:
-		default:
-			// The dead-letter topic is behind: this loop is about to wait
-			// for it, and the rows it holds must not wait with it past
-			// their interval (their offsets would not be committed).
-			b.flush(flushInterval)
-			dead <- d
+		// No tenant to take a TTL from: the payload may live the bound for
+		// unlisted tenants, from the record's time (never later than now).
+		from := now
+		if !msg.Time.IsZero() && msg.Time.Before(now) {
+			from = msg.Time
 		}
+		p.deadLetter(b, dead, deadItem{dl: ingest.DeadLetter{Msg: *msg, Reason: err.Error(), Field: field, Cut: f.Cut, Undecodable: f.Undecodable,
+			Class: reason, KeepUntil: from.Add(p.unlistedTTL(cfg))}, ack: f.Ack, tenant: ts, reason: reason})
 		return
+	}
+	pol := cfg.Policy
+	ttl, listed := pol.Tenants[ev.Tenant]
+	if !listed {
+		p.stats.Unlisted(ev.Tenant)
+		if cfg.Unlisted == tenants.UnlistedDeadLetter {
+			ts := p.stats.Tenant(OtherTenants)
+			ts.Consumed.Add(1)
+			reason := fmt.Sprintf("tenant %q is not listed in tenants.yaml, whose unlisted_tenants is dead-letter", ev.Tenant)
+			p.deadLetter(b, dead, deadItem{dl: ingest.DeadLetter{Msg: *msg, Reason: reason, Field: p.cfg.Decoder.Mapping.TenantField(),
+				Class: reasonUnlisted, Tenant: ev.Tenant, KeepUntil: ev.Base.Add(p.unlistedTTL(cfg))}, ack: f.Ack, tenant: ts, reason: reasonUnlisted})
+			return
+		}
+		ttl = pol.DefaultTTL
 	}
 	ts := p.stats.Tenant(ev.Tenant)
 	ts.Consumed.Add(1)
 	if ev.Clamped {
 		ts.Clamped.Add(1)
 	}
-	pol := cfg.Policy
-	cell := pol.Cell(ev.Tenant, ev.Base)
+	cell := pol.CellTTL(ttl, ev.Base)
 	if expiry.Expired(cell.Expiry, now) {
 		ts.Expired.Add(1)
 		p.src.Done(f.Ack)
@@ -299,5 +318,27 @@ func (p *Pipeline) route(f *ingest.Fetched, now time.Time, cfg *tenants.Config, 
 	}
 	b.add(cfg.Version,
 		sink.Row{Key: rowkey.Key(ev.Tenant, ev.User, ev.ID, ev.Base.UnixMilli()), Timestamp: cell.Timestamp, Value: msg.Value, WrittenAt: pol.RecordRealTimestamp},
-		item{ack: f.Ack, msg: *msg, tenant: ts})
+		item{ack: f.Ack, msg: *msg, tenant: ts, id: ev.Tenant, expires: cell.Expiry})
+}
+
+// deadLetter hands d to the dead-letter loop.
+func (p *Pipeline) deadLetter(b *batcher, dead chan<- deadItem, d deadItem) {
+	select {
+	case dead <- d:
+	default:
+		// The dead-letter topic is behind: this loop is about to wait for
+		// it, and the rows it holds must not wait with it past their
+		// interval (their offsets would not be committed).
+		b.flush(flushInterval)
+		dead <- d
+	}
+}
+
+// unlistedTTL is how long a dead letter without a listed tenant may keep
+// its payload: --dlq-unlisted-retention, else default_ttl.
+func (p *Pipeline) unlistedTTL(cfg *tenants.Config) time.Duration {
+	if p.cfg.UnlistedDeadLetterTTL > 0 {
+		return p.cfg.UnlistedDeadLetterTTL
+	}
+	return cfg.Policy.DefaultTTL
 }

@@ -271,6 +271,103 @@ func TestRefusedRowIsDeadLettered(t *testing.T) {
 	})
 }
 
+// A refused row's dead letter names its tenant and when the event expires
+// in Bigtable, and may keep its payload until then, never later; a letter
+// without a listed tenant keeps it the unlisted bound from its record's
+// time.
+func TestDeadLetterBounds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		src, w, dlq := newSource(good(0), good(1), "not json"), &fakeWriter{refuse: "#e-1"}, &fakeDLQ{}
+		cfg := DefaultConfig()
+		cfg.UnlistedDeadLetterTTL = 10 * time.Minute
+		stop, _ := start(t, cfg, src, w, dlq, func() *tenants.Config { return testConfig(t) })
+		time.Sleep(time.Second)
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		if len(dlq.got) != 2 {
+			t.Fatalf("dead letters %+v", dlq.got)
+		}
+		refused, bad := dlq.got[0], dlq.got[1]
+		if refused.Msg.Offset != 1 {
+			refused, bad = bad, refused
+		}
+		// acme's TTL is 1h from the record's time (no occurred_at).
+		want := refused.Msg.Time.Truncate(time.Millisecond).Add(time.Hour)
+		if refused.Tenant != "acme" || !refused.ExpiresAt.Equal(want) || !refused.KeepUntil.Equal(want) || refused.Class != "bigtable_refused" {
+			t.Errorf("refused row's letter: tenant %q, expires %s, keep until %s, class %q; want acme, %s", refused.Tenant, refused.ExpiresAt, refused.KeepUntil, refused.Class, want)
+		}
+		if bad.Tenant != "" || !bad.ExpiresAt.IsZero() || !bad.KeepUntil.Equal(bad.Msg.Time.Add(10*time.Minute)) || bad.Class != "not_json" {
+			t.Errorf("malformed event's letter: tenant %q, expires %s, keep until %s, class %q", bad.Tenant, bad.ExpiresAt, bad.KeepUntil, bad.Class)
+		}
+	})
+}
+
+// A record stamped further ahead than --max-clock-skew is counted, and its
+// cells still follow it (a pure function of the record).
+func TestRecordsAheadAreCounted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		src, w, dlq := newSource(good(0), good(1), good(2)), &fakeWriter{}, &fakeDLQ{}
+		src.msgs[1].Time = time.Now().Add(DefaultConfig().Decoder.MaxClockSkew + time.Millisecond)
+		src.msgs[2].Time = time.Now().Add(DefaultConfig().Decoder.MaxClockSkew)
+		stop, p := start(t, DefaultConfig(), src, w, dlq, func() *tenants.Config { return testConfig(t) })
+		time.Sleep(time.Second)
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		if n := p.Stats().TimestampsAhead(); n != 1 {
+			t.Errorf("%d records counted ahead, want 1", n)
+		}
+		if n := len(w.batches[0]); n != 3 {
+			t.Errorf("%d rows written, want 3", n)
+		}
+	})
+}
+
+// Events of a tenant the file does not list are counted, and under
+// unlisted_tenants: dead-letter set aside with reason unlisted_tenant
+// instead of living default_ttl; the default keeps today's behaviour.
+func TestUnlistedTenants(t *testing.T) {
+	for _, policy := range []string{"", "unlisted_tenants: default_ttl\n", "unlisted_tenants: dead-letter\n"} {
+		t.Run(strings.TrimSpace(policy), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				cfg, err := tenants.Parse([]byte("default_ttl: 2d\n" + policy + "tenants:\n  acme: 1h\n"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				src := newSource(good(0), `{"event_id":"e-1","tenant_id":"acmee"}`, `{"event_id":"e-2","tenant_id":"acmee"}`, `{"event_id":"e-3","tenant_id":"zed"}`)
+				w, dlq := &fakeWriter{}, &fakeDLQ{}
+				stop, p := start(t, DefaultConfig(), src, w, dlq, func() *tenants.Config { return cfg })
+				time.Sleep(time.Second)
+				if err := stop(); err != nil {
+					t.Fatal(err)
+				}
+				if n := p.Stats().UnlistedTotal(); n != 3 {
+					t.Errorf("unlisted events counted %d, want 3", n)
+				}
+				if top := p.Stats().TopUnlisted(1); len(top) != 1 || top[0] != (UnlistedCount{"acmee", 2}) {
+					t.Errorf("most frequent unlisted %+v, want acmee 2", top)
+				}
+				written := 0
+				for _, b := range w.batches {
+					written += len(b)
+				}
+				if strings.Contains(policy, "dead-letter") {
+					if written != 1 || len(dlq.got) != 3 || dlq.got[0].Class != "unlisted_tenant" || dlq.got[0].Tenant != "acmee" || dlq.got[0].Field != "tenant_id" ||
+						!strings.Contains(dlq.got[0].Reason, `"acmee"`) {
+						t.Errorf("dead-letter policy: %d written, dead letters %+v", written, dlq.got)
+					}
+				} else if written != 4 || len(dlq.got) != 0 {
+					t.Errorf("default_ttl policy: %d written, %d dead-lettered; want 4 and 0", written, len(dlq.got))
+				}
+				if src.committed() != 4 {
+					t.Errorf("committed %d, want 4", src.committed())
+				}
+			})
+		})
+	}
+}
+
 // Regression (review): while the dead-letter topic is down and its queue
 // full, the fetch loop waits to queue the next bad event. The good rows it
 // holds are written at their interval all the same, and a batch's written

@@ -1,6 +1,8 @@
 package pipeline
 
 import (
+	"cmp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,6 +32,65 @@ type Stats struct {
 	tenants sync.Map // string -> *TenantStats
 	n       atomic.Int64
 	other   TenantStats
+
+	// Events of tenants tenants.yaml does not list: all counted, the first
+	// MaxUnlistedTracked ids one by one (a producer sending random ids
+	// must not grow the map without bound).
+	unlistedTotal atomic.Int64
+	umu           sync.Mutex
+	unlisted      map[string]int64
+	// ahead counts records stamped further ahead of the clock than
+	// --max-clock-skew.
+	ahead atomic.Int64
+}
+
+// TimestampsAhead is the number of records stamped further ahead of the
+// worker's clock than --max-clock-skew when they were processed.
+func (s *Stats) TimestampsAhead() int64 { return s.ahead.Load() }
+
+// MaxUnlistedTracked bounds the unlisted tenant ids counted one by one.
+const MaxUnlistedTracked = 100
+
+// Unlisted counts an event of a tenant tenants.yaml does not list.
+func (s *Stats) Unlisted(id string) {
+	s.unlistedTotal.Add(1)
+	s.umu.Lock()
+	defer s.umu.Unlock()
+	if s.unlisted == nil {
+		s.unlisted = map[string]int64{}
+	}
+	if _, ok := s.unlisted[id]; ok {
+		s.unlisted[id]++
+	} else if len(s.unlisted) < MaxUnlistedTracked {
+		s.unlisted[strings.Clone(id)] = 1 // id may alias a message's value
+	}
+}
+
+// UnlistedTotal is the number of events of unlisted tenants.
+func (s *Stats) UnlistedTotal() int64 { return s.unlistedTotal.Load() }
+
+// UnlistedCount is an unlisted tenant id and its events.
+type UnlistedCount struct {
+	Tenant string `json:"tenant"`
+	Events int64  `json:"count"`
+}
+
+// TopUnlisted returns the n most frequent unlisted tenant ids of those
+// tracked, most frequent first.
+func (s *Stats) TopUnlisted(n int) []UnlistedCount {
+	s.umu.Lock()
+	out := make([]UnlistedCount, 0, len(s.unlisted))
+	for id, c := range s.unlisted {
+		out = append(out, UnlistedCount{id, c})
+	}
+	s.umu.Unlock()
+	slices.SortFunc(out, func(a, b UnlistedCount) int {
+		if a.Events != b.Events {
+			return cmp.Compare(b.Events, a.Events)
+		}
+		return strings.Compare(a.Tenant, b.Tenant)
+	})
+	return out[:min(n, len(out))]
 }
 
 // Tenant returns the counters of a tenant.

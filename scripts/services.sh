@@ -126,6 +126,10 @@ transaction.state.log.replication.factor=1
 transaction.state.log.min.isr=1
 group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=true
+# Retention is enforced every second, not every 5 minutes: the dead-letter
+# tests watch a letter become unreadable within its tenant's TTL of
+# seconds (the worker reads this setting into its bound).
+log.retention.check.interval.ms=1000
 PROPS
 	local id
 	id=$(kjava kafka.tools.StorageTool random-uuid 2>/dev/null)
@@ -195,6 +199,7 @@ super.users=User:ANONYMOUS
 log.dirs=$data
 offsets.topic.replication.factor=1
 offsets.topic.num.partitions=3
+log.retention.check.interval.ms=1000
 group.initial.rebalance.delay.ms=0
 PROPS
 		kjava kafka.tools.StorageTool format -t "$(cat "$dir/cluster.id")" -c "$dir/server2.properties" >"$dir/kafka2-format.log" 2>&1

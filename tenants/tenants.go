@@ -29,9 +29,24 @@ const (
 	MaxTTL = 3650 * duration.Day
 )
 
+// Unlisted is what happens to an event whose tenant the file does not list.
+type Unlisted string
+
+const (
+	// UnlistedDefaultTTL writes it with default_ttl (the default, and the
+	// behaviour before the setting existed).
+	UnlistedDefaultTTL Unlisted = "default_ttl"
+	// UnlistedDeadLetter sends it to the dead-letter topic, reason
+	// unlisted_tenant: a misspelt tenant id then keeps no data for
+	// default_ttl that its contract may not allow.
+	UnlistedDeadLetter Unlisted = "dead-letter"
+)
+
 // Config is a parsed tenants.yaml.
 type Config struct {
 	Policy *expiry.Policy
+	// Unlisted is the unlisted_tenants policy.
+	Unlisted Unlisted
 	// Version is a short hash of the file's bytes; it names the config in
 	// logs, metrics and traces.
 	Version string
@@ -78,6 +93,7 @@ func Parse(data []byte) (*Config, error) {
 	report := func(err error) { errs = append(errs, err) }
 
 	var defaultTTL, tenantsNode *yaml.Node
+	unlisted := UnlistedDefaultTTL
 	seen := map[string]*yaml.Node{}
 	root := doc.Content[0]
 	for i := 0; i+1 < len(root.Content); i += 2 {
@@ -106,8 +122,15 @@ func Parse(data []byte) (*Config, error) {
 			p.RecordRealTimestamp = b
 		case "tenants":
 			tenantsNode = v
+		case "unlisted_tenants":
+			switch u := Unlisted(v.Value); {
+			case v.Kind == yaml.ScalarNode && (u == UnlistedDefaultTTL || u == UnlistedDeadLetter):
+				unlisted = u
+			default:
+				report(lineErr(v, "unlisted_tenants", "%q is not a policy (want default_ttl or dead-letter)", v.Value))
+			}
 		default:
-			report(lineErr(k, k.Value, "unknown field (known: strategy, default_ttl, record_real_timestamp, tenants)"))
+			report(lineErr(k, k.Value, "unknown field (known: strategy, default_ttl, record_real_timestamp, unlisted_tenants, tenants)"))
 		}
 	}
 
@@ -127,7 +150,7 @@ func Parse(data []byte) (*Config, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	return &Config{Policy: p, Version: Version(data), raw: data}, nil
+	return &Config{Policy: p, Unlisted: unlisted, Version: Version(data), raw: data}, nil
 }
 
 func parseTenants(n *yaml.Node, into map[string]time.Duration) []error {

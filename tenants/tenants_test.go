@@ -17,11 +17,12 @@ func TestGoodFiles(t *testing.T) {
 		def      time.Duration
 		record   bool
 		ttls     map[string]time.Duration
+		unlisted Unlisted
 	}{
 		{"good.yaml", expiry.DefaultExpiration, 48 * time.Hour, true, map[string]time.Duration{
-			"acme": time.Hour, "globex": 72 * time.Hour, "initech": 36 * time.Hour, "hooli": 90 * time.Minute}},
-		{"one-second.yaml", expiry.OneSecond, 36 * time.Hour, false, map[string]time.Duration{"acme": time.Hour}},
-		{"minimal.yaml", expiry.DefaultExpiration, time.Hour, false, map[string]time.Duration{}},
+			"acme": time.Hour, "globex": 72 * time.Hour, "initech": 36 * time.Hour, "hooli": 90 * time.Minute}, UnlistedDefaultTTL},
+		{"one-second.yaml", expiry.OneSecond, 36 * time.Hour, false, map[string]time.Duration{"acme": time.Hour}, UnlistedDeadLetter},
+		{"minimal.yaml", expiry.DefaultExpiration, time.Hour, false, map[string]time.Duration{}, UnlistedDefaultTTL},
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
@@ -43,6 +44,9 @@ func TestGoodFiles(t *testing.T) {
 			}
 			if got := p.TTL("not-listed"); got != tt.def {
 				t.Errorf("unlisted tenant TTL = %s, want default %s", got, tt.def)
+			}
+			if cfg.Unlisted != tt.unlisted {
+				t.Errorf("unlisted_tenants %q, want %q", cfg.Unlisted, tt.unlisted)
 			}
 			if len(cfg.Version) != 12 {
 				t.Errorf("version %q, want 12 hex digits", cfg.Version)
@@ -71,6 +75,7 @@ func TestBadFiles(t *testing.T) {
 		"tenants-list.bad.yaml":       {"line 2", "tenants", "mapping"},
 		"not-a-mapping.bad.yaml":      {"line 1", "mapping"},
 		"bad-indent.bad.yaml":         {"line 4"},
+		"bad-unlisted.bad.yaml":       {"line 2", "unlisted_tenants", `"drop" is not a policy`},
 	}
 	files, _ := filepath.Glob("testdata/*.bad.yaml")
 	if len(files) != len(want) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
-	"github.com/segmentio/kafka-go/protocol"
 
 	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/internal/testenv"
@@ -26,45 +24,6 @@ func headerOf(m kafka.Message, key string) string {
 		}
 	}
 	return ""
-}
-
-// produceBig writes values that may exceed kafka-go's default batch size.
-func produceBig(t *testing.T, brokers []string, topic string, values ...[]byte) {
-	t.Helper()
-	tr := &kafka.Transport{}
-	defer tr.CloseIdleConnections()
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, BatchBytes: 4 << 20, BatchSize: 1, RequiredAcks: kafka.RequireAll, Transport: tr}
-	defer w.Close()
-	for _, v := range values {
-		// Metadata read just after the topic was made may show a partition
-		// without its leader yet; the client then sends nothing, and a
-		// second try cannot duplicate the message.
-		var err error
-		for attempt := 1; attempt <= 5; attempt++ {
-			if err = w.WriteMessages(context.Background(), kafka.Message{Value: v}); err == nil || !noLeader(err) {
-				break
-			}
-			time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
-		}
-		if err != nil {
-			t.Fatalf("produce %d bytes: %v", len(v), err)
-		}
-	}
-}
-
-// noLeader reports whether every write of err failed for want of a
-// partition leader in the client's metadata.
-func noLeader(err error) bool {
-	var we kafka.WriteErrors
-	if !errors.As(err, &we) {
-		return errors.Is(err, protocol.ErrNoLeader) || errors.Is(err, kafka.LeaderNotAvailable)
-	}
-	for _, e := range we {
-		if e != nil && !errors.Is(e, protocol.ErrNoLeader) && !errors.Is(e, kafka.LeaderNotAvailable) {
-			return false
-		}
-	}
-	return true
 }
 
 // Regression (issue 10, item 1): an input topic that allows 4 MB, a
@@ -80,7 +39,7 @@ func TestDeadLetterAlwaysFits(t *testing.T) {
 	e.writeTenants(t, tenantsYAML)
 	t.Cleanup(func() { _ = e.ac.DeleteTable(context.Background(), e.table) })
 	testenv.CreateTopicWith(t, e.brokers, e.topic, partitions, map[string]string{"max.message.bytes": "4000000"})
-	testenv.CreateTopic(t, e.brokers, e.topic+".dlq", 1)
+	testenv.CreateTopicWith(t, e.brokers, e.topic+".dlq", 1, testenv.DeadLetterConfigs)
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)
 	}
@@ -91,7 +50,7 @@ func TestDeadLetterAlwaysFits(t *testing.T) {
 	for i := range 3 {
 		values = append(values, click{EventID: fmt.Sprint("g-", i), TenantID: "acme", UserID: "u"}.bytes())
 	}
-	produceBig(t, e.brokers, e.topic, values[0], oversize, values[1], notJSON, values[2])
+	testenv.ProduceLarge(t, e.brokers, e.topic, values[0], oversize, values[1], notJSON, values[2])
 	e.waitCommitted(t, 60*time.Second)
 	if n := len(e.rows(t)); n != 3 {
 		t.Errorf("%d rows, want the 3 good events", n)

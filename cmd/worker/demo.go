@@ -85,7 +85,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer bt.Close()
-	kc, err := inproc.StartKafka(inproc.KafkaOptions{Topics: []inproc.Topic{{Name: "clicks", Partitions: 3}, {Name: "clicks.dlq", Partitions: 1}}})
+	// The worker creates the dead-letter topic with its retention: made
+	// here with the defaults (7 days), letters would keep no payload.
+	kc, err := inproc.StartKafka(inproc.KafkaOptions{Topics: []inproc.Topic{{Name: "clicks", Partitions: 3}}})
 	if err != nil {
 		return err
 	}

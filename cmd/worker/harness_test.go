@@ -41,7 +41,7 @@ func newEnv(t *testing.T, tenantsYAML string) *env {
 	}
 	e.dc, e.ac = testenv.Clients(t)
 	testenv.CreateTopic(t, e.brokers, e.topic, partitions)
-	testenv.CreateTopic(t, e.brokers, e.topic+".dlq", 1)
+	testenv.CreateTopicWith(t, e.brokers, e.topic+".dlq", 1, testenv.DeadLetterConfigs)
 	e.tenantsFile = filepath.Join(t.TempDir(), "tenants.yaml")
 	e.writeTenants(t, tenantsYAML)
 	t.Cleanup(func() { _ = e.ac.DeleteTable(context.Background(), e.table) })

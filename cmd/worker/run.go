@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -20,6 +23,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/cellttl/cellttl/admin"
+	"github.com/cellttl/cellttl/expiry"
 	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/cellttl/cellttl/internal/envflag"
@@ -34,10 +38,13 @@ import (
 type runOptions struct {
 	tableOptions
 	startupTimeout time.Duration
-	kafka          ingest.Config
-	pipe           pipeline.Config
-	writer         sink.WriterConfig
-	admin          admin.Config
+	// strictRetention refuses to run where the retention promise cannot
+	// hold: producers may stamp records past --max-clock-skew.
+	strictRetention bool
+	kafka           ingest.Config
+	pipe            pipeline.Config
+	writer          sink.WriterConfig
+	admin           admin.Config
 }
 
 func defaultRunOptions() runOptions {
@@ -58,6 +65,7 @@ func (o *runOptions) register(f *envflag.FlagSet) {
 	o.admin.RegisterFlags(f)
 	o.writer.RegisterFlags(f)
 	o.pipe.RegisterFlags(f)
+	f.Bool(&o.strictRetention, "strict-retention", "STRICT_RETENTION", false, "refuse to start (and fail /readyz) while the input topic lets producers stamp records further ahead than --max-clock-skew, which would let them buy retention")
 	f.Duration(&o.startupTimeout, "startup-timeout", "STARTUP_TIMEOUT", o.startupTimeout, "how long start-up waits for Bigtable and Kafka to answer, trying again, before it gives up")
 }
 
@@ -163,6 +171,7 @@ type worker struct {
 	rules        *sink.RuleWatch
 	log          *slog.Logger
 	dlq          *ingest.DeadLetterWriter
+	times        *ingest.RecordTimeWatch
 	consumer     *ingest.Consumer
 	writer       *sink.Writer
 	reloader     *tenants.Reloader
@@ -192,16 +201,25 @@ func newWorker(ctx context.Context, o *runOptions, cfg *tenants.Config, dc *bigt
 	if err != nil {
 		return nil, err
 	}
-	if w.dlq, err = ingest.NewDeadLetterWriter(brokers, o.kafka.DeadLetterTopic(), sec, mp, log); err != nil {
+	if w.dlq, err = ingest.NewDeadLetterWriter(brokers, o.kafka.DeadLetterTopics(), sec, mp, log); err != nil {
 		return nil, err
 	}
 	// Before joining the group: a dead-letter topic that cannot take dead
 	// letters is said at once, not at the first bad event. The worker runs
 	// anyway (good events flow); /readyz answers 503 until it is fixed.
-	if info, err := w.dlq.Check(ctx); err != nil {
-		log.Error("dead-letter topic cannot take dead letters; bad events will wait, uncommitted, until it can", "topic", o.kafka.DeadLetterTopic(), "err", err)
-	} else {
-		log.Info("dead-letter topic ready", "topic", info.Topic, "created", info.Created, "max_message_bytes", info.MaxMessageBytes, "writable", info.Writable)
+	rs, err := w.dlq.Check(ctx)
+	if err != nil {
+		log.Error("dead-letter topics cannot take dead letters; the letters bound for them will wait, uncommitted, until they can", "err", err)
+	}
+	logDeadLetterTopics(rs, cfg.Policy, log)
+	if w.times, err = ingest.NewRecordTimeWatch(brokers, o.kafka.Topic, sec, o.pipe.Decoder.MaxClockSkew, o.strictRetention, log); err != nil {
+		_ = w.dlq.Close()
+		return nil, err
+	}
+	if _, err := w.times.Check(ctx); o.strictRetention && (err != nil || w.times.Problem() != nil) {
+		_ = w.dlq.Close()
+		w.times.Close()
+		return nil, fmt.Errorf("refusing to start (--strict-retention): %w", cmp.Or(err, w.times.Problem()))
 	}
 	w.consumer, err = ingest.NewConsumer(ingest.ConsumerConfig{
 		Brokers:          brokers,
@@ -248,7 +266,9 @@ func (w *worker) serve(ctx context.Context, metrics http.Handler) error {
 	defer wg.Wait()
 	bg, stopBackground := context.WithCancel(ctx)
 	defer stopBackground()
-	wg.Go(func() { w.dlq.Run(bg, 30*time.Second) })
+	wg.Go(func() { w.dlq.Run(bg, o.kafka.DeadLetterCheck) })
+	wg.Go(func() { w.times.Run(bg, o.kafka.DeadLetterCheck) })
+	defer w.times.Close()
 	wg.Go(func() { w.rules.Run(bg, o.writer.RuleCheckInterval) })
 	if o.tenants.Path != "" {
 		hup := make(chan os.Signal, 1)
@@ -293,7 +313,7 @@ func (w *worker) readinessChecks() []admin.Check {
 				}
 				return errors.New("not in the consumer group")
 			}
-			return w.consumer.Problem()
+			return errors.Join(w.consumer.Problem(), w.times.Problem())
 		}},
 		{Name: "bigtable", Fn: func(ctx context.Context) error {
 			// A point read of a key no event can have ('#' is not allowed in
@@ -313,5 +333,33 @@ func (w *worker) readinessChecks() []admin.Check {
 			}
 			return nil
 		}},
+	}
+}
+
+// logDeadLetterTopics says, topic by topic, how long a dead letter's
+// payload can stay there, and which tenants' letters no topic can keep
+// with their payload.
+func logDeadLetterTopics(rs []ingest.TopicRetention, p *expiry.Policy, log *slog.Logger) {
+	shortest := time.Duration(0)
+	for _, r := range rs {
+		if r.Problem != nil {
+			continue
+		}
+		log.Info("dead-letter topic ready", "topic", r.Topic, "created", r.Created, "retention", duration.Format(r.Retention), "segment", duration.Format(r.Segment),
+			"cleanup_policy", r.Policy, "keeps_up_to", duration.Format(r.Keeps), "max_message_bytes", r.MaxMessageBytes, "writable", r.Writable)
+		if r.Keeps > 0 && (shortest == 0 || r.Keeps < shortest) {
+			shortest = r.Keeps
+		}
+	}
+	var short []string
+	for id, ttl := range p.Tenants {
+		if shortest == 0 || ttl < shortest {
+			short = append(short, id+" "+duration.Format(ttl))
+		}
+	}
+	if len(short) > 0 {
+		slices.Sort(short)
+		log.Warn("dead letters of these tenants keep no payload (their TTL ends before any dead-letter topic deletes them); add a shorter class with --dlq-classes to keep it",
+			"tenants", strings.Join(short[:min(len(short), 20)], ", "), "count", len(short), "shortest_keep", duration.Format(shortest))
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"net/url"
 	"sync"
 	"time"
@@ -54,6 +55,18 @@ type eventCounts struct {
 	Clamped      int64 `json:"clamped"`
 }
 
+// deadLetterTopic is a dead-letter topic's retention as last checked.
+type deadLetterTopic struct {
+	Topic         string `json:"topic"`
+	Retention     string `json:"retention"`
+	Segment       string `json:"segment"`
+	CleanupPolicy string `json:"cleanup_policy"`
+	// KeepsUpTo is the longest a letter produced now stays readable; ""
+	// when the topic keeps no payload.
+	KeepsUpTo string `json:"keeps_up_to,omitempty"`
+	Problem   string `json:"problem,omitempty"`
+}
+
 type statusPage struct {
 	Version string    `json:"version"`
 	Started time.Time `json:"started"`
@@ -65,11 +78,22 @@ type statusPage struct {
 		Strategy   string `json:"strategy"`
 		DefaultTTL string `json:"default_ttl"`
 		// Tenants maps each tenant to its TTL; left out of the brief page.
-		Tenants any                  `json:"tenants,omitempty"`
-		Reload  tenants.ReloadStatus `json:"reload"`
+		Tenants  any                  `json:"tenants,omitempty"`
+		Unlisted string               `json:"unlisted_tenants"`
+		Reload   tenants.ReloadStatus `json:"reload"`
 	} `json:"config"`
-	Kafka ingest.Status `json:"kafka"`
-	Lag   int64         `json:"lag"`
+	// Unlisted counts events of tenants the file does not list, and names
+	// the most frequent (a misspelt id shows here first).
+	Unlisted struct {
+		Events int64                    `json:"total"`
+		Top    []pipeline.UnlistedCount `json:"top"`
+	} `json:"unlisted"`
+	// DeadLetterTopics says how long each dead-letter topic keeps a letter.
+	DeadLetterTopics []deadLetterTopic `json:"dead_letter_topics"`
+	Kafka            ingest.Status     `json:"kafka"`
+	// RecordTimestamps says whether producers can stamp the future.
+	RecordTimestamps ingest.RecordTimes `json:"record_timestamps"`
+	Lag              int64              `json:"lag"`
 	// Events maps each tenant counted to its counts; left out of the brief
 	// page.
 	Events     any               `json:"events,omitempty"`
@@ -97,12 +121,28 @@ func (s *statusSource) status(q url.Values) any {
 		p.Config.Tenants = ttls
 	}
 	p.Config.Reload = w.reloader.Status()
+	p.Config.Unlisted = string(cmp.Or(cfg.Unlisted, tenants.UnlistedDefaultTTL))
 	p.Kafka = w.consumer.Status()
+	p.RecordTimestamps = w.times.Status()
 	for _, part := range p.Kafka.Partitions {
 		p.Lag += part.Lag
 	}
 	stats := w.pipeline.Stats()
 	p.Totals = eventCounts(stats.Totals())
+	p.Unlisted.Events, p.Unlisted.Top = stats.UnlistedTotal(), stats.TopUnlisted(10)
+	for _, r := range w.dlq.Topics() {
+		t := deadLetterTopic{Topic: r.Topic, Retention: duration.Format(r.Retention), Segment: duration.Format(r.Segment), CleanupPolicy: r.Policy}
+		if r.Retention < 0 {
+			t.Retention = "forever"
+		}
+		if r.Keeps > 0 {
+			t.KeepsUpTo = duration.Format(r.Keeps)
+		}
+		if r.Problem != nil {
+			t.Problem = r.Problem.Error()
+		}
+		p.DeadLetterTopics = append(p.DeadLetterTopics, t)
+	}
 	if full {
 		events := map[string]tenantCounts{}
 		stats.Each(func(id string, t *pipeline.TenantStats) {

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cellttl/cellttl/internal/testenv"
+)
+
+// Producers who may stamp records into the future can buy retention: the
+// worker says so in its log and /status, and with --strict-retention
+// refuses to start until the topic bounds them within --max-clock-skew.
+func TestFutureRecordTimestamps(t *testing.T) {
+	e := newEnv(t, tenantsYAML) // the input topic with the broker's defaults: unbounded
+	if out, err := e.cmd(t, "setup"); err != nil {
+		t.Fatalf("setup: %v\n%s", err, out)
+	}
+	var out, errOut strings.Builder
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	err := run(ctx, e.args("run", "--strict-retention"), &out, &errOut)
+	if err == nil || !strings.Contains(err.Error(), "--strict-retention") || !strings.Contains(err.Error(), "message.timestamp.after.max.ms unbounded") {
+		t.Fatalf("strict worker on an unbounded topic: %v\n%s", err, errOut.String())
+	}
+
+	// Without --strict-retention it runs, and says so.
+	stop, logs := e.startWorker(t)
+	url := adminURL(t, logs)
+	rt := recordTimestamps(t, url)
+	if rt.Bounded || rt.Type != "CreateTime" || !strings.Contains(logs.String(), "message.timestamp.after.max.ms=300000") {
+		t.Errorf("unbounded topic: %+v; logs:\n%s", rt, logs)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Bounded within the skew: a strict worker starts, and readiness holds.
+	alterTopic(t, e.brokers, e.topic, map[string]string{"message.timestamp.after.max.ms": "300000"})
+	stop, logs = e.startWorker(t, "--strict-retention")
+	url = adminURL(t, logs)
+	if rt := recordTimestamps(t, url); !rt.Bounded || rt.Setting != "message.timestamp.after.max.ms" {
+		t.Errorf("bounded topic: %+v", rt)
+	}
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		code, body := testenv.Get(url + "/readyz")
+		return code == 200, body
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type recordTimes struct {
+	Type    string `json:"type"`
+	Setting string `json:"setting"`
+	Bounded bool   `json:"bounded"`
+	Summary string `json:"summary"`
+}
+
+func recordTimestamps(t *testing.T, url string) recordTimes {
+	t.Helper()
+	var page struct {
+		RecordTimestamps recordTimes `json:"record_timestamps"`
+	}
+	testenv.Eventually(t, 20*time.Second, func() (bool, string) {
+		_, body := testenv.MustGet(t, url+"/status?tenants=false")
+		if err := json.Unmarshal([]byte(body), &page); err != nil {
+			return false, err.Error()
+		}
+		return page.RecordTimestamps.Type != "", body
+	})
+	return page.RecordTimestamps
+}

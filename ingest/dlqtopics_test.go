@@ -1,0 +1,89 @@
+package ingest
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+// A letter goes to the topic that keeps its payload longest without
+// outliving its event; with no such topic, to the base without payload.
+// A topic with a problem, or that keeps records forever, takes no payload.
+func TestPlaceKeepsNoPayloadPastItsEvent(t *testing.T) {
+	now := time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)
+	rs := []TopicRetention{
+		{Topic: "d", Keeps: 26 * time.Hour},                                   // base: 1d + 2h + check
+		{Topic: "d.1h", Keeps: time.Hour + 10*time.Minute},                    // a class
+		{Topic: "d.7d", Keeps: 8 * 24 * time.Hour, Problem: errors.New("no")}, // refused
+		{Topic: "d.3d", Keeps: 0},                                             // forever, accepted
+	}
+	for _, tt := range []struct {
+		left    time.Duration
+		topic   string
+		payload bool
+	}{
+		{30 * 24 * time.Hour, "d", true},
+		{26 * time.Hour, "d", true},
+		{26*time.Hour - time.Millisecond, "d.1h", true},
+		{time.Hour + 10*time.Minute, "d.1h", true},
+		{time.Hour + 10*time.Minute - time.Millisecond, "d", false},
+		{0, "d", false},
+		{-time.Hour, "d", false},
+	} {
+		topic, payload := place(rs, now, now.Add(tt.left))
+		if topic != tt.topic || payload != tt.payload {
+			t.Errorf("%s left: %s (payload %t), want %s (payload %t)", tt.left, topic, payload, tt.topic, tt.payload)
+		}
+	}
+}
+
+// A letter without its payload keeps no key, value or original headers,
+// and says the reason's class, never the sentence that quotes the value;
+// it still points at the source and carries the value's size and hash.
+func TestLetterWithoutPayload(t *testing.T) {
+	src := Message{Topic: "clicks", Partition: 1, Offset: 9, Key: []byte("user-42"), Value: []byte(`{"user_id":"bob#1"}`),
+		Headers: []Header{{Key: "x-user", Value: []byte("bob")}}, Time: time.UnixMilli(1_800_000_000_000)}
+	expires := time.UnixMilli(1_800_003_600_000)
+	m, truncated := deadLetterMessage(DeadLetter{Msg: src, Reason: `user_id "bob#1" contains '#'`, Field: "user_id", Class: "invalid_id",
+		Tenant: "acme", ExpiresAt: expires, KeepUntil: expires}, 1<<20, false)
+	if !truncated || m.Key != nil || m.Value != nil {
+		t.Fatalf("payload kept: truncated %t, key %q, value %q", truncated, m.Key, m.Value)
+	}
+	for _, h := range m.Headers {
+		if h.Key == "x-user" || string(h.Value) == `user_id "bob#1" contains '#'` {
+			t.Errorf("header %s=%q carries the payload", h.Key, h.Value)
+		}
+	}
+	for k, want := range map[string]string{HeaderReason: "invalid_id", HeaderField: "user_id", HeaderPayload: "omitted", HeaderSourceOffset: "9",
+		HeaderOriginalSize: "19", HeaderTenant: "acme", HeaderExpiresAt: "2027-01-15T09:00:00.000Z", HeaderDropped: "headers,key"} {
+		if got, _ := header(m, k); got != want {
+			t.Errorf("%s = %q, want %q", k, got, want)
+		}
+	}
+	// With its payload, the same letter says the sentence and the tenant.
+	m, _ = deadLetterMessage(DeadLetter{Msg: src, Reason: "r", Class: "invalid_id", Tenant: "acme", ExpiresAt: expires}, 1<<20, true)
+	if got, _ := header(m, HeaderReason); got != "r" || string(m.Value) != string(src.Value) {
+		t.Errorf("with payload: reason %q, value %q", got, m.Value)
+	}
+	if got, _ := header(m, HeaderExpiresAt); got != "2027-01-15T09:00:00.000Z" {
+		t.Errorf("expires_at %q", got)
+	}
+}
+
+// A topic keeps records forever when its policy never deletes, or its
+// retention is -1.
+func TestUnbounded(t *testing.T) {
+	for _, tt := range []struct {
+		r    TopicRetention
+		want bool
+	}{
+		{TopicRetention{Policy: "delete", Retention: time.Hour}, false},
+		{TopicRetention{Policy: "compact,delete", Retention: time.Hour}, false},
+		{TopicRetention{Policy: "compact", Retention: time.Hour}, true},
+		{TopicRetention{Policy: "delete", Retention: -time.Millisecond}, true},
+	} {
+		if got := tt.r.unbounded() != ""; got != tt.want {
+			t.Errorf("%+v: unbounded %t, want %t", tt.r, got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,191 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/cellttl/cellttl/internal/duration"
+)
+
+// RecordTimes is how far the input topic lets producers stamp a record
+// into the future. A record's timestamp is the time its TTL counts from
+// when the event carries none (or one further ahead than --max-clock-skew,
+// clamped to it): a producer that may stamp ten years ahead buys its data
+// ten years. Kafka bounds it per topic with message.timestamp.after.max.ms
+// (3.6 and later; before, message.timestamp.difference.max.ms bounds both
+// ways), unless the broker stamps records itself (LogAppendTime).
+type RecordTimes struct {
+	Topic string `json:"topic"`
+	// Type is message.timestamp.type: CreateTime or LogAppendTime.
+	Type string `json:"type"`
+	// AheadMax is how far ahead of the broker's clock a timestamp may be;
+	// -1 when nothing bounds it.
+	AheadMax time.Duration `json:"-"`
+	// Setting is the config that decides it, as Kafka names it.
+	Setting string `json:"setting"`
+	// Bounded says whether producers are held to the skew the worker
+	// allows; Summary says it in words.
+	Bounded bool   `json:"bounded"`
+	Summary string `json:"summary"`
+}
+
+// msDuration reads a setting in milliseconds: Kafka's Long.MAX_VALUE, or
+// anything past what a time.Duration holds, is -1 (no bound).
+func msDuration(v string) (time.Duration, error) {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, err
+	}
+	if n < 0 || n > math.MaxInt64/int64(time.Millisecond) {
+		return -1, nil
+	}
+	return time.Duration(n) * time.Millisecond, nil
+}
+
+// readRecordTimes reads the topic's timestamp settings (its own, or the
+// broker's defaults it inherits).
+func readRecordTimes(ctx context.Context, client *kafka.Client, topic string, skew time.Duration) (RecordTimes, error) {
+	rt := RecordTimes{Topic: topic, AheadMax: -1}
+	res, err := client.DescribeConfigs(ctx, &kafka.DescribeConfigsRequest{Resources: []kafka.DescribeConfigRequestResource{{
+		ResourceType: kafka.ResourceTypeTopic, ResourceName: topic,
+		ConfigNames: []string{"message.timestamp.type", "message.timestamp.after.max.ms", "message.timestamp.difference.max.ms"},
+	}}})
+	if err == nil && len(res.Resources) == 1 {
+		err = res.Resources[0].Error
+	}
+	if err != nil {
+		return rt, fmt.Errorf("timestamp settings of %s: %w", topic, err)
+	}
+	after, difference := "", ""
+	for _, e := range res.Resources[0].ConfigEntries {
+		switch e.ConfigName {
+		case "message.timestamp.type":
+			rt.Type = e.ConfigValue
+		case "message.timestamp.after.max.ms":
+			after = e.ConfigValue
+		case "message.timestamp.difference.max.ms":
+			difference = e.ConfigValue
+		}
+	}
+	if rt.Type == "" {
+		return rt, fmt.Errorf("timestamp settings of %s: message.timestamp.type not in the answer", topic)
+	}
+	rt.Setting, err = "message.timestamp.after.max.ms", nil
+	if after != "" {
+		rt.AheadMax, err = msDuration(after)
+	} else if difference != "" {
+		rt.Setting = "message.timestamp.difference.max.ms"
+		rt.AheadMax, err = msDuration(difference)
+	}
+	if err != nil {
+		return rt, fmt.Errorf("timestamp settings of %s: %s: %w", topic, rt.Setting, err)
+	}
+	switch {
+	case rt.Type == "LogAppendTime":
+		rt.Bounded, rt.Setting = true, "message.timestamp.type"
+		rt.Summary = "the broker stamps records (LogAppendTime): producers cannot buy retention with the record timestamp"
+	case rt.AheadMax < 0:
+		rt.Summary = fmt.Sprintf("producers may stamp records any time ahead (%s unbounded): an event without its own time, or clamped to the record's, lives as long past now as its producer says", rt.Setting)
+	case rt.AheadMax <= skew:
+		rt.Bounded = true
+		rt.Summary = fmt.Sprintf("producers may stamp records at most %s ahead (%s), within --max-clock-skew %s", duration.Format(rt.AheadMax), rt.Setting, duration.Format(skew))
+	default:
+		rt.Summary = fmt.Sprintf("producers may stamp records %s ahead (%s), past --max-clock-skew %s: such an event lives that much longer than its TTL", duration.Format(rt.AheadMax), rt.Setting, duration.Format(skew))
+	}
+	return rt, nil
+}
+
+// RecordTimeWatch reads the input topic's timestamp settings at start and
+// every interval: the log says when producers can stamp the future, /status
+// shows it, and under strict it is a problem for /readyz.
+type RecordTimeWatch struct {
+	client    *kafka.Client
+	transport *kafka.Transport
+	topic     string
+	skew      time.Duration
+	strict    bool
+	log       *slog.Logger
+
+	mu   sync.Mutex
+	last RecordTimes
+	err  error
+}
+
+// NewRecordTimeWatch watches topic's settings against skew.
+func NewRecordTimeWatch(brokers []string, topic string, security Security, skew time.Duration, strict bool, log *slog.Logger) (*RecordTimeWatch, error) {
+	transport, err := security.Transport()
+	if err != nil {
+		return nil, err
+	}
+	transport.MetadataTopics = []string{topic}
+	return &RecordTimeWatch{client: &kafka.Client{Addr: kafka.TCP(brokers...), Transport: transport, Timeout: 10 * time.Second},
+		transport: transport, topic: topic, skew: skew, strict: strict, log: log}, nil
+}
+
+// Check reads the settings once and logs what changed.
+func (w *RecordTimeWatch) Check(ctx context.Context) (RecordTimes, error) {
+	rt, err := readRecordTimes(ctx, w.client, w.topic, w.skew)
+	w.mu.Lock()
+	before, beforeErr := w.last, w.err
+	w.last, w.err = rt, err
+	w.mu.Unlock()
+	switch {
+	case err != nil:
+		if beforeErr == nil || beforeErr.Error() != err.Error() {
+			w.log.Warn("could not read the input topic's timestamp settings", "err", err)
+		}
+	case rt.Summary != before.Summary && rt.Bounded:
+		w.log.Info("record timestamps", "topic", w.topic, "bounded", true, "summary", rt.Summary)
+	case rt.Summary != before.Summary:
+		w.log.Warn("record timestamps", "topic", w.topic, "bounded", false, "summary", rt.Summary,
+			"fix", fmt.Sprintf("kafka-configs.sh --alter --entity-type topics --entity-name %s --add-config message.timestamp.after.max.ms=%d (or message.timestamp.type=LogAppendTime)", w.topic, w.skew.Milliseconds()))
+	}
+	return rt, err
+}
+
+// Run checks every interval until ctx ends.
+func (w *RecordTimeWatch) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_, _ = w.Check(ctx)
+		}
+	}
+}
+
+// Status is what the last check found.
+func (w *RecordTimeWatch) Status() RecordTimes {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.last
+}
+
+// ErrUnboundedTimestamps is Problem's error under strict.
+var ErrUnboundedTimestamps = errors.New("the input topic lets producers stamp records beyond --max-clock-skew")
+
+// Problem is, under strict, why the retention promise does not hold for
+// record timestamps: nil otherwise, and nil while the settings cannot be
+// read (that is logged; the last reading stands).
+func (w *RecordTimeWatch) Problem() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.strict || w.last.Type == "" || w.last.Bounded {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", ErrUnboundedTimestamps, w.last.Summary)
+}
+
+// Close closes the watch's connections.
+func (w *RecordTimeWatch) Close() { w.transport.CloseIdleConnections() }
