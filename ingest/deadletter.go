@@ -223,12 +223,16 @@ func (d *DeadLetterWriter) Check(ctx context.Context) ([]TopicRetention, error) 
 
 func (d *DeadLetterWriter) check(ctx context.Context) ([]TopicRetention, error) {
 	names := d.topics.Names()
+	prev := d.Topics()
 	rs := make([]TopicRetention, len(names))
 	for i, n := range names {
 		rs[i] = TopicRetention{Topic: n, Writable: "unknown"}
 	}
 	md, err := d.client.Metadata(ctx, &kafka.MetadataRequest{Topics: names})
 	if err != nil {
+		for i := range rs {
+			keepReading(&rs[i], prev)
+		}
 		return d.failAll(rs, fmt.Errorf("dead-letter topics: %w", err))
 	}
 	create := d.topics.creation()
@@ -261,7 +265,12 @@ func (d *DeadLetterWriter) check(ctx context.Context) ([]TopicRetention, error) 
 		}
 	}
 	if _, describeErr := describeTopics(ctx, d.client, rs, md.Controller.ID); describeErr != nil {
-		d.log.Warn("could not read every dead-letter topic's settings; a topic whose settings are unknown gets letters without their payload", "err", describeErr)
+		d.log.Warn("could not read every dead-letter topic's settings; a topic keeps its last reading, and one never read gets letters without their payload", "err", describeErr)
+	}
+	for i := range rs {
+		if rs[i].Policy == "" {
+			keepReading(&rs[i], prev)
+		}
 	}
 	limit := int64(0)
 	for i := range rs {
@@ -302,6 +311,18 @@ func (d *DeadLetterWriter) check(ctx context.Context) ([]TopicRetention, error) 
 		}
 	}
 	return rs, errors.Join(problems...)
+}
+
+// keepReading gives r the last reading of its topic, if any: a check that
+// could not read the settings (a broker restarting) leaves the placement
+// as it was rather than taking every letter's payload.
+func keepReading(r *TopicRetention, prev []TopicRetention) {
+	for _, p := range prev {
+		if p.Topic == r.Topic && p.Policy != "" {
+			r.Retention, r.Segment, r.Policy, r.Keeps, r.RetentionCheck, r.MaxMessageBytes = p.Retention, p.Segment, p.Policy, p.Keeps, p.RetentionCheck, p.MaxMessageBytes
+			r.refused = p.refused
+		}
+	}
 }
 
 // failAll gives every topic the same problem.
@@ -559,8 +580,10 @@ func deadLetterMessage(dl DeadLetter, max int64, payload bool) (m kafka.Message,
 	if !src.Time.IsZero() {
 		ts = src.Time.UTC().AppendFormat(nil, time.RFC3339Nano)
 	}
+	// A letter without its payload says the reason's class: the sentence
+	// may quote the value. An undecodable batch's sentence quotes none.
 	reason := dl.Reason
-	if !payload && dl.Class != "" {
+	if !payload && dl.Undecodable == nil && dl.Class != "" {
 		reason = dl.Class
 	}
 	ours := []kafka.Header{

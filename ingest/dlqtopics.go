@@ -193,12 +193,16 @@ func describeTopics(ctx context.Context, client *kafka.Client, rs []TopicRetenti
 
 // place picks the topic a letter goes to: of those whose records are gone
 // by expires, the one that keeps them longest, payload and all; else Base,
-// without the payload. rs is in Names order; a topic with a problem
-// takes nothing, and Base is used even then (the caller's writes wait).
+// without the payload. rs is in Names order. A topic refused for keeping
+// records forever takes nothing (Base is named even then: the caller's
+// writes wait); one with another problem (a write denied, a leader
+// missing) is chosen all the same, and the letter waits for it, payload
+// and all: the problem is time's or an operator's to fix, and a letter
+// that lost its payload cannot get it back.
 func place(rs []TopicRetention, now, expires time.Time) (topic string, payload bool) {
 	best := -1
 	for i, r := range rs {
-		if r.Problem != nil || r.Keeps <= 0 || now.Add(r.Keeps).After(expires) {
+		if r.refused || r.Keeps <= 0 || now.Add(r.Keeps).After(expires) {
 			continue
 		}
 		if best < 0 || r.Keeps > rs[best].Keeps {
@@ -209,4 +213,56 @@ func place(rs []TopicRetention, now, expires time.Time) (topic string, payload b
 		return rs[0].Topic, false
 	}
 	return rs[best].Topic, true
+}
+
+// ReadTopics reads topics' retention settings (and the broker's retention
+// check interval) for a retention statement: the same reading the
+// dead-letter writer makes. A topic whose settings cannot be read has its
+// Problem set.
+func ReadTopics(ctx context.Context, brokers []string, security Security, topics []string) ([]TopicRetention, error) {
+	client, done, err := adminClient(brokers, security, topics)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: topics})
+	if err != nil {
+		return nil, fmt.Errorf("metadata: %w", err)
+	}
+	rs := make([]TopicRetention, len(topics))
+	var exist []TopicRetention
+	for i, t := range topics {
+		rs[i].Topic = t
+		found := false
+		for _, mt := range md.Topics {
+			found = found || (mt.Name == t && mt.Error == nil)
+		}
+		if !found {
+			rs[i].Problem = fmt.Errorf("topic %s does not exist", t)
+			continue
+		}
+		exist = append(exist, rs[i])
+	}
+	var describeErr error
+	if len(exist) > 0 {
+		_, describeErr = describeTopics(ctx, client, exist, md.Controller.ID)
+	}
+	for _, e := range exist {
+		i := slices.IndexFunc(rs, func(r TopicRetention) bool { return r.Topic == e.Topic })
+		rs[i] = e
+		if e.Policy == "" {
+			rs[i].Problem = fmt.Errorf("settings of %s could not be read: %v", e.Topic, describeErr)
+		}
+	}
+	return rs, describeErr
+}
+
+// adminClient is a client for one-off reads of topic settings.
+func adminClient(brokers []string, security Security, topics []string) (*kafka.Client, func(), error) {
+	transport, err := security.Transport()
+	if err != nil {
+		return nil, nil, err
+	}
+	transport.MetadataTopics = topics
+	return &kafka.Client{Addr: kafka.TCP(brokers...), Transport: transport, Timeout: 10 * time.Second}, transport.CloseIdleConnections, nil
 }

@@ -12,10 +12,11 @@ import (
 func TestPlaceKeepsNoPayloadPastItsEvent(t *testing.T) {
 	now := time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)
 	rs := []TopicRetention{
-		{Topic: "d", Keeps: 26 * time.Hour},                                   // base: 1d + 2h + check
-		{Topic: "d.1h", Keeps: time.Hour + 10*time.Minute},                    // a class
-		{Topic: "d.7d", Keeps: 8 * 24 * time.Hour, Problem: errors.New("no")}, // refused
-		{Topic: "d.3d", Keeps: 0},                                             // forever, accepted
+		{Topic: "d", Keeps: 26 * time.Hour},                                        // base: 1d + 2h + check
+		{Topic: "d.1h", Keeps: time.Hour + 10*time.Minute},                         // a class
+		{Topic: "d.7d", Keeps: 8 * 24 * time.Hour, refused: true},                  // keeps forever
+		{Topic: "d.3d", Keeps: 0},                                                  // forever, accepted
+		{Topic: "d.2h", Keeps: 2 * time.Hour, Problem: errors.New("write denied")}, // waits, but takes letters
 	}
 	for _, tt := range []struct {
 		left    time.Duration
@@ -24,7 +25,8 @@ func TestPlaceKeepsNoPayloadPastItsEvent(t *testing.T) {
 	}{
 		{30 * 24 * time.Hour, "d", true},
 		{26 * time.Hour, "d", true},
-		{26*time.Hour - time.Millisecond, "d.1h", true},
+		{26*time.Hour - time.Millisecond, "d.2h", true},
+		{2*time.Hour - time.Millisecond, "d.1h", true},
 		{time.Hour + 10*time.Minute, "d.1h", true},
 		{time.Hour + 10*time.Minute - time.Millisecond, "d", false},
 		{0, "d", false},

@@ -189,3 +189,13 @@ func (w *RecordTimeWatch) Problem() error {
 
 // Close closes the watch's connections.
 func (w *RecordTimeWatch) Close() { w.transport.CloseIdleConnections() }
+
+// ReadRecordTimes reads the input topic's timestamp settings once.
+func ReadRecordTimes(ctx context.Context, brokers []string, security Security, topic string, skew time.Duration) (RecordTimes, error) {
+	client, done, err := adminClient(brokers, security, []string{topic})
+	if err != nil {
+		return RecordTimes{}, err
+	}
+	defer done()
+	return readRecordTimes(ctx, client, topic, skew)
+}

@@ -30,8 +30,10 @@ type checkpoint struct {
 	Changed int64 `json:"changed"`
 	// Ended is when the last pass ended, zero while one is under way: the
 	// delay before the next runs from there, also after an interruption.
-	Ended time.Time         `json:"ended,omitzero"`
-	Done  map[string]string `json:"done"` // tenant -> last key done, or doneMark
+	Ended time.Time `json:"ended,omitzero"`
+	// Done maps a tenant to the position reached (rowkey.Position: the
+	// tenant and hash bucket, no ids), or doneMark.
+	Done map[string]string `json:"done"`
 }
 
 // Job identifies what a checkpoint records: the table and family, the

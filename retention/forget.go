@@ -2,6 +2,8 @@ package retention
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"time"
 
@@ -77,7 +79,15 @@ func Forget(ctx context.Context, tbl *bigtable.Table, o ForgetOptions) (_ Forget
 		err = applyErr
 	}
 	if err != nil {
-		return rep, fmt.Errorf("forget user %s of tenant %s: %w", o.User, o.Tenant, err)
+		return rep, fmt.Errorf("forget the rows of %s: %w", UserRef(o.Tenant, o.User), err)
 	}
 	return rep, nil
+}
+
+// UserRef names a user of a tenant for logs and errors without the user
+// id: the tenant and a short hash of the id (the same hash for the same
+// id, so that an operator holding the id can find its lines).
+func UserRef(tenant, user string) string {
+	sum := sha256.Sum256([]byte(user))
+	return "user sha256:" + hex.EncodeToString(sum[:6]) + " of tenant " + tenant
 }

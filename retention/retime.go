@@ -261,7 +261,9 @@ func retimePass(ctx context.Context, tbl *bigtable.Table, family string, policy 
 			if last == doneMark {
 				continue
 			}
-			from = last + "\x00" // the first key after the last done
+			// The bucket reached, re-read from its start: the checkpoint
+			// holds no ids, and re-timing a row twice changes nothing.
+			from = max(from, last)
 		}
 		rng := bigtable.NewRange(from, to)
 		if to == "" {
@@ -286,7 +288,7 @@ func retimePass(ctx context.Context, tbl *bigtable.Table, family string, policy 
 			}
 			keys, muts = keys[:0], muts[:0]
 			if lastKey != "" {
-				applyErr = cp.save(tenant, lastKey, changedBefore+rep.Changed())
+				applyErr = cp.save(tenant, rowkey.Position(lastKey), changedBefore+rep.Changed())
 			}
 		}
 		now := o.Now()
@@ -404,7 +406,7 @@ func applyBulk(ctx context.Context, tbl *bigtable.Table, keys []string, muts []*
 	}
 	for i, e := range errs {
 		if e != nil {
-			return fmt.Errorf("row %q: %w", keys[i], e)
+			return fmt.Errorf("%s: %w", rowkey.Describe(keys[i]), e)
 		}
 	}
 	return nil

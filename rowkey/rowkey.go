@@ -26,8 +26,11 @@
 package rowkey
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 	"unsafe"
 )
@@ -144,6 +147,34 @@ func PrefixEnd(prefix string) string {
 		}
 	}
 	return ""
+}
+
+// Describe names a row for logs, errors and spans without the ids it holds
+// (user and event ids outlive no TTL there): its tenant, when the key
+// has one, and a short hash of the whole key, enough to tell rows apart
+// and to find one again given its key.
+func Describe(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	h := hex.EncodeToString(sum[:6])
+	if i := strings.IndexByte(key, Sep); i > 0 {
+		return "row " + h + " of tenant " + key[:i]
+	}
+	return "row " + h
+}
+
+// Position is how far a scan in key order has come, without ids: the
+// tenant and the hash bucket of key (the key up to its second separator),
+// or less of it for a key outside the layout. Resuming at Position
+// re-reads at most the rest of one bucket.
+func Position(key string) string {
+	i := strings.IndexByte(key, Sep)
+	if i < 0 {
+		return ""
+	}
+	if j := strings.IndexByte(key[i+1:], Sep); j >= 0 {
+		return key[:i+1+j+1]
+	}
+	return key[:i+1]
 }
 
 // Parse splits a row key built by Build.

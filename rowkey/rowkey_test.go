@@ -115,3 +115,24 @@ func TestPrefixEnd(t *testing.T) {
 		t.Errorf("%q is not after %q and before acmf's keys", end, key)
 	}
 }
+
+// Describe and Position name a row and a scan's progress without the ids
+// the key holds.
+func TestDescribeAndPositionHoldNoIDs(t *testing.T) {
+	key := Key("acme", "user-4711", "event-99", 1_795_000_000_000)
+	for _, s := range []string{Describe(key), Position(key)} {
+		if strings.Contains(s, "user-4711") || strings.Contains(s, "event-99") {
+			t.Errorf("%q holds an id of %q", s, key)
+		}
+	}
+	if d := Describe(key); !strings.HasSuffix(d, " of tenant acme") || d == Describe(Key("acme", "user-4712", "event-99", 1_795_000_000_000)) {
+		t.Errorf("Describe %q: want the tenant, and a hash telling rows apart", d)
+	}
+	p := Position(key)
+	if !strings.HasPrefix(key, p) || strings.Count(p, "#") != 2 || !strings.HasPrefix(p, "acme#") {
+		t.Errorf("Position %q of %q: want the tenant and bucket, a prefix of the key", p, key)
+	}
+	if Position("foreign") != "" || Position("acme#x") != "acme#" {
+		t.Errorf("positions of keys outside the layout: %q, %q", Position("foreign"), Position("acme#x"))
+	}
+}

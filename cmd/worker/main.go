@@ -27,6 +27,7 @@ Usage:
   worker migrate [flags] move a table full of data to a new default_ttl or strategy
   worker forget [flags]  delete a user's rows now
   worker audit [flags]   check every cell against the tenants file's rule
+  worker retention [flags] how long each tenant's copies can live, store by store, from the live system
   worker demo [flags]    everything in-process: Kafka, the Bigtable emulator, synthetic clicks
 
 Run "worker COMMAND --help" for a command's flags.`
@@ -96,6 +97,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runForget(ctx, args, stdout, stderr)
 	case "audit":
 		return runAudit(ctx, args, stdout, stderr)
+	case "retention":
+		return runRetention(ctx, args, stdout, stderr)
 	case "demo":
 		return runDemo(ctx, args, stdout, stderr)
 	case "help":

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/cellttl/cellttl/ingest"
+	"github.com/cellttl/cellttl/internal/duration"
+	"github.com/cellttl/cellttl/internal/envflag"
+	"github.com/cellttl/cellttl/retention"
+	"github.com/cellttl/cellttl/sink"
+	"github.com/cellttl/cellttl/tenants"
+)
+
+// runRetention is worker retention: for each tenant, every store the
+// system knows and the longest a copy can live there, computed from the
+// live system (the tenants file, the family's GC rule, the topics'
+// settings read from the broker). It takes the worker's own flags, so it
+// runs with the worker's environment. Exit status 1 when a store breaks a
+// tenant's TTL.
+func runRetention(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o := defaultRunOptions()
+	var tenantList, format string
+	f := envflag.New("worker retention", "worker retention: the retention statement, store by store, from the live system: how long each tenant's copies can live in the table, the dead-letter topics and the input topic, and what decides it.\n"+
+		"It takes the worker's flags and environment. Exit status: 0 no store breaks a TTL, 1 some do (or an error), 2 bad flags.", stderr)
+	o.register(f)
+	f.String(&tenantList, "tenant", "", "", "comma-separated tenants, * for the unlisted (default: every tenant and the unlisted)")
+	f.String(&format, "format", "", "text", "output: text or json")
+	if err := parse(f, args); err != nil {
+		return err
+	}
+	if err := checkFormat(format); err != nil {
+		return err
+	}
+	if err := o.kafka.Validate(); err != nil {
+		return usageError(err)
+	}
+	s, _, done, err := o.openJob(ctx, stderr)
+	if err != nil {
+		return err
+	}
+	defer done()
+	facts, err := gatherFacts(ctx, &o, s.cfg, s)
+	if err != nil {
+		return err
+	}
+	st := retention.StatementOf(facts, splitList(tenantList))
+	if format == "json" {
+		if err := json.NewEncoder(stdout).Encode(struct {
+			Version string `json:"config_version"`
+			Clean   bool   `json:"clean"`
+			*retention.Statement
+		}{s.cfg.Version, st.Clean(), st}); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(stdout, "retention statement: table %s, input topic %s, tenants file version %s\n\n", o.table.Target(), o.kafka.Topic, s.cfg.Version)
+		tw := tabwriter.NewWriter(stdout, 2, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "TENANT\tTTL\tSTORE\tLONGEST\tDECIDED BY")
+		for _, t := range st.Tenants {
+			for _, sl := range t.Stores {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Tenant, t.TTL, sl.Store, sl.Longest, sl.DecidedBy)
+			}
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "\n%d breaches\n", st.Breaches)
+		for _, t := range st.Tenants {
+			for _, sl := range t.Stores {
+				if sl.Breach != "" {
+					fmt.Fprintf(stdout, "BREACH %s: %s\n", t.Tenant, sl.Breach)
+				}
+			}
+		}
+	}
+	if !st.Clean() {
+		return &exitError{code: 1, err: fmt.Errorf("%d stores break a tenant's TTL", st.Breaches), quiet: format == "json"}
+	}
+	return nil
+}
+
+// gatherFacts reads what the statement is computed from.
+func gatherFacts(ctx context.Context, o *runOptions, cfg *tenants.Config, s *session) (retention.Facts, error) {
+	f := retention.Facts{Policy: cfg.Policy, UnlistedDeadLettered: cfg.Unlisted == tenants.UnlistedDeadLetter,
+		UnlistedBound: o.pipe.UnlistedDeadLetterTTL, Table: o.table.Target().String()}
+	if f.UnlistedBound == 0 {
+		f.UnlistedBound = cfg.Policy.DefaultTTL
+	}
+	fam, err := sink.ReadFamily(ctx, s.ac, o.table.Target())
+	switch {
+	case err != nil:
+		return f, err
+	case !fam.Exists:
+		return f, fmt.Errorf("family %s does not exist: run worker setup", o.table.Target())
+	}
+	f.FamilyRule = sink.DescribeGC(fam.Rule)
+	f.FamilyMaxAge, f.FamilyHasMaxAge = sink.MaxAge(fam.Rule)
+	topics := append([]string{o.kafka.Topic}, o.kafka.DeadLetterTopics().Names()...)
+	rs, err := ingest.ReadTopics(ctx, o.kafka.Brokers, o.kafka.Security, topics)
+	if rs == nil {
+		return f, fmt.Errorf("read the topics' settings: %w", err)
+	}
+	for i, r := range rs {
+		k := topicKeep(r)
+		if i == 0 {
+			f.Input = k
+		} else {
+			f.DeadLetters = append(f.DeadLetters, k)
+		}
+	}
+	rt, err := ingest.ReadRecordTimes(ctx, o.kafka.Brokers, o.kafka.Security, o.kafka.Topic, o.pipe.Decoder.MaxClockSkew)
+	if err != nil && !errors.Is(err, context.Canceled) {
+		f.RecordTimes = err.Error()
+	} else {
+		f.RecordTimesBounded, f.RecordTimes = rt.Bounded, rt.Summary
+	}
+	return f, ctx.Err()
+}
+
+// topicKeep is a topic's reading for the statement.
+func topicKeep(r ingest.TopicRetention) retention.TopicKeep {
+	k := retention.TopicKeep{Topic: r.Topic, Keeps: r.Keeps}
+	if r.Problem != nil {
+		k.Unknown = r.Problem.Error()
+		return k
+	}
+	retentionText := duration.Format(r.Retention)
+	if r.Retention < 0 {
+		retentionText = "-1 (forever)"
+	}
+	k.Settings = fmt.Sprintf("cleanup.policy=%s, retention.ms %s + segment.ms %s + the broker's retention check %s", r.Policy, retentionText,
+		duration.Format(r.Segment), duration.Format(r.RetentionCheck))
+	if r.Keeps <= 0 {
+		k.Keeps = retention.Forever
+	}
+	return k
+}

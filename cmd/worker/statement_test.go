@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/bigtable"
+)
+
+// worker retention reads the live system: on a clean setup (the input
+// topic keeping records less than the shortest TTL and bounding record
+// timestamps, the dead-letter topic finite, the GC rule the file's) it
+// reports no breach and exits 0; with one breach planted in each store it
+// can see, it names each one and exits 1.
+func TestRetentionStatement(t *testing.T) {
+	e := newEnv(t, "default_ttl: 2d\ntenants:\n  acme: 1h\n  globex: 3d\n")
+	if out, err := e.cmd(t, "setup"); err != nil {
+		t.Fatalf("setup: %v\n%s", err, out)
+	}
+	brokers := []string{"--brokers", strings.Join(e.brokers, ","), "--topic", e.topic}
+	alterTopic(t, e.brokers, e.topic, map[string]string{"retention.ms": "1800000", "segment.ms": "300000", "message.timestamp.after.max.ms": "300000"})
+	out, err := e.cmd(t, "retention", brokers...)
+	if err != nil {
+		t.Fatalf("clean setup: %v\n%s", err, out)
+	}
+	for _, want := range []string{"acme", "1h", "table, live cells", "input topic " + e.topic, "35m1s", "0 breaches"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("clean statement does not say %q:\n%s", want, out)
+		}
+	}
+
+	// One breach per store.
+	if err := e.ac.SetGCPolicy(context.Background(), e.table, "c", bigtable.MaxAgePolicy(72*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	alterTopic(t, e.brokers, e.topic, map[string]string{"retention.ms": "604800000", "segment.ms": "300000"})
+	alterTopic(t, e.brokers, e.topic+".dlq", map[string]string{"retention.ms": "-1"})
+	out, err = e.cmd(t, "retention", append(brokers, "--format", "json")...)
+	if codeOf(err) != 1 {
+		t.Fatalf("planted breaches: exit %d, %v\n%s", codeOf(err), err, out)
+	}
+	var st struct {
+		Clean    bool `json:"clean"`
+		Breaches int  `json:"breaches"`
+		Tenants  []struct {
+			Tenant string `json:"tenant"`
+			Stores []struct {
+				Store, Breach string
+			} `json:"stores"`
+		} `json:"tenants"`
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("json: %v\n%s", err, out)
+	}
+	breaches := map[string]string{}
+	for _, ten := range st.Tenants {
+		for _, s := range ten.Stores {
+			if s.Breach != "" && ten.Tenant == "acme" {
+				breaches[s.Store] = s.Breach
+			}
+		}
+	}
+	for store, want := range map[string]string{
+		"table, expired cells not yet collected":                         "max-age 3d, the tenants file needs 2d",
+		"dead-letter topic " + e.topic + ".dlq, letters without payload": "keeps records forever",
+		"input topic " + e.topic:                                         "keeps records 7d5m1s; acme's TTL is 1h",
+		"record timestamps of " + e.topic:                                "any time ahead",
+	} {
+		if !strings.Contains(breaches[store], want) {
+			t.Errorf("%s: breach %q, want it to say %q", store, breaches[store], want)
+		}
+	}
+	if st.Clean || st.Breaches < 4 {
+		t.Errorf("clean %t, %d breaches", st.Clean, st.Breaches)
+	}
+}

@@ -1,0 +1,212 @@
+package retention
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/cellttl/cellttl/expiry"
+	"github.com/cellttl/cellttl/internal/duration"
+)
+
+// GCLag is how long after a cell's expiry Bigtable's garbage collection
+// may leave it stored: "typically within a week", per Google's
+// documentation of garbage collection. Reads never see such a cell.
+const GCLag = 7 * duration.Day
+
+// Forever is a store's Longest when nothing deletes its copies.
+const Forever time.Duration = -1
+
+// Facts are what a retention statement is computed from, each read from
+// the live system: the tenants file, the family's GC rule, and the
+// topics' settings from the broker.
+type Facts struct {
+	Policy *expiry.Policy
+	// UnlistedDeadLettered: unlisted_tenants: dead-letter.
+	UnlistedDeadLettered bool
+	// UnlistedBound is how long a dead letter without a listed tenant
+	// keeps its payload.
+	UnlistedBound time.Duration
+	// FamilyRule describes the family's GC rule; FamilyMaxAge is its
+	// max-age, FamilyHasMaxAge false when it has none (no rule, or another
+	// kind).
+	Table           string
+	FamilyRule      string
+	FamilyMaxAge    time.Duration
+	FamilyHasMaxAge bool
+	// Input is the input topic; DeadLetters the dead-letter topics, the
+	// base first.
+	Input       TopicKeep
+	DeadLetters []TopicKeep
+	// RecordTimesBounded says whether producers are held within the skew
+	// the worker allows; RecordTimes says it in words.
+	RecordTimesBounded bool
+	RecordTimes        string
+}
+
+// TopicKeep is how long a topic keeps a record produced now.
+type TopicKeep struct {
+	Topic string
+	// Keeps is retention.ms + segment.ms + the broker's retention check,
+	// or Forever; Settings says them.
+	Keeps    time.Duration
+	Settings string
+	// Unknown is why the settings could not be read, "" when they were.
+	Unknown string
+}
+
+// StoreLife is one store's answer to "how long can a copy live here".
+type StoreLife struct {
+	Store     string `json:"store"`
+	Longest   string `json:"longest"`
+	DecidedBy string `json:"decided_by"`
+	// Breach says how the store breaks the tenant's TTL, "" when it does
+	// not.
+	Breach string `json:"breach,omitempty"`
+}
+
+// TenantStatement is one tenant's stores.
+type TenantStatement struct {
+	Tenant string      `json:"tenant"`
+	TTL    string      `json:"ttl"`
+	Stores []StoreLife `json:"stores"`
+}
+
+// Statement is the retention statement of every tenant, and of the
+// tenants the file does not list (Tenant "*").
+type Statement struct {
+	Tenants  []TenantStatement `json:"tenants"`
+	Breaches int               `json:"breaches"`
+}
+
+// Clean reports whether no store breaks any tenant's TTL.
+func (s *Statement) Clean() bool { return s.Breaches == 0 }
+
+// Unlisted names the tenants the file does not list in a statement.
+const Unlisted = "*"
+
+// StatementOf computes the statement for tenants (every listed tenant and
+// the unlisted when empty).
+func StatementOf(f Facts, tenants []string) *Statement {
+	if len(tenants) == 0 {
+		tenants = append(listed(f.Policy), Unlisted)
+	}
+	s := &Statement{}
+	for _, id := range tenants {
+		ts := tenantStatement(f, id)
+		for _, st := range ts.Stores {
+			if st.Breach != "" {
+				s.Breaches++
+			}
+		}
+		s.Tenants = append(s.Tenants, ts)
+	}
+	return s
+}
+
+func tenantStatement(f Facts, id string) TenantStatement {
+	p := f.Policy
+	ttl, isListed := p.Tenants[id]
+	name := id
+	if !isListed {
+		ttl, name = p.DefaultTTL, "unlisted tenants"
+	}
+	ts := TenantStatement{Tenant: id, TTL: duration.Format(ttl)}
+	add := func(store string, longest time.Duration, decidedBy, breach string) {
+		ts.Stores = append(ts.Stores, StoreLife{Store: store, Longest: lifeText(longest), DecidedBy: decidedBy, Breach: breach})
+	}
+	if !isListed && f.UnlistedDeadLettered {
+		ts.TTL = "dead-lettered"
+		add("table, live cells", 0, "tenants.yaml unlisted_tenants: dead-letter (never written)", "")
+	} else {
+		decided := fmt.Sprintf("tenants.yaml %s: %s", id, duration.Format(ttl))
+		if !isListed {
+			decided = "tenants.yaml default_ttl: " + duration.Format(ttl)
+		}
+		add("table, live cells", ttl, decided+"; every read filters expired cells", "")
+		add("table, expired cells not yet collected", tableStored(f, ttl), gcDecided(f), gcBreach(f, name, ttl))
+	}
+	bound, from := ttl, "its event expires"
+	if !isListed {
+		bound, from = f.UnlistedBound, "--dlq-unlisted-retention "+duration.Format(f.UnlistedBound)
+	}
+	add("dead-letter topics, letters with payload", bound,
+		fmt.Sprintf("placement: a letter keeps its payload only in a topic whose keep ends before %s (%s)", from, keepsText(f.DeadLetters)), "")
+	for _, dl := range f.DeadLetters {
+		breach := ""
+		switch {
+		case dl.Unknown != "":
+			breach = fmt.Sprintf("dead-letter topic %s: settings unknown (%s)", dl.Topic, dl.Unknown)
+		case dl.Keeps == Forever:
+			breach = fmt.Sprintf("dead-letter topic %s keeps records forever (%s): its letters without payload (tenant, offsets, SHA-256) never leave", dl.Topic, dl.Settings)
+		}
+		add("dead-letter topic "+dl.Topic+", letters without payload", dl.Keeps, dl.Settings, breach)
+	}
+	in := f.Input
+	breach := ""
+	switch {
+	case in.Unknown != "":
+		breach = fmt.Sprintf("input topic %s: settings unknown (%s)", in.Topic, in.Unknown)
+	case in.Keeps == Forever || in.Keeps > ttl:
+		breach = fmt.Sprintf("input topic %s keeps records %s; %s's TTL is %s", in.Topic, lifeText(in.Keeps), name, duration.Format(ttl))
+	}
+	add("input topic "+in.Topic, in.Keeps, in.Settings, breach)
+	breach = ""
+	if !f.RecordTimesBounded {
+		breach = fmt.Sprintf("%s: a producer can make %s's data live past %s", f.RecordTimes, name, duration.Format(ttl))
+	}
+	add("record timestamps of "+in.Topic, ttl, f.RecordTimes, breach)
+	return ts
+}
+
+// tableStored is the longest an expired cell stays stored: until the
+// family's GC rule takes it, then Bigtable's GC lag.
+func tableStored(f Facts, ttl time.Duration) time.Duration {
+	if !f.FamilyHasMaxAge {
+		return Forever
+	}
+	// A cell's timestamp lies GCMaxAge before its expiry under the
+	// strategy's rule; under another max-age, the difference moves the
+	// moment GC may take it.
+	return ttl + max(f.FamilyMaxAge-f.Policy.GCMaxAge(), 0) + GCLag
+}
+
+func gcDecided(f Facts) string {
+	return fmt.Sprintf("table %s GC rule %s; Bigtable collects within about a week; reads never see an expired cell", f.Table, f.FamilyRule)
+}
+
+// gcBreach says how the family's rule breaks the tenants file's, "" when
+// it is the rule the file needs.
+func gcBreach(f Facts, name string, ttl time.Duration) string {
+	want := f.Policy.GCMaxAge()
+	switch {
+	case !f.FamilyHasMaxAge:
+		return fmt.Sprintf("table %s has GC rule %s, not max-age %s: %s's expired cells are never collected", f.Table, f.FamilyRule, duration.Format(want), name)
+	case f.FamilyMaxAge > want:
+		return fmt.Sprintf("table %s has GC rule max-age %s, the tenants file needs %s: %s's expired cells stay %s longer", f.Table,
+			duration.Format(f.FamilyMaxAge), duration.Format(want), name, duration.Format(f.FamilyMaxAge-want))
+	case f.FamilyMaxAge < want:
+		return fmt.Sprintf("table %s has GC rule max-age %s, the tenants file needs %s: %s's cells may be collected before they expire", f.Table,
+			duration.Format(f.FamilyMaxAge), duration.Format(want), name)
+	}
+	return ""
+}
+
+func keepsText(ts []TopicKeep) string {
+	var parts []string
+	for _, t := range ts {
+		parts = append(parts, t.Topic+" keeps "+lifeText(t.Keeps))
+	}
+	slices.Sort(parts)
+	return fmt.Sprint(parts)
+}
+
+func lifeText(d time.Duration) string {
+	switch {
+	case d == Forever:
+		return "forever"
+	case d == 0:
+		return "0s"
+	}
+	return duration.Format(d)
+}
