@@ -107,9 +107,9 @@ func StatementOf(f Facts, tenants []string) *Statement {
 func tenantStatement(f Facts, id string) TenantStatement {
 	p := f.Policy
 	ttl, isListed := p.Tenants[id]
-	name := id
+	name := id + "'s" // for "acme's TTL", "acme's data"
 	if !isListed {
-		ttl, name = p.DefaultTTL, "unlisted tenants"
+		ttl, name = p.DefaultTTL, "the unlisted tenants'"
 	}
 	ts := TenantStatement{Tenant: id, TTL: duration.Format(ttl)}
 	add := func(store string, longest time.Duration, decidedBy, breach string) {
@@ -148,12 +148,12 @@ func tenantStatement(f Facts, id string) TenantStatement {
 	case in.Unknown != "":
 		breach = fmt.Sprintf("input topic %s: settings unknown (%s)", in.Topic, in.Unknown)
 	case in.Keeps == Forever || in.Keeps > ttl:
-		breach = fmt.Sprintf("input topic %s keeps records %s; %s's TTL is %s", in.Topic, lifeText(in.Keeps), name, duration.Format(ttl))
+		breach = fmt.Sprintf("input topic %s keeps records %s; %s TTL is %s", in.Topic, lifeText(in.Keeps), name, duration.Format(ttl))
 	}
 	add("input topic "+in.Topic, in.Keeps, in.Settings, breach)
 	breach = ""
 	if !f.RecordTimesBounded {
-		breach = fmt.Sprintf("%s: a producer can make %s's data live past %s", f.RecordTimes, name, duration.Format(ttl))
+		breach = fmt.Sprintf("%s: a producer can make %s data live past %s", f.RecordTimes, name, duration.Format(ttl))
 	}
 	add("record timestamps of "+in.Topic, ttl, f.RecordTimes, breach)
 	return ts
@@ -181,12 +181,12 @@ func gcBreach(f Facts, name string, ttl time.Duration) string {
 	want := f.Policy.GCMaxAge()
 	switch {
 	case !f.FamilyHasMaxAge:
-		return fmt.Sprintf("table %s has GC rule %s, not max-age %s: %s's expired cells are never collected", f.Table, f.FamilyRule, duration.Format(want), name)
+		return fmt.Sprintf("table %s has GC rule %s, not max-age %s: %s expired cells are never collected", f.Table, f.FamilyRule, duration.Format(want), name)
 	case f.FamilyMaxAge > want:
-		return fmt.Sprintf("table %s has GC rule max-age %s, the tenants file needs %s: %s's expired cells stay %s longer", f.Table,
+		return fmt.Sprintf("table %s has GC rule max-age %s, the tenants file needs %s: %s expired cells stay %s longer", f.Table,
 			duration.Format(f.FamilyMaxAge), duration.Format(want), name, duration.Format(f.FamilyMaxAge-want))
 	case f.FamilyMaxAge < want:
-		return fmt.Sprintf("table %s has GC rule max-age %s, the tenants file needs %s: %s's cells may be collected before they expire", f.Table,
+		return fmt.Sprintf("table %s has GC rule max-age %s, the tenants file needs %s: %s cells may be collected before they expire", f.Table,
 			duration.Format(f.FamilyMaxAge), duration.Format(want), name)
 	}
 	return ""
