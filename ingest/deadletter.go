@@ -43,6 +43,10 @@ const (
 	// key, value or original headers; see DeadLetterTopics): its reason is
 	// then the reason's class, since the sentence may quote the value.
 	HeaderPayload = "cellttl.payload"
+	// HeaderReasonClass is the reason's class (a cellttl_dead_letters_total
+	// reason: not_json, invalid_id, unlisted_tenant…), for tools that sort
+	// letters, such as worker redrive --reason.
+	HeaderReasonClass = "cellttl.reason.class"
 
 	HeaderTruncated      = "cellttl.truncated"       // "true"
 	HeaderOriginalSize   = "cellttl.original.size"   // bytes of the original value
@@ -595,6 +599,9 @@ func deadLetterMessage(dl DeadLetter, max int64, payload bool) (m kafka.Message,
 	}
 	if dl.Field != "" {
 		ours = append(ours, kafka.Header{Key: HeaderField, Value: []byte(dl.Field)})
+	}
+	if dl.Class != "" {
+		ours = append(ours, kafka.Header{Key: HeaderReasonClass, Value: []byte(dl.Class)})
 	}
 	if dl.Tenant != "" {
 		ours = append(ours, kafka.Header{Key: HeaderTenant, Value: []byte(dl.Tenant)})

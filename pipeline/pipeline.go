@@ -19,10 +19,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cellttl/cellttl/event"
-	"github.com/cellttl/cellttl/expiry"
 	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/internal/retry"
-	"github.com/cellttl/cellttl/rowkey"
 	"github.com/cellttl/cellttl/sink"
 	"github.com/cellttl/cellttl/tenants"
 )
@@ -259,26 +257,23 @@ func (p *Pipeline) route(f *ingest.Fetched, now time.Time, cfg *tenants.Config, 
 		// Counted, not corrected: the cells stay a function of the record.
 		p.stats.ahead.Add(1)
 	}
-	var ev event.Event
-	var err error
-	reason := reasonUndecodable
+	var dec Decision
 	switch {
 	case f.Undecodable != nil:
-		err = errors.New(f.Undecodable.Reason)
+		dec = Decision{Fate: Rejected, Err: errors.New(f.Undecodable.Reason), Class: reasonUndecodable}
 	case f.Cut != nil:
 		// Never decoded: what the fetcher held is not all of the record.
-		err = cutError(f.Cut, p.cfg.Decoder)
-	default:
-		rec := record(p.cfg.Decoder.Mapping, msg)
-		ev, err = p.cfg.Decoder.DecodeRecord(&rec)
-		reason = string(event.NotJSON)
-	}
-	if err != nil {
+		dec = Decision{Fate: Rejected, Err: cutError(f.Cut, p.cfg.Decoder), Class: string(event.TooLarge)}
 		var evErr *event.Error
-		field := ""
-		if errors.As(err, &evErr) {
-			field, reason = evErr.Field, string(evErr.Class)
+		if errors.As(dec.Err, &evErr) {
+			dec.Field, dec.Class = evErr.Field, string(evErr.Class)
 		}
+	default:
+		dec = Decide(&p.cfg.Decoder, cfg, msg, now)
+	}
+	ev := &dec.Event
+	switch dec.Fate {
+	case Rejected:
 		ts := p.stats.Tenant(ev.Tenant)
 		ts.Consumed.Add(1)
 		// No tenant to take a TTL from: the payload may live the bound for
@@ -287,38 +282,31 @@ func (p *Pipeline) route(f *ingest.Fetched, now time.Time, cfg *tenants.Config, 
 		if !msg.Time.IsZero() && msg.Time.Before(now) {
 			from = msg.Time
 		}
-		p.deadLetter(b, dead, deadItem{dl: ingest.DeadLetter{Msg: *msg, Reason: err.Error(), Field: field, Cut: f.Cut, Undecodable: f.Undecodable,
-			Class: reason, KeepUntil: from.Add(p.unlistedTTL(cfg))}, ack: f.Ack, tenant: ts, reason: reason})
+		p.deadLetter(b, dead, deadItem{dl: ingest.DeadLetter{Msg: *msg, Reason: dec.Err.Error(), Field: dec.Field, Cut: f.Cut, Undecodable: f.Undecodable,
+			Class: dec.Class, KeepUntil: from.Add(p.unlistedTTL(cfg))}, ack: f.Ack, tenant: ts, reason: dec.Class})
+		return
+	case UnlistedDeadLetter:
+		p.stats.Unlisted(ev.Tenant)
+		ts := p.stats.Tenant(OtherTenants)
+		ts.Consumed.Add(1)
+		p.deadLetter(b, dead, deadItem{dl: ingest.DeadLetter{Msg: *msg, Reason: dec.Err.Error(), Field: dec.Field,
+			Class: dec.Class, Tenant: ev.Tenant, KeepUntil: ev.Base.Add(p.unlistedTTL(cfg))}, ack: f.Ack, tenant: ts, reason: dec.Class})
 		return
 	}
-	pol := cfg.Policy
-	ttl, listed := pol.Tenants[ev.Tenant]
-	if !listed {
+	if !dec.Listed {
 		p.stats.Unlisted(ev.Tenant)
-		if cfg.Unlisted == tenants.UnlistedDeadLetter {
-			ts := p.stats.Tenant(OtherTenants)
-			ts.Consumed.Add(1)
-			reason := fmt.Sprintf("tenant %q is not listed in tenants.yaml, whose unlisted_tenants is dead-letter", ev.Tenant)
-			p.deadLetter(b, dead, deadItem{dl: ingest.DeadLetter{Msg: *msg, Reason: reason, Field: p.cfg.Decoder.Mapping.TenantField(),
-				Class: reasonUnlisted, Tenant: ev.Tenant, KeepUntil: ev.Base.Add(p.unlistedTTL(cfg))}, ack: f.Ack, tenant: ts, reason: reasonUnlisted})
-			return
-		}
-		ttl = pol.DefaultTTL
 	}
 	ts := p.stats.Tenant(ev.Tenant)
 	ts.Consumed.Add(1)
 	if ev.Clamped {
 		ts.Clamped.Add(1)
 	}
-	cell := pol.CellTTL(ttl, ev.Base)
-	if expiry.Expired(cell.Expiry, now) {
+	if dec.Fate == Expired {
 		ts.Expired.Add(1)
 		p.src.Done(f.Ack)
 		return
 	}
-	b.add(cfg.Version,
-		sink.Row{Key: rowkey.Key(ev.Tenant, ev.User, ev.ID, ev.Base.UnixMilli()), Timestamp: cell.Timestamp, Value: msg.Value, WrittenAt: pol.RecordRealTimestamp},
-		item{ack: f.Ack, msg: *msg, tenant: ts, id: ev.Tenant, expires: cell.Expiry})
+	b.add(cfg.Version, dec.Row, item{ack: f.Ack, msg: *msg, tenant: ts, id: ev.Tenant, expires: dec.Cell.Expiry})
 }
 
 // deadLetter hands d to the dead-letter loop.

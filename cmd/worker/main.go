@@ -28,6 +28,7 @@ Usage:
   worker forget [flags]  delete a user's rows now
   worker audit [flags]   check every cell against the tenants file's rule
   worker retention [flags] how long each tenant's copies can live, store by store, from the live system
+  worker redrive [flags] send dead letters through the worker's path again (a dry run unless --apply)
   worker demo [flags]    everything in-process: Kafka, the Bigtable emulator, synthetic clicks
 
 Run "worker COMMAND --help" for a command's flags.`
@@ -99,6 +100,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runAudit(ctx, args, stdout, stderr)
 	case "retention":
 		return runRetention(ctx, args, stdout, stderr)
+	case "redrive":
+		return runRedrive(ctx, args, stdout, stderr)
 	case "demo":
 		return runDemo(ctx, args, stdout, stderr)
 	case "help":

@@ -49,7 +49,7 @@ func checkReference(t *testing.T, path, generated string) {
 }
 
 // commands are the worker's commands, in the order the reference lists them.
-var commands = []string{"run", "setup", "check", "read", "retime", "migrate", "forget", "audit", "retention", "demo"}
+var commands = []string{"run", "setup", "check", "read", "retime", "migrate", "forget", "audit", "retention", "redrive", "demo"}
 
 // Every command's flags, with their environment variables and defaults,
 // as the command prints them.

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"text/tabwriter"
+
+	"github.com/cellttl/cellttl/internal/envflag"
+	"github.com/cellttl/cellttl/redrive"
+	"github.com/cellttl/cellttl/sink"
+)
+
+// runRedrive is worker redrive: dead letters through the worker's path
+// again, under the tenants file and mapping in force now (a tenant added
+// since, a field mapping fixed). It takes the worker's flags, so that the
+// letters are decided as the worker would decide them.
+func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o := defaultRunOptions()
+	ro := redrive.Options{Partition: -1}
+	var topic, reasons, format string
+	f := envflag.New("worker redrive", "worker redrive: send dead letters through the worker's decode, expiry and write again, each keyed to its original record, so that it gets exactly the cells it would have got (run twice, the same cells); a dry run unless --apply.\n"+
+		"It takes the worker's flags and environment. Exit status: 0 done, 1 an error, 2 bad flags.", stderr)
+	o.register(f)
+	f.String(&topic, "from-topic", "", "", "the dead-letter topic to read (default: --dlq-topic and its --dlq-classes topics)")
+	f.Int(&ro.Partition, "partition", "", ro.Partition, "read this partition only (default: all)")
+	f.Int64(&ro.From, "from-offset", "", 0, "read from this offset")
+	f.Int64(&ro.To, "to-offset", "", 0, "read up to this offset, excluded (default: the end when the run starts)")
+	f.String(&reasons, "reason", "", "", "comma-separated reason classes to redrive (not_json, invalid_id, unlisted_tenant, bigtable_refused…; default: all)")
+	f.Bool(&ro.Apply, "apply", "", false, "write; without it, say what would be written")
+	f.String(&ro.Checkpoint, "checkpoint", "", "", "a file recording how far an --apply run has come; run again with the same file to go on")
+	f.String(&format, "format", "", "text", "output: text or json")
+	if err := parse(f, args); err != nil {
+		return err
+	}
+	if err := checkFormat(format); err != nil {
+		return err
+	}
+	if err := errors.Join(o.kafka.Validate(), o.pipe.Resolve()); err != nil {
+		return usageError(err)
+	}
+	ro.Brokers, ro.Security, ro.Reasons, ro.MaxEventBytes = o.kafka.Brokers, o.kafka.Security, splitList(reasons), o.pipe.Decoder.MaxBytes
+	ro.Topics = o.kafka.DeadLetterTopics().Names()
+	if topic != "" {
+		ro.Topics = []string{topic}
+	}
+	s, log, done, err := o.openJob(ctx, stderr)
+	if err != nil {
+		return err
+	}
+	defer done()
+	w, err := sink.NewWriter(s.dc, o.table.Target(), o.writer, nil, log)
+	if err != nil {
+		return err
+	}
+	rep, err := redrive.Run(ctx, ro, &o.pipe.Decoder, s.cfg, w, log)
+	if rep != nil {
+		log.Info("redrive", "operator", operator(), "topics", ro.Topics, "applied", ro.Apply, "letters", rep.Letters, "outcomes", rep.Outcomes)
+		if perr := printRedrive(stdout, format, rep); perr != nil && err == nil {
+			err = perr
+		}
+	}
+	return err
+}
+
+func printRedrive(stdout io.Writer, format string, rep *redrive.Report) error {
+	if format == "json" {
+		return json.NewEncoder(stdout).Encode(rep)
+	}
+	verb := "would be"
+	if rep.Applied {
+		verb = "were"
+	}
+	fmt.Fprintf(stdout, "%d dead letters read; by reason and what %s done with them:\n", rep.Letters, verb)
+	tw := tabwriter.NewWriter(stdout, 2, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "REASON\tOUTCOME\tLETTERS")
+	for _, r := range slices.Sorted(maps.Keys(rep.ByReason)) {
+		for _, oc := range slices.Sorted(maps.Keys(rep.ByReason[r])) {
+			fmt.Fprintf(tw, "%s\t%s\t%d\n", r, oc, rep.ByReason[r][oc])
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if !rep.Applied && rep.Outcomes[redrive.Written] > 0 {
+		fmt.Fprintf(stdout, "dry run: %d rows would be written; run again with --apply\n", rep.Outcomes[redrive.Written])
+	}
+	return nil
+}

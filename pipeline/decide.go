@@ -1,0 +1,79 @@
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cellttl/cellttl/event"
+	"github.com/cellttl/cellttl/expiry"
+	"github.com/cellttl/cellttl/ingest"
+	"github.com/cellttl/cellttl/rowkey"
+	"github.com/cellttl/cellttl/sink"
+	"github.com/cellttl/cellttl/tenants"
+)
+
+// Fate is what becomes of a record.
+type Fate uint8
+
+const (
+	// Write: Decision.Row is to be written.
+	Write Fate = iota
+	// Expired: the event expired before it was processed; skipped.
+	Expired
+	// Rejected: the record is not a valid event (Decision.Err says why).
+	Rejected
+	// UnlistedDeadLetter: its tenant is not listed, and unlisted_tenants
+	// is dead-letter.
+	UnlistedDeadLetter
+)
+
+// Decision is what the worker makes of one record: a pure function of the
+// record and the tenants config, except that the clock decides whether a
+// row has already expired. The worker and worker redrive both decide
+// through it, so a re-driven event gets the cells it would have got.
+type Decision struct {
+	Fate  Fate
+	Event event.Event
+	// Listed is whether the tenants file lists the event's tenant.
+	Listed bool
+	Cell   expiry.Cell
+	// Row is the row to write (Write).
+	Row sink.Row
+	// Err, Class and Field say why a record is rejected (Rejected,
+	// UnlistedDeadLetter): Class is a cellttl_dead_letters_total reason.
+	Err          error
+	Class, Field string
+}
+
+// Decide decodes msg with d and gives it its cells under cfg.
+func Decide(d *event.Decoder, cfg *tenants.Config, msg *ingest.Message, now time.Time) Decision {
+	rec := record(d.Mapping, msg)
+	ev, err := d.DecodeRecord(&rec)
+	if err != nil {
+		dec := Decision{Fate: Rejected, Event: ev, Err: err, Class: string(event.NotJSON)}
+		var evErr *event.Error
+		if errors.As(err, &evErr) {
+			dec.Field, dec.Class = evErr.Field, string(evErr.Class)
+		}
+		return dec
+	}
+	pol := cfg.Policy
+	ttl, listed := pol.Tenants[ev.Tenant]
+	dec := Decision{Event: ev, Listed: listed}
+	if !listed {
+		if cfg.Unlisted == tenants.UnlistedDeadLetter {
+			dec.Fate, dec.Class, dec.Field = UnlistedDeadLetter, reasonUnlisted, d.Mapping.TenantField()
+			dec.Err = fmt.Errorf("tenant %q is not listed in tenants.yaml, whose unlisted_tenants is dead-letter", ev.Tenant)
+			return dec
+		}
+		ttl = pol.DefaultTTL
+	}
+	dec.Cell = pol.CellTTL(ttl, ev.Base)
+	if expiry.Expired(dec.Cell.Expiry, now) {
+		dec.Fate = Expired
+		return dec
+	}
+	dec.Row = sink.Row{Key: rowkey.Key(ev.Tenant, ev.User, ev.ID, ev.Base.UnixMilli()), Timestamp: dec.Cell.Timestamp, Value: msg.Value, WrittenAt: pol.RecordRealTimestamp}
+	return dec
+}

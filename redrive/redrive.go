@@ -1,0 +1,406 @@
+// Package redrive sends dead letters through the worker's path again: each
+// letter is turned back into the record it came from (from its payload, or
+// from the input topic when the letter kept none), decided as the worker
+// decides (pipeline.Decide, under the tenants file in force now) and, when
+// it is now a valid event that has not expired, written with exactly the
+// cells the worker would have written. The cells are a pure function of
+// the original record, so a second redrive rewrites the same cells and adds
+// no version.
+package redrive
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
+
+	"github.com/cellttl/cellttl/event"
+	"github.com/cellttl/cellttl/ingest"
+	"github.com/cellttl/cellttl/pipeline"
+	"github.com/cellttl/cellttl/sink"
+	"github.com/cellttl/cellttl/tenants"
+)
+
+// Options say which letters to redrive and how.
+type Options struct {
+	Brokers  []string
+	Security ingest.Security
+	// Topics are the dead-letter topics to read (the base and its classes).
+	Topics []string
+	// Partition, when not negative, reads that partition only; From and To
+	// bound the offsets read (To exclusive, 0 for the end as it is when
+	// the run starts).
+	Partition int
+	From, To  int64
+	// Reasons keeps only letters of these reason classes (all when empty).
+	Reasons []string
+	// Apply writes; without it the run only says what it would do.
+	Apply bool
+	// Checkpoint, when set, is a file recording the next offset of each
+	// partition read: a run started again with the same file goes on
+	// where it stopped.
+	Checkpoint string
+	// MaxEventBytes bounds a record fetched from the input topic.
+	MaxEventBytes int
+	Now           func() time.Time
+}
+
+// Outcomes of a letter, the keys of Report.Outcomes.
+const (
+	Written       = "written"        // (or, dry, would be written)
+	StillRejected = "still_rejected" // the record is still not a valid event
+	Unlisted      = "unlisted"       // its tenant is still not listed (unlisted_tenants: dead-letter)
+	Expired       = "expired"        // it has expired since: nothing to write
+	SourceGone    = "source_gone"    // no payload, and the input topic no longer has the record
+	Undecodable   = "undecodable_batch"
+	Refused       = "bigtable_refused" // Bigtable refused the row again
+)
+
+// Report counts letters by their reason class and by outcome.
+type Report struct {
+	Letters  int64                       `json:"letters"`
+	ByReason map[string]map[string]int64 `json:"by_reason"`
+	Outcomes map[string]int64            `json:"outcomes"`
+	Applied  bool                        `json:"applied"`
+}
+
+func (r *Report) count(reason, outcome string) {
+	r.Letters++
+	if r.ByReason[reason] == nil {
+		r.ByReason[reason] = map[string]int64{}
+	}
+	r.ByReason[reason][outcome]++
+	r.Outcomes[outcome]++
+}
+
+// Run redrives the letters o names through decoder d under cfg, writing
+// to w when o.Apply.
+func Run(ctx context.Context, o Options, d *event.Decoder, cfg *tenants.Config, w *sink.Writer, log *slog.Logger) (*Report, error) {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	transport, err := o.Security.Transport()
+	if err != nil {
+		return nil, err
+	}
+	defer transport.CloseIdleConnections()
+	client := &kafka.Client{Addr: kafka.TCP(o.Brokers...), Transport: transport, Timeout: 30 * time.Second}
+	cp, err := loadCheckpoint(o.Checkpoint)
+	if err != nil {
+		return nil, err
+	}
+	rep := &Report{ByReason: map[string]map[string]int64{}, Outcomes: map[string]int64{}, Applied: o.Apply}
+	r := &run{o: o, d: d, cfg: cfg, w: w, log: log, client: client, rep: rep, cp: cp}
+	for _, topic := range o.Topics {
+		if err := r.topic(ctx, topic); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+type run struct {
+	o      Options
+	d      *event.Decoder
+	cfg    *tenants.Config
+	w      *sink.Writer
+	log    *slog.Logger
+	client *kafka.Client
+	rep    *Report
+	cp     map[string]int64
+}
+
+// batchRows bounds the rows written at once.
+const batchRows = 500
+
+func (r *run) topic(ctx context.Context, topic string) error {
+	offs, err := r.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: r.partitions(ctx, topic)}})
+	if err != nil {
+		return fmt.Errorf("offsets of %s: %w", topic, err)
+	}
+	parts := offs.Topics[topic]
+	slices.SortFunc(parts, func(a, b kafka.PartitionOffsets) int { return a.Partition - b.Partition })
+	for _, p := range parts {
+		if p.Error != nil {
+			return fmt.Errorf("offsets of %s/%d: %w", topic, p.Partition, p.Error)
+		}
+		if r.o.Partition >= 0 && p.Partition != r.o.Partition {
+			continue
+		}
+		from, to := max(p.FirstOffset, r.o.From), p.LastOffset
+		if r.o.To > 0 {
+			to = min(to, r.o.To)
+		}
+		key := topic + "/" + strconv.Itoa(p.Partition)
+		if next, ok := r.cp[key]; ok {
+			from = max(from, next)
+		}
+		if err := r.partition(ctx, topic, p.Partition, from, to, key); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// partitions lists topic's partitions for ListOffsets.
+func (r *run) partitions(ctx context.Context, topic string) []kafka.OffsetRequest {
+	md, err := r.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	var out []kafka.OffsetRequest
+	if err != nil {
+		return out
+	}
+	for _, t := range md.Topics {
+		for _, p := range t.Partitions {
+			out = append(out, kafka.FirstOffsetOf(p.ID), kafka.LastOffsetOf(p.ID))
+		}
+	}
+	return out
+}
+
+// partition redrives the letters of one partition in [from, to).
+func (r *run) partition(ctx context.Context, topic string, part int, from, to int64, cpKey string) error {
+	var rows []sink.Row
+	var rowReasons []string
+	flush := func(next int64) error {
+		if len(rows) > 0 && r.o.Apply {
+			res, err := r.w.Write(ctx, rows)
+			if err != nil {
+				return fmt.Errorf("write %d rows: %w", len(rows), err)
+			}
+			for i, e := range res {
+				outcome := Written
+				if e != nil {
+					outcome = Refused
+				}
+				r.rep.count(rowReasons[i], outcome)
+			}
+		} else {
+			for _, reason := range rowReasons {
+				r.rep.count(reason, Written)
+			}
+		}
+		rows, rowReasons = rows[:0], rowReasons[:0]
+		if !r.o.Apply {
+			return nil // a dry run moves no checkpoint: the real run must see every letter
+		}
+		r.cp[cpKey] = next
+		return saveCheckpoint(r.o.Checkpoint, r.cp)
+	}
+	for off := from; off < to; {
+		res, err := r.client.Fetch(ctx, &kafka.FetchRequest{Topic: topic, Partition: part, Offset: off, MaxBytes: 8 << 20, MaxWait: time.Second})
+		if err == nil {
+			err = res.Error
+		}
+		if err != nil {
+			return fmt.Errorf("read %s/%d at %d: %w", topic, part, off, err)
+		}
+		read := 0
+		for {
+			rec, err := res.Records.ReadRecord()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return fmt.Errorf("read %s/%d at %d: %w", topic, part, off, err)
+			}
+			if rec.Offset < off {
+				continue // the batch began before the offset asked for
+			}
+			if rec.Offset >= to {
+				break
+			}
+			read++
+			off = rec.Offset + 1
+			letter, err := message(rec)
+			if err != nil {
+				return fmt.Errorf("read %s/%d at %d: %w", topic, part, rec.Offset, err)
+			}
+			reason := letterClass(letter)
+			if len(r.o.Reasons) > 0 && !slices.Contains(r.o.Reasons, reason) {
+				continue
+			}
+			row, outcome, err := r.decide(ctx, letter)
+			if err != nil {
+				return err
+			}
+			if outcome != Written {
+				r.rep.count(reason, outcome)
+				continue
+			}
+			rows, rowReasons = append(rows, row), append(rowReasons, reason)
+			if len(rows) == batchRows {
+				if err := flush(off); err != nil {
+					return err
+				}
+			}
+		}
+		if read == 0 {
+			break // nothing more below to
+		}
+	}
+	return flush(to)
+}
+
+// decide turns a letter back into its record and decides it.
+func (r *run) decide(ctx context.Context, letter ingest.Message) (sink.Row, string, error) {
+	if header(letter, ingest.HeaderSourceOffsetLast) != "" {
+		return sink.Row{}, Undecodable, nil // a batch: its records are in the input topic, as they were
+	}
+	src, ok, err := r.original(ctx, letter)
+	if err != nil || !ok {
+		return sink.Row{}, SourceGone, err
+	}
+	dec := pipeline.Decide(r.d, r.cfg, &src, r.o.Now())
+	switch dec.Fate {
+	case pipeline.Write:
+		return dec.Row, Written, nil
+	case pipeline.Expired:
+		return sink.Row{}, Expired, nil
+	case pipeline.UnlistedDeadLetter:
+		return sink.Row{}, Unlisted, nil
+	}
+	return sink.Row{}, StillRejected, nil
+}
+
+// original is the record a letter stands for: its payload with the
+// original headers (ours, cellttl.*, left out) and timestamp, or, when it
+// kept none or only part of it, the record read again from the input
+// topic. ok is false when that is gone.
+func (r *run) original(ctx context.Context, letter ingest.Message) (ingest.Message, bool, error) {
+	topic := header(letter, ingest.HeaderSourceTopic)
+	part, perr := strconv.Atoi(header(letter, ingest.HeaderSourcePartition))
+	off, oerr := strconv.ParseInt(header(letter, ingest.HeaderSourceOffset), 10, 64)
+	if topic == "" || perr != nil || oerr != nil {
+		return ingest.Message{}, false, nil // not a letter of cellttl's
+	}
+	if header(letter, ingest.HeaderTruncated) != "true" {
+		m := ingest.Message{Topic: topic, Partition: part, Offset: off, Key: letter.Key, Value: letter.Value}
+		if ts := header(letter, ingest.HeaderSourceTimestamp); ts != "" {
+			t, err := time.Parse(time.RFC3339Nano, ts)
+			if err != nil {
+				return ingest.Message{}, false, fmt.Errorf("letter of %s/%d at %d: %s %q: %w", topic, part, off, ingest.HeaderSourceTimestamp, ts, err)
+			}
+			m.Time = t
+		}
+		for _, h := range letter.Headers {
+			if !strings.HasPrefix(h.Key, "cellttl.") {
+				m.Headers = append(m.Headers, h)
+			}
+		}
+		return m, true, nil
+	}
+	res, err := r.client.Fetch(ctx, &kafka.FetchRequest{Topic: topic, Partition: part, Offset: off, MaxBytes: int64(r.o.MaxEventBytes) + 1<<20, MaxWait: time.Second})
+	if err == nil {
+		err = res.Error
+	}
+	switch {
+	case errors.Is(err, kafka.OffsetOutOfRange):
+		return ingest.Message{}, false, nil
+	case err != nil:
+		return ingest.Message{}, false, fmt.Errorf("read the source of a letter, %s/%d at %d: %w", topic, part, off, err)
+	}
+	for {
+		rec, err := res.Records.ReadRecord()
+		if errors.Is(err, io.EOF) {
+			return ingest.Message{}, false, nil
+		}
+		if err != nil {
+			return ingest.Message{}, false, fmt.Errorf("read the source of a letter, %s/%d at %d: %w", topic, part, off, err)
+		}
+		if rec.Offset == off {
+			m, err := message(rec)
+			m.Topic, m.Partition = topic, part
+			return m, err == nil, err
+		}
+	}
+}
+
+// message copies a record out of a fetch response.
+func message(rec *kafka.Record) (ingest.Message, error) {
+	m := ingest.Message{Offset: rec.Offset, Time: rec.Time}
+	var err error
+	if rec.Key != nil {
+		if m.Key, err = protocol.ReadAll(rec.Key); err != nil {
+			return m, err
+		}
+	}
+	if rec.Value != nil {
+		if m.Value, err = protocol.ReadAll(rec.Value); err != nil {
+			return m, err
+		}
+	}
+	for _, h := range rec.Headers {
+		m.Headers = append(m.Headers, ingest.Header{Key: h.Key, Value: h.Value})
+	}
+	return m, nil
+}
+
+// letterClass is a letter's reason class: its own header, or the reason
+// of a letter without payload (which is the class), else "unknown".
+func letterClass(m ingest.Message) string {
+	if c := header(m, ingest.HeaderReasonClass); c != "" {
+		return c
+	}
+	if header(m, ingest.HeaderPayload) == "omitted" || header(m, ingest.HeaderSourceOffsetLast) != "" {
+		return header(m, ingest.HeaderReason)
+	}
+	return "unknown"
+}
+
+func header(m ingest.Message, key string) string {
+	for _, h := range m.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+// loadCheckpoint reads the next offset of each partition done so far.
+func loadCheckpoint(path string) (map[string]int64, error) {
+	cp := map[string]int64{}
+	if path == "" {
+		return cp, nil
+	}
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return cp, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read checkpoint: %w", err)
+	}
+	if err := json.Unmarshal(data, &cp); err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	return cp, nil
+}
+
+// saveCheckpoint writes cp atomically (a new file renamed over the old).
+func saveCheckpoint(path string, cp map[string]int64) error {
+	if path == "" {
+		return nil
+	}
+	data, err := json.Marshal(maps.Clone(cp))
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return fmt.Errorf("write checkpoint: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write checkpoint: %w", err)
+	}
+	return nil
+}
