@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -27,13 +28,15 @@ const (
 
 // checkReport is the JSON form of worker check's findings.
 type checkReport struct {
-	File     string      `json:"file"`
-	Valid    bool        `json:"valid"`
-	Errors   []string    `json:"errors,omitempty"`
-	Version  string      `json:"version,omitempty"`
-	Strategy string      `json:"strategy,omitempty"`
-	Default  string      `json:"default_ttl,omitempty"`
-	Tenants  int         `json:"tenants"`
+	File     string   `json:"file"`
+	Valid    bool     `json:"valid"`
+	Errors   []string `json:"errors,omitempty"`
+	Version  string   `json:"version,omitempty"`
+	Strategy string   `json:"strategy,omitempty"`
+	Default  string   `json:"default_ttl,omitempty"`
+	Tenants  int      `json:"tenants"`
+	// Unlisted is the unlisted_tenants policy.
+	Unlisted string      `json:"unlisted_tenants,omitempty"`
 	Table    *tableCheck `json:"table,omitempty"`
 	// TableNote says why the table was not read, when it was not.
 	TableNote string      `json:"table_note,omitempty"`
@@ -86,6 +89,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	default:
 		rep.Valid, rep.Version = true, cfg.Version
 		rep.Strategy, rep.Default, rep.Tenants = cfg.Policy.Strategy.String(), duration.Format(cfg.Policy.DefaultTTL), len(cfg.Policy.Tenants)
+		rep.Unlisted = string(cfg.Unlisted)
 		if against != "" {
 			old, err := tenants.Load(against)
 			if err != nil {
@@ -153,6 +157,20 @@ func compare(path string, old, cfg *tenants.Config) *comparison {
 	if len(c.Tenants) > 0 {
 		c.Notes = append(c.Notes, "per-tenant edits apply to events processed after the reload; cells already written keep the expiry they were written with")
 	}
+	if cfg.Unlisted == tenants.UnlistedDeadLetter {
+		var removed []string
+		for _, ch := range c.Tenants {
+			if ch.Kind() == "removed" {
+				removed = append(removed, ch.Tenant)
+			}
+		}
+		if len(removed) > 0 {
+			c.Notes = append(c.Notes, fmt.Sprintf("unlisted_tenants is dead-letter: the events of the tenants removed (%s) are dead-lettered after the reload, not written with the default", strings.Join(removed, ", ")))
+		}
+	}
+	if old.Unlisted != cfg.Unlisted {
+		c.Notes = append(c.Notes, fmt.Sprintf("unlisted_tenants %s → %s applies to events processed after the reload", cmp.Or(old.Unlisted, tenants.UnlistedDefaultTTL), cmp.Or(cfg.Unlisted, tenants.UnlistedDefaultTTL)))
+	}
 	if old.Policy.RecordRealTimestamp != cfg.Policy.RecordRealTimestamp {
 		c.Notes = append(c.Notes, fmt.Sprintf("record_real_timestamp %t → %t applies to events processed after the reload", old.Policy.RecordRealTimestamp, cfg.Policy.RecordRealTimestamp))
 	}
@@ -182,6 +200,11 @@ func printCheck(w io.Writer, rep *checkReport) {
 		return
 	}
 	fmt.Fprintf(w, "%s is valid (version %s): strategy %s, default_ttl %s, %d tenants listed.\n", rep.File, rep.Version, rep.Strategy, rep.Default, rep.Tenants)
+	if rep.Unlisted == string(tenants.UnlistedDeadLetter) {
+		fmt.Fprintf(w, "Events of tenants it does not list are dead-lettered (unlisted_tenants: dead-letter, reason unlisted_tenant).\n")
+	} else {
+		fmt.Fprintf(w, "Events of tenants it does not list live default_ttl, %s (unlisted_tenants: default_ttl).\n", rep.Default)
+	}
 	if rep.TableNote != "" {
 		fmt.Fprintf(w, "\nTable: %s.\n", rep.TableNote)
 	}
