@@ -48,7 +48,7 @@ func (c *Config) RegisterFlags(f *envflag.FlagSet) {
 	f.String(&c.DeadLetter, "dlq-topic", "KAFKA_DLQ_TOPIC", c.DeadLetter, "dead-letter topic (default <topic>.dlq)")
 	f.Duration(&c.DeadLetterRetention, "dlq-retention", "DLQ_RETENTION", c.DeadLetterRetention, "retention.ms the dead-letter topic is created with; a letter keeps its payload only where it is gone before its event expires")
 	f.Value(&c.DeadLetterClasses, "dlq-classes", "DLQ_CLASSES", "retention classes, e.g. 1h,1d,7d: topics <dlq-topic>.<class> created with that retention, so that letters of short TTLs keep their payload too")
-	f.Bool(&c.AcceptUnbounded, "dlq-accept-unbounded", "", false, "use a dead-letter topic that keeps records forever (retention.ms -1, cleanup.policy compact) for letters without payload, instead of refusing it")
+	f.Bool(&c.AcceptUnbounded, "dlq-accept-unbounded", "", false, "use a dead-letter topic that keeps records forever (retention.ms -1) for letters without payload, instead of refusing it (a compacted topic is refused all the same: it refuses letters without a key)")
 	f.Duration(&c.DeadLetterCheck, "dlq-check-interval", "DLQ_CHECK_INTERVAL", c.DeadLetterCheck, "how often the dead-letter topics' retention settings, and the input topic's timestamp settings, are read again (a topic changed to keep records forever is refused within this)")
 	f.Duration(&c.CommitInterval, "commit-interval", "COMMIT_INTERVAL", c.CommitInterval, "how often settled offsets are committed")
 	f.Duration(&c.SessionTimeout, "session-timeout", "KAFKA_SESSION_TIMEOUT", c.SessionTimeout, "how long the group waits for a silent member before reassigning its partitions (the broker allows 6s..5m by default)")

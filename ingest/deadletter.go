@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -272,8 +273,24 @@ func (d *DeadLetterWriter) check(ctx context.Context) ([]TopicRetention, error) 
 		d.log.Warn("could not read every dead-letter topic's settings; a topic keeps its last reading, and one never read gets letters without their payload", "err", describeErr)
 	}
 	for i := range rs {
-		if rs[i].Policy == "" {
-			keepReading(&rs[i], prev)
+		r := &rs[i]
+		if r.Policy == "" {
+			keepReading(r, prev)
+		}
+		if r.Policy == "" && r.Problem == nil {
+			// Never read: letters go there without payload, and that is
+			// said, not left to a warning.
+			r.Problem = &ProduceError{Err: fmt.Errorf("the settings of dead-letter topic %s could not be read: its letters keep no payload", r.Topic),
+				Fix: fmt.Sprintf("grant this worker's principal DESCRIBE_CONFIGS on topic %s", r.Topic)}
+		}
+		for _, p := range prev {
+			if p.Topic == r.Topic && p.Keeps > 0 && r.Keeps > p.Keeps {
+				// Kafka applies the new settings to the records already
+				// there: letters placed for the old keep now outlive it.
+				d.log.Error("a dead-letter topic now keeps records longer than when letters were placed there with their payload: they outlive their events by up to the difference",
+					"topic", r.Topic, "keeps_up_to", duration.Format(r.Keeps), "was", duration.Format(p.Keeps),
+					"fix", "set retention.ms and segment.ms back, or delete the records placed before the change (kafka-delete-records.sh)")
+			}
 		}
 	}
 	limit := int64(0)
@@ -285,10 +302,12 @@ func (d *DeadLetterWriter) check(ctx context.Context) ([]TopicRetention, error) 
 		if r.MaxMessageBytes > recordBatchOverhead && (limit == 0 || r.MaxMessageBytes < limit) {
 			limit = r.MaxMessageBytes
 		}
-		if why := r.unbounded(); why != "" && !d.topics.AcceptUnbounded {
+		// A compacted topic refuses letters without a key: accepting it
+		// would only wedge their partitions.
+		if why := r.unbounded(); why != "" && (!d.topics.AcceptUnbounded || strings.Contains(r.Policy, "compact")) {
 			r.refused = true
 			r.Problem = &ProduceError{Err: fmt.Errorf("dead-letter topic %s: %s, past every tenant's TTL", r.Topic, why),
-				Fix:       fmt.Sprintf("kafka-configs.sh --alter --entity-type topics --entity-name %s --add-config cleanup.policy=delete,retention.ms=%d; or accept it with --dlq-accept-unbounded (it then gets letters without their payload)", r.Topic, create[r.Topic].Milliseconds()),
+				Fix:       fmt.Sprintf("kafka-configs.sh --alter --entity-type topics --entity-name %s --add-config cleanup.policy=delete,retention.ms=%d; or, for retention.ms=-1 only, accept it with --dlq-accept-unbounded (it then gets letters without their payload)", r.Topic, create[r.Topic].Milliseconds()),
 				Permanent: true}
 			continue
 		}
@@ -459,6 +478,10 @@ type ProduceError struct {
 	Err       error
 	Permanent bool
 	Fix       string
+	// Delivered, when not nil, says which of the letters given to Write
+	// were produced all the same (the others' topics or partitions
+	// failed).
+	Delivered []bool
 }
 
 func (e *ProduceError) Error() string {
@@ -498,7 +521,10 @@ func (d *DeadLetterWriter) Write(ctx context.Context, dls []DeadLetter) error {
 		}
 		var truncated bool
 		msgs[i], truncated = deadLetterMessage(dl, limit-recordBatchOverhead, payload)
-		msgs[i].Topic = topic
+		// Stamped with the clock that placed it (kafka-go would stamp each
+		// attempt anew, up to its retries later): the topic's keep counts
+		// from this time.
+		msgs[i].Topic, msgs[i].Time = topic, now
 		if truncated {
 			cut[topic]++
 		}
@@ -520,6 +546,15 @@ func (d *DeadLetterWriter) Write(ctx context.Context, dls []DeadLetter) error {
 	}
 	pe := d.classify(ctx, err, to)
 	pe.Err = fmt.Errorf("produce %d messages to dead-letter topics %s: %w", len(msgs), strings.Join(to, ", "), err)
+	// kafka-go writes each topic and partition on its own: say which
+	// letters went through, so that a retry does not produce them again.
+	var perMessage kafka.WriteErrors
+	if errors.As(err, &perMessage) && len(perMessage) == len(msgs) {
+		pe.Delivered = make([]bool, len(msgs))
+		for i, e := range perMessage {
+			pe.Delivered[i] = e == nil
+		}
+	}
 	d.produced(pe)
 	return pe
 }

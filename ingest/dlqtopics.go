@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,8 +46,8 @@ type DeadLetterTopics struct {
 	// short-lived letters keep their payload in a short-lived topic.
 	Classes []time.Duration
 	// AcceptUnbounded takes a topic that keeps records forever
-	// (retention.ms -1, or cleanup.policy without delete) instead of
-	// refusing it; it then gets payload-free letters only.
+	// (retention.ms -1) instead of refusing it; it then gets payload-free
+	// letters only. A compacted topic is refused all the same.
 	AcceptUnbounded bool
 }
 
@@ -106,8 +107,10 @@ type TopicRetention struct {
 	Keeps time.Duration
 	// Writable is "yes", or "unknown" when the broker does not say.
 	Writable string
-	// RetentionCheck is the broker's log.retention.check.interval.ms.
-	RetentionCheck time.Duration
+	// RetentionCheck is the broker's log.retention.check.interval.ms, or
+	// Kafka's default when it could not be read (RetentionCheckAssumed).
+	RetentionCheck        time.Duration
+	RetentionCheckAssumed bool
 	// Problem is why the topic takes no dead letters, nil when it does;
 	// refused, that it keeps records forever and is not to be written.
 	Problem error `json:"-"`
@@ -119,6 +122,11 @@ func (r TopicRetention) unbounded() string {
 	switch {
 	case !slices.Contains(strings.Split(r.Policy, ","), "delete"):
 		return fmt.Sprintf("cleanup.policy=%s never deletes by age", r.Policy)
+	case slices.Contains(strings.Split(r.Policy, ","), "compact"):
+		// The cleaner merges old segments, whose newest record then holds
+		// the older ones past retention.ms + segment.ms; and a compacted
+		// topic refuses records without a key (letters without payload).
+		return fmt.Sprintf("cleanup.policy=%s compacts: merged segments keep records past retention.ms, and letters without a key are refused", r.Policy)
 	case r.Retention < 0:
 		return "retention.ms=-1 keeps records forever"
 	}
@@ -167,9 +175,10 @@ func describeTopics(ctx context.Context, client *kafka.Client, rs []TopicRetenti
 				r.Policy = strings.ReplaceAll(e.ConfigValue, " ", "")
 			case perr != nil:
 			case e.ConfigName == "retention.ms":
-				r.Retention = time.Duration(n) * time.Millisecond
+				r.Retention, _ = msDuration(e.ConfigValue) // -1: forever, past a Duration too
 			case e.ConfigName == "segment.ms":
-				r.Segment = time.Duration(n) * time.Millisecond
+				r.Segment, _ = msDuration(e.ConfigValue)
+				r.Segment = max(r.Segment, 0) // unreadable: no keep
 			case e.ConfigName == "max.message.bytes":
 				r.MaxMessageBytes = n
 			}
@@ -183,8 +192,8 @@ func describeTopics(ctx context.Context, client *kafka.Client, rs []TopicRetenti
 	}
 	for i := range rs {
 		r := &rs[i]
-		r.Keeps, r.RetentionCheck = 0, check
-		if r.Policy != "" && r.Segment > 0 && r.Retention > 0 && r.unbounded() == "" {
+		r.Keeps, r.RetentionCheck, r.RetentionCheckAssumed = 0, check, !checkKnown
+		if r.Policy != "" && r.Segment > 0 && r.Retention > 0 && r.unbounded() == "" && r.Retention < math.MaxInt64/4 && r.Segment < math.MaxInt64/4 {
 			r.Keeps = r.Retention + r.Segment + check
 		}
 	}

@@ -80,7 +80,7 @@ func TestUnbounded(t *testing.T) {
 		want bool
 	}{
 		{TopicRetention{Policy: "delete", Retention: time.Hour}, false},
-		{TopicRetention{Policy: "compact,delete", Retention: time.Hour}, false},
+		{TopicRetention{Policy: "compact,delete", Retention: time.Hour}, true}, // merged segments, keyless letters refused
 		{TopicRetention{Policy: "compact", Retention: time.Hour}, true},
 		{TopicRetention{Policy: "delete", Retention: -time.Millisecond}, true},
 	} {

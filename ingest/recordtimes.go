@@ -21,7 +21,8 @@ import (
 // clamped to it): a producer that may stamp ten years ahead buys its data
 // ten years. Kafka bounds it per topic with message.timestamp.after.max.ms
 // (3.6 and later; before, message.timestamp.difference.max.ms bounds both
-// ways), unless the broker stamps records itself (LogAppendTime).
+// ways). LogAppendTime does not help the worker: the broker stamps each
+// batch's newest time, and the worker reads each record's own.
 type RecordTimes struct {
 	Topic string `json:"topic"`
 	// Type is message.timestamp.type: CreateTime or LogAppendTime.
@@ -78,20 +79,30 @@ func readRecordTimes(ctx context.Context, client *kafka.Client, topic string, sk
 	if rt.Type == "" {
 		return rt, fmt.Errorf("timestamp settings of %s: message.timestamp.type not in the answer", topic)
 	}
-	rt.Setting, err = "message.timestamp.after.max.ms", nil
+	// after.max.ms (3.6 and later) bounds the future alone; when it is
+	// unbounded, difference.max.ms (deprecated, still enforced) may bound
+	// both ways.
+	rt.Setting = "message.timestamp.after.max.ms"
 	if after != "" {
-		rt.AheadMax, err = msDuration(after)
-	} else if difference != "" {
-		rt.Setting = "message.timestamp.difference.max.ms"
-		rt.AheadMax, err = msDuration(difference)
+		if rt.AheadMax, err = msDuration(after); err != nil {
+			return rt, fmt.Errorf("timestamp settings of %s: %s: %w", topic, rt.Setting, err)
+		}
 	}
-	if err != nil {
-		return rt, fmt.Errorf("timestamp settings of %s: %s: %w", topic, rt.Setting, err)
+	if rt.AheadMax < 0 && difference != "" {
+		d, err := msDuration(difference)
+		if err != nil {
+			return rt, fmt.Errorf("timestamp settings of %s: message.timestamp.difference.max.ms: %w", topic, err)
+		}
+		if d >= 0 {
+			rt.AheadMax, rt.Setting = d, "message.timestamp.difference.max.ms"
+		}
 	}
 	switch {
-	case rt.Type == "LogAppendTime":
-		rt.Bounded, rt.Setting = true, "message.timestamp.type"
-		rt.Summary = "the broker stamps records (LogAppendTime): producers cannot buy retention with the record timestamp"
+	case rt.Type == "LogAppendTime" && (rt.AheadMax < 0 || rt.AheadMax > skew):
+		// The broker stamps each batch's max timestamp only; the worker
+		// (like kafka-go before it) reads each record's own, which stays
+		// the producer's: LogAppendTime bounds nothing for the worker.
+		rt.Summary = fmt.Sprintf("the topic is LogAppendTime, but the worker reads each record's own timestamp, which stays the producer's, and %s does not bound it", rt.Setting)
 	case rt.AheadMax < 0:
 		rt.Summary = fmt.Sprintf("producers may stamp records any time ahead (%s unbounded): an event without its own time, or clamped to the record's, lives as long past now as its producer says", rt.Setting)
 	case rt.AheadMax <= skew:
@@ -146,7 +157,7 @@ func (w *RecordTimeWatch) Check(ctx context.Context) (RecordTimes, error) {
 		w.log.Info("record timestamps", "topic", w.topic, "bounded", true, "summary", rt.Summary)
 	case rt.Summary != before.Summary:
 		w.log.Warn("record timestamps", "topic", w.topic, "bounded", false, "summary", rt.Summary,
-			"fix", fmt.Sprintf("kafka-configs.sh --alter --entity-type topics --entity-name %s --add-config message.timestamp.after.max.ms=%d (or message.timestamp.type=LogAppendTime)", w.topic, w.skew.Milliseconds()))
+			"fix", fmt.Sprintf("kafka-configs.sh --alter --entity-type topics --entity-name %s --add-config message.timestamp.after.max.ms=%d", w.topic, w.skew.Milliseconds()))
 	}
 	return rt, err
 }

@@ -152,7 +152,7 @@ func (p *Pipeline) write(ctx context.Context, b *batch, dead chan<- deadItem) {
 	for i := 0; refused > 0; i++ {
 		if rerr := results[i]; rerr != nil {
 			it := &b.items[i]
-			dead <- deadItem{dl: ingest.DeadLetter{Msg: it.msg, Reason: rerr.Error(), Class: reasonBigtableRefused, Tenant: it.id, ExpiresAt: it.expires, KeepUntil: it.expires},
+			dead <- deadItem{dl: ingest.DeadLetter{Msg: it.msg, Reason: rerr.Error(), Class: reasonBigtableRefused, Tenant: it.id, ExpiresAt: it.expires, KeepUntil: it.keep},
 				ack: it.ack, tenant: it.tenant, reason: reasonBigtableRefused}
 			refused--
 		}

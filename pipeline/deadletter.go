@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -66,10 +67,26 @@ func (p *Pipeline) produceDeadLetters(ctx context.Context, items []deadItem) boo
 		dls[i] = d.dl
 	}
 	err := p.dlqLoop.Do(ctx, func(ctx context.Context) error {
-		if err := p.dlq.Write(ctx, dls); err != nil {
-			return fmt.Errorf("produce %d dead letters: %w", len(dls), err)
+		err := p.dlq.Write(ctx, dls)
+		if err == nil {
+			return nil
 		}
-		return nil
+		// Letters produced in a write that failed elsewhere are not sent
+		// again: only those still missing are retried.
+		var pe *ingest.ProduceError
+		if errors.As(err, &pe) && len(pe.Delivered) == len(dls) {
+			left := dls[:0]
+			for i, dl := range dls {
+				if !pe.Delivered[i] {
+					left = append(left, dl)
+				}
+			}
+			dls = left
+			if len(dls) == 0 {
+				return nil
+			}
+		}
+		return fmt.Errorf("produce %d dead letters: %w", len(dls), err)
 	})
 	if err != nil {
 		p.log.Error("dead letters abandoned at the drain deadline; their events will be redelivered", "messages", len(dls), "err", err)

@@ -97,10 +97,11 @@ type item struct {
 	ack    ingest.Ack
 	msg    ingest.Message
 	tenant *TenantStats
-	// id and expires are the event's tenant and when its cells expire,
-	// for a dead letter should Bigtable refuse the row.
-	id      string
-	expires time.Time
+	// id (when listed), expires (when its cells expire) and keep (how
+	// long its payload may live) are for a dead letter, should Bigtable
+	// refuse the row.
+	id            string
+	expires, keep time.Time
 }
 
 // batch is rows on their way to Bigtable, and their messages.
@@ -276,14 +277,16 @@ func (p *Pipeline) route(f *ingest.Fetched, now time.Time, cfg *tenants.Config, 
 	case Rejected:
 		ts := p.stats.Tenant(ev.Tenant)
 		ts.Consumed.Add(1)
-		// No tenant to take a TTL from: the payload may live the bound for
+		// No tenant to take a TTL from (the tenant field of an invalid event
+		// is not to be trusted, and may be missing): the payload may live
+		// no longer than the shortest TTL of the file and the bound for
 		// unlisted tenants, from the record's time (never later than now).
 		from := now
 		if !msg.Time.IsZero() && msg.Time.Before(now) {
 			from = msg.Time
 		}
 		p.deadLetter(b, dead, deadItem{dl: ingest.DeadLetter{Msg: *msg, Reason: dec.Err.Error(), Field: dec.Field, Cut: f.Cut, Undecodable: f.Undecodable,
-			Class: dec.Class, KeepUntil: from.Add(p.unlistedTTL(cfg))}, ack: f.Ack, tenant: ts, reason: dec.Class})
+			Class: dec.Class, KeepUntil: from.Add(p.untrustedTTL(cfg))}, ack: f.Ack, tenant: ts, reason: dec.Class})
 		return
 	case UnlistedDeadLetter:
 		p.stats.Unlisted(ev.Tenant)
@@ -306,7 +309,13 @@ func (p *Pipeline) route(f *ingest.Fetched, now time.Time, cfg *tenants.Config, 
 		p.src.Done(f.Ack)
 		return
 	}
-	b.add(cfg.Version, dec.Row, item{ack: f.Ack, msg: *msg, tenant: ts, id: ev.Tenant, expires: dec.Cell.Expiry})
+	it := item{ack: f.Ack, msg: *msg, tenant: ts, expires: dec.Cell.Expiry, keep: dec.Cell.Expiry}
+	if dec.Listed {
+		it.id = ev.Tenant
+	} else if bound := ev.Base.Add(p.unlistedTTL(cfg)); bound.Before(it.keep) {
+		it.keep = bound // an unlisted tenant's letter keeps its payload the unlisted bound
+	}
+	b.add(cfg.Version, dec.Row, it)
 }
 
 // deadLetter hands d to the dead-letter loop.
@@ -322,8 +331,17 @@ func (p *Pipeline) deadLetter(b *batcher, dead chan<- deadItem, d deadItem) {
 	}
 }
 
-// unlistedTTL is how long a dead letter without a listed tenant may keep
-// its payload: --dlq-unlisted-retention, else default_ttl.
+// untrustedTTL is how long the letter of an invalid event may keep its
+// payload: its tenant cannot be trusted, so no longer than any tenant's.
+func (p *Pipeline) untrustedTTL(cfg *tenants.Config) time.Duration {
+	if cfg.ShortestTTL > 0 {
+		return min(p.unlistedTTL(cfg), cfg.ShortestTTL)
+	}
+	return p.unlistedTTL(cfg)
+}
+
+// unlistedTTL is how long a dead letter of an unlisted tenant may keep its
+// payload: --dlq-unlisted-retention, else default_ttl.
 func (p *Pipeline) unlistedTTL(cfg *tenants.Config) time.Duration {
 	if p.cfg.UnlistedDeadLetterTTL > 0 {
 		return p.cfg.UnlistedDeadLetterTTL

@@ -148,6 +148,49 @@ func (d *fakeDLQ) Write(_ context.Context, dls []ingest.DeadLetter) error {
 	return nil
 }
 
+// partialDLQ delivers the first letter of each write and fails the rest,
+// once, as kafka-go does when one of the topics or partitions fails.
+type partialDLQ struct {
+	fakeDLQ
+	failed bool
+}
+
+func (d *partialDLQ) Write(_ context.Context, dls []ingest.DeadLetter) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.failed || len(dls) < 2 {
+		d.got = append(d.got, dls...)
+		return nil
+	}
+	d.failed = true
+	d.got = append(d.got, dls[0])
+	delivered := make([]bool, len(dls))
+	delivered[0] = true
+	return &ingest.ProduceError{Err: errors.New("one partition has no leader"), Delivered: delivered}
+}
+
+// Regression (review): a write of letters to several topics that failed
+// for one of them was retried whole, producing the delivered letters again
+// on every attempt; now only the missing ones are retried.
+func TestPartlyDeliveredLettersAreNotSentAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		src, w, dlq := newSource("a", "b", "c"), &fakeWriter{}, &partialDLQ{}
+		src.perPoll = 3
+		stop, _ := start(t, DefaultConfig(), src, w, dlq, func() *tenants.Config { return testConfig(t) })
+		time.Sleep(5 * time.Second)
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		seen := map[int64]int{}
+		for _, dl := range dlq.got {
+			seen[dl.Msg.Offset]++
+		}
+		if len(dlq.got) != 3 || seen[0] != 1 || seen[1] != 1 || seen[2] != 1 || src.committed() != 3 {
+			t.Errorf("letters produced per offset %v (%d in all), committed %d; want each once, 3", seen, len(dlq.got), src.committed())
+		}
+	})
+}
+
 func (d *fakeDLQ) setFailing(f bool) {
 	d.mu.Lock()
 	d.failing = f
@@ -299,6 +342,52 @@ func TestDeadLetterBounds(t *testing.T) {
 		}
 		if bad.Tenant != "" || !bad.ExpiresAt.IsZero() || !bad.KeepUntil.Equal(bad.Msg.Time.Add(10*time.Minute)) || bad.Class != "not_json" {
 			t.Errorf("malformed event's letter: tenant %q, expires %s, keep until %s, class %q", bad.Tenant, bad.ExpiresAt, bad.KeepUntil, bad.Class)
+		}
+	})
+}
+
+// Regression (review): an invalid event of a listed tenant carries no
+// trusted tenant, and its letter kept its payload default_ttl (2d) while
+// acme's TTL is 1h: now no longer than the shortest TTL of the file. A
+// refused row of an unlisted tenant keeps it the unlisted bound, and names
+// no tenant.
+func TestDeadLetterOfAnInvalidEventKeepsNoLongerThanAnyTenant(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		src := newSource(`{"event_id":"e#1","tenant_id":"acme","user_id":"alice"}`, `{"event_id":"e-2","tenant_id":"zed"}`)
+		w, dlq := &fakeWriter{refuse: "#e-2"}, &fakeDLQ{}
+		cfg := DefaultConfig()
+		cfg.UnlistedDeadLetterTTL = 30 * time.Minute
+		stop, _ := start(t, cfg, src, w, dlq, func() *tenants.Config { return testConfig(t) }) // default_ttl 2d, acme 1h
+		time.Sleep(time.Second)
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		if len(dlq.got) != 2 {
+			t.Fatalf("dead letters %+v", dlq.got)
+		}
+		for _, dl := range dlq.got {
+			switch dl.Msg.Offset {
+			case 0:
+				if bound := dl.Msg.Time.Add(30 * time.Minute); dl.KeepUntil.After(bound) || dl.Tenant != "" {
+					t.Errorf("invalid acme event: keep until %s (%s after the record), tenant %q; want at most 30m", dl.KeepUntil, dl.KeepUntil.Sub(dl.Msg.Time), dl.Tenant)
+				}
+			case 1:
+				if bound := dl.Msg.Time.Add(30 * time.Minute); dl.KeepUntil.After(bound) || dl.Tenant != "" || dl.ExpiresAt.IsZero() {
+					t.Errorf("unlisted tenant's refused row: keep until %s, tenant %q, expires %s", dl.KeepUntil, dl.Tenant, dl.ExpiresAt)
+				}
+			}
+		}
+	})
+	// Without --dlq-unlisted-retention, the shortest TTL (acme's 1h) bounds it.
+	synctest.Test(t, func(t *testing.T) {
+		src, w, dlq := newSource(`{"event_id":"e#1","tenant_id":"acme"}`), &fakeWriter{}, &fakeDLQ{}
+		stop, _ := start(t, DefaultConfig(), src, w, dlq, func() *tenants.Config { return testConfig(t) })
+		time.Sleep(time.Second)
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		if len(dlq.got) != 1 || dlq.got[0].KeepUntil.After(dlq.got[0].Msg.Time.Add(time.Hour)) {
+			t.Errorf("dead letters %+v: want one kept at most acme's 1h", dlq.got)
 		}
 	})
 }

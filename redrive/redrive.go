@@ -10,6 +10,8 @@ package redrive
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -125,13 +127,17 @@ type run struct {
 const batchRows = 500
 
 func (r *run) topic(ctx context.Context, topic string) error {
-	offs, err := r.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: r.partitions(ctx, topic)}})
+	parts, err := r.partitions(ctx, topic)
+	if err != nil {
+		return err
+	}
+	offs, err := r.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: parts}})
 	if err != nil {
 		return fmt.Errorf("offsets of %s: %w", topic, err)
 	}
-	parts := offs.Topics[topic]
-	slices.SortFunc(parts, func(a, b kafka.PartitionOffsets) int { return a.Partition - b.Partition })
-	for _, p := range parts {
+	byPart := offs.Topics[topic]
+	slices.SortFunc(byPart, func(a, b kafka.PartitionOffsets) int { return a.Partition - b.Partition })
+	for _, p := range byPart {
 		if p.Error != nil {
 			return fmt.Errorf("offsets of %s/%d: %w", topic, p.Partition, p.Error)
 		}
@@ -153,19 +159,30 @@ func (r *run) topic(ctx context.Context, topic string) error {
 	return nil
 }
 
-// partitions lists topic's partitions for ListOffsets.
-func (r *run) partitions(ctx context.Context, topic string) []kafka.OffsetRequest {
+// partitions lists topic's partitions for ListOffsets; a topic that does
+// not exist is an error (a mistyped --from-topic must not read as "no
+// letters").
+func (r *run) partitions(ctx context.Context, topic string) ([]kafka.OffsetRequest, error) {
 	md, err := r.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
-	var out []kafka.OffsetRequest
 	if err != nil {
-		return out
+		return nil, fmt.Errorf("metadata of %s: %w", topic, err)
 	}
+	var out []kafka.OffsetRequest
 	for _, t := range md.Topics {
+		if t.Name != topic {
+			continue
+		}
+		if t.Error != nil {
+			return nil, fmt.Errorf("dead-letter topic %s: %w", topic, t.Error)
+		}
 		for _, p := range t.Partitions {
 			out = append(out, kafka.FirstOffsetOf(p.ID), kafka.LastOffsetOf(p.ID))
 		}
 	}
-	return out
+	if len(out) == 0 {
+		return nil, fmt.Errorf("dead-letter topic %s: not found", topic)
+	}
+	return out, nil
 }
 
 // partition redrives the letters of one partition in [from, to).
@@ -246,7 +263,7 @@ func (r *run) partition(ctx context.Context, topic string, part int, from, to in
 			}
 		}
 		if read == 0 {
-			break // nothing more below to
+			return flush(off) // nothing more below to, as far as the log says now
 		}
 	}
 	return flush(to)
@@ -289,7 +306,7 @@ func (r *run) original(ctx context.Context, letter ingest.Message) (ingest.Messa
 		if ts := header(letter, ingest.HeaderSourceTimestamp); ts != "" {
 			t, err := time.Parse(time.RFC3339Nano, ts)
 			if err != nil {
-				return ingest.Message{}, false, fmt.Errorf("letter of %s/%d at %d: %s %q: %w", topic, part, off, ingest.HeaderSourceTimestamp, ts, err)
+				return ingest.Message{}, false, nil // not a letter cellttl wrote: its record cannot be known
 			}
 			m.Time = t
 		}
@@ -305,8 +322,8 @@ func (r *run) original(ctx context.Context, letter ingest.Message) (ingest.Messa
 		err = res.Error
 	}
 	switch {
-	case errors.Is(err, kafka.OffsetOutOfRange):
-		return ingest.Message{}, false, nil
+	case errors.Is(err, kafka.OffsetOutOfRange), errors.Is(err, kafka.UnknownTopicOrPartition):
+		return ingest.Message{}, false, nil // the input topic let it go, or is gone
 	case err != nil:
 		return ingest.Message{}, false, fmt.Errorf("read the source of a letter, %s/%d at %d: %w", topic, part, off, err)
 	}
@@ -321,7 +338,18 @@ func (r *run) original(ctx context.Context, letter ingest.Message) (ingest.Messa
 		if rec.Offset == off {
 			m, err := message(rec)
 			m.Topic, m.Partition = topic, part
-			return m, err == nil, err
+			if err != nil {
+				return m, false, err
+			}
+			// The offset may name another record since (the topic was
+			// made again): only the record whose hash the letter kept.
+			if want := header(letter, ingest.HeaderOriginalSHA256); want != "" {
+				sum := sha256.Sum256(m.Value)
+				if hex.EncodeToString(sum[:]) != want {
+					return m, false, nil
+				}
+			}
+			return m, true, nil
 		}
 	}
 }

@@ -100,7 +100,9 @@ func Audit(ctx context.Context, tbl *bigtable.Table, family string, policy *expi
 		if !row.layout || len(row.cells) == 0 {
 			rep.Foreign++
 			if len(rep.ForeignSamples) < 5 {
-				rep.ForeignSamples = append(rep.ForeignSamples, row.key)
+				// Named by hash: the key may hold ids, and an audit's output
+				// is a scheduled job's log.
+				rep.ForeignSamples = append(rep.ForeignSamples, rowkey.Describe(row.key))
 			}
 			return
 		}

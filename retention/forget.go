@@ -41,8 +41,9 @@ func Forget(ctx context.Context, tbl *bigtable.Table, o ForgetOptions) (_ Forget
 	if err := rowkey.ValidateID("tenant", o.Tenant); err != nil {
 		return ForgetReport{}, err
 	}
-	if err := rowkey.ValidateID("user", o.User); err != nil {
-		return ForgetReport{}, err
+	if problem := rowkey.IDProblem(o.User); problem != "" {
+		// Not quoted: the error reaches logs, which outlive every TTL.
+		return ForgetReport{}, fmt.Errorf("%s: the user id %s", UserRef(o.Tenant, o.User), problem)
 	}
 	start := rowkey.UserPrefix(o.Tenant, o.User)
 	end := rowkey.PrefixEnd(start)

@@ -63,24 +63,40 @@ const MaxMillis = 9_999_999_999_999
 // non-empty, at most MaxIDBytes bytes of valid UTF-8, no '#', no control
 // characters. The error names the field and quotes the value.
 func ValidateID(field, id string) error {
+	problem := IDProblem(id)
+	switch {
+	case problem == "":
+		return nil
+	case id == "":
+		return fmt.Errorf("%s %s", field, problem)
+	case len(id) > MaxIDBytes:
+		return fmt.Errorf("%s %.40q... %s", field, id, problem)
+	}
+	return fmt.Errorf("%s %q %s", field, id, problem)
+}
+
+// IDProblem says what is wrong with an id without quoting it ("contains
+// '#', the row key separator"), "" when nothing is: for errors that reach
+// logs, where the id must not.
+func IDProblem(id string) string {
 	if id == "" {
-		return fmt.Errorf("%s is empty", field)
+		return "is empty"
 	}
 	if len(id) > MaxIDBytes {
-		return fmt.Errorf("%s %.40q... is %d bytes, more than %d", field, id, len(id), MaxIDBytes)
+		return fmt.Sprintf("is %d bytes, more than %d", len(id), MaxIDBytes)
 	}
 	if !utf8.ValidString(id) {
-		return fmt.Errorf("%s %q is not valid UTF-8", field, id)
+		return "is not valid UTF-8"
 	}
 	for _, r := range id {
 		if r == Sep {
-			return fmt.Errorf("%s %q contains '#', the row key separator", field, id)
+			return "contains '#', the row key separator"
 		}
 		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
-			return fmt.Errorf("%s %q contains a control character", field, id)
+			return "contains a control character"
 		}
 	}
-	return nil
+	return ""
 }
 
 // Build appends the row key of an event to dst and returns it. millis may be
@@ -171,7 +187,9 @@ func Position(key string) string {
 	if i < 0 {
 		return ""
 	}
-	if j := strings.IndexByte(key[i+1:], Sep); j >= 0 {
+	// Only a bucket of the layout (four hex digits): the second field of a
+	// key outside it may be an id.
+	if j := strings.IndexByte(key[i+1:], Sep); j == 4 && isHex(key[i+1:i+5]) {
 		return key[:i+1+j+1]
 	}
 	return key[:i+1]
@@ -231,4 +249,13 @@ func appendMillis(dst []byte, millis int64) []byte {
 		dst = append(dst, '0')
 	}
 	return append(dst, s...)
+}
+
+func isHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if !strings.ContainsRune(hexDigits, rune(s[i])) {
+			return false
+		}
+	}
+	return true
 }

@@ -132,7 +132,7 @@ func TestDescribeAndPositionHoldNoIDs(t *testing.T) {
 	if !strings.HasPrefix(key, p) || strings.Count(p, "#") != 2 || !strings.HasPrefix(p, "acme#") {
 		t.Errorf("Position %q of %q: want the tenant and bucket, a prefix of the key", p, key)
 	}
-	if Position("foreign") != "" || Position("acme#x") != "acme#" {
-		t.Errorf("positions of keys outside the layout: %q, %q", Position("foreign"), Position("acme#x"))
+	if Position("foreign") != "" || Position("acme#x") != "acme#" || Position("acme#bob@example.com#1") != "acme#" {
+		t.Errorf("positions of keys outside the layout: %q, %q, %q", Position("foreign"), Position("acme#x"), Position("acme#bob@example.com#1"))
 	}
 }

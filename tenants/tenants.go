@@ -47,6 +47,10 @@ type Config struct {
 	Policy *expiry.Policy
 	// Unlisted is the unlisted_tenants policy.
 	Unlisted Unlisted
+	// ShortestTTL is the shortest TTL the file gives anyone (default_ttl
+	// included): the longest a copy of an event whose tenant cannot be
+	// trusted may live.
+	ShortestTTL time.Duration
 	// Version is a short hash of the file's bytes; it names the config in
 	// logs, metrics and traces.
 	Version string
@@ -150,7 +154,11 @@ func Parse(data []byte) (*Config, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	return &Config{Policy: p, Unlisted: unlisted, Version: Version(data), raw: data}, nil
+	shortest := p.DefaultTTL
+	for _, ttl := range p.Tenants {
+		shortest = min(shortest, ttl)
+	}
+	return &Config{Policy: p, Unlisted: unlisted, ShortestTTL: shortest, Version: Version(data), raw: data}, nil
 }
 
 func parseTenants(n *yaml.Node, into map[string]time.Duration) []error {

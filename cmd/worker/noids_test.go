@@ -59,6 +59,8 @@ func TestRetentionCommandsNameNoIDs(t *testing.T) {
 		rows = append(rows, sink.Row{Key: rowkey.Key("acme", fmt.Sprintf("secret-user-%d", i%40), fmt.Sprintf("secret-event-%d", i), base.UnixMilli()),
 			Timestamp: cfg.Policy.Cell("acme", base).Timestamp, Value: []byte(`{}`)})
 	}
+	// And a row outside cellttl's layout whose key holds an id.
+	rows = append(rows, sink.Row{Key: "acme#secret-user-foreign#x", Timestamp: cfg.Policy.Cell("acme", now).Timestamp, Value: []byte(`{}`)})
 	if _, err := w.Write(context.Background(), rows); err != nil {
 		t.Fatal(err)
 	}
@@ -71,6 +73,9 @@ func TestRetentionCommandsNameNoIDs(t *testing.T) {
 		err := run(context.Background(), e.args(name, append(extra, "--log-level", "debug")...), &out, &logs)
 		if err != nil {
 			said = append(said, err.Error())
+		}
+		if name == "audit" {
+			said = append(said, out.String()) // a scheduled job's output is a log
 		}
 		return err
 	}
@@ -98,7 +103,11 @@ func TestRetentionCommandsNameNoIDs(t *testing.T) {
 	if err := cmd("forget", "--tenant", "acme", "--user", "secret-user-7"); err != nil {
 		t.Fatal(err)
 	}
+	if err := cmd("forget", "--tenant", "acme", "--user", "secret-user-#1"); err == nil || !strings.Contains(err.Error(), "contains '#'") {
+		t.Errorf("forget of an invalid user id: %v", err)
+	}
 	_ = cmd("audit", "--tenant", "acme")
+	_ = cmd("audit", "--format", "json")
 	for _, s := range rec.Ended() {
 		said = append(said, s.Name(), s.Status().Description)
 		for _, a := range s.Attributes() {

@@ -23,7 +23,7 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	o := defaultRunOptions()
 	ro := redrive.Options{Partition: -1}
 	var topic, reasons, format string
-	f := envflag.New("worker redrive", "worker redrive: send dead letters through the worker's decode, expiry and write again, each keyed to its original record, so that it gets exactly the cells it would have got (run twice, the same cells); a dry run unless --apply.\n"+
+	f := envflag.New("worker redrive", "worker redrive: send dead letters through the worker's decode, expiry and write again, each keyed to its original record, so that it gets exactly the cells it would have got (run twice, the same cells); a dry run unless --apply. It does not know of erasures yet: the letters of a user erased with worker forget come back; erase again after.\n"+
 		"It takes the worker's flags and environment. Exit status: 0 done, 1 an error, 2 bad flags.", stderr)
 	o.register(f)
 	f.String(&topic, "from-topic", "", "", "the dead-letter topic to read (default: --dlq-topic and its --dlq-classes topics)")
@@ -53,6 +53,11 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer done()
+	// The cells are computed for the tenants file's GC rule: under another
+	// one they would be collected at once, or outlive their TTL.
+	if err := sink.CheckGC(ctx, s.ac, o.table.Target(), s.cfg.Policy.GCMaxAge()); err != nil {
+		return fmt.Errorf("refusing to redrive: %w (the tenants file asks for %s)", err, describePolicy(s.cfg.Policy))
+	}
 	w, err := sink.NewWriter(s.dc, o.table.Target(), o.writer, nil, log)
 	if err != nil {
 		return err

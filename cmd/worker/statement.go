@@ -133,8 +133,12 @@ func topicKeep(r ingest.TopicRetention) retention.TopicKeep {
 	if r.Retention < 0 {
 		retentionText = "-1 (forever)"
 	}
+	check := duration.Format(r.RetentionCheck)
+	if r.RetentionCheckAssumed {
+		check += " (Kafka's default, assumed: the broker's could not be read)"
+	}
 	k.Settings = fmt.Sprintf("cleanup.policy=%s, retention.ms %s + segment.ms %s + the broker's retention check %s", r.Policy, retentionText,
-		duration.Format(r.Segment), duration.Format(r.RetentionCheck))
+		duration.Format(r.Segment), check)
 	if r.Keeps <= 0 {
 		k.Keeps = retention.Forever
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/internal/testenv"
 )
 
@@ -50,6 +51,24 @@ func TestFutureRecordTimestamps(t *testing.T) {
 	})
 	if err := stop(); err != nil {
 		t.Fatal(err)
+	}
+
+	// Regression (review): difference.max.ms bounds too when after.max.ms
+	// does not; LogAppendTime does not (the worker reads each record's own
+	// timestamp).
+	for _, tt := range []struct {
+		configs map[string]string
+		bounded bool
+		setting string
+	}{
+		{map[string]string{"message.timestamp.difference.max.ms": "60000"}, true, "message.timestamp.difference.max.ms"},
+		{map[string]string{"message.timestamp.type": "LogAppendTime"}, false, "message.timestamp.after.max.ms"},
+	} {
+		alterTopic(t, e.brokers, e.topic, tt.configs)
+		rt, err := ingest.ReadRecordTimes(context.Background(), e.brokers, ingest.Security{}, e.topic, 5*time.Minute)
+		if err != nil || rt.Bounded != tt.bounded || rt.Setting != tt.setting {
+			t.Errorf("%v: %+v, %v; want bounded %t by %s", tt.configs, rt, err, tt.bounded, tt.setting)
+		}
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"cloud.google.com/go/bigtable"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/internal/inproc"
 	"github.com/cellttl/cellttl/loadtest/synth"
 	"github.com/cellttl/cellttl/reader"
@@ -230,9 +231,15 @@ func deadLetterSeqs(ctx context.Context, brokers []string, topic, run string) (m
 				r.Close()
 				return nil, fmt.Errorf("read %s/%d: %w", topic, p.ID, err)
 			}
+			headers := m.Headers
+			if src, ok := sourceHeaders(ctx, brokers, m); ok {
+				// A letter without payload: the run and sequence are the
+				// source record's headers, in the input topic.
+				headers = src
+			}
 			var gotRun bool
 			seq := -1
-			for _, h := range m.Headers {
+			for _, h := range headers {
 				switch h.Key {
 				case "loadtest-run":
 					gotRun = string(h.Value) == run
@@ -250,6 +257,35 @@ func deadLetterSeqs(ctx context.Context, brokers []string, topic, run string) (m
 		r.Close()
 	}
 	return out, nil
+}
+
+// sourceHeaders reads the headers of the record a letter without payload
+// stands for, from the input topic (cellttl.source.*).
+func sourceHeaders(ctx context.Context, brokers []string, m kafka.Message) ([]kafka.Header, bool) {
+	h := map[string]string{}
+	for _, x := range m.Headers {
+		h[x.Key] = string(x.Value)
+	}
+	if h[ingest.HeaderPayload] != "omitted" {
+		return nil, false
+	}
+	part, perr := strconv.Atoi(h[ingest.HeaderSourcePartition])
+	off, oerr := strconv.ParseInt(h[ingest.HeaderSourceOffset], 10, 64)
+	if perr != nil || oerr != nil {
+		return nil, false
+	}
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: h[ingest.HeaderSourceTopic], Partition: part, MaxBytes: 10 << 20, MaxWait: 200 * time.Millisecond})
+	defer r.Close()
+	if err := r.SetOffset(off); err != nil {
+		return nil, false
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	src, err := r.ReadMessage(rctx)
+	if err != nil || src.Offset != off {
+		return nil, false
+	}
+	return src.Headers, true
 }
 
 // client opens a data client of the table under test: of the embedded
