@@ -111,12 +111,12 @@ func TestRetentionCommandsNameNoIDs(t *testing.T) {
 	for _, s := range rec.Ended() {
 		said = append(said, s.Name(), s.Status().Description)
 		for _, a := range s.Attributes() {
-			said = append(said, string(a.Key)+"="+a.Value.Emit())
+			said = append(said, string(a.Key)+"="+a.Value.String())
 		}
 		for _, ev := range s.Events() {
 			said = append(said, ev.Name)
 			for _, a := range ev.Attributes {
-				said = append(said, string(a.Key)+"="+a.Value.Emit())
+				said = append(said, string(a.Key)+"="+a.Value.String())
 			}
 		}
 	}
