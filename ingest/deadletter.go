@@ -269,7 +269,11 @@ func (d *DeadLetterWriter) check(ctx context.Context) ([]TopicRetention, error) 
 			}
 		}
 	}
-	if _, describeErr := describeTopics(ctx, d.client, rs, md.Controller.ID); describeErr != nil {
+	check, assumed := retentionCheck(ctx, d.client, md.Brokers)
+	if assumed && (len(prev) == 0 || prev[0].Policy == "" || !prev[0].RetentionCheckAssumed) { // said once, not every check
+		d.log.Warn("could not read every broker's log.retention.check.interval.ms; assuming at least Kafka's default", "assumed", duration.Format(check))
+	}
+	if describeErr := describeTopics(ctx, d.client, rs, check, assumed); describeErr != nil {
 		d.log.Warn("could not read every dead-letter topic's settings; a topic keeps its last reading, and one never read gets letters without their payload", "err", describeErr)
 	}
 	for i := range rs {
@@ -379,7 +383,11 @@ func (d *DeadLetterWriter) learnLimit(ctx context.Context) int64 {
 	d.mu.Lock()
 	rs := slices.Clone(d.state)
 	d.mu.Unlock()
-	if _, err := describeTopics(ctx, d.client, rs, 0); err != nil {
+	check, assumed := time.Duration(0), true
+	if len(rs) > 0 {
+		check, assumed = rs[0].RetentionCheck, rs[0].RetentionCheckAssumed
+	}
+	if err := describeTopics(ctx, d.client, rs, check, assumed); err != nil {
 		d.log.Debug("re-reading the dead-letter topics' settings", "err", err)
 	}
 	limit := int64(0)

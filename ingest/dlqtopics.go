@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -133,31 +134,45 @@ func (r TopicRetention) unbounded() string {
 	return ""
 }
 
-// describeTopics reads each topic's retention settings and the broker's
-// retention check interval in one request, filling keeps.
-func describeTopics(ctx context.Context, client *kafka.Client, rs []TopicRetention, brokerID int) (check time.Duration, err error) {
+// retentionCheck reads log.retention.check.interval.ms from every broker,
+// each asked on its own connection (a static setting: only the broker
+// itself knows it), and returns the longest; assumed when a broker's could
+// not be read, and then never less than Kafka's default.
+func retentionCheck(ctx context.Context, client *kafka.Client, brokers []kafka.Broker) (check time.Duration, assumed bool) {
+	for _, b := range brokers {
+		res, err := client.DescribeConfigs(ctx, &kafka.DescribeConfigsRequest{Addr: kafka.TCP(net.JoinHostPort(b.Host, strconv.Itoa(b.Port))),
+			Resources: []kafka.DescribeConfigRequestResource{{ResourceType: kafka.ResourceTypeBroker, ResourceName: strconv.Itoa(b.ID),
+				ConfigNames: []string{"log.retention.check.interval.ms"}}}})
+		read := false
+		if err == nil && len(res.Resources) == 1 && res.Resources[0].Error == nil {
+			for _, e := range res.Resources[0].ConfigEntries {
+				if ms, perr := strconv.ParseInt(e.ConfigValue, 10, 64); perr == nil && e.ConfigName == "log.retention.check.interval.ms" && ms > 0 {
+					check, read = max(check, time.Duration(ms)*time.Millisecond), true
+				}
+			}
+		}
+		assumed = assumed || !read
+	}
+	if assumed || check == 0 {
+		return max(check, DefaultRetentionCheck), true
+	}
+	return check, false
+}
+
+// describeTopics reads each topic's retention settings in one request and
+// fills its keep, with the brokers' retention check.
+func describeTopics(ctx context.Context, client *kafka.Client, rs []TopicRetention, check time.Duration, checkAssumed bool) (err error) {
 	req := &kafka.DescribeConfigsRequest{}
 	for _, r := range rs {
 		req.Resources = append(req.Resources, kafka.DescribeConfigRequestResource{ResourceType: kafka.ResourceTypeTopic, ResourceName: r.Topic,
 			ConfigNames: []string{"retention.ms", "segment.ms", "cleanup.policy", "max.message.bytes"}})
 	}
-	req.Resources = append(req.Resources, kafka.DescribeConfigRequestResource{ResourceType: kafka.ResourceTypeBroker, ResourceName: strconv.Itoa(brokerID),
-		ConfigNames: []string{"log.retention.check.interval.ms"}})
 	res, err := client.DescribeConfigs(ctx, req)
 	if err != nil {
-		return 0, fmt.Errorf("describe configs: %w", err)
+		return fmt.Errorf("describe configs: %w", err)
 	}
-	check, checkKnown := DefaultRetentionCheck, false
 	var errs []error
 	for _, res := range res.Resources {
-		if res.ResourceType == int8(kafka.ResourceTypeBroker) {
-			for _, e := range res.ConfigEntries {
-				if ms, perr := strconv.ParseInt(e.ConfigValue, 10, 64); perr == nil && e.ConfigName == "log.retention.check.interval.ms" && ms > 0 {
-					check, checkKnown = time.Duration(ms)*time.Millisecond, true
-				}
-			}
-			continue
-		}
 		i := slices.IndexFunc(rs, func(r TopicRetention) bool { return r.Topic == res.ResourceName })
 		if i < 0 {
 			continue
@@ -187,17 +202,14 @@ func describeTopics(ctx context.Context, client *kafka.Client, rs []TopicRetenti
 			errs = append(errs, fmt.Errorf("configs of %s: retention.ms, segment.ms or cleanup.policy not in the answer", r.Topic))
 		}
 	}
-	if !checkKnown {
-		err = fmt.Errorf("the broker's log.retention.check.interval.ms could not be read; assuming Kafka's default, %s", DefaultRetentionCheck)
-	}
 	for i := range rs {
 		r := &rs[i]
-		r.Keeps, r.RetentionCheck, r.RetentionCheckAssumed = 0, check, !checkKnown
+		r.Keeps, r.RetentionCheck, r.RetentionCheckAssumed = 0, check, checkAssumed
 		if r.Policy != "" && r.Segment > 0 && r.Retention > 0 && r.unbounded() == "" && r.Retention < math.MaxInt64/4 && r.Segment < math.MaxInt64/4 {
 			r.Keeps = r.Retention + r.Segment + check
 		}
 	}
-	return check, errors.Join(append(errs, err)...)
+	return errors.Join(errs...)
 }
 
 // place picks the topic a letter goes to: of those whose records are gone
@@ -247,14 +259,15 @@ func ReadTopics(ctx context.Context, brokers []string, security Security, topics
 			found = found || (mt.Name == t && mt.Error == nil)
 		}
 		if !found {
-			rs[i].Problem = fmt.Errorf("topic %s does not exist", t)
+			rs[i].Problem = fmt.Errorf("topic %s %w", t, ErrTopicMissing)
 			continue
 		}
 		exist = append(exist, rs[i])
 	}
 	var describeErr error
 	if len(exist) > 0 {
-		_, describeErr = describeTopics(ctx, client, exist, md.Controller.ID)
+		check, assumed := retentionCheck(ctx, client, md.Brokers)
+		describeErr = describeTopics(ctx, client, exist, check, assumed)
 	}
 	for _, e := range exist {
 		i := slices.IndexFunc(rs, func(r TopicRetention) bool { return r.Topic == e.Topic })
@@ -274,4 +287,39 @@ func adminClient(brokers []string, security Security, topics []string) (*kafka.C
 	}
 	transport.MetadataTopics = topics
 	return &kafka.Client{Addr: kafka.TCP(brokers...), Transport: transport, Timeout: 10 * time.Second}, transport.CloseIdleConnections, nil
+}
+
+// ErrTopicMissing is ReadTopics' problem for a topic that does not exist.
+var ErrTopicMissing = errors.New("does not exist")
+
+// DeadLetterTopicsOn lists the dead-letter topics the broker has: base and
+// every topic named base.<something>, the classes the flags name now and
+// those they named before (their letters are there until their retention
+// takes them), sorted, base first when it exists.
+func DeadLetterTopicsOn(ctx context.Context, brokers []string, security Security, base string) ([]string, error) {
+	client, done, err := adminClient(brokers, security, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	md, err := client.Metadata(ctx, &kafka.MetadataRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("list topics: %w", err)
+	}
+	var out []string
+	for _, t := range md.Topics {
+		if t.Error == nil && (t.Name == base || strings.HasPrefix(t.Name, base+".")) {
+			out = append(out, t.Name)
+		}
+	}
+	slices.SortFunc(out, func(a, b string) int {
+		switch {
+		case a == base:
+			return -1
+		case b == base:
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	return out, nil
 }

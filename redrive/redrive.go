@@ -51,8 +51,10 @@ type Options struct {
 	Apply bool
 	// Checkpoint, when set, is a file recording the next offset of each
 	// partition read: a run started again with the same file goes on
-	// where it stopped.
+	// where it stopped. Filters names the selection (topics, offsets,
+	// reasons, tenants file): a checkpoint of another is refused.
 	Checkpoint string
+	Filters    string
 	// MaxEventBytes bounds a record fetched from the input topic.
 	MaxEventBytes int
 	Now           func() time.Time
@@ -98,12 +100,12 @@ func Run(ctx context.Context, o Options, d *event.Decoder, cfg *tenants.Config, 
 	}
 	defer transport.CloseIdleConnections()
 	client := &kafka.Client{Addr: kafka.TCP(o.Brokers...), Transport: transport, Timeout: 30 * time.Second}
-	cp, err := loadCheckpoint(o.Checkpoint)
+	cp, err := loadCheckpoint(o.Checkpoint, o.Filters)
 	if err != nil {
 		return nil, err
 	}
 	rep := &Report{ByReason: map[string]map[string]int64{}, Outcomes: map[string]int64{}, Applied: o.Apply}
-	r := &run{o: o, d: d, cfg: cfg, w: w, log: log, client: client, rep: rep, cp: cp}
+	r := &run{o: o, d: d, cfg: cfg, w: w, log: log, client: client, rep: rep, cp: cp.Next}
 	for _, topic := range o.Topics {
 		if err := r.topic(ctx, topic); err != nil {
 			return rep, err
@@ -212,7 +214,7 @@ func (r *run) partition(ctx context.Context, topic string, part int, from, to in
 			return nil // a dry run moves no checkpoint: the real run must see every letter
 		}
 		r.cp[cpKey] = next
-		return saveCheckpoint(r.o.Checkpoint, r.cp)
+		return saveCheckpoint(r.o.Checkpoint, checkpoint{Filters: r.o.Filters, Next: r.cp})
 	}
 	for off := from; off < to; {
 		res, err := r.client.Fetch(ctx, &kafka.FetchRequest{Topic: topic, Partition: part, Offset: off, MaxBytes: 8 << 20, MaxWait: time.Second})
@@ -395,9 +397,17 @@ func header(m ingest.Message, key string) string {
 	return ""
 }
 
-// loadCheckpoint reads the next offset of each partition done so far.
-func loadCheckpoint(path string) (map[string]int64, error) {
-	cp := map[string]int64{}
+// checkpoint is how far an --apply run has come: the next offset of each
+// partition, for one selection of letters.
+type checkpoint struct {
+	Filters string           `json:"filters"`
+	Next    map[string]int64 `json:"next"`
+}
+
+// loadCheckpoint reads the checkpoint at path, empty when there is none;
+// one written for other filters is an error.
+func loadCheckpoint(path, filters string) (checkpoint, error) {
+	cp := checkpoint{Filters: filters, Next: map[string]int64{}}
 	if path == "" {
 		return cp, nil
 	}
@@ -406,20 +416,28 @@ func loadCheckpoint(path string) (map[string]int64, error) {
 		return cp, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read checkpoint: %w", err)
+		return cp, fmt.Errorf("read checkpoint: %w", err)
 	}
-	if err := json.Unmarshal(data, &cp); err != nil {
-		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
+	var read checkpoint
+	if err := json.Unmarshal(data, &read); err != nil {
+		return cp, fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	if read.Filters != filters {
+		return cp, fmt.Errorf("checkpoint %s was written for other letters (%s), not these (%s): use another file", path, read.Filters, filters)
+	}
+	if read.Next != nil {
+		cp.Next = read.Next
 	}
 	return cp, nil
 }
 
 // saveCheckpoint writes cp atomically (a new file renamed over the old).
-func saveCheckpoint(path string, cp map[string]int64) error {
+func saveCheckpoint(path string, cp checkpoint) error {
 	if path == "" {
 		return nil
 	}
-	data, err := json.Marshal(maps.Clone(cp))
+	cp.Next = maps.Clone(cp.Next)
+	data, err := json.Marshal(cp)
 	if err != nil {
 		return err
 	}

@@ -51,8 +51,11 @@ type TopicKeep struct {
 	// or Forever; Settings says them.
 	Keeps    time.Duration
 	Settings string
-	// Unknown is why the settings could not be read, "" when they were.
+	// Unknown is why the settings could not be read, "" when they were;
+	// Missing, that the topic does not exist (yet: the worker creates its
+	// dead-letter topics at start).
 	Unknown string
+	Missing bool
 }
 
 // StoreLife is one store's answer to "how long can a copy live here".
@@ -133,6 +136,10 @@ func tenantStatement(f Facts, id string) TenantStatement {
 	add("dead-letter topics, letters with payload", bound,
 		fmt.Sprintf("placement: a letter keeps its payload only in a topic whose keep ends before %s (%s)", from, keepsText(f.DeadLetters)), "")
 	for _, dl := range f.DeadLetters {
+		if dl.Missing {
+			add("dead-letter topic "+dl.Topic, 0, "not created yet: the worker creates it at start, with cleanup.policy=delete", "")
+			continue
+		}
 		breach := ""
 		switch {
 		case dl.Unknown != "":
@@ -145,6 +152,8 @@ func tenantStatement(f Facts, id string) TenantStatement {
 	in := f.Input
 	breach := ""
 	switch {
+	case in.Missing:
+		breach = fmt.Sprintf("input topic %s does not exist: its retention cannot be read", in.Topic)
 	case in.Unknown != "":
 		breach = fmt.Sprintf("input topic %s: settings unknown (%s)", in.Topic, in.Unknown)
 	case in.Keeps == Forever || in.Keeps > ttl:

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"text/tabwriter"
 
+	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/internal/envflag"
 	"github.com/cellttl/cellttl/redrive"
 	"github.com/cellttl/cellttl/sink"
@@ -44,15 +45,24 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return usageError(err)
 	}
 	ro.Brokers, ro.Security, ro.Reasons, ro.MaxEventBytes = o.kafka.Brokers, o.kafka.Security, splitList(reasons), o.pipe.Decoder.MaxBytes
-	ro.Topics = o.kafka.DeadLetterTopics().Names()
-	if topic != "" {
-		ro.Topics = []string{topic}
-	}
 	s, log, done, err := o.openJob(ctx, stderr)
 	if err != nil {
 		return err
 	}
 	defer done()
+	if ro.Topics = []string{topic}; topic == "" {
+		// Every dead-letter topic the broker has: the classes the flags
+		// name and those earlier flags named.
+		if ro.Topics, err = ingest.DeadLetterTopicsOn(ctx, o.kafka.Brokers, o.kafka.Security, o.kafka.DeadLetterTopic()); err != nil {
+			return err
+		}
+		if len(ro.Topics) == 0 {
+			return fmt.Errorf("no dead-letter topic %s (nor %s.<class>) on the brokers", o.kafka.DeadLetterTopic(), o.kafka.DeadLetterTopic())
+		}
+	}
+	// A checkpoint belongs to one selection of letters under one tenants
+	// file: another run with other filters must not skip what it never read.
+	ro.Filters = fmt.Sprintf("topics=%v partition=%d from=%d to=%d reasons=%v tenants=%s", ro.Topics, ro.Partition, ro.From, ro.To, ro.Reasons, s.cfg.Version)
 	// The cells are computed for the tenants file's GC rule: under another
 	// one they would be collected at once, or outlive their TTL.
 	if err := sink.CheckGC(ctx, s.ac, o.table.Target(), s.cfg.Policy.GCMaxAge()); err != nil {

@@ -88,4 +88,8 @@ func testRedrive(t *testing.T, unlistedBound string) {
 	if out, err := e.cmd(t, "redrive", append(brokers, "--apply", "--checkpoint", cp)...); err != nil || !strings.Contains(out, "0 dead letters read") {
 		t.Fatalf("apply again with the checkpoint: %v\n%s", err, out)
 	}
+	// A checkpoint belongs to its selection: other filters, another file.
+	if out, err := e.cmd(t, "redrive", append(brokers, "--apply", "--checkpoint", cp, "--reason", "not_json")...); err == nil || !strings.Contains(err.Error(), "written for other letters") {
+		t.Fatalf("apply with the checkpoint of another selection: %v\n%s", err, out)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"text/tabwriter"
 
 	"github.com/cellttl/cellttl/ingest"
@@ -100,7 +101,19 @@ func gatherFacts(ctx context.Context, o *runOptions, cfg *tenants.Config, s *ses
 	}
 	f.FamilyRule = sink.DescribeGC(fam.Rule)
 	f.FamilyMaxAge, f.FamilyHasMaxAge = sink.MaxAge(fam.Rule)
-	topics := append([]string{o.kafka.Topic}, o.kafka.DeadLetterTopics().Names()...)
+	// The dead-letter topics the flags name, and any other class the broker
+	// still has (named by earlier flags: its letters are there).
+	dlqs := o.kafka.DeadLetterTopics().Names()
+	onBroker, err := ingest.DeadLetterTopicsOn(ctx, o.kafka.Brokers, o.kafka.Security, o.kafka.DeadLetterTopic())
+	if err != nil {
+		return f, err
+	}
+	for _, t := range onBroker {
+		if !slices.Contains(dlqs, t) {
+			dlqs = append(dlqs, t)
+		}
+	}
+	topics := append([]string{o.kafka.Topic}, dlqs...)
 	rs, err := ingest.ReadTopics(ctx, o.kafka.Brokers, o.kafka.Security, topics)
 	if rs == nil {
 		return f, fmt.Errorf("read the topics' settings: %w", err)
@@ -125,6 +138,10 @@ func gatherFacts(ctx context.Context, o *runOptions, cfg *tenants.Config, s *ses
 // topicKeep is a topic's reading for the statement.
 func topicKeep(r ingest.TopicRetention) retention.TopicKeep {
 	k := retention.TopicKeep{Topic: r.Topic, Keeps: r.Keeps}
+	if errors.Is(r.Problem, ingest.ErrTopicMissing) {
+		k.Missing = true
+		return k
+	}
 	if r.Problem != nil {
 		k.Unknown = r.Problem.Error()
 		return k
