@@ -127,6 +127,8 @@ type DeadLetterWriter struct {
 	mu sync.Mutex
 	// state is each topic as the last check read it, in Names order.
 	state []TopicRetention
+	// grown are the topics whose keep grew under the worker, by name.
+	grown map[string]growth
 	// checkProblem is what Check found, produceProblem what produces meet:
 	// why dead letters cannot be produced, nil when they can.
 	checkProblem, produceProblem error
@@ -288,12 +290,8 @@ func (d *DeadLetterWriter) check(ctx context.Context) ([]TopicRetention, error) 
 				Fix: fmt.Sprintf("grant this worker's principal DESCRIBE_CONFIGS on topic %s", r.Topic)}
 		}
 		for _, p := range prev {
-			if p.Topic == r.Topic && p.Keeps > 0 && r.Keeps > p.Keeps {
-				// Kafka applies the new settings to the records already
-				// there: letters placed for the old keep now outlive it.
-				d.log.Error("a dead-letter topic now keeps records longer than when letters were placed there with their payload: they outlive their events by up to the difference",
-					"topic", r.Topic, "keeps_up_to", duration.Format(r.Keeps), "was", duration.Format(p.Keeps),
-					"fix", "set retention.ms and segment.ms back, or delete the records placed before the change (kafka-delete-records.sh)")
+			if p.Topic == r.Topic && p.Policy != "" {
+				d.keepChanged(r.Topic, p.Keeps, r.Keeps)
 			}
 		}
 	}
@@ -403,16 +401,67 @@ func (d *DeadLetterWriter) learnLimit(ctx context.Context) int64 {
 	return limit
 }
 
+// growth is a topic's keep grown under the worker: letters placed before
+// at, for a keep of from, are kept up to to since.
+type growth struct {
+	at       time.Time
+	from, to time.Duration
+}
+
+// keepChanged records a topic's keep going from was to now. Kafka applies
+// new settings to the records already there: letters placed for the old
+// keep outlive their events until the new keep has passed over them,
+// unless the keep comes back.
+func (d *DeadLetterWriter) keepChanged(topic string, was, now time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	g, had := d.grown[topic]
+	switch {
+	case had && (now <= g.from && now > 0):
+		delete(d.grown, topic)
+		d.log.Info("a dead-letter topic keeps its letters no longer than they were placed for again", "topic", topic, "keeps_up_to", duration.Format(now))
+	case was > 0 && (now > was || now <= 0) && !had:
+		if d.grown == nil {
+			d.grown = map[string]growth{}
+		}
+		d.grown[topic] = growth{at: d.now(), from: was, to: now}
+		d.log.Error("a dead-letter topic now keeps records longer than when letters were placed there with their payload: they outlive their events by up to the difference",
+			"topic", topic, "keeps_up_to", keepText(now), "was", duration.Format(was),
+			"fix", "set retention.ms and segment.ms back, or delete the records placed before the change (kafka-delete-records.sh)")
+	case had:
+		g.to = now
+		d.grown[topic] = g
+	}
+}
+
+func keepText(d time.Duration) string {
+	if d <= 0 {
+		return "forever"
+	}
+	return duration.Format(d)
+}
+
 // Problem returns why dead letters cannot be produced, nil when they can:
 // what Check found, or a produce error that time does not heal, or one
-// that should but has lasted loudAfter.
+// that should but has lasted loudAfter; and any topic whose keep grew over
+// letters placed for a shorter one, until the new keep has passed over them.
 func (d *DeadLetterWriter) Problem() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.checkProblem != nil {
-		return d.checkProblem
+	var grown []error
+	now := d.now()
+	for topic, g := range d.grown {
+		if g.to > 0 && now.After(g.at.Add(g.to)) {
+			delete(d.grown, topic) // every letter placed before is gone
+			continue
+		}
+		grown = append(grown, fmt.Errorf("dead-letter topic %s keeps records up to %s since %s (was %s): letters placed there with their payload before may outlive their events; set retention.ms and segment.ms back, or delete the records placed before (kafka-delete-records.sh)",
+			topic, keepText(g.to), g.at.UTC().Format(time.RFC3339), duration.Format(g.from)))
 	}
-	return d.produceProblem
+	if d.checkProblem != nil {
+		return errors.Join(append([]error{d.checkProblem}, grown...)...)
+	}
+	return errors.Join(append([]error{d.produceProblem}, grown...)...)
 }
 
 // produced records a produce's outcome: on success, to the topics in to.

@@ -219,3 +219,33 @@ func alterTopic(t *testing.T, brokers []string, topic string, configs map[string
 		t.Fatalf("alter %s: %v", topic, err)
 	}
 }
+
+// Kafka applies a topic's new settings to the records already there: a
+// dead-letter topic whose keep grows under the worker holds letters placed
+// for the shorter one past their events. /readyz says so, with the fix,
+// until the keep comes back (or the new one has passed over them).
+func TestDeadLetterTopicKeepGrown(t *testing.T) {
+	e := newEnv(t, tenantsYAML) // its dead-letter topic keeps 30m + 2m + the check
+	if out, err := e.cmd(t, "setup"); err != nil {
+		t.Fatalf("setup: %v\n%s", err, out)
+	}
+	stop, logs := e.startWorker(t, "--dlq-check-interval", "1s")
+	url := adminURL(t, logs)
+	testenv.Eventually(t, 20*time.Second, func() (bool, string) {
+		code, body := testenv.Get(url + "/readyz")
+		return code == 200, body
+	})
+	alterTopic(t, e.brokers, e.topic+".dlq", map[string]string{"retention.ms": "7200000", "segment.ms": "120000"})
+	testenv.Eventually(t, 20*time.Second, func() (bool, string) {
+		code, body := testenv.Get(url + "/readyz")
+		return code == 503 && strings.Contains(body, "keeps records up to 2h2m1s") && strings.Contains(body, "was 32m1s"), body
+	})
+	alterTopic(t, e.brokers, e.topic+".dlq", testenv.DeadLetterConfigs)
+	testenv.Eventually(t, 20*time.Second, func() (bool, string) {
+		code, body := testenv.Get(url + "/readyz")
+		return code == 200, body
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
