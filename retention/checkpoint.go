@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/cellttl/cellttl/rowkey"
 )
 
 // doneMark records a tenant whose rows are all done.
@@ -153,4 +155,24 @@ func (c *checkpoint) write() error {
 		return fmt.Errorf("write checkpoint %s: %w", c.path, err)
 	}
 	return nil
+}
+
+// CheckpointHoldsIDs reports whether the checkpoint at path holds row keys
+// (ids that live no TTL) rather than positions: a checkpoint written before
+// positions replaced keys, for a tenant no run has passed since.
+func CheckpointHoldsIDs(path string) (bool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false, fmt.Errorf("read checkpoint: %w", err)
+	}
+	var read checkpoint
+	if err := json.Unmarshal(b, &read); err != nil {
+		return false, fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	for _, at := range read.Done {
+		if at != doneMark && rowkey.Position(at) != at {
+			return true, nil
+		}
+	}
+	return false, nil
 }

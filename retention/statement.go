@@ -42,6 +42,17 @@ type Facts struct {
 	// the worker allows; RecordTimes says it in words.
 	RecordTimesBounded bool
 	RecordTimes        string
+	// Checkpoints are the retime and migrate checkpoint files to look at.
+	Checkpoints []CheckpointFact
+}
+
+// CheckpointFact is what a checkpoint file holds.
+type CheckpointFact struct {
+	Path string
+	// HoldsIDs: row keys, not positions; Unreadable: why it could not be
+	// read.
+	HoldsIDs   bool
+	Unreadable string
 }
 
 // TopicKeep is how long a topic keeps a record produced now.
@@ -165,6 +176,21 @@ func tenantStatement(f Facts, id string) TenantStatement {
 		breach = fmt.Sprintf("%s: a producer can make %s data live past %s", f.RecordTimes, name, duration.Format(ttl))
 	}
 	add("record timestamps of "+in.Topic, ttl, f.RecordTimes, breach)
+	for _, cp := range f.Checkpoints {
+		breach, decided := "", "positions only (tenant and hash bucket reached): no event data"
+		switch {
+		case cp.Unreadable != "":
+			breach = fmt.Sprintf("checkpoint %s could not be read: %s", cp.Path, cp.Unreadable)
+		case cp.HoldsIDs:
+			decided = "row keys, with the user and event ids in them"
+			breach = fmt.Sprintf("checkpoint %s holds row keys (written before checkpoints held positions), which live no TTL: finish or resume its run, or delete it", cp.Path)
+		}
+		longest := time.Duration(0)
+		if cp.HoldsIDs {
+			longest = Forever
+		}
+		add("checkpoint "+cp.Path, longest, decided, breach)
+	}
 	return ts
 }
 

@@ -25,12 +25,13 @@ import (
 // tenant's TTL.
 func runRetention(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o := defaultRunOptions()
-	var tenantList, format string
+	var tenantList, format, checkpoints string
 	f := envflag.New("worker retention", "worker retention: the retention statement, store by store, from the live system: how long each tenant's copies can live in the table, the dead-letter topics and the input topic, and what decides it.\n"+
 		"It takes the worker's flags and environment. Exit status: 0 no store breaks a TTL, 1 some do (or an error), 2 bad flags.", stderr)
 	o.register(f)
 	f.String(&tenantList, "tenant", "", "", "comma-separated tenants, * for the unlisted (default: every tenant and the unlisted)")
 	f.String(&format, "format", "", "text", "output: text or json")
+	f.String(&checkpoints, "checkpoints", "", "", "comma-separated retime and migrate checkpoint files to look at (a checkpoint written before they held positions holds row keys)")
 	if err := parse(f, args); err != nil {
 		return err
 	}
@@ -48,6 +49,14 @@ func runRetention(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	facts, err := gatherFacts(ctx, &o, s.cfg, s)
 	if err != nil {
 		return err
+	}
+	for _, path := range splitList(checkpoints) {
+		holds, err := retention.CheckpointHoldsIDs(path)
+		cp := retention.CheckpointFact{Path: path, HoldsIDs: holds}
+		if err != nil {
+			cp.Unreadable = err.Error()
+		}
+		facts.Checkpoints = append(facts.Checkpoints, cp)
 	}
 	st := retention.StatementOf(facts, splitList(tenantList))
 	if format == "json" {

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,8 +24,17 @@ func TestRetentionStatement(t *testing.T) {
 	}
 	brokers := []string{"--brokers", strings.Join(e.brokers, ","), "--topic", e.topic}
 	alterTopic(t, e.brokers, e.topic, map[string]string{"retention.ms": "1800000", "segment.ms": "300000", "message.timestamp.after.max.ms": "300000"})
-	// A class the worker has not created yet is no breach.
-	out, err := e.cmd(t, "retention", append(brokers, "--dlq-classes", "10m")...)
+	// A class the worker has not created yet is no breach, nor a checkpoint
+	// of positions; one holding a row key (written before) is.
+	dir := t.TempDir()
+	positions, keys := filepath.Join(dir, "positions.json"), filepath.Join(dir, "keys.json")
+	if err := os.WriteFile(positions, []byte(`{"for":{},"pass":1,"done":{"acme":"acme#0a1f#"}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keys, []byte(`{"for":{},"pass":1,"done":{"acme":"acme#0a1f#bob@example.com#1795000000000#e-1"}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := e.cmd(t, "retention", append(brokers, "--dlq-classes", "10m", "--checkpoints", positions)...)
 	if err != nil {
 		t.Fatalf("clean setup: %v\n%s", err, out)
 	}
@@ -39,7 +50,7 @@ func TestRetentionStatement(t *testing.T) {
 	}
 	alterTopic(t, e.brokers, e.topic, map[string]string{"retention.ms": "604800000", "segment.ms": "300000"})
 	alterTopic(t, e.brokers, e.topic+".dlq", map[string]string{"retention.ms": "-1"})
-	out, err = e.cmd(t, "retention", append(brokers, "--format", "json")...)
+	out, err = e.cmd(t, "retention", append(brokers, "--format", "json", "--checkpoints", positions+","+keys)...)
 	if codeOf(err) != 1 {
 		t.Fatalf("planted breaches: exit %d, %v\n%s", codeOf(err), err, out)
 	}
@@ -69,12 +80,16 @@ func TestRetentionStatement(t *testing.T) {
 		"dead-letter topic " + e.topic + ".dlq, letters without payload": "keeps records forever",
 		"input topic " + e.topic:                                         "keeps records 7d5m1s; acme's TTL is 1h",
 		"record timestamps of " + e.topic:                                "any time ahead",
+		"checkpoint " + keys:                                             "holds row keys",
 	} {
 		if !strings.Contains(breaches[store], want) {
 			t.Errorf("%s: breach %q, want it to say %q", store, breaches[store], want)
 		}
 	}
-	if st.Clean || st.Breaches < 4 {
+	if breaches["checkpoint "+positions] != "" {
+		t.Errorf("a checkpoint of positions: breach %q", breaches["checkpoint "+positions])
+	}
+	if st.Clean || st.Breaches < 5 {
 		t.Errorf("clean %t, %d breaches", st.Clean, st.Breaches)
 	}
 }
