@@ -54,6 +54,20 @@ func metricValue(body, name string, labels ...string) (float64, bool) {
 	return 0, false
 }
 
+// metricSum adds up every series of name in a scrape.
+func metricSum(body, name string) float64 {
+	var sum float64
+	for _, line := range strings.Split(body, "\n") {
+		if strings.HasPrefix(line, name+"{") || strings.HasPrefix(line, name+" ") {
+			f := strings.Fields(line)
+			if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+				sum += v
+			}
+		}
+	}
+	return sum
+}
+
 // A scrape of /metrics shows the counters with the values the events call
 // for; /status and /readyz tell the same story.
 func TestMetricsAndStatus(t *testing.T) {
@@ -108,6 +122,11 @@ func TestMetricsAndStatus(t *testing.T) {
 			if v, ok := metricValue(body, w.name, w.labels...); !ok || v != w.value {
 				return false, fmt.Sprintf("%s%v = %v (found %t), want %v", w.name, w.labels, v, ok, w.value)
 			}
+		}
+		// The broker holds the commit a moment before the worker records
+		// that it does: wait for the worker's own account of it, all 14.
+		if sum := metricSum(body, "cellttl_kafka_consumer_committed_offset"); sum != 14 {
+			return false, fmt.Sprintf("cellttl_kafka_consumer_committed_offset sums to %v, want 14", sum)
 		}
 		return true, ""
 	})
