@@ -204,6 +204,7 @@ func newSuite(t *testing.T, partitions int, opts ...option) *suite {
 		}
 		s.mu.Unlock()
 		_ = s.ac.DeleteTable(context.Background(), s.table)
+		_ = s.ac.DeleteTable(context.Background(), s.table+"-erasures")
 		if t.Failed() {
 			t.Logf("suite log:\n%s", s.log.String())
 		}

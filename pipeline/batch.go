@@ -136,13 +136,19 @@ func (p *Pipeline) write(ctx context.Context, b *batch, dead chan<- deadItem) {
 			"rows", len(rows), "config_version", b.version, "err", err)
 		return
 	}
-	refused := 0
+	refused, withdrawn := 0, 0
 	for i := range b.items {
-		if results[i] != nil {
+		switch results[i] {
+		case nil:
+			b.items[i].tenant.Written.Add(1)
+		case sink.ErrWithdrawn:
+			// Its user was erased while the row waited: settled unwritten.
+			b.items[i].tenant.Erased.Add(1)
+			withdrawn++
+		default:
 			refused++
 			continue
 		}
-		b.items[i].tenant.Written.Add(1)
 		b.acks = append(b.acks, b.items[i].ack)
 	}
 	// The written rows are settled together (one lock of the tracker and
@@ -150,15 +156,16 @@ func (p *Pipeline) write(ctx context.Context, b *batch, dead chan<- deadItem) {
 	// topic, which may be slow.
 	p.src.Settle(b.acks)
 	for i := 0; refused > 0; i++ {
-		if rerr := results[i]; rerr != nil {
+		if rerr := results[i]; rerr != nil && rerr != sink.ErrWithdrawn {
 			it := &b.items[i]
 			dead <- deadItem{dl: ingest.DeadLetter{Msg: it.msg, Reason: rerr.Error(), Class: reasonBigtableRefused, Tenant: it.id, ExpiresAt: it.expires, KeepUntil: it.keep},
 				ack: it.ack, tenant: it.tenant, reason: reasonBigtableRefused}
 			refused--
 		}
 	}
-	written := len(b.acks)
-	span.SetAttributes(attribute.Int("cellttl.batch.written", written), attribute.Int("cellttl.batch.dead_lettered", len(rows)-written))
+	written := len(b.acks) - withdrawn
+	span.SetAttributes(attribute.Int("cellttl.batch.written", written), attribute.Int("cellttl.batch.dead_lettered", len(rows)-len(b.acks)),
+		attribute.Int("cellttl.batch.erased", withdrawn))
 	span.End()
 	vattr := metric.WithAttributes(attribute.String("cellttl.config_version", b.version))
 	p.metrics.batchRows.Record(ctx, int64(len(rows)), vattr)

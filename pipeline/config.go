@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/event"
 	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/internal/envflag"
@@ -33,6 +34,9 @@ type Config struct {
 	// UnlistedDeadLetterTTL bounds how long a dead letter without a listed
 	// tenant keeps its payload; 0 is tenants.yaml's default_ttl.
 	UnlistedDeadLetterTTL time.Duration
+	// Erasures returns the erasure ledger in force (nil: no ledger); it
+	// is called once per message and must not block.
+	Erasures func() *erasure.Ledger
 }
 
 // DefaultConfig returns the defaults the worker's flags document.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/event"
 	"github.com/cellttl/cellttl/expiry"
 	"github.com/cellttl/cellttl/ingest"
@@ -26,6 +27,9 @@ const (
 	// UnlistedDeadLetter: its tenant is not listed, and unlisted_tenants
 	// is dead-letter.
 	UnlistedDeadLetter
+	// Erased: the erasure ledger covers the event's user and time; never
+	// written, never dead-lettered.
+	Erased
 )
 
 // Decision is what the worker makes of one record: a pure function of the
@@ -46,8 +50,11 @@ type Decision struct {
 	Class, Field string
 }
 
-// Decide decodes msg with d and gives it its cells under cfg.
-func Decide(d *event.Decoder, cfg *tenants.Config, msg *ingest.Message, now time.Time) Decision {
+// Decide decodes msg with d and gives it its cells under cfg, unless the
+// ledger (nil: none) erased its user up to its time. The ledger is asked
+// before the tenant's policy: an erased user's event of an unlisted tenant
+// is not dead-lettered either (a letter is a copy of the payload).
+func Decide(d *event.Decoder, cfg *tenants.Config, ledger *erasure.Ledger, msg *ingest.Message, now time.Time) Decision {
 	rec := record(d.Mapping, msg)
 	ev, err := d.DecodeRecord(&rec)
 	if err != nil {
@@ -61,6 +68,10 @@ func Decide(d *event.Decoder, cfg *tenants.Config, msg *ingest.Message, now time
 	pol := cfg.Policy
 	ttl, listed := pol.Tenants[ev.Tenant]
 	dec := Decision{Event: ev, Listed: listed}
+	if ledger.Erased(ev.Tenant, ev.User, ev.Base.UnixMilli()) {
+		dec.Fate = Erased
+		return dec
+	}
 	if !listed {
 		if cfg.Unlisted == tenants.UnlistedDeadLetter {
 			dec.Fate, dec.Class, dec.Field = UnlistedDeadLetter, reasonUnlisted, d.Mapping.TenantField()
@@ -74,6 +85,7 @@ func Decide(d *event.Decoder, cfg *tenants.Config, msg *ingest.Message, now time
 		dec.Fate = Expired
 		return dec
 	}
-	dec.Row = sink.Row{Key: rowkey.Key(ev.Tenant, ev.User, ev.ID, ev.Base.UnixMilli()), Timestamp: dec.Cell.Timestamp, Value: msg.Value, WrittenAt: pol.RecordRealTimestamp}
+	dec.Row = sink.Row{Key: rowkey.Key(ev.Tenant, ev.User, ev.ID, ev.Base.UnixMilli()), Timestamp: dec.Cell.Timestamp, Value: msg.Value,
+		WrittenAt: pol.RecordRealTimestamp, Gen: ledger.Generation()}
 	return dec
 }

@@ -80,6 +80,7 @@ func (p *Pipeline) registerMetrics() error {
 	written := counter("cellttl.events.written", "events written to Bigtable, by tenant")
 	dead := counter("cellttl.events.dead_lettered", "events produced to the dead-letter topic, by tenant (_other: no valid tenant)")
 	expired := counter("cellttl.events.expired", "events skipped because they had expired before they were processed, by tenant")
+	erased := counter("cellttl.events.erased", "events not written because the erasure ledger covers their user and time (worker forget), by tenant")
 	clamped := counter("cellttl.events.clamped", "events whose occurred_at lay beyond --max-clock-skew and was clamped, by tenant")
 	ahead := counter("cellttl.records.timestamp_ahead", "records whose timestamp lay further ahead of the worker's clock than --max-clock-skew when processed (their cells still follow the record; see /status record_timestamps)")
 	unlisted := counter("cellttl.events.unlisted", "events of tenants tenants.yaml does not list, whatever unlisted_tenants does with them (no tenant label: /status lists the most frequent ids)")
@@ -94,11 +95,12 @@ func (p *Pipeline) registerMetrics() error {
 			o.ObserveInt64(dead, t.DeadLettered.Load(), attrs)
 			o.ObserveInt64(expired, t.Expired.Load(), attrs)
 			o.ObserveInt64(clamped, t.Clamped.Load(), attrs)
+			o.ObserveInt64(erased, t.Erased.Load(), attrs)
 		})
 		o.ObserveInt64(unlisted, p.stats.UnlistedTotal())
 		o.ObserveInt64(ahead, p.stats.TimestampsAhead())
 		return nil
-	}, consumed, written, dead, expired, clamped, unlisted, ahead)
+	}, consumed, written, dead, expired, clamped, erased, unlisted, ahead)
 	if err != nil {
 		return fmt.Errorf("register pipeline metrics: %w", err)
 	}

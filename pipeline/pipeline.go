@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/event"
 	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/internal/retry"
@@ -270,7 +271,11 @@ func (p *Pipeline) route(f *ingest.Fetched, now time.Time, cfg *tenants.Config, 
 			dec.Field, dec.Class = evErr.Field, string(evErr.Class)
 		}
 	default:
-		dec = Decide(&p.cfg.Decoder, cfg, msg, now)
+		var ledger *erasure.Ledger
+		if p.cfg.Erasures != nil {
+			ledger = p.cfg.Erasures()
+		}
+		dec = Decide(&p.cfg.Decoder, cfg, ledger, msg, now)
 	}
 	ev := &dec.Event
 	switch dec.Fate {
@@ -304,8 +309,13 @@ func (p *Pipeline) route(f *ingest.Fetched, now time.Time, cfg *tenants.Config, 
 	if ev.Clamped {
 		ts.Clamped.Add(1)
 	}
-	if dec.Fate == Expired {
+	switch dec.Fate {
+	case Expired:
 		ts.Expired.Add(1)
+		p.src.Done(f.Ack)
+		return
+	case Erased:
+		ts.Erased.Add(1)
 		p.src.Done(f.Ack)
 		return
 	}

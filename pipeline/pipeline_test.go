@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"google.golang.org/grpc/codes"
 
+	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/sink"
 	"github.com/cellttl/cellttl/tenants"
@@ -683,6 +684,80 @@ func TestCutRecordsAndUndecodableBatchesAreDeadLettered(t *testing.T) {
 		}
 		if got := src.committed(); got != 5 {
 			t.Errorf("committed %d, want 5", got)
+		}
+	})
+}
+
+// withdrawWriter withdraws the rows whose key holds withdraw, as a
+// sink.Writer does when the erasure ledger learns of their user while
+// they wait.
+type withdrawWriter struct {
+	fakeWriter
+	withdraw string
+}
+
+func (w *withdrawWriter) Write(ctx context.Context, rows []sink.Row) ([]error, error) {
+	res, err := w.fakeWriter.Write(ctx, rows)
+	for i, r := range rows {
+		if err == nil && strings.Contains(r.Key, w.withdraw) {
+			res[i] = sink.ErrWithdrawn
+		}
+	}
+	return res, err
+}
+
+// Events of an erased user up to erased_up_to are neither written nor
+// dead-lettered, of a listed tenant or an unlisted one: skipped, counted
+// as erased, their offsets committed. The user's later event, another
+// user's, and an event without a user are written. A row withdrawn at
+// write time is counted as erased and settled, not dead-lettered.
+func TestErasedUsersAreNotWritten(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg, err := tenants.Parse([]byte("default_ttl: 2d\nunlisted_tenants: dead-letter\ntenants:\n  acme: 1h\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := time.Now()
+		ev := func(id, tenant, user string, at time.Time) string {
+			return fmt.Sprintf(`{"event_id":%q,"tenant_id":%q,"user_id":%q,"occurred_at":%q}`, id, tenant, user, at.Format(time.RFC3339Nano))
+		}
+		upTo := now.Add(-time.Minute)
+		ledger := erasure.NewLedger([]erasure.Record{{Tenant: "acme", User: "u1", UpTo: upTo}, {Tenant: "zed", User: "u1", UpTo: upTo}}, now)
+		src := newSource(
+			ev("e-0", "acme", "u1", upTo),                       // erased: at erased_up_to
+			ev("e-1", "acme", "u1", upTo.Add(-30*time.Minute)),  // erased
+			ev("e-2", "acme", "u1", upTo.Add(time.Millisecond)), // came back: written
+			ev("e-3", "acme", "u2", upTo),                       // another user: written
+			ev("e-4", "zed", "u1", upTo),                        // unlisted, erased: no letter either
+			ev("e-5", "acme", "u3", upTo),                       // withdrawn at write time
+			`{"event_id":"e-6","tenant_id":"acme"}`,             // no user: written
+		)
+		w, dlq := &withdrawWriter{withdraw: "#u3#"}, &fakeDLQ{}
+		pcfg := DefaultConfig()
+		pcfg.Erasures = func() *erasure.Ledger { return ledger }
+		stop, p := start(t, pcfg, src, w, dlq, func() *tenants.Config { return cfg })
+		time.Sleep(time.Second)
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for _, b := range w.batches {
+			for _, r := range b {
+				keys = append(keys, r.Key)
+			}
+		}
+		if len(keys) != 4 || strings.Contains(strings.Join(keys, " "), "#e-0") || strings.Contains(strings.Join(keys, " "), "#e-1") {
+			t.Errorf("rows sent to be written %q, want e-2, e-3, e-5, e-6", keys)
+		}
+		if len(dlq.got) != 0 {
+			t.Errorf("dead letters %+v, want none", dlq.got)
+		}
+		acme, zed := p.Stats().Tenant("acme"), p.Stats().Tenant("zed")
+		if acme.Erased.Load() != 3 || acme.Written.Load() != 3 || zed.Erased.Load() != 1 || p.Stats().Totals().Erased != 4 {
+			t.Errorf("acme erased %d written %d, unlisted erased %d; want 3, 3, 1", acme.Erased.Load(), acme.Written.Load(), zed.Erased.Load())
+		}
+		if src.committed() != 7 {
+			t.Errorf("committed %d, want 7", src.committed())
 		}
 	})
 }

@@ -24,7 +24,7 @@ type TenantStats struct {
 	Expired      atomic.Int64 // skipped: already expired when processed
 	DeadLettered atomic.Int64
 	Clamped      atomic.Int64 // occurred_at clamped for clock skew
-
+	Erased       atomic.Int64 // skipped: the erasure ledger covers its user and time
 }
 
 // Stats counts events per tenant. Lookups of a known tenant take no lock.
@@ -125,7 +125,7 @@ func (s *Stats) Each(f func(tenant string, t *TenantStats)) {
 
 // Totals sums every tenant's counters.
 type Totals struct {
-	Consumed, Written, Expired, DeadLettered, Clamped int64
+	Consumed, Written, Expired, DeadLettered, Clamped, Erased int64
 }
 
 // Totals returns the sums over all tenants.
@@ -137,6 +137,7 @@ func (s *Stats) Totals() Totals {
 		t.Expired += ts.Expired.Load()
 		t.DeadLettered += ts.DeadLettered.Load()
 		t.Clamped += ts.Clamped.Load()
+		t.Erased += ts.Erased.Load()
 	})
 	return t
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
 
+	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/event"
 	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/pipeline"
@@ -58,6 +59,11 @@ type Options struct {
 	// MaxEventBytes bounds a record fetched from the input topic.
 	MaxEventBytes int
 	Now           func() time.Time
+	// Erasures returns the erasure ledger in force (nil: none): a letter
+	// of an erased user is never written again. The writer should hold
+	// the same ledger as its Gate, so a user erased during the run is not
+	// written either.
+	Erasures func() *erasure.Ledger
 }
 
 // Outcomes of a letter, the keys of Report.Outcomes.
@@ -69,6 +75,7 @@ const (
 	SourceGone    = "source_gone"    // no payload, and the input topic no longer has the record
 	Undecodable   = "undecodable_batch"
 	Refused       = "bigtable_refused" // Bigtable refused the row again
+	Erased        = "erased"           // its user was erased (worker forget) up to or after its time
 )
 
 // Report counts letters by their reason class and by outcome.
@@ -199,7 +206,10 @@ func (r *run) partition(ctx context.Context, topic string, part int, from, to in
 			}
 			for i, e := range res {
 				outcome := Written
-				if e != nil {
+				switch {
+				case errors.Is(e, sink.ErrWithdrawn):
+					outcome = Erased // erased while the run went on
+				case e != nil:
 					outcome = Refused
 				}
 				r.rep.count(rowReasons[i], outcome)
@@ -280,8 +290,14 @@ func (r *run) decide(ctx context.Context, letter ingest.Message) (sink.Row, stri
 	if err != nil || !ok {
 		return sink.Row{}, SourceGone, err
 	}
-	dec := pipeline.Decide(r.d, r.cfg, &src, r.o.Now())
+	var ledger *erasure.Ledger
+	if r.o.Erasures != nil {
+		ledger = r.o.Erasures()
+	}
+	dec := pipeline.Decide(r.d, r.cfg, ledger, &src, r.o.Now())
 	switch dec.Fate {
+	case pipeline.Erased:
+		return sink.Row{}, Erased, nil
 	case pipeline.Write:
 		return dec.Row, Written, nil
 	case pipeline.Expired:

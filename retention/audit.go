@@ -9,6 +9,7 @@ import (
 
 	"cloud.google.com/go/bigtable"
 
+	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/expiry"
 	"github.com/cellttl/cellttl/rowkey"
 )
@@ -23,6 +24,9 @@ type AuditOptions struct {
 	// Tenants is empty); 0 reads them all.
 	Sample int64
 	Now    func() time.Time
+	// Erasures is the erasure ledger (nil: none): a row it covers is
+	// reported, and makes the audit unclean.
+	Erasures *erasure.Ledger
 }
 
 // TenantAudit is what the audit found for one tenant.
@@ -40,6 +44,11 @@ type TenantAudit struct {
 	// under the current file, or with more than one version: written under
 	// another TTL, or by another writer. `worker retime` repairs them.
 	RuleBreaking int64 `json:"rule_breaking"`
+	// ErasedRows are rows of users the erasure ledger says were erased,
+	// with event times it covers: they should not exist (a forget that
+	// failed part-way, a restore from backup, a writer that ignores the
+	// ledger). Run worker forget again for them.
+	ErasedRows int64 `json:"erased_rows"`
 	// LeavesWithin counts the live rows by when they expire.
 	LeavesWithin map[string]int64 `json:"leaves_within"`
 }
@@ -60,7 +69,7 @@ func (r *AuditReport) Clean() bool {
 		return false
 	}
 	for _, t := range r.Tenants {
-		if t.RuleBreaking > 0 {
+		if t.RuleBreaking > 0 || t.ErasedRows > 0 {
 			return false
 		}
 	}
@@ -107,6 +116,9 @@ func Audit(ctx context.Context, tbl *bigtable.Table, family string, policy *expi
 			return
 		}
 		t := tenant(row.parts.Tenant)
+		if o.Erasures.Erased(row.parts.Tenant, row.parts.User, row.parts.Millis) {
+			t.ErasedRows++
+		}
 		cell := row.cell(policy)
 		if !row.follows(bigtable.Timestamp(cell.Timestamp)) {
 			t.RuleBreaking++

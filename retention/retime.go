@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/expiry"
 	"github.com/cellttl/cellttl/internal/envflag"
 	"github.com/cellttl/cellttl/rowkey"
@@ -56,6 +57,10 @@ type RetimeOptions struct {
 	// Now is the clock that decides what has expired; time.Now when nil.
 	Now func() time.Time
 	Log *slog.Logger
+	// Erasures returns the erasure ledger in force (nil: none). A row of
+	// an erased user is deleted, never re-timed: a new timestamp would
+	// give it a new life.
+	Erasures func() *erasure.Ledger
 }
 
 // RegisterFlags declares the flags that fill o and that retime and migrate
@@ -99,7 +104,8 @@ type Progress struct {
 type Report struct {
 	Scanned   int64 `json:"scanned"`
 	Rewritten int64 `json:"rewritten"` // re-timed: the row's cells moved to the new timestamp
-	Deleted   int64 `json:"deleted"`   // its new (or current) expiry has passed
+	Deleted   int64 `json:"deleted"`   // its new (or current) expiry has passed, or its user was erased
+	Erased    int64 `json:"erased"`    // of Deleted: the erasure ledger covers its user and time
 	Unchanged int64 `json:"unchanged"` // already at the rule's timestamp
 	Foreign   int64 `json:"foreign"`   // keys outside cellttl's layout: left alone
 	// Bytes are the values of the rows rewritten or deleted.
@@ -117,6 +123,7 @@ func (r *Report) add(o Report) {
 	r.Scanned += o.Scanned
 	r.Rewritten += o.Rewritten
 	r.Deleted += o.Deleted
+	r.Erased += o.Erased
 	r.Unchanged += o.Unchanged
 	r.Foreign += o.Foreign
 	r.Bytes += o.Bytes
@@ -282,6 +289,17 @@ func retimePass(ctx context.Context, tbl *bigtable.Table, family string, policy 
 				if applyErr = cp.count(changedBefore + rep.Changed()); applyErr != nil {
 					return
 				}
+				// A user erased since these rows were planned: their rows
+				// are deleted, not re-timed (forget may have deleted them
+				// already, and a rewrite would bring them back).
+				if l := o.ledger(); l.Len() > 0 {
+					for i, k := range keys {
+						if l.ErasedKey(k) {
+							muts[i] = bigtable.NewMutation()
+							muts[i].DeleteRow()
+						}
+					}
+				}
 				if applyErr = applyBulk(ctx, tbl, keys, muts); applyErr != nil {
 					return
 				}
@@ -295,7 +313,7 @@ func retimePass(ctx context.Context, tbl *bigtable.Table, family string, policy 
 		readErr = tbl.ReadRows(ctx, rng, func(r bigtable.Row) bool {
 			row := readRow(r, family)
 			rep.Scanned++
-			m := plan(&row, tenant, policy, o.WrittenUnder, now, &rep)
+			m := plan(&row, tenant, policy, o.WrittenUnder, o.ledger(), now, &rep)
 			if m != nil {
 				keys, muts = append(keys, row.key), append(muts, m)
 			}
@@ -337,15 +355,31 @@ func retimePass(ctx context.Context, tbl *bigtable.Table, family string, policy 
 	return rep, nil
 }
 
+// ledger is the erasure ledger in force, nil when there is none.
+func (o *RetimeOptions) ledger() *erasure.Ledger {
+	if o.Erasures == nil {
+		return nil
+	}
+	return o.Erasures()
+}
+
 // wholeTable stands for every row of the table where a tenant is expected.
 const wholeTable = "\x00(every tenant)"
 
 // plan decides a row's fate, counts it, and returns its mutation (nil when
 // it stays as it is).
-func plan(row *row, tenant string, policy, writtenUnder *expiry.Policy, now time.Time, rep *Report) *bigtable.Mutation {
+func plan(row *row, tenant string, policy, writtenUnder *expiry.Policy, ledger *erasure.Ledger, now time.Time, rep *Report) *bigtable.Mutation {
 	if !row.layout || (tenant != wholeTable && row.parts.Tenant != tenant) || len(row.cells) == 0 {
 		rep.Foreign++
 		return nil
+	}
+	if ledger.Erased(row.parts.Tenant, row.parts.User, row.parts.Millis) {
+		rep.Deleted++
+		rep.Erased++
+		rep.Bytes += row.bytes
+		m := bigtable.NewMutation()
+		m.DeleteRow()
+		return m
 	}
 	cell := row.cell(policy)
 	ts := bigtable.Timestamp(cell.Timestamp)

@@ -17,6 +17,8 @@ type TableConfig struct {
 	Project, Instance string
 	AppProfile        string
 	Table, Family     string
+	// Erasures names the erasure ledger's table; "" is Table + "-erasures".
+	Erasures string
 }
 
 // DefaultTableConfig returns the defaults the flags document.
@@ -30,6 +32,15 @@ func (c *TableConfig) RegisterFlags(f *envflag.FlagSet) {
 	f.String(&c.Table, "table", "BIGTABLE_TABLE", c.Table, "Bigtable table")
 	f.String(&c.AppProfile, "app-profile", "BIGTABLE_APP_PROFILE", c.AppProfile, "Bigtable app profile of data requests (default: the instance's default profile)")
 	f.String(&c.Family, "family", "BIGTABLE_FAMILY", c.Family, "column family of the event and written_at columns")
+	f.String(&c.Erasures, "erasure-table", "BIGTABLE_ERASURE_TABLE", c.Erasures, "table of the erasure ledger worker forget records and every worker obeys (default: the --table name followed by -erasures)")
+}
+
+// ErasureTable is the erasure ledger's table.
+func (c TableConfig) ErasureTable() string {
+	if c.Erasures != "" {
+		return c.Erasures
+	}
+	return c.Table + "-erasures"
 }
 
 // Resolve fills the project and instance of an emulator ("local", when

@@ -37,7 +37,22 @@ type Row struct {
 	// WrittenAt asks for the written_at column with the real write time, at
 	// the same timestamp so that it expires with the event.
 	WrittenAt bool
+	// Gen is the generation of WriterConfig.Gate the row was decided
+	// under: an attempt under a later one asks the gate again.
+	Gen uint64
 }
+
+// Gate can withdraw a row decided earlier: the erasure ledger, which may
+// learn of an erased user while that user's rows wait to be written.
+type Gate interface {
+	// Generation grows whenever Admits may refuse a row it admitted.
+	Generation() uint64
+	Admits(key string) bool
+}
+
+// ErrWithdrawn is the result of a row the Gate withdrew: it was not
+// written, and must not be.
+var ErrWithdrawn = errors.New("withdrawn before it was written")
 
 // Cells is the number of cells (mutations) the row writes.
 func (r *Row) Cells() int {
@@ -109,6 +124,10 @@ type WriterConfig struct {
 	// error, nothing is sent, and the rows wait (retried with backoff),
 	// neither written nor refused. See RuleWatch.
 	Held func() error
+	// Gate, when set, is asked before every attempt about the rows decided
+	// under an older generation of it (Row.Gen); a row it no longer admits
+	// is not sent, and its result is ErrWithdrawn.
+	Gate Gate
 	// RuleCheckInterval is how often the worker's RuleWatch reads the
 	// family's GC rule.
 	RuleCheckInterval time.Duration
@@ -179,6 +198,11 @@ func (w *Writer) Write(ctx context.Context, rows []Row) ([]error, error) {
 				return &held{err}
 			}
 		}
+		if w.cfg.Gate != nil {
+			if pending = w.withdraw(rows, pending, results); len(pending) == 0 {
+				return nil
+			}
+		}
 		attempts++
 		out := w.attempt(ctx, rows, pending, results)
 		// The caller's span (one per batch) learns how hard the write was.
@@ -199,6 +223,26 @@ func (w *Writer) Write(ctx context.Context, rows []Row) ([]error, error) {
 		return results, fmt.Errorf("write %d rows: %w", len(pending), ctx.Err())
 	}
 	return results, nil
+}
+
+// withdraw asks the gate about the rows at pending decided under an older
+// generation, records ErrWithdrawn for those it refuses, and returns the
+// rest. With the generation unchanged it only compares numbers.
+func (w *Writer) withdraw(rows []Row, pending []int, results []error) []int {
+	gen := w.cfg.Gate.Generation()
+	kept := pending[:0]
+	for _, i := range pending {
+		r := &rows[i]
+		if r.Gen < gen {
+			if !w.cfg.Gate.Admits(r.Key) {
+				results[i] = ErrWithdrawn
+				continue
+			}
+			r.Gen = gen
+		}
+		kept = append(kept, i)
+	}
+	return kept
 }
 
 // held is a write that waits: nothing was sent (see WriterConfig.Held).

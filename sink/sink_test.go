@@ -408,3 +408,63 @@ func isRowError(err error) bool {
 	var re *sink.RowError
 	return errors.As(err, &re)
 }
+
+// gate is a Gate that refuses the keys in refused once its generation is 1.
+type gate struct {
+	gen     atomic.Uint64
+	asked   atomic.Int64
+	refused string
+}
+
+func (g *gate) Generation() uint64 { return g.gen.Load() }
+func (g *gate) Admits(key string) bool {
+	g.asked.Add(1)
+	return g.gen.Load() == 0 || key != g.refused
+}
+
+// A row whose user is erased while its write is being retried is not sent
+// again: its result is ErrWithdrawn and it is not in the table; the rows
+// beside it are written; a row decided under the current generation is
+// not asked about.
+func TestGateWithdrawsRowsBetweenAttempts(t *testing.T) {
+	dc, ac, proxy := faultyEmulator(t)
+	tgt := sink.Target(testenv.Table(t, ac, dc, 48*time.Hour))
+	g := &gate{refused: "erased"}
+	var calls atomic.Int32
+	proxy.SetFault(func(*btpb.MutateRowsRequest) testenv.MutateRowsFault {
+		if calls.Add(1) == 1 {
+			g.gen.Store(1) // the erasure lands while the first attempt fails
+			// A code the client does not retry itself: the Writer does.
+			return testenv.MutateRowsFault{Refuse: status.Error(codes.PermissionDenied, "injected")}
+		}
+		return testenv.MutateRowsFault{}
+	})
+	cfg := sink.DefaultWriterConfig()
+	cfg.InitialBackoff, cfg.Gate = time.Millisecond, g
+	w, err := sink.NewWriter(dc, tgt, cfg, nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := time.Now().UnixMilli() * 1000
+	rows := []sink.Row{
+		{Key: "kept", Timestamp: ts, Value: []byte("v")},
+		{Key: "erased", Timestamp: ts, Value: []byte("v")},
+		{Key: "decided-after", Timestamp: ts, Value: []byte("v"), Gen: 1},
+	}
+	res, err := w.Write(ctx, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0] != nil || !errors.Is(res[1], sink.ErrWithdrawn) || res[2] != nil {
+		t.Fatalf("results %v, want nil, ErrWithdrawn, nil", res)
+	}
+	if len(readRow(t, dc, tgt.Table, "erased")) != 0 || len(readRow(t, dc, tgt.Table, "kept")) == 0 || len(readRow(t, dc, tgt.Table, "decided-after")) == 0 {
+		t.Error("the withdrawn row was written, or a kept one was not")
+	}
+	// Asked about the two rows of generation 0 before the first attempt
+	// (generation 0 admits all) and again before the second: not about
+	// the row of generation 1, nor twice about a row it admitted at 1.
+	if n := g.asked.Load(); n != 2 {
+		t.Errorf("the gate was asked %d times, want 2", n)
+	}
+}

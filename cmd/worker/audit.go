@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"text/tabwriter"
+	"time"
 
+	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/internal/envflag"
 	"github.com/cellttl/cellttl/retention"
 )
@@ -20,7 +22,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var tenantList, format, shard string
 	var err error
 	f := envflag.New("worker audit", "worker audit: per tenant, live and expired-but-stored rows, cells that break the rule, when the live data leaves.\n"+
-		"Exit status: 0 every cell follows the rule, 1 some do not (or an error), 2 bad flags.", stderr)
+		"Exit status: 0 every cell follows the rule and no erased user has a row, 1 otherwise (or an error), 2 bad flags.", stderr)
 	o.register(f)
 	f.String(&tenantList, "tenant", "", "", "comma-separated tenants (default: the whole table)")
 	f.Int64(&ao.Sample, "sample", "", 0, "read at most this many rows per tenant (0: all)")
@@ -36,11 +38,20 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	ao.Tenants = splitList(tenantList)
-	s, _, done, err := o.openJob(ctx, stderr)
+	s, log, done, err := o.openJob(ctx, stderr)
 	if err != nil {
 		return err
 	}
 	defer done()
+	// Rows of erased users still present are a finding.
+	records, _, err := erasure.NewStore(s.dc, o.table.ErasureTable()).Load(ctx, time.Now())
+	switch {
+	case errors.Is(err, erasure.ErrMissing):
+		log.Warn("no erasure ledger to audit against", "table", o.table.ErasureTable(), "err", err)
+	case err != nil:
+		return err
+	}
+	ao.Erasures = erasure.NewLedger(records, time.Now())
 	rep, err := retention.Audit(ctx, s.dc.Open(o.table.Table), o.table.Family, s.cfg.Policy, ao)
 	if err != nil {
 		return err
@@ -55,10 +66,10 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	} else {
 		tw := tabwriter.NewWriter(stdout, 2, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "TENANT\tTTL\tLIVE ROWS\tLIVE BYTES\tEXPIRED, NOT COLLECTED\tBREAK THE RULE\tLEAVE WITHIN HOUR\tDAY\tWEEK\tLATER")
+		fmt.Fprintln(tw, "TENANT\tTTL\tLIVE ROWS\tLIVE BYTES\tEXPIRED, NOT COLLECTED\tBREAK THE RULE\tLEAVE WITHIN HOUR\tDAY\tWEEK\tLATER\tOF ERASED USERS")
 		for _, t := range rep.Tenants {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d (%d bytes)\t%d\t%d\t%d\t%d\t%d\n", t.Tenant, t.TTL, t.LiveRows, t.LiveBytes, t.ExpiredRows, t.ExpiredBytes,
-				t.RuleBreaking, t.LeavesWithin["hour"], t.LeavesWithin["day"], t.LeavesWithin["week"], t.LeavesWithin["later"])
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d (%d bytes)\t%d\t%d\t%d\t%d\t%d\t%d\n", t.Tenant, t.TTL, t.LiveRows, t.LiveBytes, t.ExpiredRows, t.ExpiredBytes,
+				t.RuleBreaking, t.LeavesWithin["hour"], t.LeavesWithin["day"], t.LeavesWithin["week"], t.LeavesWithin["later"], t.ErasedRows)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -68,7 +79,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	if !rep.Clean() {
-		return &exitError{code: 1, err: errors.New("some cells break the rule of the tenants file (worker retime repairs them) or lie outside cellttl's layout"), quiet: format == "json"}
+		return &exitError{code: 1, err: errors.New("some cells break the rule of the tenants file (worker retime repairs them), lie outside cellttl's layout, or belong to users the erasure ledger says were erased (worker forget again)"), quiet: format == "json"}
 	}
 	return nil
 }

@@ -37,7 +37,10 @@ func TestDeadLetterAlwaysFits(t *testing.T) {
 	e.dc, e.ac = testenv.Clients(t)
 	e.tenantsFile = t.TempDir() + "/tenants.yaml"
 	e.writeTenants(t, tenantsYAML)
-	t.Cleanup(func() { _ = e.ac.DeleteTable(context.Background(), e.table) })
+	t.Cleanup(func() {
+		_ = e.ac.DeleteTable(context.Background(), e.table)
+		_ = e.ac.DeleteTable(context.Background(), e.table+"-erasures")
+	})
 	testenv.CreateTopicWith(t, e.brokers, e.topic, partitions, map[string]string{"max.message.bytes": "4000000"})
 	testenv.CreateTopicWith(t, e.brokers, e.topic+".dlq", 1, testenv.DeadLetterConfigs)
 	if out, err := e.cmd(t, "setup"); err != nil {

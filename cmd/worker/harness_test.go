@@ -44,7 +44,10 @@ func newEnv(t *testing.T, tenantsYAML string) *env {
 	testenv.CreateTopicWith(t, e.brokers, e.topic+".dlq", 1, testenv.DeadLetterConfigs)
 	e.tenantsFile = filepath.Join(t.TempDir(), "tenants.yaml")
 	e.writeTenants(t, tenantsYAML)
-	t.Cleanup(func() { _ = e.ac.DeleteTable(context.Background(), e.table) })
+	t.Cleanup(func() {
+		_ = e.ac.DeleteTable(context.Background(), e.table)
+		_ = e.ac.DeleteTable(context.Background(), e.table+"-erasures")
+	})
 	return e
 }
 
@@ -65,6 +68,10 @@ func (e *env) args(cmd string, extra ...string) []string {
 		}
 		a = append(a, "--brokers", strings.Join(brokers, ","), "--topic", e.topic, "--group", e.group,
 			"--flush-interval", "20ms", "--commit-interval", "100ms", "--admin-addr", "127.0.0.1:0")
+	}
+	if cmd == "forget" {
+		// The topics' retention decides how long the ledger record lives.
+		a = append(a, "--brokers", strings.Join(e.brokers, ","), "--topic", e.topic)
 	}
 	return append(a, extra...)
 }

@@ -127,6 +127,13 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	ro.Log = log
 	ro.Job = retention.Job{Table: o.table.Table, Family: o.table.Family, Config: oldCfg.Version + " to " + s.cfg.Version}
+	// Rows of erased users are deleted, never given a new timestamp.
+	erasures, stopErasures, err := watchErasures(ctx, s, o.table, defaultErasureRefresh, log)
+	if err != nil {
+		return err
+	}
+	defer stopErasures()
+	ro.Erasures = erasures.Current
 	ro.Progress = func(p retention.Progress) {
 		fmt.Fprintf(stderr, "re-timing: scanned %d, rewritten %d, deleted %d, unchanged %d, %.0f rows/s\n",
 			p.Report.Scanned, p.Report.Rewritten, p.Report.Deleted, p.Report.Unchanged, p.Rate)

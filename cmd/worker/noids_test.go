@@ -100,10 +100,10 @@ func TestRetentionCommandsNameNoIDs(t *testing.T) {
 	if err := cmd("retime", "--tenant", "acme", "--checkpoint", cp, "--resume", "--pass-delay", "10ms"); err != nil {
 		t.Fatalf("resumed retime: %v\n%s", err, logs.String())
 	}
-	if err := cmd("forget", "--tenant", "acme", "--user", "secret-user-7"); err != nil {
+	if err := cmd("forget", "--tenant", "acme", "--user", "secret-user-7", "--requested-by", "ticket-1", "--allow-empty", "--second-pass-after", "10ms"); err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd("forget", "--tenant", "acme", "--user", "secret-user-#1"); err == nil || !strings.Contains(err.Error(), "contains '#'") {
+	if err := cmd("forget", "--tenant", "acme", "--user", "secret-user-#1", "--requested-by", "ticket-1"); err == nil || !strings.Contains(err.Error(), "contains '#'") {
 		t.Errorf("forget of an invalid user id: %v", err)
 	}
 	_ = cmd("audit", "--tenant", "acme")

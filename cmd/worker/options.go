@@ -9,6 +9,7 @@ import (
 
 	"cloud.google.com/go/bigtable"
 
+	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/expiry"
 	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/cellttl/cellttl/internal/envflag"
@@ -116,4 +117,24 @@ func (o *tableOptions) openJob(ctx context.Context, stderr io.Writer) (s *sessio
 	}
 	stopTraces := startTraces(ctx, log)
 	return s, log, func() { stopTraces(); s.Close() }, nil
+}
+
+// watchErasures loads the erasure ledger and keeps it fresh until stop is
+// called: for the commands that write events (redrive), which must obey it
+// as the worker does.
+func watchErasures(ctx context.Context, s *session, t sink.TableConfig, refresh time.Duration, log *slog.Logger) (w *erasure.Watch, stop func(), err error) {
+	w = erasure.NewWatch(erasure.NewStore(s.dc, t.ErasureTable()), refresh, log)
+	sctx, scancel := context.WithTimeout(ctx, time.Minute)
+	err = w.Start(sctx)
+	scancel()
+	if err != nil {
+		return nil, nil, err
+	}
+	bg, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.Run(bg)
+	}()
+	return w, func() { cancel(); <-done }, nil
 }

@@ -24,7 +24,7 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	o := defaultRunOptions()
 	ro := redrive.Options{Partition: -1}
 	var topic, reasons, format string
-	f := envflag.New("worker redrive", "worker redrive: send dead letters through the worker's decode, expiry and write again, each keyed to its original record, so that it gets exactly the cells it would have got (run twice, the same cells); a dry run unless --apply. It does not know of erasures yet: the letters of a user erased with worker forget come back; erase again after.\n"+
+	f := envflag.New("worker redrive", "worker redrive: send dead letters through the worker's decode, expiry and write again, each keyed to its original record, so that it gets exactly the cells it would have got (run twice, the same cells); a dry run unless --apply. The letters of users erased with worker forget are not written (the erasure ledger, read again every --erasure-refresh).\n"+
 		"It takes the worker's flags and environment. Exit status: 0 done, 1 an error, 2 bad flags.", stderr)
 	o.register(f)
 	f.String(&topic, "from-topic", "", "", "the dead-letter topic to read (default: --dlq-topic and its --dlq-classes topics)")
@@ -68,7 +68,15 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := sink.CheckGC(ctx, s.ac, o.table.Target(), s.cfg.Policy.GCMaxAge()); err != nil {
 		return fmt.Errorf("refusing to redrive: %w (the tenants file asks for %s)", err, describePolicy(s.cfg.Policy))
 	}
-	w, err := sink.NewWriter(s.dc, o.table.Target(), o.writer, nil, log)
+	erasures, stop, err := watchErasures(ctx, s, o.table, o.erasureRefresh, log)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	wcfg := o.writer
+	wcfg.Held, wcfg.Gate = erasures.Held, erasures
+	ro.Erasures = erasures.Current
+	w, err := sink.NewWriter(s.dc, o.table.Target(), wcfg, nil, log)
 	if err != nil {
 		return err
 	}

@@ -151,13 +151,17 @@ func TestRetentionCommands(t *testing.T) {
 		t.Errorf("audit after: exit %d\n%s", codeOf(err), out)
 	}
 
-	out, err = e.cmd(t, "forget", "--tenant", "acme", "--user", "u1", "--format", "json")
-	var fr struct{ Rows int64 }
-	if jerr := json.Unmarshal([]byte(out[:strings.Index(out, "\n")]), &fr); err != nil || jerr != nil || fr.Rows == 0 {
+	out, err = e.cmd(t, "forget", "--tenant", "acme", "--user", "u1", "--format", "json", "--requested-by", "ticket-7", "--second-pass-after", "10ms")
+	var fr struct {
+		Users []struct {
+			RowsPerPass []int64 `json:"rows_per_pass"`
+		}
+	}
+	if jerr := json.Unmarshal([]byte(out[:strings.Index(out, "\n")]), &fr); err != nil || jerr != nil || len(fr.Users) != 1 || len(fr.Users[0].RowsPerPass) != 2 || fr.Users[0].RowsPerPass[0] == 0 {
 		t.Fatalf("forget: %v %v\n%s", err, jerr, out)
 	}
-	if !strings.Contains(out, "msg=forget") || !strings.Contains(out, "operator=") {
-		t.Errorf("forget left no audit line:\n%s", out)
+	if !strings.Contains(out, "msg=forget") || !strings.Contains(out, "requested_by=ticket-7") || !strings.Contains(out, "operator=") {
+		t.Errorf("forget left no audit line naming the requester:\n%s", out)
 	}
 	for key := range timestamps(t, e) {
 		if strings.Contains(key, "#u1#") {

@@ -58,6 +58,13 @@ func runRetime(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	ro.Log = log
 	ro.Job = retention.Job{Table: o.table.Table, Family: o.table.Family, Config: s.cfg.Version}
+	// Rows of erased users are deleted, never given a new timestamp.
+	erasures, stopErasures, err := watchErasures(ctx, s, o.table, defaultErasureRefresh, log)
+	if err != nil {
+		return err
+	}
+	defer stopErasures()
+	ro.Erasures = erasures.Current
 	ro.Progress = func(p retention.Progress) {
 		eta := "unknown"
 		if p.ETA >= 0 {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/cellttl/cellttl/admin"
 	"github.com/cellttl/cellttl/expiry"
+	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/cellttl/cellttl/internal/envflag"
@@ -41,6 +42,8 @@ type runOptions struct {
 	// strictRetention refuses to run where the retention promise cannot
 	// hold: producers may stamp records past --max-clock-skew.
 	strictRetention bool
+	// erasureRefresh is how often the erasure ledger is read again.
+	erasureRefresh time.Duration
 	kafka           ingest.Config
 	pipe            pipeline.Config
 	writer          sink.WriterConfig
@@ -55,7 +58,19 @@ func defaultRunOptions() runOptions {
 		writer:         sink.DefaultWriterConfig(),
 		admin:          admin.DefaultConfig(),
 		startupTimeout: time.Minute,
+		erasureRefresh: defaultErasureRefresh,
 	}
+}
+
+// defaultErasureRefresh: with the default --write-timeout (30s), a user
+// erased at t has no row written after t + 3×5s + 30s = 45s, the wait
+// worker forget makes between its passes.
+const defaultErasureRefresh = 5 * time.Second
+
+// registerErasureRefresh declares --erasure-refresh, for the commands that
+// write events (the worker and redrive).
+func registerErasureRefresh(f *envflag.FlagSet, d *time.Duration) {
+	f.Duration(d, "erasure-refresh", "ERASURE_REFRESH", *d, fmt.Sprintf("how often the erasure ledger is read again; writes wait while the ledger loaded last is older than %d of these, so a user erased at t has no row written after t + %d×this + --write-timeout", erasure.StaleAfter, erasure.StaleAfter))
 }
 
 func (o *runOptions) register(f *envflag.FlagSet) {
@@ -65,6 +80,7 @@ func (o *runOptions) register(f *envflag.FlagSet) {
 	o.admin.RegisterFlags(f)
 	o.writer.RegisterFlags(f)
 	o.pipe.RegisterFlags(f)
+	registerErasureRefresh(f, &o.erasureRefresh)
 	f.Bool(&o.strictRetention, "strict-retention", "STRICT_RETENTION", false, "refuse to start (and fail /readyz) while the input topic lets producers stamp records further ahead than --max-clock-skew, which would let them buy retention")
 	f.Duration(&o.startupTimeout, "startup-timeout", "STARTUP_TIMEOUT", o.startupTimeout, "how long start-up waits for Bigtable and Kafka to answer, trying again, before it gives up")
 }
@@ -73,6 +89,9 @@ func (o *runOptions) register(f *envflag.FlagSet) {
 func (o *runOptions) resolve() error {
 	if err := o.tableOptions.resolve(); err != nil {
 		return err
+	}
+	if o.erasureRefresh <= 0 {
+		return usageError(fmt.Errorf("--erasure-refresh %s: must be positive", o.erasureRefresh))
 	}
 	if o.startupTimeout <= 0 {
 		return usageError(fmt.Errorf("--startup-timeout %s: must be positive", o.startupTimeout))
@@ -169,6 +188,7 @@ type worker struct {
 	cfg          *tenants.Config
 	dc           *bigtable.Client
 	rules        *sink.RuleWatch
+	erasures     *erasure.Watch
 	log          *slog.Logger
 	dlq          *ingest.DeadLetterWriter
 	times        *ingest.RecordTimeWatch
@@ -192,6 +212,15 @@ func newWorker(ctx context.Context, o *runOptions, cfg *tenants.Config, dc *bigt
 	// then watched.
 	w.rules = sink.NewRuleWatch(ac, o.table.Target(), cfg.Policy.GCMaxAge(),
 		fmt.Sprintf("set it back (`worker setup --update-gc-policy` with the tenants file this worker runs, %s), or restart the workers with the tenants file that matches the new rule", describePolicy(cfg.Policy)), log)
+	// Before anything is consumed: an event of an erased user must never
+	// be written, so the worker knows who was erased before it writes.
+	w.erasures = erasure.NewWatch(erasure.NewStore(dc, o.table.ErasureTable()), o.erasureRefresh, log)
+	lctx, cancel := context.WithTimeout(ctx, o.startupTimeout)
+	err := w.erasures.Start(lctx)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
 	brokers, sec := o.kafka.Brokers, o.kafka.Security
 	dialer, err := sec.Dialer()
 	if err != nil {
@@ -240,7 +269,8 @@ func newWorker(ctx context.Context, o *runOptions, cfg *tenants.Config, dc *bigt
 	}
 	wcfg := o.writer
 	wcfg.OnRetry = func(rows int, code codes.Code, err error) { w.lastWriteErr.set(err) }
-	wcfg.Held = w.rules.Held
+	wcfg.Held = func() error { return cmp.Or(w.rules.Held(), w.erasures.Held()) }
+	wcfg.Gate = w.erasures
 	if w.writer, err = sink.NewWriter(dc, o.table.Target(), wcfg, mp, log); err != nil {
 		_ = errors.Join(w.consumer.Close(), w.dlq.Close())
 		return nil, err
@@ -250,7 +280,9 @@ func newWorker(ctx context.Context, o *runOptions, cfg *tenants.Config, dc *bigt
 		_ = errors.Join(w.consumer.Close(), w.dlq.Close())
 		return nil, err
 	}
-	w.pipeline = pipeline.New(o.pipe, w.consumer, w.writer, w.dlq, w.reloader.Current, mp, log)
+	pcfg := o.pipe
+	pcfg.Erasures = w.erasures.Current
+	w.pipeline = pipeline.New(pcfg, w.consumer, w.writer, w.dlq, w.reloader.Current, mp, log)
 	return w, nil
 }
 
@@ -270,6 +302,7 @@ func (w *worker) serve(ctx context.Context, metrics http.Handler) error {
 	wg.Go(func() { w.times.Run(bg, o.kafka.DeadLetterCheck) })
 	defer w.times.Close()
 	wg.Go(func() { w.rules.Run(bg, o.writer.RuleCheckInterval) })
+	wg.Go(func() { w.erasures.Run(bg) })
 	if o.tenants.Path != "" {
 		hup := make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)
@@ -296,7 +329,7 @@ func (w *worker) serve(ctx context.Context, metrics http.Handler) error {
 	runErr := w.pipeline.Run(ctx)
 	closeErr := w.consumer.Close() // the final commit, then leave the group
 	t := w.pipeline.Stats().Totals()
-	log.Info("worker stopping", "consumed", t.Consumed, "written", t.Written, "expired", t.Expired, "dead_lettered", t.DeadLettered, "clamped", t.Clamped, "committed", w.consumer.Committed())
+	log.Info("worker stopping", "consumed", t.Consumed, "written", t.Written, "expired", t.Expired, "dead_lettered", t.DeadLettered, "clamped", t.Clamped, "erased", t.Erased, "committed", w.consumer.Committed())
 	return errors.Join(runErr, closeErr, w.dlq.Close())
 }
 
@@ -324,7 +357,7 @@ func (w *worker) readinessChecks() []admin.Check {
 			// Reads can pass while every write is refused (an app profile
 			// that routes nowhere, missing write permission), or held (the
 			// family's GC rule changed under the worker).
-			return errors.Join(w.rules.Problem(), w.writer.Outage())
+			return errors.Join(w.rules.Problem(), w.writer.Outage(), w.erasures.Held())
 		}},
 		{Name: "dead-letter", Fn: func(context.Context) error { return w.dlq.Problem() }},
 		{Name: "config", Fn: func(context.Context) error {

@@ -7,6 +7,7 @@ import (
 
 	"cloud.google.com/go/bigtable"
 
+	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/internal/envflag"
 	"github.com/cellttl/cellttl/sink"
 )
@@ -42,6 +43,25 @@ func runSetup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stdout, "changed GC rule of %s from %q to %q for %s\n", target, res.OldRule, rule, describePolicy(cfg.Policy))
 	default:
 		fmt.Fprintf(stdout, "family %s already has GC rule %q for %s; nothing to do\n", target, rule, describePolicy(cfg.Policy))
+	}
+	return setupLedger(ctx, s, o.table.ErasureTable(), stdout)
+}
+
+// setupLedger creates the erasure ledger's table and family. Its rule never
+// changes with the tenants file (each record carries its own expiry as its
+// timestamp), so a family found with another rule is reported for a person
+// to look at, never replaced.
+func setupLedger(ctx context.Context, s *session, table string, stdout io.Writer) error {
+	target := sink.Target{Table: table, Family: erasure.Family}
+	res, err := sink.Setup(ctx, s.ac, s.dc, target, erasure.GCMaxAge, sink.SetupOptions{})
+	if err != nil {
+		return fmt.Errorf("setup of the erasure ledger: %w", err)
+	}
+	rule := sink.DescribeGC(bigtable.MaxAgePolicy(erasure.GCMaxAge))
+	if res.CreatedFamily {
+		fmt.Fprintf(stdout, "created erasure ledger %s (table created: %t) with GC rule %q: each record expires at its own timestamp\n", target, res.CreatedTable, rule)
+	} else {
+		fmt.Fprintf(stdout, "erasure ledger %s already has GC rule %q; nothing to do\n", target, rule)
 	}
 	return nil
 }

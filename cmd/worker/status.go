@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/cellttl/cellttl/pipeline"
@@ -53,6 +54,9 @@ type eventCounts struct {
 	Expired      int64 `json:"expired"`
 	DeadLettered int64 `json:"dead_lettered"`
 	Clamped      int64 `json:"clamped"`
+	// Erased: skipped because the erasure ledger covers the event's user
+	// and time (worker forget).
+	Erased int64 `json:"erased"`
 }
 
 // deadLetterTopic is a dead-letter topic's retention as last checked.
@@ -93,7 +97,10 @@ type statusPage struct {
 	Kafka            ingest.Status     `json:"kafka"`
 	// RecordTimestamps says whether producers can stamp the future.
 	RecordTimestamps ingest.RecordTimes `json:"record_timestamps"`
-	Lag              int64              `json:"lag"`
+	// Erasures is the erasure ledger in force: worker forget waits for
+	// loaded_at to pass its record before its second pass.
+	Erasures erasure.Status `json:"erasures"`
+	Lag      int64          `json:"lag"`
 	// Events maps each tenant counted to its counts; left out of the brief
 	// page.
 	Events     any               `json:"events,omitempty"`
@@ -123,6 +130,7 @@ func (s *statusSource) status(q url.Values) any {
 	p.Config.Reload = w.reloader.Status()
 	p.Config.Unlisted = string(cmp.Or(cfg.Unlisted, tenants.UnlistedDefaultTTL))
 	p.Kafka = w.consumer.Status()
+	p.Erasures = w.erasures.Status()
 	p.RecordTimestamps = w.times.Status()
 	for _, part := range p.Kafka.Partitions {
 		p.Lag += part.Lag
@@ -147,7 +155,7 @@ func (s *statusSource) status(q url.Values) any {
 		events := map[string]tenantCounts{}
 		stats.Each(func(id string, t *pipeline.TenantStats) {
 			events[id] = tenantCounts{TTL: duration.Format(cfg.Policy.TTL(id)), eventCounts: eventCounts{Consumed: t.Consumed.Load(),
-				Written: t.Written.Load(), Expired: t.Expired.Load(), DeadLettered: t.DeadLettered.Load(), Clamped: t.Clamped.Load()}}
+				Written: t.Written.Load(), Expired: t.Expired.Load(), DeadLettered: t.DeadLettered.Load(), Clamped: t.Clamped.Load(), Erased: t.Erased.Load()}}
 		})
 		p.Events = events
 	}

@@ -388,6 +388,7 @@ func (w *workerProc) stop(ctx context.Context) {
 	ac, err := bigtable.NewAdminClient(context.WithoutCancel(ctx), "local", "local")
 	if err == nil {
 		_ = ac.DeleteTable(context.WithoutCancel(ctx), w.table)
+		_ = ac.DeleteTable(context.WithoutCancel(ctx), w.table+"-erasures") // worker setup made it
 		ac.Close()
 	}
 }

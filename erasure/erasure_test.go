@@ -1,0 +1,198 @@
+package erasure
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/bigtable"
+	"go.uber.org/goleak"
+
+	"github.com/cellttl/cellttl/internal/testenv"
+	"github.com/cellttl/cellttl/rowkey"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var t0 = time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+
+// An erasure covers its user's events up to and including erased_up_to,
+// of its tenant only; an event without a user is never erased; the latest
+// erased_up_to of a user wins; an expired record erases nothing.
+func TestLedgerErases(t *testing.T) {
+	l := NewLedger([]Record{
+		{Tenant: "acme", User: "u1", UpTo: t0},
+		{Tenant: "acme", User: "u1", UpTo: t0.Add(-time.Hour)},
+		{Tenant: "acme", User: "u2", UpTo: t0, Expires: t0.Add(-time.Millisecond)},
+		{Tenant: "acme", User: "u3", UpTo: t0, Expires: t0.Add(time.Hour)},
+	}, t0)
+	ms := t0.UnixMilli()
+	for _, c := range []struct {
+		tenant, user string
+		millis       int64
+		want         bool
+	}{
+		{"acme", "u1", ms, true},
+		{"acme", "u1", ms - 3_600_000, true},
+		{"acme", "u1", ms + 1, false}, // the user came back
+		{"globex", "u1", ms, false},   // another tenant's u1
+		{"acme", "u2", ms, false},     // the record expired
+		{"acme", "u3", ms, true},
+		{"acme", "", ms, false},
+		{"acme", "u", ms, false},
+	} {
+		if got := l.Erased(c.tenant, c.user, c.millis); got != c.want {
+			t.Errorf("Erased(%s, %s, %d) = %t, want %t", c.tenant, c.user, c.millis-ms, got, c.want)
+		}
+		key := rowkey.Key(c.tenant, c.user, "e1", c.millis)
+		if got := l.ErasedKey(key); got != c.want && c.user != "" {
+			t.Errorf("ErasedKey(%s) = %t, want %t", rowkey.Describe(key), got, c.want)
+		}
+	}
+	if l.Len() != 2 {
+		t.Errorf("Len %d, want 2 (u1, u3)", l.Len())
+	}
+	var none *Ledger
+	if none.Erased("acme", "u1", ms) || none.Len() != 0 || none.ErasedKey("x") {
+		t.Error("a nil ledger erases")
+	}
+}
+
+// The generation grows only when a load erases something new: a user, or
+// a later erased_up_to; records expiring do not move it.
+func TestGenerationGrowsOnlyWithNewErasures(t *testing.T) {
+	a := NewLedger([]Record{{Tenant: "acme", User: "u1", UpTo: t0}}, t0)
+	for _, c := range []struct {
+		name string
+		next *Ledger
+		want bool
+	}{
+		{"same", NewLedger([]Record{{Tenant: "acme", User: "u1", UpTo: t0}}, t0), false},
+		{"fewer", NewLedger(nil, t0), false},
+		{"new user", NewLedger([]Record{{Tenant: "acme", User: "u1", UpTo: t0}, {Tenant: "acme", User: "u2", UpTo: t0}}, t0), true},
+		{"later up-to", NewLedger([]Record{{Tenant: "acme", User: "u1", UpTo: t0.Add(time.Second)}}, t0), true},
+		{"earlier up-to", NewLedger([]Record{{Tenant: "acme", User: "u1", UpTo: t0.Add(-time.Second)}}, t0), false},
+		{"other tenant", NewLedger([]Record{{Tenant: "globex", User: "u1", UpTo: t0}}, t0), true},
+	} {
+		if got := c.next.newer(a); got != c.want {
+			t.Errorf("%s: newer %t, want %t", c.name, got, c.want)
+		}
+	}
+	if NewLedger(nil, t0).newer(nil) || !a.newer(nil) {
+		t.Error("against no ledger")
+	}
+}
+
+// Records go into the table and come back, each with its expiry as its
+// cells' timestamp; an expired one is left out though GC has not run; a
+// row not written by forget is ignored and counted; a missing table is
+// ErrMissing, to write and to read.
+func TestStore(t *testing.T) {
+	dc, ac := testenv.Clients(t)
+	ctx := context.Background()
+	name := testenv.Name("ledger")
+	s := NewStore(dc, name)
+	if _, _, err := s.Load(ctx, t0); !errors.Is(err, ErrMissing) {
+		t.Fatalf("load of a missing table: %v", err)
+	}
+	if err := s.Put(ctx, Record{Tenant: "acme", User: "u1", UpTo: t0}); !errors.Is(err, ErrMissing) {
+		t.Fatalf("put into a missing table: %v", err)
+	}
+	if err := ac.CreateTable(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ac.DeleteTable(context.Background(), name) })
+	if err := ac.CreateColumnFamilyWithConfig(ctx, name, Family, bigtable.Family{GCPolicy: bigtable.MaxAgePolicy(GCMaxAge)}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	recs := []Record{
+		{Tenant: "acme", User: "u 1", UpTo: now, RecordedAt: now, RequestedBy: "ticket-1", Expires: now.Add(time.Hour)},
+		{Tenant: "acme", User: "u2", UpTo: now, RecordedAt: now, RequestedBy: "ticket-2"}, // never expires
+		{Tenant: "acme", User: "u3", UpTo: now, RecordedAt: now, RequestedBy: "ticket-3", Expires: now.Add(-time.Minute)},
+	}
+	for _, r := range recs {
+		if err := s.Put(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Put(ctx, Record{Tenant: "acme", User: "u#4", UpTo: now}); err == nil {
+		t.Error("a user id with the separator was recorded")
+	}
+	m := bigtable.NewMutation()
+	m.Set(Family, colUpTo, bigtable.Now(), millis(now))
+	if err := dc.Open(name).Apply(ctx, "no-separator", m); err != nil {
+		t.Fatal(err)
+	}
+	got, ignored, err := s.Load(ctx, now)
+	if err != nil || ignored != 1 || len(got) != 2 {
+		t.Fatalf("load: %v, %d ignored, %+v", err, ignored, got)
+	}
+	byUser := map[string]Record{}
+	for _, r := range got {
+		byUser[r.User] = r
+	}
+	for _, want := range recs[:2] {
+		if g := byUser[want.User]; g != want {
+			t.Errorf("loaded %+v, want %+v", g, want)
+		}
+	}
+}
+
+// The watch puts a record in force within its interval, holds writes once
+// its ledger is older than StaleAfter intervals, and tells a row decided
+// before an erasure from one decided after.
+func TestWatch(t *testing.T) {
+	dc, ac := testenv.Clients(t)
+	ctx := context.Background()
+	name := testenv.Name("ledger")
+	s := NewStore(dc, name)
+	w := NewWatch(s, 50*time.Millisecond, slog.New(slog.DiscardHandler))
+	if w.Held() == nil {
+		t.Error("writes not held before the first load")
+	}
+	if err := w.Start(ctx); err != nil || !w.Missing() || w.Held() != nil || w.Status().State != "missing" {
+		t.Fatalf("start without the table: %v, missing %t, held %v, %+v", err, w.Missing(), w.Held(), w.Status())
+	}
+	if err := ac.CreateTable(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ac.DeleteTable(context.Background(), name) })
+	if err := ac.CreateColumnFamilyWithConfig(ctx, name, Family, bigtable.Family{GCPolicy: bigtable.MaxAgePolicy(GCMaxAge)}); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(rctx) }()
+	defer func() { cancel(); <-done }()
+
+	key := rowkey.Key("acme", "u1", "e1", t0.UnixMilli())
+	gen := w.Generation()
+	if !w.Admits(key) {
+		t.Fatal("an empty ledger refuses a row")
+	}
+	if err := s.Put(ctx, Record{Tenant: "acme", User: "u1", UpTo: t0, RecordedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 5*time.Second, func() (bool, string) {
+		return !w.Admits(key), "the record is not in force"
+	})
+	if w.Generation() <= gen || w.Status().ErasedUsers != 1 || w.Status().State != "loaded" {
+		t.Errorf("after the record: generation %d (was %d), %+v", w.Generation(), gen, w.Status())
+	}
+
+	// The table goes away under the worker: that is not "no erasure",
+	// it is a ledger that cannot be read. Past the bound, writes wait,
+	// and the ledger in force stays.
+	if err := ac.DeleteTable(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 5*time.Second, func() (bool, string) {
+		return w.Held() != nil && w.Status().State == "stale", "writes not held with a stale ledger"
+	})
+	if !w.Current().Erased("acme", "u1", t0.UnixMilli()) {
+		t.Error("a failed load dropped the ledger in force")
+	}
+}

@@ -1,0 +1,170 @@
+// Package erasure is the erasure ledger: which users were forgotten, and up
+// to which event time. `worker forget` records an erasure before it deletes
+// a user's rows; every worker holds the ledger in memory and never writes
+// an event it covers, so a user forgotten stays forgotten through a
+// backlog, a replay or a redrive. The ledger only ever suppresses a row:
+// it never changes a cell, so cells stay a function of the record.
+package erasure
+
+import (
+	"strings"
+	"time"
+
+	"github.com/cellttl/cellttl/rowkey"
+)
+
+// Record is one erasure: no event of User of Tenant whose time is at or
+// before UpTo is written again.
+type Record struct {
+	Tenant string `json:"tenant"`
+	User   string `json:"user"`
+	// UpTo is erased_up_to, in milliseconds as row keys hold event times.
+	UpTo time.Time `json:"erased_up_to"`
+	// RecordedAt is when forget wrote the record.
+	RecordedAt time.Time `json:"recorded_at"`
+	// Expires is when the record expires by itself: no copy it must
+	// suppress is left by then. Zero means never (a copy may be kept
+	// forever, as by a topic with retention.ms=-1).
+	Expires     time.Time `json:"expires,omitzero"`
+	RequestedBy string    `json:"requested_by"`
+}
+
+// Ledger is the set of erasures in force, as loaded at one moment. It is
+// never changed once built: a refresh builds another.
+type Ledger struct {
+	// users maps tenant, then user, to erased_up_to in milliseconds: two
+	// lookups by the event's own strings, so checking an event allocates
+	// nothing.
+	users map[string]map[string]int64
+	n     int
+	// gen grows whenever a load erases something the previous did not;
+	// rows decided under an older generation are checked again before
+	// they are written (see Watch.Admits).
+	gen uint64
+}
+
+// NewLedger builds a ledger from records, the latest erased_up_to of a
+// user winning; records expired at now are left out.
+func NewLedger(records []Record, now time.Time) *Ledger {
+	l := &Ledger{users: map[string]map[string]int64{}}
+	for _, r := range records {
+		if !r.Expires.IsZero() && !r.Expires.After(now) {
+			continue
+		}
+		l.add(r.Tenant, r.User, r.UpTo.UnixMilli())
+	}
+	return l
+}
+
+func (l *Ledger) add(tenant, user string, upTo int64) {
+	u := l.users[tenant]
+	if u == nil {
+		u = map[string]int64{}
+		l.users[tenant] = u
+	}
+	if old, ok := u[user]; !ok {
+		l.n++
+		u[user] = upTo
+	} else if upTo > old {
+		u[user] = upTo
+	}
+}
+
+// Len is the number of users erased.
+func (l *Ledger) Len() int {
+	if l == nil {
+		return 0
+	}
+	return l.n
+}
+
+// Generation is the ledger's generation (see Ledger.gen).
+func (l *Ledger) Generation() uint64 {
+	if l == nil {
+		return 0
+	}
+	return l.gen
+}
+
+// Erased reports whether the event of user of tenant at millis (its
+// time, as its row key holds it) is erased. An event without a user is
+// never erased: erasure is by user.
+func (l *Ledger) Erased(tenant, user string, millis int64) bool {
+	if l == nil || l.n == 0 || user == "" {
+		return false
+	}
+	upTo, ok := l.users[tenant][user]
+	return ok && millis <= upTo
+}
+
+// ErasedKey is Erased for a row key.
+func (l *Ledger) ErasedKey(key string) bool {
+	if l.Len() == 0 {
+		return false
+	}
+	p, err := rowkey.Parse(key)
+	return err == nil && l.Erased(p.Tenant, p.User, p.Millis)
+}
+
+// UpTo returns a user's erased_up_to, if the user is erased.
+func (l *Ledger) UpTo(tenant, user string) (time.Time, bool) {
+	if l.Len() == 0 {
+		return time.Time{}, false
+	}
+	ms, ok := l.users[tenant][user]
+	return time.UnixMilli(ms).UTC(), ok
+}
+
+// Users calls f for every erased user of tenant.
+func (l *Ledger) Users(tenant string, f func(user string, upTo time.Time)) {
+	if l.Len() == 0 {
+		return
+	}
+	for u, ms := range l.users[tenant] {
+		f(u, time.UnixMilli(ms).UTC())
+	}
+}
+
+// Tenants returns the tenants with erased users.
+func (l *Ledger) Tenants() []string {
+	if l.Len() == 0 {
+		return nil
+	}
+	out := make([]string, 0, len(l.users))
+	for t := range l.users {
+		out = append(out, t)
+	}
+	return out
+}
+
+// newer reports whether l erases something prev does not: a user prev
+// does not have, or a later erased_up_to. Records that expired do not
+// count: l then erases less, never more.
+func (l *Ledger) newer(prev *Ledger) bool {
+	if l.Len() == 0 {
+		return false
+	}
+	for t, users := range l.users {
+		var had map[string]int64
+		if prev != nil {
+			had = prev.users[t]
+		}
+		for u, upTo := range users {
+			if before, ok := had[u]; !ok || before < upTo {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// recordKey is the ledger row of a user: tenant ids and user ids never hold
+// the separator (rowkey.ValidateID, rowkey.IDProblem).
+func recordKey(tenant, user string) string {
+	return tenant + string(rowkey.Sep) + user
+}
+
+// parseRecordKey splits a ledger row key.
+func parseRecordKey(key string) (tenant, user string, ok bool) {
+	return strings.Cut(key, string(rowkey.Sep))
+}
