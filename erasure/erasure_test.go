@@ -3,7 +3,9 @@ package erasure
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,6 +17,20 @@ import (
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// createLedger makes the ledger table as worker setup does, deleted when
+// the test ends.
+func createLedger(t testing.TB, ac *bigtable.AdminClient, name string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := ac.CreateTable(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ac.DeleteTable(context.Background(), name) })
+	if err := ac.CreateColumnFamilyWithConfig(ctx, name, Family, bigtable.Family{GCPolicy: bigtable.MaxAgePolicy(GCMaxAge)}); err != nil {
+		t.Fatal(err)
+	}
+}
 
 var t0 = time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
 
@@ -100,13 +116,7 @@ func TestStore(t *testing.T) {
 	if err := s.Put(ctx, Record{Tenant: "acme", User: "u1", UpTo: t0}); !errors.Is(err, ErrMissing) {
 		t.Fatalf("put into a missing table: %v", err)
 	}
-	if err := ac.CreateTable(ctx, name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ac.DeleteTable(context.Background(), name) })
-	if err := ac.CreateColumnFamilyWithConfig(ctx, name, Family, bigtable.Family{GCPolicy: bigtable.MaxAgePolicy(GCMaxAge)}); err != nil {
-		t.Fatal(err)
-	}
+	createLedger(t, ac, name)
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	recs := []Record{
 		{Tenant: "acme", User: "u 1", UpTo: now, RecordedAt: now, RequestedBy: "ticket-1", Expires: now.Add(time.Hour)},
@@ -139,6 +149,38 @@ func TestStore(t *testing.T) {
 			t.Errorf("loaded %+v, want %+v", g, want)
 		}
 	}
+	if l, ignored, err := s.LoadLedger(ctx, now); err != nil || ignored != 1 || l.Len() != 2 || !l.Erased("acme", "u 1", now.UnixMilli()) {
+		t.Errorf("ledger: %v, %d ignored, %d users", err, ignored, l.Len())
+	}
+	// The journal: every record recorded since a moment; the expired one
+	// is there, and left out of a ledger.
+	entries, err := s.loadSince(ctx, now.Add(-time.Minute))
+	if err != nil || len(entries) != 3 {
+		t.Fatalf("journal: %v %+v", err, entries)
+	}
+	if l := (&Ledger{}).with(entries, now); l.Len() != 2 || l.Erased("acme", "u3", now.UnixMilli()) {
+		t.Errorf("ledger from the journal: %d users", l.Len())
+	}
+	if entries, err := s.loadSince(ctx, now.Add(time.Millisecond)); err != nil || len(entries) != 0 {
+		t.Errorf("journal of the future: %v %+v", err, entries)
+	}
+}
+
+// A ledger with entries is a new ledger that shares the maps of the
+// tenants they leave alone, and leaves the old one as it was.
+func TestLedgerWith(t *testing.T) {
+	old := NewLedger([]Record{{Tenant: "acme", User: "u1", UpTo: t0}, {Tenant: "globex", User: "u1", UpTo: t0}}, t0)
+	ms := t0.UnixMilli()
+	if old.with([]entry{{tenant: "acme", user: "u1", upTo: ms - 1}}, t0) != old {
+		t.Error("an entry erasing nothing new made a new ledger")
+	}
+	next := old.with([]entry{{tenant: "acme", user: "u2", upTo: ms}, {tenant: "acme", user: "u3", upTo: ms, expires: ms}}, t0)
+	if next.Len() != 3 || !next.Erased("acme", "u2", ms) || next.Erased("acme", "u3", ms) || old.Erased("acme", "u2", ms) || old.Len() != 2 {
+		t.Errorf("with: %d users, old %d", next.Len(), old.Len())
+	}
+	if fmt.Sprintf("%p", next.users["globex"]) != fmt.Sprintf("%p", old.users["globex"]) {
+		t.Error("an untouched tenant's map was copied")
+	}
 }
 
 // The watch puts a record in force within its interval, holds writes once
@@ -156,18 +198,18 @@ func TestWatch(t *testing.T) {
 	if err := w.Start(ctx); err != nil || !w.Missing() || w.Held() != nil || w.Status().State != "missing" {
 		t.Fatalf("start without the table: %v, missing %t, held %v, %+v", err, w.Missing(), w.Held(), w.Status())
 	}
-	if err := ac.CreateTable(ctx, name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ac.DeleteTable(context.Background(), name) })
-	if err := ac.CreateColumnFamilyWithConfig(ctx, name, Family, bigtable.Family{GCPolicy: bigtable.MaxAgePolicy(GCMaxAge)}); err != nil {
-		t.Fatal(err)
-	}
+	createLedger(t, ac, name)
+	// Past the first full read, only the journal is read: the record
+	// must come from it.
+	w.fullEvery = 1 << 30
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); w.Run(rctx) }()
 	defer func() { cancel(); <-done }()
 
+	testenv.Eventually(t, 5*time.Second, func() (bool, string) {
+		return w.Status().State == "loaded", "the table, created, is not read"
+	})
 	key := rowkey.Key("acme", "u1", "e1", t0.UnixMilli())
 	gen := w.Generation()
 	if !w.Admits(key) {
@@ -195,4 +237,75 @@ func TestWatch(t *testing.T) {
 	if !w.Current().Erased("acme", "u1", t0.UnixMilli()) {
 		t.Error("a failed load dropped the ledger in force")
 	}
+}
+
+// BenchmarkRefresh100k is one refresh of a ledger of 100,000 erased users
+// from the Bigtable emulator: the full read every worker makes each
+// --erasure-refresh, and the ledger built from it.
+func BenchmarkRefresh100k(b *testing.B) {
+	dc, ac := testenv.Clients(b)
+	ctx := context.Background()
+	name := testenv.Name("ledger")
+	createLedger(b, ac, name)
+	const n = 100_000
+	now := time.Now().UTC()
+	tbl := dc.Open(name)
+	var keys []string
+	var muts []*bigtable.Mutation
+	for i := range n {
+		m := bigtable.NewMutation()
+		ts := bigtable.Time(now.Add(7 * 24 * time.Hour))
+		m.Set(Family, colUpTo, ts, millis(now))
+		m.Set(Family, colRecordedAt, ts, millis(now))
+		m.Set(Family, colRequestedBy, ts, []byte("ticket-1234"))
+		keys, muts = append(keys, recordKey("acme", fmt.Sprintf("user-%07d", i))), append(muts, m)
+		if len(keys) == 10_000 || i == n-1 {
+			if errs, err := tbl.ApplyBulk(ctx, keys, muts); err != nil || errs != nil {
+				b.Fatal(err, errs)
+			}
+			keys, muts = keys[:0], muts[:0]
+		}
+	}
+	s := NewStore(dc, name)
+	cpu := func(b *testing.B, f func()) {
+		b.ReportAllocs()
+		var before, after syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &before)
+		for b.Loop() {
+			f()
+		}
+		// The worker's own CPU (the emulator's is another process's):
+		// what a refresh costs the worker.
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &after)
+		used := time.Duration(after.Utime.Nano() + after.Stime.Nano() - before.Utime.Nano() - before.Stime.Nano())
+		b.ReportMetric(float64(used.Microseconds())/1000/float64(b.N), "cpu-ms/op")
+	}
+	b.Run("full read", func(b *testing.B) {
+		cpu(b, func() {
+			l, _, err := s.LoadLedger(ctx, now)
+			if err != nil || l.Len() != n {
+				b.Fatal(err, l.Len())
+			}
+		})
+	})
+	// A refresh between full reads: the journal of the last minutes (the
+	// records above were written without journal rows), one record new.
+	base, _, err := s.LoadLedger(ctx, now)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Put(ctx, Record{Tenant: "acme", User: "new", UpTo: now, RecordedAt: now}); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("journal", func(b *testing.B) {
+		cpu(b, func() {
+			entries, err := s.loadSince(ctx, time.Now().Add(-JournalMargin))
+			if err != nil || len(entries) != 1 {
+				b.Fatal(err, len(entries))
+			}
+			if l := base.with(entries, now); l.Len() != n+1 {
+				b.Fatal(l.Len())
+			}
+		})
+	})
 }

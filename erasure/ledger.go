@@ -57,6 +57,9 @@ func NewLedger(records []Record, now time.Time) *Ledger {
 }
 
 func (l *Ledger) add(tenant, user string, upTo int64) {
+	if l.users == nil {
+		l.users = map[string]map[string]int64{}
+	}
 	u := l.users[tenant]
 	if u == nil {
 		u = map[string]int64{}
@@ -137,6 +140,45 @@ func (l *Ledger) Tenants() []string {
 	return out
 }
 
+// with returns l and the entries in force at now: l itself when they erase
+// nothing new, else a new ledger that shares l's maps of the tenants they
+// do not touch (l is never changed: workers read it concurrently).
+func (l *Ledger) with(entries []entry, now time.Time) *Ledger {
+	nowMs := now.UnixMilli()
+	var touched map[string]bool
+	for _, e := range entries {
+		if e.expires != 0 && e.expires <= nowMs {
+			continue
+		}
+		if had, ok := l.users[e.tenant][e.user]; !ok || had < e.upTo {
+			if touched == nil {
+				touched = map[string]bool{}
+			}
+			touched[e.tenant] = true
+		}
+	}
+	if touched == nil {
+		return l
+	}
+	next := &Ledger{users: make(map[string]map[string]int64, len(l.users)+len(touched)), n: l.n, gen: l.gen}
+	for t, u := range l.users {
+		next.users[t] = u
+	}
+	for t := range touched {
+		u := make(map[string]int64, len(l.users[t])+1)
+		for user, upTo := range l.users[t] {
+			u[user] = upTo
+		}
+		next.users[t] = u
+	}
+	for _, e := range entries {
+		if touched[e.tenant] && (e.expires == 0 || e.expires > nowMs) {
+			next.add(e.tenant, e.user, e.upTo)
+		}
+	}
+	return next
+}
+
 // newer reports whether l erases something prev does not: a user prev
 // does not have, or a later erased_up_to. Records that expired do not
 // count: l then erases less, never more.
@@ -166,5 +208,6 @@ func recordKey(tenant, user string) string {
 
 // parseRecordKey splits a ledger row key.
 func parseRecordKey(key string) (tenant, user string, ok bool) {
-	return strings.Cut(key, string(rowkey.Sep))
+	tenant, user, ok = strings.Cut(key, string(rowkey.Sep))
+	return tenant, user, ok && tenant != "" && user != ""
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"cloud.google.com/go/bigtable"
@@ -20,6 +22,13 @@ import (
 // one-second strategy of the event table, so each record expires on its
 // own time (the copies it must suppress differ per erasure), and Bigtable
 // collects it after. Until then the loader leaves expired records out.
+//
+// Each record is also written as a journal row, keyed by the time it was
+// recorded (#j#<Unix ms, 13 digits>#tenant#user: a key no tenant's row
+// can have, as a tenant id is never empty). A refresh reads the journal
+// rows of the last few minutes, a key range, so it costs what was
+// recorded since, not the size of the ledger; every FullEvery refreshes
+// the records are read in full. Journal rows expire with their record.
 const (
 	Family   = "e"
 	GCMaxAge = time.Second
@@ -27,6 +36,8 @@ const (
 	colUpTo        = "up_to"        // erased_up_to, Unix milliseconds, 8 bytes big-endian
 	colRecordedAt  = "recorded_at"  // Unix milliseconds, 8 bytes big-endian
 	colRequestedBy = "requested_by" // who asked, as --requested-by gave it
+
+	journalPrefix = "#j#"
 )
 
 // never is the cell timestamp of a record that must never expire: the
@@ -51,7 +62,9 @@ func NewStore(c *bigtable.Client, table string) *Store {
 // Table is the ledger table's name.
 func (s *Store) Table() string { return s.name }
 
-// Put writes r. One row mutation: the record is all there or not at all.
+// Put writes r: its record row, then its journal row. Each is one row
+// mutation, all there or not at all; a failure between the two leaves a
+// record the next full read finds (and Put fails: forget deletes nothing).
 func (s *Store) Put(ctx context.Context, r Record) error {
 	if err := rowkey.ValidateID("tenant", r.Tenant); err != nil {
 		return err
@@ -67,13 +80,25 @@ func (s *Store) Put(ctx context.Context, r Record) error {
 	m.Set(Family, colUpTo, ts, millis(r.UpTo))
 	m.Set(Family, colRecordedAt, ts, millis(r.RecordedAt))
 	m.Set(Family, colRequestedBy, ts, []byte(r.RequestedBy))
-	if err := s.tbl.Apply(ctx, recordKey(r.Tenant, r.User), m); err != nil {
-		if status.Code(err) == codes.NotFound {
-			return fmt.Errorf("record the erasure in %s: %w", s.name, ErrMissing)
+	j := bigtable.NewMutation()
+	j.Set(Family, colUpTo, ts, millis(r.UpTo))
+	for _, row := range []struct {
+		key string
+		m   *bigtable.Mutation
+	}{{recordKey(r.Tenant, r.User), m}, {journalKey(r.RecordedAt, r.Tenant, r.User), j}} {
+		if err := s.tbl.Apply(ctx, row.key, row.m); err != nil {
+			if status.Code(err) == codes.NotFound {
+				return fmt.Errorf("record the erasure in %s: %w", s.name, ErrMissing)
+			}
+			return fmt.Errorf("record the erasure in %s: %w", s.name, err)
 		}
-		return fmt.Errorf("record the erasure in %s: %w", s.name, err)
 	}
 	return nil
+}
+
+// journalKey is the journal row of a record.
+func journalKey(recordedAt time.Time, tenant, user string) string {
+	return fmt.Sprintf("%s%013d%c%s", journalPrefix, max(0, recordedAt.UnixMilli()), rowkey.Sep, recordKey(tenant, user))
 }
 
 // Load reads every record in force at now: expired records are left out
@@ -81,16 +106,11 @@ func (s *Store) Put(ctx context.Context, r Record) error {
 // by forget; they can suppress nothing, and must not stop the workers).
 func (s *Store) Load(ctx context.Context, now time.Time) (_ []Record, ignored int, _ error) {
 	var out []Record
-	err := s.tbl.ReadRows(ctx, bigtable.InfiniteRange(""), func(row bigtable.Row) bool {
-		tenant, user, ok := parseRecordKey(row.Key())
-		if !ok {
-			ignored++
-			return true
-		}
-		// A user's row holds one cell per column per forget; cells of one
-		// forget share a timestamp. Each still in force is a record.
+	ignored, err := s.scan(ctx, now, nil, func(tenant, user string, cells []bigtable.ReadItem) {
+		// A user's row holds one cell per column per forget; the cells of
+		// one forget share a timestamp. Each still in force is a record.
 		byTS := map[bigtable.Timestamp]*Record{}
-		for _, it := range row[Family] {
+		for _, it := range cells {
 			r := byTS[it.Timestamp]
 			if r == nil {
 				r = &Record{Tenant: tenant, User: user}
@@ -109,19 +129,107 @@ func (s *Store) Load(ctx context.Context, now time.Time) (_ []Record, ignored in
 			}
 		}
 		for _, r := range byTS {
-			if r.Expires.IsZero() || r.Expires.After(now) {
-				out = append(out, *r)
+			out = append(out, *r)
+		}
+	})
+	return out, ignored, err
+}
+
+// LoadLedger reads the ledger in force at now, as the workers need it:
+// erased_up_to alone, one cell per record, no Record built.
+func (s *Store) LoadLedger(ctx context.Context, now time.Time) (_ *Ledger, ignored int, _ error) {
+	l := &Ledger{users: map[string]map[string]int64{}}
+	onlyUpTo := bigtable.ColumnFilter("^" + colUpTo + "$")
+	ignored, err := s.scan(ctx, now, onlyUpTo, func(tenant, user string, cells []bigtable.ReadItem) {
+		for _, it := range cells {
+			if len(it.Value) == 8 {
+				l.add(tenant, user, int64(binary.BigEndian.Uint64(it.Value)))
+			}
+		}
+	})
+	if err != nil {
+		return nil, ignored, err
+	}
+	return l, ignored, nil
+}
+
+// scan reads the record rows (not the journal's), handing f the cells of
+// each record still in force at now; filter, when set, narrows the cells
+// read.
+func (s *Store) scan(ctx context.Context, now time.Time, filter bigtable.Filter, f func(tenant, user string, cells []bigtable.ReadItem)) (ignored int, _ error) {
+	filters := bigtable.Filter(bigtable.FamilyFilter("^" + Family + "$"))
+	if filter != nil {
+		filters = bigtable.ChainFilters(filters, filter)
+	}
+	nowTS := bigtable.Time(now)
+	// Every key but the journal's, which all start with '#'.
+	ranges := bigtable.RowRangeList{bigtable.NewRange("", "#"), bigtable.InfiniteRange("$")}
+	var cells []bigtable.ReadItem
+	err := s.tbl.ReadRows(ctx, ranges, func(row bigtable.Row) bool {
+		tenant, user, ok := parseRecordKey(row.Key())
+		if !ok {
+			ignored++
+			return true
+		}
+		// Expired cells are left out here, not by a filter: GC takes all
+		// but a few, and the filter would cost every read.
+		cells = cells[:0]
+		for _, it := range row[Family] {
+			if it.Timestamp > nowTS {
+				cells = append(cells, it)
+			}
+		}
+		if len(cells) > 0 {
+			f(tenant, user, cells)
+		}
+		return true
+	}, bigtable.RowFilter(filters))
+	if status.Code(err) == codes.NotFound {
+		return 0, fmt.Errorf("read %s: %w", s.name, ErrMissing)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read the erasure ledger %s: %w", s.name, err)
+	}
+	return ignored, nil
+}
+
+// entry is a journal row: one record, as a refresh needs it.
+type entry struct {
+	tenant, user  string
+	upTo, expires int64 // Unix milliseconds; expires 0: never
+}
+
+// loadSince reads the journal rows of the records recorded at or after
+// since (by the recording host's clock).
+func (s *Store) loadSince(ctx context.Context, since time.Time) ([]entry, error) {
+	var out []entry
+	from := fmt.Sprintf("%s%013d", journalPrefix, max(0, since.UnixMilli()))
+	rng := bigtable.NewRange(from, rowkey.PrefixEnd(journalPrefix))
+	err := s.tbl.ReadRows(ctx, rng, func(row bigtable.Row) bool {
+		rest := strings.TrimPrefix(row.Key(), journalPrefix)
+		ms, key, ok := strings.Cut(rest, string(rowkey.Sep))
+		tenant, user, ok2 := parseRecordKey(key)
+		if _, err := strconv.ParseInt(ms, 10, 64); err != nil || !ok || !ok2 {
+			return true
+		}
+		for _, it := range row[Family] {
+			if it.Column == Family+":"+colUpTo && len(it.Value) == 8 {
+				e := entry{tenant: tenant, user: user, upTo: int64(binary.BigEndian.Uint64(it.Value))}
+				if it.Timestamp != never {
+					e.expires = it.Timestamp.Time().UnixMilli()
+				}
+				out = append(out, e)
 			}
 		}
 		return true
 	}, bigtable.RowFilter(bigtable.FamilyFilter("^"+Family+"$")))
 	if status.Code(err) == codes.NotFound {
-		return nil, 0, fmt.Errorf("read %s: %w", s.name, ErrMissing)
+		return nil, fmt.Errorf("read %s: %w", s.name, ErrMissing)
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("read the erasure ledger %s: %w", s.name, err)
+		return nil, fmt.Errorf("read the erasure journal of %s: %w", s.name, err)
 	}
-	return out, ignored, nil
+	return out, nil
 }
 
 func millis(t time.Time) []byte {

@@ -16,6 +16,19 @@ import (
 // passes (docs/retention.md, "Erasure").
 const StaleAfter = 3
 
+// FullEvery is how many refreshes apart the records are read in full; the
+// refreshes between read the journal of the last minutes only (see
+// Store). A full read drops the records that expired, and finds a record
+// the journal reads missed: one whose recording host's clock was more than
+// JournalMargin behind the worker's.
+const FullEvery = 12
+
+// JournalMargin is how far before the last load a refresh reads the
+// journal from: room for the clocks of the host that ran forget and of
+// the worker to disagree, and for a record to become visible some time
+// after the time it carries.
+const JournalMargin = 5 * time.Minute
+
 // Watch holds the ledger in force and loads it again every interval.
 //
 // The promise it keeps: a write attempt starts only under a ledger loaded
@@ -28,21 +41,25 @@ type Watch struct {
 	interval time.Duration
 	log      *slog.Logger
 	now      func() time.Time
+	// fullEvery is FullEvery, but for tests.
+	fullEvery int
 
 	cur atomic.Pointer[Ledger]
 
-	mu       sync.Mutex
-	loadedAt time.Time // last successful load
-	missing  bool      // the table did not exist at the last load
-	seen     bool      // the table existed at some load
-	ignored  int       // rows the last load could not read as records
-	lastErr  error     // why the last load failed, nil when it did not
-	warned   bool      // lastErr has been logged
+	mu        sync.Mutex
+	loadedAt  time.Time // last successful load
+	missing   bool      // the table did not exist at the last load
+	seen      bool      // the table existed at some load
+	fullAt    time.Time // last successful full read
+	sinceFull int       // refreshes since it
+	ignored   int       // rows the last load could not read as records
+	lastErr   error     // why the last load failed, nil when it did not
+	warned    bool      // lastErr has been logged
 }
 
 // NewWatch returns a watch of store's ledger, to be started with Start.
 func NewWatch(store *Store, interval time.Duration, log *slog.Logger) *Watch {
-	w := &Watch{store: store, interval: interval, log: log, now: time.Now}
+	w := &Watch{store: store, interval: interval, log: log, now: time.Now, fullEvery: FullEvery}
 	w.cur.Store(&Ledger{})
 	return w
 }
@@ -104,12 +121,28 @@ func (w *Watch) refresh(ctx context.Context) {
 	}
 }
 
-// load reads the ledger and puts it in force.
+// load reads the ledger, in full or the journal since the last load, and
+// puts it in force.
 func (w *Watch) load(ctx context.Context) error {
 	start := w.now()
 	lctx, cancel := context.WithTimeout(ctx, max(w.interval, 5*time.Second))
 	defer cancel()
-	records, ignored, err := w.store.Load(lctx, start)
+	prev := w.cur.Load()
+	w.mu.Lock()
+	full := w.sinceFull+1 >= w.fullEvery || w.fullAt.IsZero() || w.missing || w.lastErr != nil
+	since := w.loadedAt.Add(-JournalMargin)
+	w.mu.Unlock()
+	var next *Ledger
+	var ignored int
+	var err error
+	if full {
+		next, ignored, err = w.store.LoadLedger(lctx, start)
+	} else {
+		var entries []entry
+		if entries, err = w.store.loadSince(lctx, since); err == nil {
+			next = prev.with(entries, start)
+		}
+	}
 	missing := errors.Is(err, ErrMissing)
 	w.mu.Lock()
 	if missing && w.seen {
@@ -124,18 +157,26 @@ func (w *Watch) load(ctx context.Context) error {
 		w.mu.Unlock()
 		return err
 	}
-	next := NewLedger(records, start)
-	prev := w.cur.Load()
-	next.gen = prev.gen
-	if next.newer(prev) {
-		next.gen++
+	if next == nil {
+		next = &Ledger{} // no table: no erasure
 	}
-	w.cur.Store(next)
+	if next != prev {
+		next.gen = prev.gen
+		if next.newer(prev) {
+			next.gen++
+		}
+		w.cur.Store(next)
+	}
 	w.mu.Lock()
 	// The load counts from when it began: a record written after that
 	// may not be in it.
-	w.loadedAt, w.missing, w.ignored, w.lastErr = start, missing, ignored, nil
+	w.loadedAt, w.missing, w.lastErr = start, missing, nil
 	w.seen = w.seen || !missing
+	if full {
+		w.fullAt, w.sinceFull, w.ignored = start, 0, ignored
+	} else {
+		w.sinceFull++
+	}
 	w.mu.Unlock()
 	return nil
 }
@@ -179,9 +220,12 @@ type Status struct {
 	// LoadedAt is when the load in force began: every record written
 	// before it is obeyed.
 	LoadedAt time.Time `json:"loaded_at"`
-	Refresh  string    `json:"refresh"`
-	Ignored  int       `json:"ignored_rows,omitempty"`
-	Error    string    `json:"error,omitempty"`
+	// FullReadAt is the last read of every record (the others read the
+	// journal of what was recorded since).
+	FullReadAt time.Time `json:"full_read_at"`
+	Refresh    string    `json:"refresh"`
+	Ignored    int       `json:"ignored_rows,omitempty"`
+	Error      string    `json:"error,omitempty"`
 }
 
 // Status returns the watch's state.
@@ -190,7 +234,7 @@ func (w *Watch) Status() Status {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	s := Status{Table: w.store.Table(), State: "loaded", ErasedUsers: l.Len(), Generation: l.gen,
-		LoadedAt: w.loadedAt, Refresh: w.interval.String(), Ignored: w.ignored}
+		LoadedAt: w.loadedAt, FullReadAt: w.fullAt, Refresh: w.interval.String(), Ignored: w.ignored}
 	if w.missing {
 		s.State = "missing"
 	}

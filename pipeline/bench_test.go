@@ -2,14 +2,15 @@ package pipeline
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/event"
 	"github.com/cellttl/cellttl/ingest"
-	"github.com/cellttl/cellttl/rowkey"
 	"github.com/cellttl/cellttl/sink"
 	"github.com/cellttl/cellttl/tenants"
 )
@@ -34,15 +35,49 @@ var hotPathShapes = []struct {
 }
 
 // BenchmarkHotPath is the per-event work between a Kafka message and a row
-// ready for a batch: find the mapped headers, decode and validate, look up
-// the TTL, compute the cell timestamp and expiry, build the row key.
+// ready for a batch (Decide): find the mapped headers, decode and
+// validate, ask the erasure ledger (empty here), look up the TTL, compute
+// the cell timestamp and expiry, build the row key.
 func BenchmarkHotPath(b *testing.B) {
 	for _, s := range hotPathShapes {
-		b.Run(s.name, func(b *testing.B) { hotPath(b, s.fields, s.msg) })
+		b.Run(s.name, func(b *testing.B) { hotPath(b, s.fields, s.msg, nil) })
 	}
 }
 
-func hotPath(b *testing.B, fields event.Fields, msg ingest.Message) {
+// BenchmarkHotPathErasures is the contract's hot path under erasure
+// ledgers: none, empty, and 100,000 erased users, of the event's tenant
+// (its user not among them: the lookup a written event pays) and with the
+// event's user among them (the event is skipped).
+func BenchmarkHotPathErasures(b *testing.B) {
+	s := hotPathShapes[0]
+	for _, c := range []struct {
+		name   string
+		ledger *erasure.Ledger
+	}{
+		{"no ledger", nil},
+		{"empty ledger", erasure.NewLedger(nil, time.Now())},
+		{"100000 erased users", bigLedger(100_000, false)},
+		{"100000 erased users, the event's among them", bigLedger(100_000, true)},
+	} {
+		b.Run(c.name, func(b *testing.B) { hotPath(b, s.fields, s.msg, c.ledger) })
+	}
+}
+
+// bigLedger erases n users of acme, the benchmark event's tenant, and
+// with its own user among them, u-42 too.
+func bigLedger(n int, withEventUser bool) *erasure.Ledger {
+	recs := make([]erasure.Record, 0, n+1)
+	upTo := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC) // after the event
+	for i := range n {
+		recs = append(recs, erasure.Record{Tenant: "acme", User: fmt.Sprintf("user-%07d", i), UpTo: upTo})
+	}
+	if withEventUser {
+		recs[0].User = "u-42"
+	}
+	return erasure.NewLedger(recs, upTo)
+}
+
+func hotPath(b *testing.B, fields event.Fields, msg ingest.Message, ledger *erasure.Ledger) {
 	cfg, err := tenants.Load("../tenants.yaml")
 	if err != nil {
 		b.Fatal(err)
@@ -52,33 +87,38 @@ func hotPath(b *testing.B, fields event.Fields, msg ingest.Message) {
 	if err := pc.Resolve(); err != nil {
 		b.Fatal(err)
 	}
-	dec := pc.Decoder
 	msg.Time = time.Date(2026, 11, 21, 9, 0, 1, 0, time.UTC)
+	want := Write
+	if ledger.Erased("acme", "u-42", msg.Time.UnixMilli()) {
+		want = Erased
+	}
 	b.SetBytes(int64(len(msg.Value)))
 	b.ReportAllocs()
-	var row sink.Row
+	var dec Decision
 	for b.Loop() {
-		rec := record(dec.Mapping, &msg)
-		ev, err := dec.DecodeRecord(&rec)
-		if err != nil {
-			b.Fatal(err)
-		}
-		cell := cfg.Policy.Cell(ev.Tenant, ev.Base)
-		row = sink.Row{Key: rowkey.Key(ev.Tenant, ev.User, ev.ID, ev.Base.UnixMilli()), Timestamp: cell.Timestamp, Value: msg.Value, WrittenAt: cfg.Policy.RecordRealTimestamp}
+		dec = Decide(&pc.Decoder, cfg, ledger, &msg, msg.Time)
 	}
-	_ = row
+	if dec.Fate != want {
+		b.Fatalf("fate %d, want %d (%v)", dec.Fate, want, dec.Err)
+	}
 }
 
-// The same, allocation-checked for each shape: at most the row key.
+// The same, allocation-checked for each shape and for a ledger of 100,000
+// erased users: at most the row key.
 func TestHotPathAllocations(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are meaningless under the race detector")
 	}
 	for _, s := range hotPathShapes {
-		r := testing.Benchmark(func(b *testing.B) { hotPath(b, s.fields, s.msg) })
+		r := testing.Benchmark(func(b *testing.B) { hotPath(b, s.fields, s.msg, nil) })
 		if a := r.AllocsPerOp(); a > 2 {
 			t.Errorf("%s: hot path allocates %d times per event, want at most 2", s.name, a)
 		}
+	}
+	ledger := bigLedger(100_000, false)
+	r := testing.Benchmark(func(b *testing.B) { hotPath(b, hotPathShapes[0].fields, hotPathShapes[0].msg, ledger) })
+	if a := r.AllocsPerOp(); a > 2 {
+		t.Errorf("with 100,000 erased users: hot path allocates %d times per event, want at most 2", a)
 	}
 }
 
