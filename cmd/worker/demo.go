@@ -112,6 +112,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if _, err := sink.Setup(ctx, ac, dc, target, cfg.Policy.GCMaxAge(), sink.SetupOptions{}); err != nil {
 		return fmt.Errorf("demo setup: %w", err)
 	}
+	if err := setupLedger(ctx, &session{cfg: cfg, dc: dc, ac: ac}, ro.table.ErasureTable(), io.Discard); err != nil {
+		return fmt.Errorf("demo setup: %w", err)
+	}
 	fmt.Fprintf(stdout, "cellttl demo: Kafka (in-process) %s, Bigtable emulator (in-process) %s\n", brokers[0], bt.Addr())
 	fmt.Fprintf(stdout, "table %s, family %s with GC rule %q (%s)\n", target.Table, target.Family, sink.DescribeGC(bigtable.MaxAgePolicy(cfg.Policy.GCMaxAge())), describePolicy(cfg.Policy))
 	fmt.Fprintf(stdout, "producing %d clicks/s for %s (1 in 25 an hour old, 1 in 40 malformed), then watching GC until every tenant's cells are gone; Ctrl-C stops\n\n", o.rate, duration.Format(o.produceFor))
