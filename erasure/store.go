@@ -33,6 +33,10 @@ const (
 	Family   = "e"
 	GCMaxAge = time.Second
 
+	// A record's columns, each followed by "." and the 13 digits of the
+	// Unix millisecond it was recorded: every forget of a user adds its
+	// own cells, none overwrites another's (two records that never
+	// expire share a timestamp).
 	colUpTo        = "up_to"        // erased_up_to, Unix milliseconds, 8 bytes big-endian
 	colRecordedAt  = "recorded_at"  // Unix milliseconds, 8 bytes big-endian
 	colRequestedBy = "requested_by" // who asked, as --requested-by gave it
@@ -76,10 +80,11 @@ func (s *Store) Put(ctx context.Context, r Record) error {
 	if !r.Expires.IsZero() {
 		ts = bigtable.Time(r.Expires.Truncate(time.Millisecond))
 	}
+	at := fmt.Sprintf(".%013d", max(0, r.RecordedAt.UnixMilli()))
 	m := bigtable.NewMutation()
-	m.Set(Family, colUpTo, ts, millis(r.UpTo))
-	m.Set(Family, colRecordedAt, ts, millis(r.RecordedAt))
-	m.Set(Family, colRequestedBy, ts, []byte(r.RequestedBy))
+	m.Set(Family, colUpTo+at, ts, millis(r.UpTo))
+	m.Set(Family, colRecordedAt+at, ts, millis(r.RecordedAt))
+	m.Set(Family, colRequestedBy+at, ts, []byte(r.RequestedBy))
 	j := bigtable.NewMutation()
 	j.Set(Family, colUpTo, ts, millis(r.UpTo))
 	for _, row := range []struct {
@@ -107,28 +112,29 @@ func journalKey(recordedAt time.Time, tenant, user string) string {
 func (s *Store) Load(ctx context.Context, now time.Time) (_ []Record, ignored int, _ error) {
 	var out []Record
 	ignored, err := s.scan(ctx, now, nil, func(tenant, user string, cells []bigtable.ReadItem) {
-		// A user's row holds one cell per column per forget; the cells of
-		// one forget share a timestamp. Each still in force is a record.
-		byTS := map[bigtable.Timestamp]*Record{}
+		// A user's row holds the cells of each forget, named by when it
+		// recorded (see colUpTo). Each still in force is a record.
+		byAt := map[string]*Record{}
 		for _, it := range cells {
-			r := byTS[it.Timestamp]
+			name, at, _ := strings.Cut(strings.TrimPrefix(it.Column, Family+":"), ".")
+			r := byAt[at]
 			if r == nil {
 				r = &Record{Tenant: tenant, User: user}
 				if it.Timestamp != never {
 					r.Expires = it.Timestamp.Time().UTC()
 				}
-				byTS[it.Timestamp] = r
+				byAt[at] = r
 			}
-			switch it.Column {
-			case Family + ":" + colUpTo:
+			switch name {
+			case colUpTo:
 				r.UpTo = fromMillis(it.Value)
-			case Family + ":" + colRecordedAt:
+			case colRecordedAt:
 				r.RecordedAt = fromMillis(it.Value)
-			case Family + ":" + colRequestedBy:
+			case colRequestedBy:
 				r.RequestedBy = string(it.Value)
 			}
 		}
-		for _, r := range byTS {
+		for _, r := range byAt {
 			out = append(out, *r)
 		}
 	})
@@ -139,7 +145,7 @@ func (s *Store) Load(ctx context.Context, now time.Time) (_ []Record, ignored in
 // erased_up_to alone, one cell per record, no Record built.
 func (s *Store) LoadLedger(ctx context.Context, now time.Time) (_ *Ledger, ignored int, _ error) {
 	l := &Ledger{users: map[string]map[string]int64{}}
-	onlyUpTo := bigtable.ColumnFilter("^" + colUpTo + "$")
+	onlyUpTo := bigtable.ColumnFilter("^" + colUpTo + `\..*`)
 	ignored, err := s.scan(ctx, now, onlyUpTo, func(tenant, user string, cells []bigtable.ReadItem) {
 		for _, it := range cells {
 			if len(it.Value) == 8 {

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
 )
 
 // StaleAfter is how many refresh intervals a worker writes under the
@@ -48,8 +50,6 @@ type Watch struct {
 
 	mu        sync.Mutex
 	loadedAt  time.Time // last successful load
-	missing   bool      // the table did not exist at the last load
-	seen      bool      // the table existed at some load
 	fullAt    time.Time // last successful full read
 	sinceFull int       // refreshes since it
 	ignored   int       // rows the last load could not read as records
@@ -66,20 +66,20 @@ func NewWatch(store *Store, interval time.Duration, log *slog.Logger) *Watch {
 
 // Start loads the ledger the first time, trying again until it loads or
 // ctx ends: a worker must not write an event before it knows who was
-// erased. A missing table is an empty ledger (no erasure can have been
-// recorded: forget writes nowhere else), and is logged.
+// erased. A missing table is an error at once: it is not "no erasure"
+// (a mistyped --erasure-table, a table deleted, worker setup not run
+// since the ledger came in), and a worker that took it for one would
+// write the events of every user erased.
 func (w *Watch) Start(ctx context.Context) error {
 	wait := 100 * time.Millisecond
 	for {
 		err := w.load(ctx)
 		if err == nil {
-			if w.Missing() {
-				w.log.Warn("erasure ledger table missing: no erasure can be recorded until worker setup creates it; it is looked for again every refresh",
-					"table", w.store.Table(), "refresh", w.interval)
-			} else {
-				w.log.Info("erasure ledger loaded", "table", w.store.Table(), "erased_users", w.Current().Len(), "refresh", w.interval)
-			}
+			w.log.Info("erasure ledger loaded", "table", w.store.Table(), "erased_users", w.Current().Len(), "refresh", w.interval)
 			return nil
+		}
+		if errors.Is(err, ErrMissing) {
+			return err
 		}
 		w.log.Warn("erasure ledger not loaded yet; nothing is written until it is", "table", w.store.Table(), "err", err)
 		select {
@@ -125,13 +125,22 @@ func (w *Watch) refresh(ctx context.Context) {
 // puts it in force.
 func (w *Watch) load(ctx context.Context) error {
 	start := w.now()
-	lctx, cancel := context.WithTimeout(ctx, max(w.interval, 5*time.Second))
-	defer cancel()
 	prev := w.cur.Load()
 	w.mu.Lock()
-	full := w.sinceFull+1 >= w.fullEvery || w.fullAt.IsZero() || w.missing || w.lastErr != nil
+	// A full read at the first load and every fullEvery-th after; the
+	// loads between read the journal since the last load, even after a
+	// full read failed (one that keeps failing must not stop the others).
+	full := w.fullAt.IsZero() || w.sinceFull+1 >= w.fullEvery
 	since := w.loadedAt.Add(-JournalMargin)
 	w.mu.Unlock()
+	// A full read grows with the ledger: it may take longer than a
+	// refresh; a journal read may not.
+	timeout := max(w.interval, 5*time.Second)
+	if full {
+		timeout = max(StaleAfter*w.interval, 30*time.Second)
+	}
+	lctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	var next *Ledger
 	var ignored int
 	var err error
@@ -143,22 +152,14 @@ func (w *Watch) load(ctx context.Context) error {
 			next = prev.with(entries, start)
 		}
 	}
-	missing := errors.Is(err, ErrMissing)
-	w.mu.Lock()
-	if missing && w.seen {
-		// Gone after it was there: its records are not known to be none.
-		err = fmt.Errorf("the erasure ledger table %s existed and is gone: %w", w.store.Table(), err)
-		missing = false
-	}
-	w.mu.Unlock()
-	if err != nil && !missing {
+	if err != nil {
 		w.mu.Lock()
 		w.lastErr = err
+		if full && !w.fullAt.IsZero() {
+			w.sinceFull = 0 // the next full read in fullEvery loads
+		}
 		w.mu.Unlock()
 		return err
-	}
-	if next == nil {
-		next = &Ledger{} // no table: no erasure
 	}
 	if next != prev {
 		next.gen = prev.gen
@@ -170,8 +171,7 @@ func (w *Watch) load(ctx context.Context) error {
 	w.mu.Lock()
 	// The load counts from when it began: a record written after that
 	// may not be in it.
-	w.loadedAt, w.missing, w.lastErr = start, missing, nil
-	w.seen = w.seen || !missing
+	w.loadedAt, w.lastErr = start, nil
 	if full {
 		w.fullAt, w.sinceFull, w.ignored = start, 0, ignored
 	} else {
@@ -191,13 +191,6 @@ func (w *Watch) Generation() uint64 { return w.cur.Load().gen }
 // in force.
 func (w *Watch) Admits(key string) bool { return !w.cur.Load().ErasedKey(key) }
 
-// Missing reports whether the ledger table did not exist at the last load.
-func (w *Watch) Missing() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.missing
-}
-
 // Held returns why writes must wait: the ledger in force was loaded more
 // than StaleAfter intervals ago, so an erasure recorded since might not be
 // in it.
@@ -214,7 +207,7 @@ func (w *Watch) Held() error {
 // Status is the watch as /status shows it.
 type Status struct {
 	Table       string `json:"table"`
-	State       string `json:"state"` // loaded, missing (no table), stale (writes wait)
+	State       string `json:"state"` // loaded, or stale (writes wait)
 	ErasedUsers int    `json:"erased_users"`
 	Generation  uint64 `json:"generation"`
 	// LoadedAt is when the load in force began: every record written
@@ -235,9 +228,6 @@ func (w *Watch) Status() Status {
 	defer w.mu.Unlock()
 	s := Status{Table: w.store.Table(), State: "loaded", ErasedUsers: l.Len(), Generation: l.gen,
 		LoadedAt: w.loadedAt, FullReadAt: w.fullAt, Refresh: w.interval.String(), Ignored: w.ignored}
-	if w.missing {
-		s.State = "missing"
-	}
 	if w.lastErr != nil {
 		s.Error = w.lastErr.Error()
 	}
@@ -245,4 +235,30 @@ func (w *Watch) Status() Status {
 		s.State = "stale"
 	}
 	return s
+}
+
+// RegisterMetrics reports the ledger's size and age, read from the watch
+// when metrics are collected.
+func (w *Watch) RegisterMetrics(m metric.Meter) error {
+	users, err1 := m.Int64ObservableGauge("cellttl.erasure.users", metric.WithUnit("{user}"),
+		metric.WithDescription("users the erasure ledger in force erases"))
+	age, err2 := m.Float64ObservableGauge("cellttl.erasure.ledger_age", metric.WithUnit("s"),
+		metric.WithDescription("seconds since the erasure ledger in force began loading; writes wait past 3 × --erasure-refresh"))
+	if err := errors.Join(err1, err2); err != nil {
+		return fmt.Errorf("register erasure metrics: %w", err)
+	}
+	_, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		o.ObserveInt64(users, int64(w.Current().Len()))
+		w.mu.Lock()
+		loaded := w.loadedAt
+		w.mu.Unlock()
+		if !loaded.IsZero() {
+			o.ObserveFloat64(age, w.now().Sub(loaded).Seconds())
+		}
+		return nil
+	}, users, age)
+	if err != nil {
+		return fmt.Errorf("register erasure metrics: %w", err)
+	}
+	return nil
 }

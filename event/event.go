@@ -102,7 +102,8 @@ var latestBase = time.UnixMilli(rowkey.MaxMillis).UTC()
 
 // DecodeRecord validates r and returns its event. The result depends on r
 // alone. The value must be a JSON object whatever the mapping: it is what
-// the row stores.
+// the row stores. On an error about the event's time, the event's ids
+// are returned with it; on any other, none.
 func (d Decoder) DecodeRecord(r *Record) (Event, error) {
 	m := d.Mapping
 	if m == nil {
@@ -130,7 +131,9 @@ func (d Decoder) DecodeRecord(r *Record) (Event, error) {
 		return Event{}, err
 	}
 	if ev.Base, ev.Clamped, err = d.base(m, &f, r); err != nil {
-		return Event{}, err
+		// The ids are valid: returned, so that an erased user's event is
+		// known as such though its time is not (see pipeline.Decide).
+		return Event{ID: ev.ID, Tenant: ev.Tenant, User: ev.User}, err
 	}
 	return ev, nil
 }

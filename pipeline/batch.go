@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/sink"
 )
@@ -137,7 +138,16 @@ func (p *Pipeline) write(ctx context.Context, b *batch, dead chan<- deadItem) {
 		return
 	}
 	refused, withdrawn := 0, 0
+	var ledger *erasure.Ledger
+	if p.cfg.Erasures != nil {
+		ledger = p.cfg.Erasures()
+	}
 	for i := range b.items {
+		if results[i] != nil && results[i] != sink.ErrWithdrawn && ledger.ErasedKey(rows[i].Key) {
+			// Refused, and its user erased meanwhile: no letter, which
+			// would be a copy of the user's data.
+			results[i] = sink.ErrWithdrawn
+		}
 		switch results[i] {
 		case nil:
 			b.items[i].tenant.Written.Add(1)

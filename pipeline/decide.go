@@ -58,7 +58,14 @@ func Decide(d *event.Decoder, cfg *tenants.Config, ledger *erasure.Ledger, msg *
 	rec := record(d.Mapping, msg)
 	ev, err := d.DecodeRecord(&rec)
 	if err != nil {
-		dec := Decision{Fate: Rejected, Event: ev, Err: err, Class: string(event.NotJSON)}
+		// An erased user's event whose time cannot be read: its letter
+		// would be a copy of the user's data. Erased by the record's time.
+		if ledger.Erased(ev.Tenant, ev.User, msg.Time.UnixMilli()) {
+			return Decision{Fate: Erased, Event: ev}
+		}
+		// The ids of an invalid event are not to be trusted: counted
+		// under no tenant.
+		dec := Decision{Fate: Rejected, Err: err, Class: string(event.NotJSON)}
 		var evErr *event.Error
 		if errors.As(err, &evErr) {
 			dec.Field, dec.Class = evErr.Field, string(evErr.Class)

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -758,6 +759,45 @@ func TestErasedUsersAreNotWritten(t *testing.T) {
 		}
 		if src.committed() != 7 {
 			t.Errorf("committed %d, want 7", src.committed())
+		}
+	})
+}
+
+// No dead letter carries an erased user's event: not one whose time is
+// invalid (erased by its record's time), nor a row Bigtable refused after
+// the user was erased while it waited.
+func TestErasedUsersGetNoDeadLetters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		now := time.Now()
+		src := newSource(
+			`{"event_id":"e-0","tenant_id":"acme","user_id":"u9","occurred_at":"yesterday"}`, // erased: bad time, record time covered
+			`{"event_id":"e-1","tenant_id":"acme","user_id":"u7","occurred_at":"yesterday"}`, // not erased: dead-lettered
+			`{"event_id":"e-2","tenant_id":"acme","user_id":"u8"}`,                           // refused, its user erased once decided
+		)
+		u9 := erasure.Record{Tenant: "acme", User: "u9", UpTo: now.Add(time.Hour)}
+		u8 := erasure.Record{Tenant: "acme", User: "u8", UpTo: now.Add(time.Hour)}
+		var calls atomic.Int32
+		pcfg := DefaultConfig()
+		pcfg.Erasures = func() *erasure.Ledger {
+			if calls.Add(1) <= 3 { // the three decisions
+				return erasure.NewLedger([]erasure.Record{u9}, now)
+			}
+			return erasure.NewLedger([]erasure.Record{u9, u8}, now) // the write's
+		}
+		w, dlq := &fakeWriter{refuse: "#e-2"}, &fakeDLQ{}
+		stop, p := start(t, pcfg, src, w, dlq, func() *tenants.Config { return testConfig(t) })
+		time.Sleep(time.Second)
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		if len(dlq.got) != 1 || dlq.got[0].Msg.Offset != 1 {
+			t.Errorf("dead letters %+v, want e-1's alone", dlq.got)
+		}
+		if n := p.Stats().Tenant("acme").Erased.Load(); n != 2 {
+			t.Errorf("acme erased %d, want 2 (e-0, e-2)", n)
+		}
+		if src.committed() != 3 {
+			t.Errorf("committed %d, want 3", src.committed())
 		}
 	})
 }

@@ -59,8 +59,11 @@ type RetimeOptions struct {
 	Log *slog.Logger
 	// Erasures returns the erasure ledger in force (nil: none). A row of
 	// an erased user is deleted, never re-timed: a new timestamp would
-	// give it a new life.
-	Erasures func() *erasure.Ledger
+	// give it a new life. ErasuresHeld, when set, says why the ledger
+	// cannot be trusted now (not read for too long): the run then stops
+	// rather than write under it (run it again; it is idempotent).
+	Erasures     func() *erasure.Ledger
+	ErasuresHeld func() error
 }
 
 // RegisterFlags declares the flags that fill o and that retime and migrate
@@ -291,7 +294,14 @@ func retimePass(ctx context.Context, tbl *bigtable.Table, family string, policy 
 				}
 				// A user erased since these rows were planned: their rows
 				// are deleted, not re-timed (forget may have deleted them
-				// already, and a rewrite would bring them back).
+				// already, and a rewrite would bring them back). The
+				// write is bounded by attemptTimeout, so that it cannot
+				// land after forget's second pass.
+				if o.ErasuresHeld != nil {
+					if applyErr = o.ErasuresHeld(); applyErr != nil {
+						return
+					}
+				}
 				if l := o.ledger(); l.Len() > 0 {
 					for i, k := range keys {
 						if l.ErasedKey(k) {
@@ -430,10 +440,17 @@ func retimeMutation(row *row, ts bigtable.Timestamp) *bigtable.Mutation {
 	return m
 }
 
+// attemptTimeout bounds one bulk write of a retention job, the client's
+// own retries included: the default --write-timeout of the workers, which
+// worker forget's wait between its passes counts on.
+const attemptTimeout = 30 * time.Second
+
 // applyBulk applies the mutations; a row that fails fails the batch.
 func applyBulk(ctx context.Context, tbl *bigtable.Table, keys []string, muts []*bigtable.Mutation) error {
 	ctx, span := tracer.Start(ctx, "cellttl.retention.apply", trace.WithAttributes(attribute.Int("cellttl.batch.rows", len(keys))))
 	defer span.End()
+	ctx, cancel := context.WithTimeout(ctx, attemptTimeout)
+	defer cancel()
 	errs, err := tbl.ApplyBulk(ctx, keys, muts)
 	if err != nil {
 		return fmt.Errorf("apply %d row mutations: %w", len(keys), err)

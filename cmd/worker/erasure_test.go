@@ -13,6 +13,7 @@ import (
 
 	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/rowkey"
+	"github.com/segmentio/kafka-go"
 )
 
 // A user forgotten stays forgotten, through every way cellttl has of
@@ -39,7 +40,10 @@ func TestForgottenUserStaysForgotten(t *testing.T) {
 	if out, err := e.cmd(t, "setup"); err != nil || !strings.Contains(out, "created erasure ledger") {
 		t.Fatalf("setup: %v\n%s", err, out)
 	}
-	fast := []string{"--erasure-refresh", "200ms", "--tenants-reload-interval", "100ms"}
+	// A short --max-clock-skew, for the workers and forget alike: forget
+	// erases up to now + the skew (an event produced before it may carry
+	// a time that far ahead), and the user's return is produced past it.
+	fast := []string{"--erasure-refresh", "200ms", "--tenants-reload-interval", "100ms", "--max-clock-skew", "2s"}
 	seq := 0
 	events := func(user string, n int, at time.Time) [][]byte {
 		var out [][]byte
@@ -71,7 +75,7 @@ func TestForgottenUserStaysForgotten(t *testing.T) {
 	testenv.Produce(t, e.brokers, e.topic, append(events("u-gone", 2, time.Now().UTC().Add(-time.Minute)), events("u-stay", 1, past)...)...)
 	stayed++
 
-	out, err := e.cmd(t, "forget", "--tenant", "acme", "--user", "u-gone", "--requested-by", "ticket-42", "--second-pass-after", "1s", "--format", "json")
+	out, err := e.cmd(t, "forget", "--tenant", "acme", "--user", "u-gone", "--requested-by", "ticket-42", "--second-pass-after", "1s", "--max-clock-skew", "2s", "--format", "json")
 	if err != nil {
 		t.Fatalf("forget: %v\n%s", err, out)
 	}
@@ -109,7 +113,13 @@ func TestForgottenUserStaysForgotten(t *testing.T) {
 		t.Errorf("the audit line names the user or not the requester:\n%s", logLines(out, "msg=forget"))
 	}
 	erasedUpTo := rc.ErasedUpTo
-	after := events("u-gone", 1, erasedUpTo.Add(time.Second)) // the user came back
+	// The user comes back: an event of after erased_up_to, produced after
+	// it (its time is the record's).
+	for time.Now().Before(erasedUpTo.Add(100 * time.Millisecond)) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	seq++
+	after := [][]byte{click{EventID: fmt.Sprintf("e-%d", seq), TenantID: "acme", UserID: "u-gone"}.bytes()}
 
 	// The backlog, then a replay by another group, then the redrive.
 	stop, logs := e.startWorker(t, fast...)
@@ -137,7 +147,7 @@ func TestForgottenUserStaysForgotten(t *testing.T) {
 	}
 	replay, _ := e.startWorker(t, append(fast, "--group", testenv.Name("replay"))...)
 	e.waitRows(t, stayed+1, 30*time.Second) // u-stay's all, and u-gone's later one
-	time.Sleep(time.Second)                  // the replay's last batches
+	time.Sleep(time.Second)                 // the replay's last batches
 	if err := replay(); err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +202,10 @@ func TestForgetWithoutRows(t *testing.T) {
 	}
 	stop, _ := e.startWorker(t)
 	testenv.Produce(t, e.brokers, e.topic, click{EventID: "e-1", TenantID: "acme", UserID: "u-1"}.bytes())
-	e.waitRows(t, 1, 30*time.Second)
+	// A record its producer stamped an hour ahead: its time is past any
+	// erased_up_to of now, and its row goes all the same.
+	testenv.ProduceMessages(t, e.brokers, e.topic, kafka.Message{Value: click{EventID: "e-2", TenantID: "acme", UserID: "u-1"}.bytes(), Time: time.Now().Add(time.Hour)})
+	e.waitRows(t, 2, 30*time.Second)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -204,8 +217,20 @@ func TestForgetWithoutRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, err := e.cmd(t, "forget", "--tenant", "acme", "--users-from", users, "--requested-by", "ticket-9", "--second-pass-after", "10ms")
-	if codeOf(err) != exitNothingFound || !strings.Contains(out, "u-1: rows deleted per pass [1 0]") || !strings.Contains(out, "u-typo: no row, nothing recorded") {
+	if codeOf(err) != exitNothingFound || !strings.Contains(out, "u-1: rows deleted per pass [2 0]") || !strings.Contains(out, "u-typo: no row, nothing recorded") {
 		t.Errorf("forget of a user and a typo: exit %d\n%s", codeOf(err), out)
+	}
+	if n := len(e.rows(t)); n != 0 {
+		t.Errorf("%d rows left after forget", n)
+	}
+	// Run again (as after an interruption): no row left, but the user is
+	// in the ledger, so it is recorded again and both passes run.
+	out, err = e.cmd(t, "forget", "--tenant", "acme", "--user", "u-1", "--requested-by", "ticket-9", "--second-pass-after", "10ms")
+	if err != nil || !strings.Contains(out, "u-1: rows deleted per pass [0 0]") {
+		t.Errorf("forget run again: %v\n%s", err, out)
+	}
+	if _, err := e.cmd(t, "forget", "--tenant", "acme", "--user", "u-1", "--requested-by", "ticket-9", "--before", "2200-01-01T00:00:00Z"); codeOf(err) != 2 {
+		t.Errorf("forget --before in the future: exit %d, %v", codeOf(err), err)
 	}
 	out, err = e.cmd(t, "forget", "--tenant", "acme", "--user", "u-typo", "--requested-by", "ticket-9", "--second-pass-after", "10ms", "--allow-empty")
 	if err != nil || !strings.Contains(out, "u-typo: rows deleted per pass [0 0]") {

@@ -59,7 +59,7 @@ func runForget(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	f.String(&fo.tenant, "tenant", "", "", "the users' tenant (required)")
 	f.Value(&fo.users, "user", "", "a user to erase, matched exactly as the row key holds it; may be given several times")
 	f.String(&fo.usersFrom, "users-from", "", "", "a file of users to erase, one per line (blank lines and lines starting with # are skipped)")
-	f.String(&fo.before, "before", "", "", "erase only events before: RFC 3339, or a duration ago such as 30d (default: every event up to now)")
+	f.String(&fo.before, "before", "", "", "erase only events before: RFC 3339, or a duration ago such as 30d (default: every event, and erased_up_to is now + --max-clock-skew)")
 	f.String(&fo.requestedBy, "requested-by", "", "", "who asked for the erasure, for the audit log and the ledger (required; a ticket or a name, never the user's id)")
 	f.Bool(&fo.dryRun, "dry-run", "", false, "count the rows; record and delete nothing")
 	f.Bool(&fo.allowEmpty, "allow-empty", "", false, "record the erasure of a user even when no row matches (a user whose events may still be on their way); exit 0")
@@ -83,13 +83,22 @@ func runForget(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fo.secondPass = erasure.StaleAfter*o.erasureRefresh + o.writer.AttemptTimeout
 	}
 	now := time.Now().UTC().Truncate(time.Millisecond)
-	upTo := now
+	// An event produced before now may carry a time up to --max-clock-skew
+	// ahead of it (its occurred_at is kept up to that far past the record's
+	// time): erased too, or a replay would bring it back as if the user
+	// had come back.
+	upTo := now.Add(o.pipe.Decoder.MaxClockSkew)
 	if fo.before != "" {
 		before, err := parseWhen("--before", fo.before, now)
 		if err != nil {
 			return usageError(err)
 		}
-		upTo = before.Truncate(time.Millisecond).Add(-time.Millisecond) // --before is exclusive
+		if before.After(now) || before.UnixMilli() <= 0 {
+			// A mistyped year would erase the user's events to come.
+			return usageError(fmt.Errorf("--before %s: must lie between 1970 and now", fo.before))
+		}
+		// --before is exclusive: the last millisecond wholly before it.
+		upTo = before.Add(-time.Nanosecond).Truncate(time.Millisecond)
 	}
 	s, log, done, err := o.openJob(ctx, stderr)
 	if err != nil {
@@ -104,6 +113,11 @@ func runForget(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		rc: receipt{Tenant: fo.tenant, DryRun: fo.dryRun, RequestedBy: fo.requestedBy, ErasedUpTo: upTo, SecondPassAfter: fo.secondPass.String(),
 			Table: o.table.Target().String(), Ledger: o.table.ErasureTable()}}
 	e.rc.Unreachable, e.keep = unreachable(facts, fo.backups, s.cfg.Policy.TTL(fo.tenant))
+	// Who is erased already: a forget run again after it was interrupted
+	// finds no row left, and must still record and make both passes.
+	if e.ledger, _, err = e.store.LoadLedger(ctx, now); err != nil {
+		return err
+	}
 	err = e.run(ctx, users, now)
 	if perr := e.print(stdout); perr != nil && err == nil {
 		err = perr
@@ -164,6 +178,9 @@ func readUsers(path string) ([]string, error) {
 	sc := bufio.NewScanner(f)
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSuffix(sc.Text(), "\r")
+		if n == 1 {
+			line = strings.TrimPrefix(line, "\ufeff") // a byte order mark, not part of the id
+		}
 		if strings.TrimSpace(line) == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
@@ -213,23 +230,34 @@ type eraser struct {
 	fo    *forgetOptions
 	log   *slog.Logger
 	tbl   *bigtable.Table
-	store *erasure.Store
-	keep  time.Duration // how long a ledger record lives; <0 forever
-	rc    receipt
+	store  *erasure.Store
+	ledger *erasure.Ledger // as it stood when forget began
+	keep   time.Duration   // how long a ledger record lives; <0 forever
+	rc     receipt
 }
 
 // run records, deletes, waits and deletes again.
+//
+// The first pass deletes every row of the user (with --before, those
+// before it), events stamped later than now included; the second, the rows
+// up to erased_up_to, which a batch in flight may have written: not the
+// user's events after it, written since by right.
 func (e *eraser) run(ctx context.Context, users []string, now time.Time) error {
-	before := e.rc.ErasedUpTo.Add(time.Millisecond)
+	var first time.Time // every row
+	if e.fo.before != "" {
+		first = e.rc.ErasedUpTo.Add(time.Millisecond)
+	}
+	second := e.rc.ErasedUpTo.Add(time.Millisecond)
 	// Count first: a user with no row is most often a typo, and gets no
-	// record unless --allow-empty.
+	// record unless --allow-empty, or erased before (a run again).
 	for _, u := range users {
-		rep, err := retention.Forget(ctx, e.tbl, retention.ForgetOptions{Tenant: e.fo.tenant, User: u, Before: before, DryRun: true})
+		rep, err := retention.Forget(ctx, e.tbl, retention.ForgetOptions{Tenant: e.fo.tenant, User: u, Before: first, DryRun: true})
 		if err != nil {
 			return err
 		}
 		ur := userReceipt{User: u, Bytes: rep.Bytes, RowsPerPass: []int64{rep.Rows}}
-		if rep.Rows == 0 && !e.fo.allowEmpty {
+		_, erasedBefore := e.ledger.UpTo(e.fo.tenant, u)
+		if rep.Rows == 0 && !e.fo.allowEmpty && !erasedBefore {
 			e.rc.NotFound++
 			ur.RowsPerPass = []int64{0}
 		} else if !e.fo.dryRun {
@@ -250,7 +278,7 @@ func (e *eraser) run(ctx context.Context, users []string, now time.Time) error {
 		e.audit()
 		return nil
 	}
-	if err := e.pass(ctx, before); err != nil {
+	if err := e.pass(ctx, first); err != nil {
 		return err
 	}
 	// Rows written by batches decided before the workers loaded the
@@ -258,10 +286,10 @@ func (e *eraser) run(ctx context.Context, users []string, now time.Time) error {
 	if e.recorded() > 0 {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return fmt.Errorf("interrupted before the second pass (run the same forget again: the users are in the ledger): %w", ctx.Err())
 		case <-time.After(e.fo.secondPass):
 		}
-		if err := e.pass(ctx, before); err != nil {
+		if err := e.pass(ctx, second); err != nil {
 			return err
 		}
 	}

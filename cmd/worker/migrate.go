@@ -133,7 +133,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer stopErasures()
-	ro.Erasures = erasures.Current
+	ro.Erasures, ro.ErasuresHeld = erasures.Current, erasures.Held
 	ro.Progress = func(p retention.Progress) {
 		fmt.Fprintf(stderr, "re-timing: scanned %d, rewritten %d, deleted %d, unchanged %d, %.0f rows/s\n",
 			p.Report.Scanned, p.Report.Rewritten, p.Report.Deleted, p.Report.Unchanged, p.Rate)

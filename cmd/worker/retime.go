@@ -64,7 +64,7 @@ func runRetime(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer stopErasures()
-	ro.Erasures = erasures.Current
+	ro.Erasures, ro.ErasuresHeld = erasures.Current, erasures.Held
 	ro.Progress = func(p retention.Progress) {
 		eta := "unknown"
 		if p.ETA >= 0 {

@@ -276,7 +276,7 @@ func newWorker(ctx context.Context, o *runOptions, cfg *tenants.Config, dc *bigt
 		return nil, err
 	}
 	w.reloader = tenants.NewReloader(o.tenants.Path, cfg, o.tenants.ReloadInterval, log)
-	if err := w.reloader.RegisterMetrics(mp.Meter(meterName)); err != nil {
+	if err := errors.Join(w.reloader.RegisterMetrics(mp.Meter(meterName)), w.erasures.RegisterMetrics(mp.Meter(meterName))); err != nil {
 		_ = errors.Join(w.consumer.Close(), w.dlq.Close())
 		return nil, err
 	}

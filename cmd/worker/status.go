@@ -97,8 +97,8 @@ type statusPage struct {
 	Kafka            ingest.Status     `json:"kafka"`
 	// RecordTimestamps says whether producers can stamp the future.
 	RecordTimestamps ingest.RecordTimes `json:"record_timestamps"`
-	// Erasures is the erasure ledger in force: worker forget waits for
-	// loaded_at to pass its record before its second pass.
+	// Erasures is the erasure ledger in force: a record written before
+	// loaded_at is obeyed.
 	Erasures erasure.Status `json:"erasures"`
 	Lag      int64          `json:"lag"`
 	// Events maps each tenant counted to its counts; left out of the brief
