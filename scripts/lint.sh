@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# go vet, staticcheck and deadcode, at pinned versions, through go run: the
-# first run downloads them from the module proxy.
+# gofmt, go vet, staticcheck and deadcode, at pinned versions, through go
+# run: the first run downloads them from the module proxy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+unformatted=$(gofmt -l $(git ls-files '*.go'))
+if [ -n "$unformatted" ]; then
+	echo "gofmt would change: $unformatted" >&2
+	exit 1
+fi
 go vet ./...
 go vet -tags nodemo ./cmd/worker
 go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...

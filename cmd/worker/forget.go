@@ -226,10 +226,10 @@ type userReceipt struct {
 
 // eraser runs one forget.
 type eraser struct {
-	o     *runOptions
-	fo    *forgetOptions
-	log   *slog.Logger
-	tbl   *bigtable.Table
+	o      *runOptions
+	fo     *forgetOptions
+	log    *slog.Logger
+	tbl    *bigtable.Table
 	store  *erasure.Store
 	ledger *erasure.Ledger // as it stood when forget began
 	keep   time.Duration   // how long a ledger record lives; <0 forever

@@ -23,8 +23,8 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/cellttl/cellttl/admin"
-	"github.com/cellttl/cellttl/expiry"
 	"github.com/cellttl/cellttl/erasure"
+	"github.com/cellttl/cellttl/expiry"
 	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/cellttl/cellttl/internal/envflag"
@@ -44,10 +44,10 @@ type runOptions struct {
 	strictRetention bool
 	// erasureRefresh is how often the erasure ledger is read again.
 	erasureRefresh time.Duration
-	kafka           ingest.Config
-	pipe            pipeline.Config
-	writer          sink.WriterConfig
-	admin           admin.Config
+	kafka          ingest.Config
+	pipe           pipeline.Config
+	writer         sink.WriterConfig
+	admin          admin.Config
 }
 
 func defaultRunOptions() runOptions {
