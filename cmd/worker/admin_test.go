@@ -170,9 +170,15 @@ func TestMetricsAndStatus(t *testing.T) {
 
 	checkReference(t, "../../docs/reference/metrics.md", metricsReference(body))
 
+	// The tests' emulator: said loudly, in the log and on /status.
+	if !strings.Contains(logs.String(), "BIGTABLE_EMULATOR_HOST is set") {
+		t.Error("no warning that BIGTABLE_EMULATOR_HOST sends Bigtable requests to an emulator")
+	}
+
 	// The page as a client reads it.
 	type page struct {
-		Config struct {
+		BigtableEmulator string `json:"bigtable_emulator"`
+		Config           struct {
 			Version string
 			Tenants map[string]string
 		}
@@ -185,6 +191,9 @@ func TestMetricsAndStatus(t *testing.T) {
 	var st page
 	if err := json.Unmarshal([]byte(statusBody), &st); err != nil || code != 200 {
 		t.Fatalf("/status %d: %v\n%s", code, err, statusBody)
+	}
+	if st.BigtableEmulator != os.Getenv("BIGTABLE_EMULATOR_HOST") {
+		t.Errorf("/status bigtable_emulator %q, want %q", st.BigtableEmulator, os.Getenv("BIGTABLE_EMULATOR_HOST"))
 	}
 	var sum eventCounts
 	for _, c := range st.Events {

@@ -323,6 +323,11 @@ func (w *worker) serve(ctx context.Context, metrics http.Handler) error {
 			_ = srv.Shutdown(sctx)
 		}()
 	}
+	if host := os.Getenv("BIGTABLE_EMULATOR_HOST"); host != "" {
+		// The client library sends every request there, unauthenticated:
+		// right for tests, never for production.
+		log.Warn("BIGTABLE_EMULATOR_HOST is set: every Bigtable request goes to that address, without credentials (an emulator), not to Google Cloud", "emulator", host)
+	}
 	log.Info("worker started", "topic", o.kafka.Topic, "group", o.kafka.Group, "dlq_topic", o.kafka.DeadLetterTopic(),
 		"table", o.table.Table, "family", o.table.Family, "strategy", w.cfg.Policy.Strategy.String(),
 		"default_ttl", duration.Format(w.cfg.Policy.DefaultTTL), "tenants", len(w.cfg.Policy.Tenants), "config_version", w.cfg.Version)

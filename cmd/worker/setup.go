@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"strconv"
 
 	"cloud.google.com/go/bigtable"
 
@@ -19,11 +21,15 @@ func runSetup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var opts sink.SetupOptions
 	f := envflag.New("worker setup", "worker setup: create the table and column family with the GC rule the strategy needs.", stderr)
 	o.register(f)
-	f.Bool(&opts.UpdateGCPolicy, "update-gc-policy", "UPDATE_GC_POLICY", false, "replace the family's GC rule when it differs")
-	f.Bool(&opts.Force, "force", "FORCE", false, "allow the one-second strategy's 1s max-age on a family that already holds cells (they will be deleted)")
+	// Flags only: an environment variable shared by accident (a stray
+	// FORCE=true) must not be able to change or wipe a table.
+	f.Bool(&opts.UpdateGCPolicy, "update-gc-policy", "", false, "replace the family's GC rule when it differs (a flag only: no environment variable)")
+	f.Bool(&opts.Force, "force", "", false, "allow the one-second strategy's 1s max-age on a family that already holds cells, which deletes them (a flag only: no environment variable)")
 	if err := parse(f, args); err != nil {
 		return err
 	}
+	deprecatedEnv(stderr, "UPDATE_GC_POLICY", "--update-gc-policy", &opts.UpdateGCPolicy)
+	deprecatedEnv(stderr, "FORCE", "--force", &opts.Force)
 	s, err := o.open(ctx)
 	if err != nil {
 		return err
@@ -64,4 +70,17 @@ func setupLedger(ctx context.Context, s *session, table string, stdout io.Writer
 		fmt.Fprintf(stdout, "erasure ledger %s already has GC rule %q; nothing to do\n", target, rule)
 	}
 	return nil
+}
+
+// deprecatedEnv honours, for this release only and with a warning, an
+// environment variable that used to set a destructive flag.
+func deprecatedEnv(stderr io.Writer, env, flag string, p *bool) {
+	v, ok := os.LookupEnv(env)
+	if !ok {
+		return
+	}
+	fmt.Fprintf(stderr, "worker: WARNING: %s=%s is deprecated and this is the last release that reads it: pass %s on the command line\n", env, v, flag)
+	if on, err := strconv.ParseBool(v); err == nil && on {
+		*p = true
+	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"net/url"
+	"os"
 	"sync"
 	"time"
 
@@ -77,7 +78,10 @@ type statusPage struct {
 	Topic   string    `json:"topic"`
 	Group   string    `json:"group"`
 	Table   string    `json:"table"`
-	Config  struct {
+	// BigtableEmulator is BIGTABLE_EMULATOR_HOST when it is set: every
+	// Bigtable request goes there, without credentials.
+	BigtableEmulator string `json:"bigtable_emulator,omitempty"`
+	Config           struct {
 		Version    string `json:"version"`
 		Strategy   string `json:"strategy"`
 		DefaultTTL string `json:"default_ttl"`
@@ -129,6 +133,7 @@ func (s *statusSource) status(q url.Values) any {
 	}
 	p.Config.Reload = w.reloader.Status()
 	p.Config.Unlisted = string(cmp.Or(cfg.Unlisted, tenants.UnlistedDefaultTTL))
+	p.BigtableEmulator = os.Getenv("BIGTABLE_EMULATOR_HOST")
 	p.Kafka = w.consumer.Status()
 	p.Erasures = w.erasures.Status()
 	p.RecordTimestamps = w.times.Status()
