@@ -27,21 +27,40 @@ type Check struct {
 	Fn func(ctx context.Context) error
 }
 
-// Server is the admin HTTP server.
+// Server is the admin HTTP server, and the pprof server beside it when
+// asked for.
 type Server struct {
 	srv    *http.Server
+	pprof  *http.Server // nil: no profiles
 	log    *slog.Logger
 	checks []Check
+	every  time.Duration
 	status func(url.Values) any
 	wg     sync.WaitGroup
+	stop   chan struct{}
+
+	mu    sync.Mutex
+	ready *readiness // the last run of the checks; nil before the first
+}
+
+// readiness is one run of the checks.
+type readiness struct {
+	at     time.Time
+	ok     bool
+	report string
 }
 
 // CheckTimeout bounds each readiness check.
 const CheckTimeout = 3 * time.Second
 
-// New returns a server for addr. metrics may be nil.
-func New(addr string, metrics http.Handler, status func(url.Values) any, checks []Check, log *slog.Logger) *Server {
-	s := &Server{log: log, checks: checks, status: status}
+// New returns a server for c. metrics may be nil. The checks run every
+// c.ReadinessInterval, not per request: a probe, a load balancer or anyone
+// who reaches the port cannot make the worker send Bigtable requests.
+func New(c Config, metrics http.Handler, status func(url.Values) any, checks []Check, log *slog.Logger) *Server {
+	s := &Server{log: log, checks: checks, status: status, every: c.ReadinessInterval, stop: make(chan struct{})}
+	if s.every <= 0 {
+		s.every = DefaultConfig().ReadinessInterval
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		// Alive: the process serves HTTP. Nothing else, so that a slow
@@ -58,18 +77,31 @@ func New(addr string, metrics http.Handler, status func(url.Values) any, checks 
 	if metrics != nil {
 		mux.Handle("GET /metrics", metrics)
 	}
-	// Profiles of the running worker (CPU, heap, goroutines), on the admin
-	// port, which is internal like /metrics.
-	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
-	s.srv = &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	s.srv = &http.Server{Addr: c.Addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	if c.PprofAddr != "" {
+		// Profiles of the running worker on a listener of their own, never
+		// the admin port: whoever reaches them can hold the CPU profiler
+		// and read every goroutine's stack.
+		pm := http.NewServeMux()
+		pm.HandleFunc("GET /debug/pprof/", pprof.Index)
+		pm.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		pm.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		s.pprof = &http.Server{Addr: PprofListenAddr(c.PprofAddr), Handler: pm, ReadHeaderTimeout: 5 * time.Second}
+	}
 	return s
 }
 
-// readyz runs every check and answers 200 when all hold, 503 otherwise,
-// with one line per check either way.
-func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+// PprofListenAddr is where --pprof-addr listens: a port alone (":6060")
+// means the loopback interface, never every interface.
+func PprofListenAddr(addr string) string {
+	if host, port, err := net.SplitHostPort(addr); err == nil && host == "" {
+		return net.JoinHostPort("127.0.0.1", port)
+	}
+	return addr
+}
+
+// check runs every check at once and keeps the result.
+func (s *Server) check(ctx context.Context) {
 	type result struct {
 		name string
 		err  error
@@ -78,45 +110,96 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	var wg sync.WaitGroup
 	for i, c := range s.checks {
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(r.Context(), CheckTimeout)
+			cctx, cancel := context.WithTimeout(ctx, CheckTimeout)
 			defer cancel()
-			results[i] = result{c.Name, c.Fn(ctx)}
+			results[i] = result{c.Name, c.Fn(cctx)}
 		})
 	}
 	wg.Wait()
 	var b strings.Builder
-	ready := true
+	r := &readiness{at: time.Now(), ok: true}
 	for _, res := range results {
 		if res.err != nil {
-			ready = false
+			r.ok = false
 			fmt.Fprintf(&b, "%s: not ready: %v\n", res.name, res.err)
 		} else {
 			fmt.Fprintf(&b, "%s: ok\n", res.name)
 		}
 	}
-	if !ready {
-		w.WriteHeader(http.StatusServiceUnavailable)
-	}
-	_, _ = w.Write([]byte(b.String()))
+	r.report = b.String()
+	s.mu.Lock()
+	s.ready = r
+	s.mu.Unlock()
 }
 
-// Start listens and serves in the background; Shutdown stops it.
+// readyz answers from the last run of the checks: 200 when all held, 503
+// otherwise or before the first run, one line per check, and when they
+// ran.
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	s.mu.Lock()
+	r := s.ready
+	s.mu.Unlock()
+	if r == nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, "not checked yet")
+		return
+	}
+	if !r.ok {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	fmt.Fprintf(w, "%s(checked %s ago)\n", r.report, time.Since(r.at).Round(time.Millisecond))
+}
+
+// Start listens and serves in the background, and runs the readiness
+// checks every interval; Shutdown stops it. It returns the admin address.
 func (s *Server) Start() (net.Addr, error) {
 	ln, err := net.Listen("tcp", s.srv.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("admin server: %w", err)
 	}
+	if s.pprof != nil {
+		pl, err := net.Listen("tcp", s.pprof.Addr)
+		if err != nil {
+			_ = ln.Close()
+			return nil, fmt.Errorf("pprof server: %w", err)
+		}
+		s.log.Info("pprof listening", "addr", pl.Addr().String())
+		s.serve(s.pprof, pl)
+	}
+	s.serve(s.srv, ln)
 	s.wg.Go(func() {
-		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Error("admin server stopped", "err", err)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() { <-s.stop; cancel() }()
+		t := time.NewTicker(s.every)
+		defer t.Stop()
+		for {
+			s.check(ctx)
+			select {
+			case <-s.stop:
+				return
+			case <-t.C:
+			}
 		}
 	})
 	return ln.Addr(), nil
 }
 
-// Shutdown stops the server and waits for it.
+func (s *Server) serve(srv *http.Server, ln net.Listener) {
+	s.wg.Go(func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("admin server stopped", "addr", srv.Addr, "err", err)
+		}
+	})
+}
+
+// Shutdown stops the servers and the checks, and waits for them.
 func (s *Server) Shutdown(ctx context.Context) error {
+	close(s.stop)
 	err := s.srv.Shutdown(ctx)
+	if s.pprof != nil {
+		err = errors.Join(err, s.pprof.Shutdown(ctx))
+	}
 	s.wg.Wait()
 	if err != nil {
 		return fmt.Errorf("admin server shutdown: %w", err)
@@ -127,24 +210,37 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // Config is where the admin server listens.
 type Config struct {
 	Addr string // empty: no admin server
+	// PprofAddr, when set, serves Go's profiles there; a port alone is
+	// the loopback interface. Empty: no profiles.
+	PprofAddr string
+	// ReadinessInterval is how often the readiness checks run.
+	ReadinessInterval time.Duration
 }
 
 // DefaultConfig returns the defaults the flags document.
-func DefaultConfig() Config { return Config{Addr: ":8080"} }
+func DefaultConfig() Config { return Config{Addr: ":8080", ReadinessInterval: 5 * time.Second} }
 
 // RegisterFlags declares the flags that fill c, with c's values as their
 // defaults.
 func (c *Config) RegisterFlags(f *envflag.FlagSet) {
-	f.String(&c.Addr, "admin-addr", "ADMIN_ADDR", c.Addr, "address of /healthz, /readyz, /status and /metrics (empty: off)")
+	f.String(&c.Addr, "admin-addr", "ADMIN_ADDR", c.Addr, "address of /healthz, /readyz, /status and /metrics (empty: off); unauthenticated: reachable by the scraper and the probes only (docs/security.md)")
+	f.String(&c.PprofAddr, "pprof-addr", "PPROF_ADDR", c.PprofAddr, "serve Go's profiles (/debug/pprof/) on this address of their own; a port alone (:6060) is the loopback interface (empty: off)")
+	f.Duration(&c.ReadinessInterval, "readiness-interval", "READINESS_INTERVAL", c.ReadinessInterval, "how often the readiness checks run (Bigtable probe included); /readyz answers from the last run")
 }
 
 // Validate checks the settings, naming the flag at fault.
 func (c Config) Validate() error {
-	if c.Addr == "" {
-		return nil
+	var errs []error
+	for _, a := range []struct{ flag, addr string }{{"--admin-addr", c.Addr}, {"--pprof-addr", c.PprofAddr}} {
+		if a.addr == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(a.addr); err != nil {
+			errs = append(errs, fmt.Errorf("%s %q: want host:port, :port or empty: %w", a.flag, a.addr, err))
+		}
 	}
-	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
-		return fmt.Errorf("--admin-addr %q: want host:port, :port or empty: %w", c.Addr, err)
+	if c.ReadinessInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--readiness-interval %s: must be positive", c.ReadinessInterval))
 	}
-	return nil
+	return errors.Join(errs...)
 }

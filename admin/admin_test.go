@@ -3,21 +3,26 @@ package admin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cellttl/cellttl/internal/testenv"
 )
 
 func TestEndpoints(t *testing.T) {
 	var kafkaDown atomic.Bool
+	var probes atomic.Int64
 	checks := []Check{
 		{Name: "kafka", Fn: func(context.Context) error {
+			probes.Add(1)
 			if kafkaDown.Load() {
 				return errors.New("not in the consumer group")
 			}
@@ -26,7 +31,8 @@ func TestEndpoints(t *testing.T) {
 		{Name: "config", Fn: func(context.Context) error { return nil }},
 	}
 	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "m 1\n") })
-	s := New("127.0.0.1:0", metrics, func(q url.Values) any { return map[string]any{"partitions": 3, "tenants": q.Get("tenants")} }, checks, slog.New(slog.DiscardHandler))
+	s := New(Config{Addr: "127.0.0.1:0", ReadinessInterval: 50 * time.Millisecond}, metrics,
+		func(q url.Values) any { return map[string]any{"partitions": 3, "tenants": q.Get("tenants")} }, checks, slog.New(slog.DiscardHandler))
 	addr, err := s.Start()
 	if err != nil {
 		t.Fatal(err)
@@ -37,27 +43,67 @@ func TestEndpoints(t *testing.T) {
 	if code, body := testenv.MustGet(t, base+"/healthz"); code != 200 || body != "ok\n" {
 		t.Errorf("/healthz: %d %q", code, body)
 	}
-	if code, body := testenv.MustGet(t, base+"/readyz"); code != 200 || !strings.Contains(body, "kafka: ok") {
-		t.Errorf("/readyz: %d %q", code, body)
-	}
+	testenv.Eventually(t, 5*time.Second, func() (bool, string) {
+		code, body := testenv.MustGet(t, base+"/readyz")
+		return code == 200 && strings.Contains(body, "kafka: ok"), fmt.Sprintf("/readyz: %d %q", code, body)
+	})
 	kafkaDown.Store(true)
-	if code, body := testenv.MustGet(t, base+"/readyz"); code != 503 || !strings.Contains(body, "kafka: not ready: not in the consumer group") || !strings.Contains(body, "config: ok") {
-		t.Errorf("/readyz with kafka down: %d %q", code, body)
+	testenv.Eventually(t, 5*time.Second, func() (bool, string) {
+		code, body := testenv.MustGet(t, base+"/readyz")
+		return code == 503 && strings.Contains(body, "kafka: not ready: not in the consumer group") && strings.Contains(body, "config: ok"),
+			fmt.Sprintf("/readyz with kafka down: %d %q", code, body)
+	})
+	// The checks run on their interval, whatever the requests: a hundred
+	// requests in a moment probe nothing more.
+	before := probes.Load()
+	for range 100 {
+		testenv.MustGet(t, base+"/readyz")
+	}
+	if n := probes.Load() - before; n > 3 {
+		t.Errorf("100 requests to /readyz ran the checks %d times", n)
 	}
 	if code, body := testenv.MustGet(t, base+"/status"); code != 200 || !strings.Contains(body, `"partitions": 3`) {
 		t.Errorf("/status: %d %q", code, body)
 	}
-	if code, body := testenv.MustGet(t, base+"/status?tenants=false"); code != 200 || !strings.Contains(body, `"tenants": "false"`) {
-		t.Errorf("/status?tenants=false: the query does not reach the page: %d %q", code, body)
+	if code, body := testenv.MustGet(t, base+"/status?tenants=true"); code != 200 || !strings.Contains(body, `"tenants": "true"`) {
+		t.Errorf("/status?tenants=true: the query does not reach the page: %d %q", code, body)
 	}
 	if code, body := testenv.MustGet(t, base+"/metrics"); code != 200 || body != "m 1\n" {
 		t.Errorf("/metrics: %d %q", code, body)
+	}
+	// No profiles on the admin port.
+	if code, _ := testenv.MustGet(t, base+"/debug/pprof/"); code != 404 {
+		t.Errorf("/debug/pprof/ on the admin port: %d, want 404", code)
+	}
+}
+
+// Profiles are served only when --pprof-addr asks, on their own listener,
+// and a port alone is the loopback interface.
+func TestPprofListener(t *testing.T) {
+	if got := PprofListenAddr(":6060"); got != "127.0.0.1:6060" {
+		t.Errorf(":6060 listens on %s, want the loopback interface", got)
+	}
+	if got := PprofListenAddr("0.0.0.0:6060"); got != "0.0.0.0:6060" {
+		t.Errorf("an explicit host was changed: %s", got)
+	}
+	logs := &testenv.Buffer{}
+	s := New(Config{Addr: "127.0.0.1:0", PprofAddr: ":0"}, nil, func(url.Values) any { return nil }, nil, slog.New(slog.NewTextHandler(logs, nil)))
+	if _, err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown(context.Background())
+	m := regexp.MustCompile(`msg="pprof listening" addr=(\S+)`).FindStringSubmatch(logs.String())
+	if m == nil || !strings.HasPrefix(m[1], "127.0.0.1:") {
+		t.Fatalf("pprof address: %q", logs.String())
+	}
+	if code, body := testenv.MustGet(t, "http://"+m[1]+"/debug/pprof/"); code != 200 || !strings.Contains(body, "goroutine") {
+		t.Errorf("/debug/pprof/ on the pprof address: %d", code)
 	}
 }
 
 func TestConfigValidateNamesTheFlag(t *testing.T) {
 	for addr, ok := range map[string]bool{"": true, ":8080": true, "127.0.0.1:0": true, "8080": false, "host": false} {
-		err := Config{Addr: addr}.Validate()
+		err := Config{Addr: addr, ReadinessInterval: time.Second}.Validate()
 		if (err == nil) != ok || (err != nil && !strings.Contains(err.Error(), "--admin-addr")) {
 			t.Errorf("%q: %v", addr, err)
 		}

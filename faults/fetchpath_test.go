@@ -272,9 +272,11 @@ func TestGCRuleChangedUnderWorkers(t *testing.T) {
 	done()
 	recovery := s.settle(partitions, 3*time.Minute)
 	for _, w := range workers {
-		if code, body := testenv.Get(w.admin + "/readyz"); code != 200 {
-			t.Errorf("worker %d /readyz %d after the rule was set back: %s", w.id, code, body)
-		}
+		// /readyz answers from checks run every --readiness-interval.
+		testenv.Eventually(t, 5*time.Second, func() (bool, string) {
+			code, body := testenv.Get(w.admin + "/readyz")
+			return code == 200, fmt.Sprintf("worker %d /readyz %d after the rule was set back: %s", w.id, code, body)
+		})
 	}
 	stop()
 	for _, w := range workers {

@@ -241,7 +241,7 @@ func (s *suite) start(extra ...string) *worker {
 	}
 	args := append([]string{"run", "--brokers", strings.Join(brokers, ","), "--topic", s.topic, "--group", s.group, "--dlq-topic", s.dlq,
 		"--table", s.table, "--tenants", s.tenants, "--log-format", "text", "--log-level", "warn",
-		"--admin-addr", fmt.Sprintf("127.0.0.1:%d", port), "--session-timeout", "6s", "--commit-interval", "200ms",
+		"--admin-addr", fmt.Sprintf("127.0.0.1:%d", port), "--readiness-interval", "200ms", "--session-timeout", "6s", "--commit-interval", "200ms",
 		"--drain-timeout", drainTimeout.String(), "--max-event-bytes", strconv.Itoa(s.maxEvent)}, append(append([]string{}, s.workerArgs...), extra...)...)
 	w := &worker{id: id, admin: fmt.Sprintf("http://127.0.0.1:%d", port), done: make(chan error, 1), out: &syncBuffer{}}
 	w.cmd = exec.Command(s.bin, args...)

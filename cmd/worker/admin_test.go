@@ -187,7 +187,12 @@ func TestMetricsAndStatus(t *testing.T) {
 		Events map[string]tenantCounts
 		Totals eventCounts
 	}
-	code, statusBody := testenv.MustGet(t, base+"/status")
+	// Without ?tenants=true the page names no tenant: who the customers
+	// are is not for everyone who reaches the port.
+	if _, brief := testenv.MustGet(t, base+"/status"); strings.Contains(brief, `"acme"`) || strings.Contains(brief, `"events"`) {
+		t.Errorf("/status without ?tenants=true lists tenants:\n%s", brief)
+	}
+	code, statusBody := testenv.MustGet(t, base+"/status?tenants=true")
 	var st page
 	if err := json.Unmarshal([]byte(statusBody), &st); err != nil || code != 200 {
 		t.Fatalf("/status %d: %v\n%s", code, err, statusBody)

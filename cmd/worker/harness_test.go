@@ -67,7 +67,7 @@ func (e *env) args(cmd string, extra ...string) []string {
 			brokers = e.workerBrokers
 		}
 		a = append(a, "--brokers", strings.Join(brokers, ","), "--topic", e.topic, "--group", e.group,
-			"--flush-interval", "20ms", "--commit-interval", "100ms", "--admin-addr", "127.0.0.1:0")
+			"--flush-interval", "20ms", "--commit-interval", "100ms", "--admin-addr", "127.0.0.1:0", "--readiness-interval", "100ms")
 	}
 	if cmd == "forget" {
 		// The topics' retention decides how long the ledger record lives.

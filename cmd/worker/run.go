@@ -311,7 +311,7 @@ func (w *worker) serve(ctx context.Context, metrics http.Handler) error {
 	}
 	if o.admin.Addr != "" {
 		st := &statusSource{w: w, started: time.Now()}
-		srv := admin.New(o.admin.Addr, metrics, st.status, w.readinessChecks(), log)
+		srv := admin.New(o.admin, metrics, st.status, w.readinessChecks(), log)
 		addr, err := srv.Start()
 		if err != nil {
 			return errors.Join(err, w.consumer.Close(), w.dlq.Close())

@@ -354,6 +354,7 @@ func buildWorker(ctx context.Context) (string, error) {
 type workerProc struct {
 	cmd   *exec.Cmd
 	admin string // http://host:port of its admin server
+	pprof string // http://host:port of its profiles
 	table string
 }
 
@@ -369,15 +370,27 @@ func startWorker(ctx context.Context, bin string, brokers []string, tenantsFile,
 	if err != nil {
 		return nil, err
 	}
-	args := append([]string{"run", "--brokers", strings.Join(brokers, ","), "--topic", topic, "--group", topic,
-		"--admin-addr", fmt.Sprintf("127.0.0.1:%d", port)}, common...)
+	admin := fmt.Sprintf("127.0.0.1:%d", port)
+	args := append([]string{"run", "--brokers", strings.Join(brokers, ","), "--topic", topic, "--group", topic, "--admin-addr", admin}, common...)
+	// Profiles: on a listener of their own where the build has
+	// --pprof-addr; a --baseline-bin from before serves them on the
+	// admin port.
+	pprof := admin
+	if help, _ := exec.CommandContext(ctx, bin, "run", "--help").CombinedOutput(); strings.Contains(string(help), "-pprof-addr") {
+		pp, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		pprof = fmt.Sprintf("127.0.0.1:%d", pp)
+		args = append(args, "--pprof-addr", pprof)
+	}
 	args = append(args, strings.Fields(flags)...)
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	return &workerProc{cmd: cmd, admin: fmt.Sprintf("http://127.0.0.1:%d", port), table: table}, nil
+	return &workerProc{cmd: cmd, admin: "http://" + admin, pprof: "http://" + pprof, table: table}, nil
 }
 
 // stop stops the worker and deletes its table: the emulator never frees
@@ -437,7 +450,7 @@ func benchWorker(ctx context.Context, bin string, brokers []string, tenantsFile,
 			if profileDir != "" {
 				profiled = make(chan error, 1)
 				go func() {
-					profiled <- saveProfile(ctx, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", w.admin, profileSeconds), filepath.Join(profileDir, "worker-cpu.pprof"))
+					profiled <- saveProfile(ctx, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", w.pprof, profileSeconds), filepath.Join(profileDir, "worker-cpu.pprof"))
 				}()
 			}
 		}
@@ -460,7 +473,7 @@ func benchWorker(ctx context.Context, bin string, brokers []string, tenantsFile,
 		return measured{}, fmt.Errorf("the worker did not write all %d events", len(values))
 	}
 	if profiled != nil {
-		if err := errors.Join(<-profiled, saveProfile(ctx, w.admin+"/debug/pprof/allocs", filepath.Join(profileDir, "worker-allocs.pprof"))); err != nil {
+		if err := errors.Join(<-profiled, saveProfile(ctx, w.pprof+"/debug/pprof/allocs", filepath.Join(profileDir, "worker-allocs.pprof"))); err != nil {
 			return measured{}, err
 		}
 	}
