@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -30,6 +31,30 @@ type Security struct {
 	// SASLMechanism is "", PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
 	SASLMechanism      string
 	Username, Password string
+	// PasswordFile holds the password instead (a mounted Secret): read
+	// each time a connection's credentials are made, so a rotated file
+	// is taken without a restart.
+	PasswordFile string
+	// AllowPlaintextSASL lets PLAIN, which sends the password as it is,
+	// run without TLS.
+	AllowPlaintextSASL bool
+}
+
+// password returns the SASL password: the file's first line when
+// PasswordFile is set. Errors name the file, never its content.
+func (s Security) password() (string, error) {
+	if s.PasswordFile == "" {
+		return s.Password, nil
+	}
+	data, err := os.ReadFile(s.PasswordFile)
+	if err != nil {
+		return "", fmt.Errorf("--kafka-sasl-password-file: %w", err)
+	}
+	pw, _, _ := strings.Cut(string(data), "\n")
+	if pw = strings.TrimSuffix(pw, "\r"); pw == "" {
+		return "", fmt.Errorf("--kafka-sasl-password-file %s is empty", s.PasswordFile)
+	}
+	return pw, nil
 }
 
 // Validate names the setting at fault.
@@ -47,8 +72,16 @@ func (s Security) Validate() error {
 			errs = append(errs, errors.New("--kafka-sasl-username given without --kafka-sasl-mechanism"))
 		}
 	case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
-		if s.Username == "" || s.Password == "" {
-			errs = append(errs, fmt.Errorf("--kafka-sasl-mechanism %s needs --kafka-sasl-username and KAFKA_SASL_PASSWORD", s.SASLMechanism))
+		if s.Password != "" && s.PasswordFile != "" {
+			errs = append(errs, errors.New("KAFKA_SASL_PASSWORD and --kafka-sasl-password-file both given: give one"))
+		}
+		if pw, err := s.password(); err != nil {
+			errs = append(errs, err)
+		} else if s.Username == "" || pw == "" {
+			errs = append(errs, fmt.Errorf("--kafka-sasl-mechanism %s needs --kafka-sasl-username and --kafka-sasl-password-file (or KAFKA_SASL_PASSWORD)", s.SASLMechanism))
+		}
+		if s.SASLMechanism == "PLAIN" && !s.TLS && !s.AllowPlaintextSASL {
+			errs = append(errs, errors.New("--kafka-sasl-mechanism PLAIN without --kafka-tls sends the password in clear to anyone on the path: use --kafka-tls or SCRAM, or pass --allow-plaintext-sasl"))
 		}
 	default:
 		errs = append(errs, fmt.Errorf("--kafka-sasl-mechanism %q: want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", s.SASLMechanism))
@@ -171,15 +204,20 @@ func tlsRefused(err error) bool {
 }
 
 func (s Security) mechanism() (sasl.Mechanism, error) {
-	switch s.SASLMechanism {
-	case "":
+	if s.SASLMechanism == "" {
 		return nil, nil
+	}
+	pw, err := s.password()
+	if err != nil {
+		return nil, err
+	}
+	switch s.SASLMechanism {
 	case "PLAIN":
-		return plain.Mechanism{Username: s.Username, Password: s.Password}, nil
+		return plain.Mechanism{Username: s.Username, Password: pw}, nil
 	case "SCRAM-SHA-256":
-		return scram.Mechanism(scram.SHA256, s.Username, s.Password)
+		return scram.Mechanism(scram.SHA256, s.Username, pw)
 	case "SCRAM-SHA-512":
-		return scram.Mechanism(scram.SHA512, s.Username, s.Password)
+		return scram.Mechanism(scram.SHA512, s.Username, pw)
 	}
 	return nil, fmt.Errorf("unknown SASL mechanism %q", s.SASLMechanism)
 }
@@ -227,5 +265,9 @@ func (s *Security) RegisterFlags(f *envflag.FlagSet) {
 	f.Bool(&s.InsecureSkipVerify, "kafka-tls-insecure-skip-verify", "KAFKA_TLS_INSECURE_SKIP_VERIFY", s.InsecureSkipVerify, "do not verify the brokers' certificates (testing only)")
 	f.String(&s.SASLMechanism, "kafka-sasl-mechanism", "KAFKA_SASL_MECHANISM", s.SASLMechanism, "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
 	f.String(&s.Username, "kafka-sasl-username", "KAFKA_SASL_USERNAME", s.Username, "SASL user name")
-	f.String(&s.Password, "kafka-sasl-password", "KAFKA_SASL_PASSWORD", s.Password, "SASL password; prefer the environment variable, flags show in process lists")
+	f.String(&s.Password, "kafka-sasl-password", "KAFKA_SASL_PASSWORD", s.Password, "SASL password; prefer --kafka-sasl-password-file: a flag shows in process lists (a warning says so)")
+	f.String(&s.PasswordFile, "kafka-sasl-password-file", "KAFKA_SASL_PASSWORD_FILE", s.PasswordFile, "file whose first line is the SASL password (a mounted Secret); read when connecting, so a rotated file needs no restart")
+	// A flag only: a downgrade to a password in clear is chosen on the
+	// command line, not inherited from an environment.
+	f.Bool(&s.AllowPlaintextSASL, "allow-plaintext-sasl", "", s.AllowPlaintextSASL, "allow SASL PLAIN without --kafka-tls (the password crosses the network in clear)")
 }

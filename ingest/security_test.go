@@ -13,9 +13,19 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/segmentio/kafka-go/sasl/plain"
 )
 
 func TestSecurityValidate(t *testing.T) {
+	dir := t.TempDir()
+	pwFile, emptyFile := filepath.Join(dir, "pw"), filepath.Join(dir, "empty")
+	if err := os.WriteFile(pwFile, []byte("s3cret-from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(emptyFile, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		s    Security
 		want string // "" for valid
@@ -28,6 +38,15 @@ func TestSecurityValidate(t *testing.T) {
 		{Security{Username: "u"}, "without --kafka-sasl-mechanism"},
 		{Security{CAFile: "ca.pem"}, "without --kafka-tls"},
 		{Security{TLS: true, CertFile: "c.pem"}, "give both or neither"},
+		// PLAIN sends the password as it is: not over a plaintext listener
+		// unless asked.
+		{Security{SASLMechanism: "PLAIN", Username: "u", Password: "p"}, "--allow-plaintext-sasl"},
+		{Security{SASLMechanism: "PLAIN", Username: "u", Password: "p", AllowPlaintextSASL: true}, ""},
+		{Security{SASLMechanism: "PLAIN", Username: "u", Password: "p", TLS: true}, ""},
+		{Security{SASLMechanism: "SCRAM-SHA-256", Username: "u", PasswordFile: pwFile}, ""},
+		{Security{SASLMechanism: "SCRAM-SHA-256", Username: "u", PasswordFile: pwFile, Password: "p"}, "give one"},
+		{Security{SASLMechanism: "SCRAM-SHA-256", Username: "u", PasswordFile: emptyFile}, "is empty"},
+		{Security{SASLMechanism: "SCRAM-SHA-256", Username: "u", PasswordFile: "/nonexistent/pw"}, "--kafka-sasl-password-file"},
 	}
 	for _, tt := range tests {
 		err := tt.s.Validate()
@@ -87,5 +106,35 @@ func TestSecurityDialerAndTransport(t *testing.T) {
 	_ = os.WriteFile(bad, []byte("not a certificate"), 0o600)
 	if _, err := (Security{TLS: true, CAFile: bad}).Dialer(); err == nil || !strings.Contains(err.Error(), bad) {
 		t.Errorf("bad CA file: %v", err)
+	}
+}
+
+// The password comes from the file's first line, read each time
+// credentials are made: a rotated file is taken without a restart. No
+// error quotes it.
+func TestPasswordFile(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(f, []byte("first-secret\r\nignored\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := Security{SASLMechanism: "PLAIN", Username: "u", PasswordFile: f, TLS: true}
+	if pw, err := s.password(); err != nil || pw != "first-secret" {
+		t.Fatalf("password %q, %v", pw, err)
+	}
+	if err := os.WriteFile(f, []byte("rotated-secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.mechanism()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := m.(plain.Mechanism); !ok || p.Password != "rotated-secret" {
+		t.Errorf("mechanism after rotation: %+v", m)
+	}
+	if err := os.WriteFile(f, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Validate(); err == nil || strings.Contains(err.Error(), "rotated") {
+		t.Errorf("an empty password file: %v", err)
 	}
 }

@@ -21,14 +21,38 @@ func TestSASL(t *testing.T) {
 		t.Skip("needs the SASL listener of scripts/services.sh (make test starts it)")
 	}
 	user, password := os.Getenv("CELLTTL_SASL_USERNAME"), os.Getenv("CELLTTL_SASL_PASSWORD")
-	for _, mech := range []string{"SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"} {
+	pwFile := filepath.Join(t.TempDir(), "password")
+	if err := os.WriteFile(pwFile, []byte(password+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, mech := range []string{"SCRAM-SHA-256", "SCRAM-SHA-512"} {
 		t.Run(mech, func(t *testing.T) {
-			logs := consumeThrough(t, saslBrokers, "--kafka-sasl-mechanism", mech, "--kafka-sasl-username", user, "--kafka-sasl-password", password)
-			if strings.Contains(logs, password) {
-				t.Error("the SASL password appears in the logs")
+			// The password from a file, as a mounted Secret gives it.
+			said := consumeThrough(t, saslBrokers, "--kafka-sasl-mechanism", mech, "--kafka-sasl-username", user, "--kafka-sasl-password-file", pwFile)
+			if strings.Contains(said, password) {
+				t.Error("the SASL password appears in the logs, /status or /metrics")
+			}
+			if strings.Contains(said, "shows the password") {
+				t.Error("a warning about a password flag that was not given")
 			}
 		})
 	}
+	// PLAIN sends the password as it is: over this plaintext listener only
+	// when asked, and a password given as a flag is warned about.
+	t.Run("PLAIN", func(t *testing.T) {
+		e := newEnv(t, tenantsYAML)
+		_, err := e.cmd(t, "run", "--kafka-sasl-mechanism", "PLAIN", "--kafka-sasl-username", user, "--kafka-sasl-password-file", pwFile)
+		if codeOf(err) != 2 || !strings.Contains(err.Error(), "--allow-plaintext-sasl") {
+			t.Errorf("PLAIN without TLS: exit %d, %v", codeOf(err), err)
+		}
+		said := consumeThrough(t, saslBrokers, "--kafka-sasl-mechanism", "PLAIN", "--kafka-sasl-username", user, "--kafka-sasl-password", password, "--allow-plaintext-sasl")
+		if strings.Contains(said, password) {
+			t.Error("the SASL password appears in the logs, /status or /metrics")
+		}
+		if !strings.Contains(said, "--kafka-sasl-password shows the password") {
+			t.Error("no warning about the password given as a flag")
+		}
+	})
 	t.Run("wrong password", func(t *testing.T) {
 		e := newEnv(t, tenantsYAML)
 		if out, err := e.cmd(t, "setup"); err != nil {
@@ -36,7 +60,11 @@ func TestSASL(t *testing.T) {
 		}
 		plaintext := e.brokers
 		e.brokers = []string{saslBrokers}
-		stop, logs := e.startWorker(t, "--kafka-sasl-mechanism", "SCRAM-SHA-512", "--kafka-sasl-username", user, "--kafka-sasl-password", "wrong")
+		wrong := filepath.Join(t.TempDir(), "wrong")
+		if err := os.WriteFile(wrong, []byte("wr0ng-S3cret-ZQX"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		stop, logs := e.startWorker(t, "--kafka-sasl-mechanism", "SCRAM-SHA-512", "--kafka-sasl-username", user, "--kafka-sasl-password-file", wrong)
 		testenv.Produce(t, plaintext, e.topic, click{EventID: "s-1", TenantID: "acme"}.bytes())
 		testenv.Eventually(t, 20*time.Second, func() (bool, string) {
 			return strings.Contains(logs.String(), "SASL Authentication Failed"), fmt.Sprintf("no authentication error logged:\n%s", logs)
@@ -45,6 +73,9 @@ func TestSASL(t *testing.T) {
 			t.Errorf("%d rows written with a wrong password", n)
 		}
 		_ = stop()
+		if strings.Contains(logs.String(), "wr0ng-S3cret-ZQX") {
+			t.Error("the refused password appears in the errors logged")
+		}
 	})
 }
 
@@ -68,10 +99,14 @@ func consumeThrough(t *testing.T, addr string, flags ...string) string {
 	if dl := testenv.ReadAll(t, e.brokers, e.topic+".dlq", 1, 20*time.Second); len(dl) != 1 {
 		t.Errorf("%d dead letters through %s, want 1", len(dl), addr)
 	}
+	// What the admin port shows, for callers that look for secrets in it.
+	base := adminURL(t, logs)
+	_, status := testenv.MustGet(t, base+"/status?tenants=true")
+	_, metrics := testenv.MustGet(t, base+"/metrics")
 	if err := stop(); err != nil {
 		t.Fatalf("worker: %v", err)
 	}
-	return logs.String()
+	return logs.String() + status + metrics
 }
 
 // tlsListener is the address of one of the TLS listeners of

@@ -28,6 +28,7 @@ type FlagSet struct {
 	*flag.FlagSet
 	env   map[string]string // flag name -> variable
 	kinds map[string]string // flag name -> the kind of value its help shows
+	given map[string]bool   // flags set on the command line, after Parse
 }
 
 // New returns a FlagSet that prints usage, then every flag with its
@@ -229,11 +230,11 @@ func (f *FlagSet) Parse(args []string) error {
 	if f.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", f.Arg(0))
 	}
-	given := map[string]bool{}
-	f.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+	f.given = map[string]bool{}
+	f.Visit(func(fl *flag.Flag) { f.given[fl.Name] = true })
 	for name, env := range f.env {
 		v, ok := os.LookupEnv(env)
-		if !ok || given[name] {
+		if !ok || f.given[name] {
 			continue
 		}
 		if err := f.Set(name, strings.TrimSpace(v)); err != nil {
@@ -242,6 +243,10 @@ func (f *FlagSet) Parse(args []string) error {
 	}
 	return nil
 }
+
+// OnCommandLine reports whether the flag name was set on the command line
+// (not by its environment variable, not left at its default).
+func (f *FlagSet) OnCommandLine(name string) bool { return f.given[name] }
 
 // IsHelp reports whether err is Parse's answer to -h or --help.
 func IsHelp(err error) bool { return errors.Is(err, ErrHelp) }

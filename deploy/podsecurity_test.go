@@ -1,0 +1,142 @@
+package deploy
+
+import (
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/pod-security-admission/api"
+	"k8s.io/pod-security-admission/policy"
+)
+
+// workloads returns every object of the shipped manifests that runs pods,
+// by "kind/name", with its pod template.
+func workloads(t *testing.T) map[string]object {
+	t.Helper()
+	out := map[string]object{}
+	for _, overlay := range []string{"k8s/keda", "k8s/hpa"} {
+		for name, o := range build(t, overlay) {
+			if tmpl := get(o, "spec", "template"); tmpl != nil {
+				out[overlay+" "+name] = o
+			}
+		}
+	}
+	data, err := os.ReadFile("k8s/retention/retime-job.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var job object
+	if err := yaml.Unmarshal(data, &job); err != nil {
+		t.Fatal(err)
+	}
+	out["k8s/retention Job/cellttl-retime"] = job
+	if len(out) < 5 {
+		t.Fatalf("found %d workloads: %v", len(out), out)
+	}
+	return out
+}
+
+// Every workload (the Deployment under each overlay, every Job) passes
+// Pod Security "restricted" as Kubernetes' own admission evaluates it, has
+// resource requests and a memory limit, mounts no service account token,
+// and runs as the identity its job needs, not one shared.
+func TestPodSecurityRestricted(t *testing.T) {
+	eval, err := policy.NewEvaluator(policy.DefaultChecks(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	identity := map[string]string{"Deployment/cellttl": "cellttl-worker", "Job/cellttl-setup": "cellttl-admin", "Job/cellttl-retime": "cellttl-retention"}
+	for name, o := range workloads(t) {
+		data, err := json.Marshal(get(o, "spec", "template"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var tmpl corev1.PodTemplateSpec
+		if err := json.Unmarshal(data, &tmpl); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		res := policy.AggregateCheckResults(eval.EvaluatePod(api.LevelVersion{Level: api.LevelRestricted, Version: api.LatestVersion()}, &tmpl.ObjectMeta, &tmpl.Spec))
+		if !res.Allowed {
+			t.Errorf("%s fails Pod Security restricted: %s", name, strings.Join(res.ForbiddenDetails, "; "))
+		}
+		spec := tmpl.Spec
+		if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+			t.Errorf("%s mounts a service account token (it does not call the Kubernetes API)", name)
+		}
+		kindName := name[strings.LastIndex(name, " ")+1:]
+		if want := identity[kindName]; want == "" || spec.ServiceAccountName != want {
+			t.Errorf("%s runs as %q, want %q", name, spec.ServiceAccountName, want)
+		}
+		for _, c := range spec.Containers {
+			r := c.Resources
+			if r.Requests.Cpu().IsZero() || r.Requests.Memory().IsZero() || r.Limits.Memory().IsZero() {
+				t.Errorf("%s container %s: requests %v, limits %v; want CPU and memory requests and a memory limit", name, c.Name, r.Requests, r.Limits)
+			}
+		}
+	}
+}
+
+// Only the scraper reaches the worker pods, and only on the admin port.
+func TestNetworkPolicy(t *testing.T) {
+	for _, overlay := range []string{"k8s/keda", "k8s/hpa"} {
+		objs := build(t, overlay)
+		np := objs["NetworkPolicy/cellttl-worker"]
+		if np == nil {
+			t.Fatalf("%s: no NetworkPolicy cellttl-worker", overlay)
+		}
+		pods := get(objs["Deployment/cellttl"], "spec", "template", "metadata", "labels").(object)
+		for k, v := range get(np, "spec", "podSelector", "matchLabels").(object) {
+			if pods[k] != v {
+				t.Errorf("%s: the NetworkPolicy selects %s=%v, the worker pods have %v", overlay, k, v, pods[k])
+			}
+		}
+		if types := toStrings(get(np, "spec", "policyTypes")); len(types) != 1 || types[0] != "Ingress" {
+			t.Errorf("%s: policyTypes %v", overlay, types)
+		}
+		rules := list(get(np, "spec", "ingress"))
+		if len(rules) != 1 {
+			t.Fatalf("%s: %d ingress rules, want the scraper's alone", overlay, len(rules))
+		}
+		from := list(get(rules[0], "from"))
+		ports := list(get(rules[0], "ports"))
+		if len(from) == 0 || len(ports) != 1 || str(get(ports[0], "port")) != "admin" {
+			t.Errorf("%s: ingress %v: want a selected peer, on the admin port only", overlay, rules[0])
+		}
+		for _, f := range from {
+			if get(f, "namespaceSelector") == nil && get(f, "podSelector") == nil {
+				t.Errorf("%s: an ingress peer that selects nothing lets everyone in: %v", overlay, f)
+			}
+		}
+	}
+}
+
+// No secret is in the shipped manifests' arguments or variables: the
+// Kafka password is a file of a mounted Secret (arguments show in process
+// lists, variables in kubectl describe).
+func TestNoSecretInManifests(t *testing.T) {
+	for name, o := range workloads(t) {
+		for _, c := range list(get(o, "spec", "template", "spec", "containers")) {
+			for _, a := range toStrings(get(c, "args")) {
+				if strings.Contains(strings.ToLower(a), "password") && !strings.Contains(a, "password-file") {
+					t.Errorf("%s passes %q as an argument", name, a)
+				}
+			}
+			for _, e := range list(get(c, "env")) {
+				n := str(get(e, "name"))
+				if strings.Contains(n, "PASSWORD") && !strings.HasSuffix(n, "_FILE") {
+					t.Errorf("%s sets %s in the environment: mount it as a file and use %s_FILE", name, n, n)
+				}
+			}
+		}
+	}
+	data, err := os.ReadFile("docker-compose.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(strings.ToLower(string(data)), "sasl_password") {
+		t.Error("docker-compose.yaml holds a SASL password")
+	}
+}
