@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -38,9 +39,11 @@ type Server struct {
 	status func(url.Values) any
 	wg     sync.WaitGroup
 	stop   chan struct{}
+	once   sync.Once // closes stop
 
-	mu    sync.Mutex
-	ready *readiness // the last run of the checks; nil before the first
+	mu      sync.Mutex
+	ready   *readiness // the last run of the checks; nil before the first
+	running []bool     // checks[i] is still running from an earlier run
 }
 
 // readiness is one run of the checks.
@@ -100,36 +103,77 @@ func PprofListenAddr(addr string) string {
 	return addr
 }
 
-// check runs every check at once and keeps the result.
+// check runs every check at once and keeps the result. A check that
+// does not return within CheckTimeout (one that ignores its context) is
+// reported as such and not waited for, and not started again until it
+// returns: a hung dependency cannot hold the readiness, nor pile up
+// goroutines.
 func (s *Server) check(ctx context.Context) {
 	type result struct {
-		name string
-		err  error
+		i   int
+		err error
 	}
-	results := make([]result, len(s.checks))
-	var wg sync.WaitGroup
+	results := make(chan result, len(s.checks))
+	errs := make([]error, len(s.checks))
+	started := 0
+	s.mu.Lock()
+	if s.running == nil {
+		s.running = make([]bool, len(s.checks))
+	}
 	for i, c := range s.checks {
-		wg.Go(func() {
+		if s.running[i] {
+			errs[i] = fmt.Errorf("still running since an earlier check, more than %s ago", CheckTimeout)
+			continue
+		}
+		s.running[i] = true
+		started++
+		go func() {
 			cctx, cancel := context.WithTimeout(ctx, CheckTimeout)
 			defer cancel()
-			results[i] = result{c.Name, c.Fn(cctx)}
-		})
+			err := c.Fn(cctx)
+			s.mu.Lock()
+			s.running[i] = false
+			s.mu.Unlock()
+			results <- result{i, err}
+		}()
 	}
-	wg.Wait()
+	s.mu.Unlock()
+	answered := make([]bool, len(s.checks))
+	timeout := time.NewTimer(CheckTimeout + time.Second)
+	defer timeout.Stop()
+wait:
+	for range started {
+		select {
+		case r := <-results:
+			errs[r.i], answered[r.i] = r.err, true
+		case <-timeout.C:
+			break wait
+		}
+	}
 	var b strings.Builder
 	r := &readiness{at: time.Now(), ok: true}
-	for _, res := range results {
-		if res.err != nil {
+	for i, c := range s.checks {
+		err := errs[i]
+		if err == nil && !answered[i] && s.isRunning(i) {
+			err = fmt.Errorf("no answer within %s", CheckTimeout)
+		}
+		if err != nil {
 			r.ok = false
-			fmt.Fprintf(&b, "%s: not ready: %v\n", res.name, res.err)
+			fmt.Fprintf(&b, "%s: not ready: %v\n", c.Name, err)
 		} else {
-			fmt.Fprintf(&b, "%s: ok\n", res.name)
+			fmt.Fprintf(&b, "%s: ok\n", c.Name)
 		}
 	}
 	r.report = b.String()
 	s.mu.Lock()
 	s.ready = r
 	s.mu.Unlock()
+}
+
+func (s *Server) isRunning(i int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.running[i]
 }
 
 // readyz answers from the last run of the checks: 200 when all held, 503
@@ -142,6 +186,13 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	if r == nil {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		fmt.Fprintln(w, "not checked yet")
+		return
+	}
+	// Results older than two rounds mean the checks stopped running: not
+	// a reason to go on answering 200.
+	if age := time.Since(r.at); age > 2*s.every+CheckTimeout+time.Second {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintf(w, "%sstale: the checks last ran %s ago\n", r.report, age.Round(time.Millisecond))
 		return
 	}
 	if !r.ok {
@@ -195,7 +246,7 @@ func (s *Server) serve(srv *http.Server, ln net.Listener) {
 
 // Shutdown stops the servers and the checks, and waits for them.
 func (s *Server) Shutdown(ctx context.Context) error {
-	close(s.stop)
+	s.once.Do(func() { close(s.stop) })
 	err := s.srv.Shutdown(ctx)
 	if s.pprof != nil {
 		err = errors.Join(err, s.pprof.Shutdown(ctx))
@@ -235,9 +286,18 @@ func (c Config) Validate() error {
 		if a.addr == "" {
 			continue
 		}
-		if _, _, err := net.SplitHostPort(a.addr); err != nil {
+		_, port, err := net.SplitHostPort(a.addr)
+		if err == nil {
+			if n, perr := strconv.Atoi(port); perr != nil || n < 0 || n > 65535 {
+				err = fmt.Errorf("port %q is not a number from 0 to 65535", port)
+			}
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("%s %q: want host:port, :port or empty: %w", a.flag, a.addr, err))
 		}
+	}
+	if c.PprofAddr != "" && c.Addr == "" {
+		errs = append(errs, errors.New("--pprof-addr needs --admin-addr: the profiles are served beside the admin server"))
 	}
 	if c.ReadinessInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--readiness-interval %s: must be positive", c.ReadinessInterval))

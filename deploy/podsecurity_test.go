@@ -70,6 +70,17 @@ func TestPodSecurityRestricted(t *testing.T) {
 		if want := identity[kindName]; want == "" || spec.ServiceAccountName != want {
 			t.Errorf("%s runs as %q, want %q", name, spec.ServiceAccountName, want)
 		}
+		// A Secret mounted for a non-root user is readable only through
+		// the pod's fsGroup.
+		for _, v := range spec.Volumes {
+			if v.Secret != nil && (spec.SecurityContext == nil || spec.SecurityContext.FSGroup == nil ||
+				spec.SecurityContext.RunAsGroup == nil || *spec.SecurityContext.FSGroup != *spec.SecurityContext.RunAsGroup) {
+				t.Errorf("%s mounts the Secret %s without an fsGroup of its runAsGroup: the worker could not read it", name, v.Secret.SecretName)
+			}
+			if v.Secret != nil && (v.Secret.DefaultMode == nil || *v.Secret.DefaultMode&0o007 != 0) {
+				t.Errorf("%s: the Secret %s is readable by others", name, v.Secret.SecretName)
+			}
+		}
 		for _, c := range spec.Containers {
 			r := c.Resources
 			if r.Requests.Cpu().IsZero() || r.Requests.Memory().IsZero() || r.Limits.Memory().IsZero() {
@@ -105,9 +116,14 @@ func TestNetworkPolicy(t *testing.T) {
 		if len(from) == 0 || len(ports) != 1 || str(get(ports[0], "port")) != "admin" {
 			t.Errorf("%s: ingress %v: want a selected peer, on the admin port only", overlay, rules[0])
 		}
+		// The peer is the scraper, as rendered: kustomize must not have
+		// written the worker's labels into it.
 		for _, f := range from {
-			if get(f, "namespaceSelector") == nil && get(f, "podSelector") == nil {
-				t.Errorf("%s: an ingress peer that selects nothing lets everyone in: %v", overlay, f)
+			peer := get(f, "podSelector", "matchLabels")
+			if get(f, "namespaceSelector") == nil || peer == nil {
+				t.Errorf("%s: an ingress peer without a namespace and a pod selector: %v", overlay, f)
+			} else if v := get(peer, "app.kubernetes.io/name"); v != "prometheus" || len(peer.(object)) != 1 {
+				t.Errorf("%s: the ingress peer selects pods %v, want Prometheus's", overlay, peer)
 			}
 		}
 	}

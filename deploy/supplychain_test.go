@@ -19,7 +19,10 @@ func TestNoPrereleaseInTheProductionBuild(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
-	pseudo := regexp.MustCompile(`-(0\.)?\d{14}-[0-9a-f]{12}$|\.0\.\d{14}-[0-9a-f]{12}$`)
+	// A pseudo-version of a commit after a release or of a module that
+	// tags none; one built on a pre-release tag (v1.2.3-rc.1.0.<ts>-<hash>)
+	// is a pre-release.
+	pseudo := regexp.MustCompile(`^\d+\.\d+\.\d+-(0\.)?\d{14}-[0-9a-f]{12}$`)
 	seen := map[string]bool{}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		path, version, _ := strings.Cut(line, " ")

@@ -6,10 +6,12 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
@@ -40,19 +42,41 @@ type Security struct {
 	AllowPlaintextSASL bool
 }
 
+// maxPasswordFile bounds what is read of a password file.
+const maxPasswordFile = 64 << 10
+
 // password returns the SASL password: the file's first line when
 // PasswordFile is set. Errors name the file, never its content.
 func (s Security) password() (string, error) {
 	if s.PasswordFile == "" {
 		return s.Password, nil
 	}
-	data, err := os.ReadFile(s.PasswordFile)
+	// A regular file (a mounted Secret is a symlink to one): not a FIFO
+	// that would block, not a device.
+	if fi, err := os.Stat(s.PasswordFile); err != nil {
+		return "", fmt.Errorf("--kafka-sasl-password-file: %w", err)
+	} else if !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("--kafka-sasl-password-file %s is not a regular file", s.PasswordFile)
+	}
+	f, err := os.Open(s.PasswordFile)
 	if err != nil {
 		return "", fmt.Errorf("--kafka-sasl-password-file: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxPasswordFile))
+	if err != nil {
+		return "", fmt.Errorf("--kafka-sasl-password-file %s: %w", s.PasswordFile, err)
 	}
 	pw, _, _ := strings.Cut(string(data), "\n")
 	if pw = strings.TrimSuffix(pw, "\r"); pw == "" {
 		return "", fmt.Errorf("--kafka-sasl-password-file %s is empty", s.PasswordFile)
+	}
+	for _, r := range pw {
+		if unicode.IsControl(r) {
+			// SCRAM's SASLprep refuses it with an error that quotes the
+			// password: said here without it.
+			return "", fmt.Errorf("--kafka-sasl-password-file %s: the password contains a control character", s.PasswordFile)
+		}
 	}
 	return pw, nil
 }
@@ -207,6 +231,20 @@ func (s Security) mechanism() (sasl.Mechanism, error) {
 	if s.SASLMechanism == "" {
 		return nil, nil
 	}
+	if _, err := s.credentials(); err != nil {
+		return nil, err
+	}
+	if s.PasswordFile != "" {
+		// Read at every handshake: a rotated file is taken by the next
+		// connection, without a restart.
+		return fileMechanism{s}, nil
+	}
+	return s.credentials()
+}
+
+// credentials makes the SASL mechanism with the password as it is now.
+// Its errors never quote the password.
+func (s Security) credentials() (sasl.Mechanism, error) {
 	pw, err := s.password()
 	if err != nil {
 		return nil, err
@@ -214,12 +252,33 @@ func (s Security) mechanism() (sasl.Mechanism, error) {
 	switch s.SASLMechanism {
 	case "PLAIN":
 		return plain.Mechanism{Username: s.Username, Password: pw}, nil
-	case "SCRAM-SHA-256":
-		return scram.Mechanism(scram.SHA256, s.Username, pw)
-	case "SCRAM-SHA-512":
-		return scram.Mechanism(scram.SHA512, s.Username, pw)
+	case "SCRAM-SHA-256", "SCRAM-SHA-512":
+		algo := scram.SHA256
+		if s.SASLMechanism == "SCRAM-SHA-512" {
+			algo = scram.SHA512
+		}
+		m, err := scram.Mechanism(algo, s.Username, pw)
+		if err != nil {
+			// The library's error quotes the password.
+			return nil, fmt.Errorf("SASL %s: the password cannot be prepared for SCRAM (SASLprep)", s.SASLMechanism)
+		}
+		return m, nil
 	}
 	return nil, fmt.Errorf("unknown SASL mechanism %q", s.SASLMechanism)
+}
+
+// fileMechanism is a SASL mechanism whose password is read from its file
+// at each handshake.
+type fileMechanism struct{ s Security }
+
+func (f fileMechanism) Name() string { return f.s.SASLMechanism }
+
+func (f fileMechanism) Start(ctx context.Context) (sasl.StateMachine, []byte, error) {
+	m, err := f.s.credentials()
+	if err != nil {
+		return nil, nil, err
+	}
+	return m.Start(ctx)
 }
 
 // parts returns the TLS configuration and SASL mechanism, nil when unused.
@@ -262,7 +321,8 @@ func (s *Security) RegisterFlags(f *envflag.FlagSet) {
 	f.String(&s.CAFile, "kafka-tls-ca", "KAFKA_TLS_CA_FILE", s.CAFile, "PEM file of the CA that signed the brokers' certificates (default: the system pool)")
 	f.String(&s.CertFile, "kafka-tls-cert", "KAFKA_TLS_CERT_FILE", s.CertFile, "PEM client certificate, for mutual TLS")
 	f.String(&s.KeyFile, "kafka-tls-key", "KAFKA_TLS_KEY_FILE", s.KeyFile, "PEM key of the client certificate")
-	f.Bool(&s.InsecureSkipVerify, "kafka-tls-insecure-skip-verify", "KAFKA_TLS_INSECURE_SKIP_VERIFY", s.InsecureSkipVerify, "do not verify the brokers' certificates (testing only)")
+	// A flag only, as --allow-plaintext-sasl.
+	f.Bool(&s.InsecureSkipVerify, "kafka-tls-insecure-skip-verify", "", s.InsecureSkipVerify, "do not verify the brokers' certificates (testing only; a flag only: no environment variable)")
 	f.String(&s.SASLMechanism, "kafka-sasl-mechanism", "KAFKA_SASL_MECHANISM", s.SASLMechanism, "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
 	f.String(&s.Username, "kafka-sasl-username", "KAFKA_SASL_USERNAME", s.Username, "SASL user name")
 	f.String(&s.Password, "kafka-sasl-password", "KAFKA_SASL_PASSWORD", s.Password, "SASL password; prefer --kafka-sasl-password-file: a flag shows in process lists (a warning says so)")

@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -14,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go/sasl/plain"
+	"github.com/segmentio/kafka-go/sasl"
 )
 
 func TestSecurityValidate(t *testing.T) {
@@ -109,32 +110,65 @@ func TestSecurityDialerAndTransport(t *testing.T) {
 	}
 }
 
-// The password comes from the file's first line, read each time
-// credentials are made: a rotated file is taken without a restart. No
-// error quotes it.
+// The password comes from the file's first line, read at every
+// handshake of the dialer and the transport the worker uses: a rotated
+// file is taken by the next connection without a restart. No error
+// quotes it.
 func TestPasswordFile(t *testing.T) {
 	f := filepath.Join(t.TempDir(), "pw")
 	if err := os.WriteFile(f, []byte("first-secret\r\nignored\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	s := Security{SASLMechanism: "PLAIN", Username: "u", PasswordFile: f, TLS: true}
-	if pw, err := s.password(); err != nil || pw != "first-secret" {
-		t.Fatalf("password %q, %v", pw, err)
-	}
-	if err := os.WriteFile(f, []byte("rotated-secret"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	m, err := s.mechanism()
+	d, err := s.Dialer()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p, ok := m.(plain.Mechanism); !ok || p.Password != "rotated-secret" {
-		t.Errorf("mechanism after rotation: %+v", m)
-	}
-	if err := os.WriteFile(f, []byte("\n"), 0o600); err != nil {
+	tr, err := s.Transport()
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Validate(); err == nil || strings.Contains(err.Error(), "rotated") {
-		t.Errorf("an empty password file: %v", err)
+	// PLAIN's initial response is \x00user\x00password.
+	handshake := func(m interface {
+		Start(context.Context) (sasl.StateMachine, []byte, error)
+	}) string {
+		_, ir, err := m.Start(context.Background())
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		return string(ir)
+	}
+	if got := handshake(d.SASLMechanism); got != "\x00u\x00first-secret" {
+		t.Fatalf("first handshake sends %q", got)
+	}
+	if err := os.WriteFile(f, []byte("rotated-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, m := range map[string]sasl.Mechanism{"dialer": d.SASLMechanism, "transport": tr.SASL} {
+		if got := handshake(m); got != "\x00u\x00rotated-secret" {
+			t.Errorf("%s after the rotation sends %q", name, got)
+		}
+	}
+	// A password SCRAM cannot prepare, and one with a control character:
+	// refused, without quoting it.
+	for _, pw := range []string{"tab\there-S3cret", "bell\aS3cret"} {
+		if err := os.WriteFile(f, []byte(pw), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for _, mech := range []string{"PLAIN", "SCRAM-SHA-256"} {
+			s := Security{SASLMechanism: mech, Username: "u", PasswordFile: f, TLS: true}
+			err := s.Validate()
+			if err == nil || strings.Contains(err.Error(), "S3cret") {
+				t.Errorf("%s with %q: %v", mech, pw, err)
+			}
+			if _, _, err := (fileMechanism{s}).Start(context.Background()); err == nil || strings.Contains(err.Error(), "S3cret") {
+				t.Errorf("%s handshake with %q: %v", mech, pw, err)
+			}
+		}
+	}
+	// Not a regular file: refused at once, not read (a FIFO would block).
+	s.PasswordFile = t.TempDir()
+	if err := s.Validate(); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("a directory as the password file: %v", err)
 	}
 }

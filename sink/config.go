@@ -83,7 +83,11 @@ func (c TableConfig) Target() Target { return Target{Table: c.Table, Family: c.F
 // Clients opens the data and admin clients. BIGTABLE_EMULATOR_HOST, when
 // set, points both at an emulator, as the client library defines.
 func (c TableConfig) Clients(ctx context.Context) (*bigtable.Client, *bigtable.AdminClient, error) {
-	dc, err := bigtable.NewClientWithConfig(ctx, c.Project, c.Instance, bigtable.ClientConfig{AppProfile: c.AppProfile})
+	// The client library's own metrics would be exported to Cloud
+	// Monitoring, which needs monitoring.timeSeries.create on the project:
+	// a right none of cellttl's identities holds. cellttl's metrics (the
+	// write latency included) are exported through OpenTelemetry instead.
+	dc, err := bigtable.NewClientWithConfig(ctx, c.Project, c.Instance, bigtable.ClientConfig{AppProfile: c.AppProfile, MetricsProvider: bigtable.NoopMetricsProvider{}})
 	if err != nil {
 		return nil, nil, fmt.Errorf("bigtable client for %s/%s: %w", c.Project, c.Instance, err)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -165,9 +166,10 @@ func TestDeadLetterTopicsThatKeepForeverAreRefused(t *testing.T) {
 			if n := len(testenv.ReadToEnd(t, e.brokers, dlq)); n != 1 {
 				t.Errorf("%d letters once the topic was fixed, want 1", n)
 			}
-			if code, body := testenv.Get(url + "/readyz"); code != 200 {
-				t.Errorf("readyz %d once fixed: %s", code, body)
-			}
+			testenv.Eventually(t, 5*time.Second, func() (bool, string) { // checked every --readiness-interval
+				code, body := testenv.Get(url + "/readyz")
+				return code == 200, fmt.Sprintf("readyz %d once fixed: %s", code, body)
+			})
 			if err := stop(); err != nil {
 				t.Fatal(err)
 			}
@@ -187,9 +189,10 @@ func TestDeadLetterTopicsThatKeepForeverAreRefused(t *testing.T) {
 		if len(got) != 1 || got[0].Value != nil || headerOf(got[0], ingest.HeaderPayload) != "omitted" {
 			t.Errorf("letters %v, want one without payload", got)
 		}
-		if code, body := testenv.Get(adminURL(t, logs) + "/readyz"); code != 200 {
-			t.Errorf("readyz %d with the topic accepted: %s", code, body)
-		}
+		testenv.Eventually(t, 5*time.Second, func() (bool, string) {
+			code, body := testenv.Get(adminURL(t, logs) + "/readyz")
+			return code == 200, fmt.Sprintf("readyz %d with the topic accepted: %s", code, body)
+		})
 		if err := stop(); err != nil {
 			t.Fatal(err)
 		}

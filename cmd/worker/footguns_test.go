@@ -29,7 +29,15 @@ func TestDestructiveOverridesAreFlagsOnly(t *testing.T) {
 	t.Setenv("UPDATE_GC_POLICY", "false")
 	got, err := e.cmd(t, "setup")
 	if err != nil || !strings.Contains(got, "FORCE=true is deprecated") || !strings.Contains(got, "pass --force") ||
-		!strings.Contains(got, "UPDATE_GC_POLICY=false is deprecated") {
+		!strings.Contains(got, "UPDATE_GC_POLICY=false is deprecated and ignored") {
 		t.Errorf("setup with FORCE and UPDATE_GC_POLICY set: %v\n%s", err, got)
+	}
+	// The command line wins over a stray variable: the family's rule is
+	// not replaced.
+	t.Setenv("UPDATE_GC_POLICY", "true")
+	e.writeTenants(t, "default_ttl: 3d\ntenants:\n  acme: 1h\n")
+	got, err = e.cmd(t, "setup", "--update-gc-policy=false")
+	if err == nil || !strings.Contains(got, "UPDATE_GC_POLICY=true is ignored") {
+		t.Errorf("setup --update-gc-policy=false with UPDATE_GC_POLICY=true: %v\n%s", err, got)
 	}
 }

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -120,6 +123,9 @@ func parse(f *envflag.FlagSet, args []string) error {
 		}
 		return usageError(err)
 	}
+	for env, flag := range deprecatedEnv {
+		deprecated(f, env, flag)
+	}
 	if f.OnCommandLine("kafka-sasl-password") {
 		// Every user of the machine can read a process's arguments.
 		fmt.Fprintln(f.Output(), "worker: WARNING: --kafka-sasl-password shows the password to anyone who can list processes: use --kafka-sasl-password-file")
@@ -127,17 +133,52 @@ func parse(f *envflag.FlagSet, args []string) error {
 	return nil
 }
 
+// deprecatedEnv are the variables that set a destructive or unsafe flag
+// until this release: flags only from now on, so that a variable shared
+// by accident cannot wipe a table or turn off certificate checks.
+var deprecatedEnv = map[string]string{
+	"FORCE":                          "force",
+	"UPDATE_GC_POLICY":               "update-gc-policy",
+	"KAFKA_TLS_INSECURE_SKIP_VERIFY": "kafka-tls-insecure-skip-verify",
+}
+
+// deprecated honours env for this release, with a warning, where the
+// command has flag and the command line does not set it.
+func deprecated(f *envflag.FlagSet, env, flag string) {
+	v, ok := os.LookupEnv(env)
+	if !ok || f.Lookup(flag) == nil {
+		return
+	}
+	if f.OnCommandLine(flag) {
+		fmt.Fprintf(f.Output(), "worker: WARNING: %s=%s is ignored: --%s is on the command line (remove the variable: the next release ignores it always)\n", env, v, flag)
+		return
+	}
+	if on, err := strconv.ParseBool(strings.TrimSpace(v)); err == nil && on {
+		fmt.Fprintf(f.Output(), "worker: WARNING: %s=%s is deprecated; this is the last release that reads it: pass --%s on the command line\n", env, v, flag)
+		_ = f.Set(flag, "true")
+		return
+	}
+	fmt.Fprintf(f.Output(), "worker: WARNING: %s=%s is deprecated and ignored: remove it\n", env, v)
+}
+
 // usageError is an error of the command line or its files: exit status 2.
 func usageError(err error) error { return &exitError{code: 2, err: err} }
+
+// buildVersion is set by the image build (-ldflags -X), whose context has
+// no .git for the Go toolchain to read the revision from.
+var buildVersion string
 
 // version is the module version, or the VCS revision of a source build.
 // version is read from the build once: /status shows it on every request.
 var version = sync.OnceValue(func() string {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
-		return "unknown"
+		return cmp.Or(buildVersion, "unknown")
 	}
 	v := bi.Main.Version
+	if buildVersion != "" {
+		v += " " + buildVersion
+	}
 	for _, s := range bi.Settings {
 		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
 			v += " " + s.Value[:12]

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"strconv"
 
 	"cloud.google.com/go/bigtable"
 
@@ -28,8 +26,6 @@ func runSetup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := parse(f, args); err != nil {
 		return err
 	}
-	deprecatedEnv(stderr, "UPDATE_GC_POLICY", "--update-gc-policy", &opts.UpdateGCPolicy)
-	deprecatedEnv(stderr, "FORCE", "--force", &opts.Force)
 	s, err := o.open(ctx)
 	if err != nil {
 		return err
@@ -70,17 +66,4 @@ func setupLedger(ctx context.Context, s *session, table string, stdout io.Writer
 		fmt.Fprintf(stdout, "erasure ledger %s already has GC rule %q; nothing to do\n", target, rule)
 	}
 	return nil
-}
-
-// deprecatedEnv honours, for this release only and with a warning, an
-// environment variable that used to set a destructive flag.
-func deprecatedEnv(stderr io.Writer, env, flag string, p *bool) {
-	v, ok := os.LookupEnv(env)
-	if !ok {
-		return
-	}
-	fmt.Fprintf(stderr, "worker: WARNING: %s=%s is deprecated and this is the last release that reads it: pass %s on the command line\n", env, v, flag)
-	if on, err := strconv.ParseBool(v); err == nil && on {
-		*p = true
-	}
 }
