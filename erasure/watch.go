@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cellttl/cellttl/internal/tick"
 	"go.opentelemetry.io/otel/metric"
 )
 
@@ -92,18 +93,7 @@ func (w *Watch) Start(ctx context.Context) error {
 }
 
 // Run loads the ledger every interval until ctx ends.
-func (w *Watch) Run(ctx context.Context) {
-	t := time.NewTicker(w.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			w.refresh(ctx)
-		}
-	}
-}
+func (w *Watch) Run(ctx context.Context) { tick.Every(ctx, w.interval, w.refresh) }
 
 // refresh loads once, logging a failure once until a load succeeds.
 func (w *Watch) refresh(ctx context.Context) {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cellttl/cellttl/internal/tick"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -109,18 +110,11 @@ func (c *committer) commit(ctx context.Context, offsets map[int]int64) error {
 // retried at the next tick: a late commit loses nothing, it only means
 // more is redelivered after a crash.
 func (c *committer) Loop(ctx context.Context) {
-	t := time.NewTicker(c.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			if err := c.Commit(cctx); err != nil && ctx.Err() == nil {
-				c.log.Warn("commit failed, retrying at next interval", "err", err)
-			}
-			cancel()
+	tick.Every(ctx, c.interval, func(ctx context.Context) {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := c.Commit(cctx); err != nil && ctx.Err() == nil {
+			c.log.Warn("commit failed, retrying at next interval", "err", err)
 		}
-	}
+	})
 }

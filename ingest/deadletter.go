@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cellttl/cellttl/internal/duration"
+	"github.com/cellttl/cellttl/internal/tick"
 	"github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -508,25 +509,18 @@ func (d *DeadLetterWriter) produced(pe *ProduceError, to ...string) {
 // retention is changed under the worker (to forever, or longer than the
 // letters it holds may live) is seen within an interval.
 func (d *DeadLetterWriter) Run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			d.mu.Lock()
-			before := d.checkProblem
-			d.mu.Unlock()
-			_, err := d.Check(ctx)
-			switch {
-			case err != nil && (before == nil || before.Error() != err.Error()):
-				d.log.Error("dead-letter topics cannot take dead letters; the letters bound for them wait, uncommitted", "err", err)
-			case err == nil && before != nil:
-				d.log.Info("dead-letter topics ready", "topics", d.topics.Names())
-			}
+	tick.Every(ctx, interval, func(ctx context.Context) {
+		d.mu.Lock()
+		before := d.checkProblem
+		d.mu.Unlock()
+		_, err := d.Check(ctx)
+		switch {
+		case err != nil && (before == nil || before.Error() != err.Error()):
+			d.log.Error("dead-letter topics cannot take dead letters; the letters bound for them wait, uncommitted", "err", err)
+		case err == nil && before != nil:
+			d.log.Info("dead-letter topics ready", "topics", d.topics.Names())
 		}
-	}
+	})
 }
 
 // ProduceError is a failed produce and what to do about it. A permanent

@@ -13,6 +13,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/cellttl/cellttl/internal/duration"
+	"github.com/cellttl/cellttl/internal/tick"
 )
 
 // RecordTimes is how far the input topic lets producers stamp a record
@@ -164,16 +165,7 @@ func (w *RecordTimeWatch) Check(ctx context.Context) (RecordTimes, error) {
 
 // Run checks every interval until ctx ends.
 func (w *RecordTimeWatch) Run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			_, _ = w.Check(ctx)
-		}
-	}
+	tick.Every(ctx, interval, func(ctx context.Context) { _, _ = w.Check(ctx) })
 }
 
 // Status is what the last check found.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable"
+	"github.com/cellttl/cellttl/internal/tick"
 )
 
 // RuleWatch reads the family's GC rule again and again while the worker
@@ -102,16 +103,9 @@ func (r *RuleWatch) Run(ctx context.Context, interval time.Duration) {
 	r.mu.Lock()
 	r.interval = interval
 	r.mu.Unlock()
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			cctx, cancel := context.WithTimeout(ctx, max(interval, 10*time.Second))
-			_ = r.Check(cctx)
-			cancel()
-		}
-	}
+	tick.Every(ctx, interval, func(ctx context.Context) {
+		cctx, cancel := context.WithTimeout(ctx, max(interval, 10*time.Second))
+		defer cancel()
+		_ = r.Check(cctx)
+	})
 }
