@@ -329,10 +329,9 @@ func TestDockerfile(t *testing.T) {
 	}
 }
 
-// The retime Job is Indexed, each pod takes the shard of its completion
-// index out of as many as there are completions, with flags the worker has.
-func TestRetimeJob(t *testing.T) {
-	c := workerCLI(t)
+// retimeJob reads the retime Job, which no overlay includes.
+func retimeJob(t *testing.T) object {
+	t.Helper()
 	data, err := os.ReadFile("k8s/retention/retime-job.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -341,6 +340,14 @@ func TestRetimeJob(t *testing.T) {
 	if err := yaml.Unmarshal(data, &job); err != nil {
 		t.Fatal(err)
 	}
+	return job
+}
+
+// The retime Job is Indexed, each pod takes the shard of its completion
+// index out of as many as there are completions, with flags the worker has.
+func TestRetimeJob(t *testing.T) {
+	c := workerCLI(t)
+	job := retimeJob(t)
 	spec := get(job, "spec")
 	n, _ := get(spec, "completions").(int)
 	if str(get(spec, "completionMode")) != "Indexed" || n < 1 || get(spec, "parallelism") != n {

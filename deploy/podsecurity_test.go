@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"go.yaml.in/yaml/v3"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/pod-security-admission/api"
 	"k8s.io/pod-security-admission/policy"
@@ -24,15 +23,7 @@ func workloads(t *testing.T) map[string]object {
 			}
 		}
 	}
-	data, err := os.ReadFile("k8s/retention/retime-job.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var job object
-	if err := yaml.Unmarshal(data, &job); err != nil {
-		t.Fatal(err)
-	}
-	out["k8s/retention Job/cellttl-retime"] = job
+	out["k8s/retention Job/cellttl-retime"] = retimeJob(t)
 	if len(out) < 5 {
 		t.Fatalf("found %d workloads: %v", len(out), out)
 	}
