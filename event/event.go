@@ -29,6 +29,11 @@ type Event struct {
 	// Clamped is set when occurred_at was more than MaxClockSkew ahead of the
 	// record timestamp.
 	Clamped bool
+	// TTL is the retention the event asked for itself (--ttl-from), when
+	// HasTTL; the tenant's bounds then clamp it. A request too long for a
+	// Duration reads as MaxRequestedTTL.
+	TTL    time.Duration
+	HasTTL bool
 }
 
 // Error says why an event was rejected. Field is the field at fault, as
@@ -52,6 +57,7 @@ const (
 	WrongType Class = "wrong_type"   // a field of the wrong JSON type, or inside a non-object
 	BadID     Class = "invalid_id"   // an id that cannot go into a row key
 	BadTime   Class = "invalid_time" // a time that cannot be read or a row key cannot hold
+	BadTTL    Class = "invalid_ttl"  // an event's own TTL that cannot be read
 	Ambiguous Class = "ambiguous"    // a field given twice or under another case, a lone surrogate
 )
 
@@ -134,6 +140,11 @@ func (d Decoder) DecodeRecord(r *Record) (Event, error) {
 		// The ids are valid: returned, so that an erased user's event is
 		// known as such though its time is not (see pipeline.Decide).
 		return Event{ID: ev.ID, Tenant: ev.Tenant, User: ev.User}, err
+	}
+	if ev.TTL, ev.HasTTL, err = m.ttl(&f, r); err != nil {
+		// The ids and time are valid: returned, as for a time error.
+		ev.TTL, ev.HasTTL = 0, false
+		return ev, err
 	}
 	return ev, nil
 }

@@ -14,6 +14,7 @@ const (
 	fieldTenant
 	fieldUser
 	fieldTime
+	fieldTTL
 	numFields
 )
 
@@ -30,6 +31,9 @@ const MaxPathSegments = 8
 // time). The defaults are the contract's field names.
 type Fields struct {
 	Tenant, EventID, User, Time string
+	// TTL, when set, is where an event may give its own TTL (json:PATH or
+	// header:NAME); "" for none, every event keeping its tenant's.
+	TTL string
 	// TimeFormat is rfc3339, unix-ms, unix-s or auto.
 	TimeFormat string
 }
@@ -76,6 +80,8 @@ const (
 	fromJSON sourceKind = iota
 	fromHeader
 	fromKey
+	// fromNowhere is a field the mapping does not read (an unset TTL).
+	fromNowhere
 )
 
 // source is where one field is read from.
@@ -115,16 +121,20 @@ var contract = func() *Mapping {
 }()
 
 // flagOf names the flag of each field, for configuration errors.
-var flagOf = [numFields]string{fieldEventID: "--event-id-from", fieldTenant: "--tenant-from", fieldUser: "--user-from", fieldTime: "--event-time-from"}
+var flagOf = [numFields]string{fieldEventID: "--event-id-from", fieldTenant: "--tenant-from", fieldUser: "--user-from", fieldTime: "--event-time-from", fieldTTL: "--ttl-from"}
 
 // Compile checks the sources as strictly as tenants.yaml is checked and
 // builds the mapping; errors name the flag and quote the value.
 func (f Fields) Compile() (*Mapping, error) {
 	m := &Mapping{}
 	var errs []error
-	specs := [numFields]string{fieldEventID: f.EventID, fieldTenant: f.Tenant, fieldUser: f.User, fieldTime: f.Time}
+	specs := [numFields]string{fieldEventID: f.EventID, fieldTenant: f.Tenant, fieldUser: f.User, fieldTime: f.Time, fieldTTL: f.TTL}
 	for i, spec := range specs {
-		s, err := parseSource(spec, i == fieldTime)
+		if i == fieldTTL && spec == "" {
+			m.src[i] = source{kind: fromNowhere}
+			continue
+		}
+		s, err := parseSource(spec, i == fieldTime || i == fieldTTL)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s %q: %w", flagOf[i], spec, err))
 			continue
@@ -148,7 +158,7 @@ func (f Fields) Compile() (*Mapping, error) {
 	for i := range numFields {
 		for j := i + 1; j < numFields; j++ {
 			a, b := m.src[i], m.src[j]
-			if a.kind != b.kind {
+			if a.kind != b.kind || a.kind == fromNowhere {
 				continue
 			}
 			switch {
@@ -168,7 +178,9 @@ func (f Fields) Compile() (*Mapping, error) {
 	return m, nil
 }
 
-func parseSource(spec string, isTime bool) (source, error) {
+// parseSource reads one field's source; timeLike fields (the event time and
+// the TTL) cannot come from the record key, which is an id.
+func parseSource(spec string, timeLike bool) (source, error) {
 	kind, rest, _ := strings.Cut(spec, ":")
 	switch kind {
 	case "json":
@@ -202,8 +214,8 @@ func parseSource(spec string, isTime bool) (source, error) {
 		if rest != "" || strings.Contains(spec, ":") {
 			return source{}, errors.New(`the record key is "key", with nothing after it`)
 		}
-		if isTime {
-			return source{}, errors.New("the event time cannot come from the record key: use json:PATH or header:NAME")
+		if timeLike {
+			return source{}, errors.New("it cannot come from the record key: use json:PATH or header:NAME")
 		}
 		return source{kind: fromKey, spec: spec, name: "record key", field: spec}, nil
 	}

@@ -37,7 +37,7 @@ func TestCompileRefuses(t *testing.T) {
 		{"too deep", with(func(f *Fields) { f.Tenant = "json:a.b.c.d.e.f.g.h.i" }), "the path has 9 segments, more than 8"},
 		{"empty header", with(func(f *Fields) { f.Tenant = "header:" }), `--tenant-from "header:": header: needs a header name`},
 		{"key with a name", with(func(f *Fields) { f.Tenant = "key:x" }), `--tenant-from "key:x": the record key is "key"`},
-		{"time from the key", with(func(f *Fields) { f.Time = "key" }), `--event-time-from "key": the event time cannot come from the record key`},
+		{"time from the key", with(func(f *Fields) { f.Time = "key" }), `--event-time-from "key": it cannot come from the record key`},
 		{"format", with(func(f *Fields) { f.TimeFormat = "unix-us" }), `--event-time-format "unix-us": want rfc3339, unix-ms, unix-s or auto`},
 		{"two from the key", with(func(f *Fields) { f.Tenant, f.EventID = "key", "key" }), "--event-id-from and --tenant-from both read key"},
 		{"two from one header", with(func(f *Fields) { f.Tenant, f.User = "header:x", "header:x" }), "--tenant-from and --user-from both read header:x"},

@@ -57,6 +57,80 @@ type Policy struct {
 	// Tenants maps tenant id to TTL; a tenant not listed gets DefaultTTL.
 	// Callers must not modify it after the Policy is in use.
 	Tenants map[string]time.Duration
+	// Bounds are the TTLs an event of a listed tenant may ask for itself
+	// (--ttl-from); a tenant missing here, listed or not, has
+	// DefaultBounds (see TenantBounds).
+	Bounds        map[string]Bounds
+	DefaultBounds Bounds
+}
+
+// Bounds limit the TTL an event may ask for: a request outside them is
+// clamped to them. Min <= the tenant's TTL <= Max always holds (tenants.yaml
+// refuses anything else), so an event without a request keeps its tenant's.
+type Bounds struct {
+	Min, Max time.Duration
+}
+
+// Clamp says where a requested TTL fell: within the bounds, or below or
+// above them (and was clamped).
+type Clamp int8
+
+const (
+	InBounds Clamp = iota
+	BelowMin
+	AboveMax
+)
+
+func (c Clamp) String() string {
+	switch c {
+	case BelowMin:
+		return "min"
+	case AboveMax:
+		return "max"
+	}
+	return "none"
+}
+
+// Clamp returns the TTL an event that asked for requested gets: requested
+// itself when Min <= requested <= Max, the bound it passed otherwise.
+func (b Bounds) Clamp(requested time.Duration) (time.Duration, Clamp) {
+	switch {
+	case requested < b.Min:
+		return b.Min, BelowMin
+	case requested > b.Max:
+		return b.Max, AboveMax
+	}
+	return requested, InBounds
+}
+
+// TenantBounds returns the bounds of a tenant's per-event TTLs, and
+// whether the tenant has bounds of its own. A tenant without gets
+// DefaultBounds, a zero Max standing for its TTL, always widened to hold
+// its TTL (tenants.yaml refuses bounds that do not; a Policy built in code
+// may leave them out).
+func (p *Policy) TenantBounds(tenant string) (Bounds, bool) {
+	if b, ok := p.Bounds[tenant]; ok {
+		return b, true
+	}
+	ttl, b := p.TTL(tenant), p.DefaultBounds
+	if b.Max == 0 {
+		b.Max = ttl
+	}
+	return Bounds{Min: min(b.Min, ttl), Max: max(b.Max, ttl)}, false
+}
+
+// EventTTL is the TTL of an event of tenant that asked for requested: the
+// request clamped to the tenant's bounds.
+func (p *Policy) EventTTL(tenant string, requested time.Duration) (time.Duration, Clamp) {
+	b, _ := p.TenantBounds(tenant)
+	return b.Clamp(requested)
+}
+
+// LongestTTL is the longest any event of tenant may live: its bounds' Max
+// (its own TTL when events may not ask for longer).
+func (p *Policy) LongestTTL(tenant string) time.Duration {
+	b, _ := p.TenantBounds(tenant)
+	return max(b.Max, p.TTL(tenant))
 }
 
 // TTL returns the retention of a tenant's events.

@@ -32,6 +32,18 @@ var hotPathShapes = []struct {
 	{"tenant header", event.Fields{Tenant: "header:tenant", EventID: "json:event_id", User: "json:user_id", Time: "json:occurred_at", TimeFormat: "rfc3339"}, ingest.Message{
 		Headers: []ingest.Header{{Key: "trace", Value: []byte("00-abc")}, {Key: "tenant", Value: []byte("acme")}},
 		Value:   []byte(`{"event_id":"e-123456","user_id":"u-42","occurred_at":"2026-11-21T09:00:00.123Z","page":"/pricing","referrer":"https://example.com/","payload":"` + payload + `"}`)}},
+	{"own TTL, JSON field", withTTL("json:ttl"), ingest.Message{
+		Value: []byte(`{"event_id":"e-123456","tenant_id":"acme","user_id":"u-42","occurred_at":"2026-11-21T09:00:00.123Z","ttl":"30m","page":"/pricing","referrer":"https://example.com/","payload":"` + payload + `"}`)}},
+	{"own TTL, header", withTTL("header:x-ttl"), ingest.Message{
+		Headers: []ingest.Header{{Key: "trace", Value: []byte("00-abc")}, {Key: "x-ttl", Value: []byte("1800")}},
+		Value:   []byte(`{"event_id":"e-123456","tenant_id":"acme","user_id":"u-42","occurred_at":"2026-11-21T09:00:00.123Z","page":"/pricing","referrer":"https://example.com/","payload":"` + payload + `"}`)}},
+}
+
+// withTTL is the contract with --ttl-from from.
+func withTTL(from string) event.Fields {
+	f := event.DefaultFields()
+	f.TTL = from
+	return f
 }
 
 // BenchmarkHotPath is the per-event work between a Kafka message and a row
@@ -100,6 +112,9 @@ func hotPath(b *testing.B, fields event.Fields, msg ingest.Message, ledger *eras
 	}
 	if dec.Fate != want {
 		b.Fatalf("fate %d, want %d (%v)", dec.Fate, want, dec.Err)
+	}
+	if fields.TTL != "" && want == Write && (dec.TTL != 30*time.Minute || !dec.Row.TTL.Own) {
+		b.Fatalf("the event's own TTL: %v (%+v), want 30m in the row", dec.TTL, dec.Row.TTL)
 	}
 }
 

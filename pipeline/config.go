@@ -70,6 +70,7 @@ func (c *Config) RegisterFlags(f *envflag.FlagSet) {
 	f.String(&c.Fields.User, "user-from", "USER_FROM", c.Fields.User, "where the optional user id comes from: json:PATH, header:NAME or key")
 	f.String(&c.Fields.Time, "event-time-from", "EVENT_TIME_FROM", c.Fields.Time, "where the optional event time comes from: json:PATH or header:NAME; the record timestamp when absent")
 	f.String(&c.Fields.TimeFormat, "event-time-format", "EVENT_TIME_FORMAT", c.Fields.TimeFormat, "how the event time is written: rfc3339, unix-ms, unix-s or auto")
+	f.String(&c.Fields.TTL, "ttl-from", "TTL_FROM", c.Fields.TTL, "where an event may give its own TTL (json:PATH or header:NAME; a duration such as 90m or 2d, or whole seconds), clamped to its tenant's min_ttl and max_ttl; unset: every event keeps its tenant's TTL")
 }
 
 // Resolve compiles Fields into the decoder's mapping, then validates.
@@ -102,8 +103,13 @@ func (c Config) FetchBudget() int64 {
 // Validate checks the settings, naming the flag at fault.
 func (c Config) Validate() error {
 	var errs []error
-	if c.FlushRows < 1 || c.FlushRows*2 > sink.MaxMutationsPerRequest {
-		errs = append(errs, fmt.Errorf("--flush-rows %d: want 1..%d (each row writes up to 2 cells, a request at most %d)", c.FlushRows, sink.MaxMutationsPerRequest/2, sink.MaxMutationsPerRequest))
+	// Each row writes its event, written_at and, with --ttl-from, ttl.
+	cells := 2
+	if c.Fields.TTL != "" {
+		cells = 3
+	}
+	if c.FlushRows < 1 || c.FlushRows*cells > sink.MaxMutationsPerRequest {
+		errs = append(errs, fmt.Errorf("--flush-rows %d: want 1..%d (each row writes up to %d cells, a request at most %d)", c.FlushRows, sink.MaxMutationsPerRequest/cells, cells, sink.MaxMutationsPerRequest))
 	}
 	if c.FlushBytes < 1 {
 		errs = append(errs, fmt.Errorf("--flush-bytes %d: must be positive", c.FlushBytes))

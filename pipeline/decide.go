@@ -41,7 +41,12 @@ type Decision struct {
 	Event event.Event
 	// Listed is whether the tenants file lists the event's tenant.
 	Listed bool
-	Cell   expiry.Cell
+	// TTL is the event's retention: its own (Event.HasTTL) within its
+	// tenant's bounds, else its tenant's. TTLClamp says whether the bounds
+	// clamped its own.
+	TTL      time.Duration
+	TTLClamp expiry.Clamp
+	Cell     expiry.Cell
 	// Row is the row to write (Write).
 	Row sink.Row
 	// Err, Class and Field say why a record is rejected (Rejected,
@@ -87,6 +92,10 @@ func Decide(d *event.Decoder, cfg *tenants.Config, ledger *erasure.Ledger, msg *
 		}
 		ttl = pol.DefaultTTL
 	}
+	if ev.HasTTL {
+		ttl, dec.TTLClamp = pol.EventTTL(ev.Tenant, ev.TTL)
+	}
+	dec.TTL = ttl
 	dec.Cell = pol.CellTTL(ttl, ev.Base)
 	if expiry.Expired(dec.Cell.Expiry, now) {
 		dec.Fate = Expired
@@ -94,5 +103,8 @@ func Decide(d *event.Decoder, cfg *tenants.Config, ledger *erasure.Ledger, msg *
 	}
 	dec.Row = sink.Row{Key: rowkey.Key(ev.Tenant, ev.User, ev.ID, ev.Base.UnixMilli()), Timestamp: dec.Cell.Timestamp, Value: msg.Value,
 		WrittenAt: pol.RecordRealTimestamp, Gen: ledger.Generation()}
+	if ev.HasTTL {
+		dec.Row.TTL = sink.TTL{Effective: ttl, Requested: ev.TTL, Own: true}
+	}
 	return dec
 }

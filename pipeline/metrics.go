@@ -26,7 +26,7 @@ type instruments struct {
 // classes of event.Error, and rows Bigtable refused.
 var deadLetterReasons = []string{
 	string(event.TooLarge), string(event.NotJSON), string(event.Missing), string(event.WrongType),
-	string(event.BadID), string(event.BadTime), string(event.Ambiguous), reasonBigtableRefused, reasonUndecodable, reasonUnlisted,
+	string(event.BadID), string(event.BadTime), string(event.BadTTL), string(event.Ambiguous), reasonBigtableRefused, reasonUndecodable, reasonUnlisted,
 }
 
 // reasonBigtableRefused is the reason of a row Bigtable refused for good,
@@ -82,6 +82,7 @@ func (p *Pipeline) registerMetrics() error {
 	expired := counter("cellttl.events.expired", "events skipped because they had expired before they were processed, by tenant")
 	erased := counter("cellttl.events.erased", "events not written because the erasure ledger covers their user and time (worker forget), by tenant")
 	clamped := counter("cellttl.events.clamped", "events whose occurred_at lay beyond --max-clock-skew and was clamped, by tenant")
+	ttlClamped := counter("cellttl.events.ttl_clamped", "events whose own TTL (--ttl-from) lay outside their tenant's min_ttl..max_ttl and was clamped, by tenant and bound (min, max)")
 	ahead := counter("cellttl.records.timestamp_ahead", "records whose timestamp lay further ahead of the worker's clock than --max-clock-skew when processed (their cells still follow the record; see /status record_timestamps)")
 	unlisted := counter("cellttl.events.unlisted", "events of tenants tenants.yaml does not list, whatever unlisted_tenants does with them (no tenant label: /status lists the most frequent ids)")
 	if err != nil {
@@ -96,11 +97,13 @@ func (p *Pipeline) registerMetrics() error {
 			o.ObserveInt64(expired, t.Expired.Load(), attrs)
 			o.ObserveInt64(clamped, t.Clamped.Load(), attrs)
 			o.ObserveInt64(erased, t.Erased.Load(), attrs)
+			o.ObserveInt64(ttlClamped, t.TTLClampedMin.Load(), metric.WithAttributes(attribute.String("cellttl.tenant", tenant), attribute.String("bound", "min")))
+			o.ObserveInt64(ttlClamped, t.TTLClampedMax.Load(), metric.WithAttributes(attribute.String("cellttl.tenant", tenant), attribute.String("bound", "max")))
 		})
 		o.ObserveInt64(unlisted, p.stats.UnlistedTotal())
 		o.ObserveInt64(ahead, p.stats.TimestampsAhead())
 		return nil
-	}, consumed, written, dead, expired, clamped, erased, unlisted, ahead)
+	}, consumed, written, dead, expired, clamped, erased, ttlClamped, unlisted, ahead)
 	if err != nil {
 		return fmt.Errorf("register pipeline metrics: %w", err)
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/event"
+	"github.com/cellttl/cellttl/expiry"
 	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/internal/retry"
 	"github.com/cellttl/cellttl/sink"
@@ -308,6 +309,12 @@ func (p *Pipeline) route(f *ingest.Fetched, now time.Time, cfg *tenants.Config, 
 	ts.Consumed.Add(1)
 	if ev.Clamped {
 		ts.Clamped.Add(1)
+	}
+	switch dec.TTLClamp {
+	case expiry.BelowMin:
+		ts.TTLClampedMin.Add(1)
+	case expiry.AboveMax:
+		ts.TTLClampedMax.Add(1)
 	}
 	switch dec.Fate {
 	case Expired:

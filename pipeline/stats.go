@@ -25,6 +25,9 @@ type TenantStats struct {
 	DeadLettered atomic.Int64
 	Clamped      atomic.Int64 // occurred_at clamped for clock skew
 	Erased       atomic.Int64 // skipped: the erasure ledger covers its user and time
+	// An event's own TTL (--ttl-from) clamped to the tenant's min_ttl or
+	// max_ttl.
+	TTLClampedMin, TTLClampedMax atomic.Int64
 }
 
 // Stats counts events per tenant. Lookups of a known tenant take no lock.

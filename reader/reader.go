@@ -63,10 +63,23 @@ type Event struct {
 	// WrittenAt is the real write time, zero when not recorded.
 	WrittenAt time.Time
 	Expired   bool
+	// TTL is how long the event lives: Expiry - EventTime. TTLSource says
+	// where it came from: "event" when the event gave its own (--ttl-from;
+	// RequestedTTL is what it asked for, before its tenant's bounds
+	// clamped it), "tenant" otherwise.
+	TTL          time.Duration
+	TTLSource    string
+	RequestedTTL time.Duration
 }
 
-// Filter is the read filter that hides expired cells at now: the event and
-// written_at columns of the family, timestamps from policy.ReadFrom(now)
+// Where an event's TTL came from.
+const (
+	TTLFromTenant = "tenant"
+	TTLFromEvent  = "event"
+)
+
+// Filter is the read filter that hides expired cells at now: the event,
+// written_at and ttl columns of the family, timestamps from policy.ReadFrom(now)
 // with no upper bound (shifted timestamps lie in the future), and the
 // latest version of each. Readers in other code should build the same.
 func Filter(policy *expiry.Policy, family string, now time.Time) bigtable.Filter {
@@ -80,7 +93,7 @@ func Filter(policy *expiry.Policy, family string, now time.Time) bigtable.Filter
 func columnsFilter(family string) bigtable.Filter {
 	return bigtable.ChainFilters(
 		bigtable.FamilyFilter("^"+regexp.QuoteMeta(family)+"$"),
-		bigtable.ColumnFilter("^("+rowkey.ColumnEvent+"|"+rowkey.ColumnWrittenAt+")$"),
+		bigtable.ColumnFilter("^("+rowkey.ColumnEvent+"|"+rowkey.ColumnWrittenAt+"|"+rowkey.ColumnTTL+")$"),
 	)
 }
 
@@ -142,7 +155,7 @@ func (r *Reader) Read(ctx context.Context, q Query, fn func(Event) bool) error {
 }
 
 func (r *Reader) decode(row bigtable.Row, now time.Time) (Event, bool, error) {
-	ev := Event{Key: row.Key()}
+	ev := Event{Key: row.Key(), TTLSource: TTLFromTenant}
 	found := false
 	for _, it := range row[r.family] {
 		switch it.Column {
@@ -151,6 +164,10 @@ func (r *Reader) decode(row bigtable.Row, now time.Time) (Event, bool, error) {
 		case r.family + ":" + rowkey.ColumnWrittenAt:
 			if len(it.Value) == 8 {
 				ev.WrittenAt = time.UnixMicro(int64(binary.BigEndian.Uint64(it.Value))).UTC()
+			}
+		case r.family + ":" + rowkey.ColumnTTL:
+			if _, requested, err := rowkey.ParseTTL(it.Value); err == nil {
+				ev.TTLSource, ev.RequestedTTL = TTLFromEvent, requested
 			}
 		}
 	}
@@ -165,6 +182,7 @@ func (r *Reader) decode(row bigtable.Row, now time.Time) (Event, bool, error) {
 	ev.Tenant, ev.User, ev.EventID = parts.Tenant, parts.User, parts.EventID
 	ev.EventTime = time.UnixMilli(parts.Millis).UTC()
 	ev.Expiry = r.policy.ExpiryOf(ev.Timestamp)
+	ev.TTL = ev.Expiry.Sub(ev.EventTime)
 	ev.Expired = expiry.Expired(ev.Expiry, now)
 	return ev, true, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,11 +22,21 @@ type written struct {
 	key    string
 	tenant string
 	expiry time.Time // computed here, independently of the expiry package
+	// own is set for an event that gave its own TTL: requested, living
+	// want (its tenant's bounds clamp it).
+	own             bool
+	requested, want time.Duration
+}
+
+// ownTTL is an event that gives its own TTL (--ttl-from).
+type ownTTL struct {
+	tenant          string
+	requested, want time.Duration // want: what the tenant's bounds make of it, worked out by hand
 }
 
 // writeEvents writes n events per tenant at base, through the production
 // write path: expiry.Policy for the timestamp, sink.Writer for the cells.
-func writeEvents(t *testing.T, dc *bigtable.Client, tgt sink.Target, p *expiry.Policy, ttls map[string]time.Duration, base time.Time, n int) []written {
+func writeEvents(t *testing.T, dc *bigtable.Client, tgt sink.Target, p *expiry.Policy, ttls map[string]time.Duration, base time.Time, n int, own ...ownTTL) []written {
 	t.Helper()
 	var rows []sink.Row
 	var out []written
@@ -35,6 +46,13 @@ func writeEvents(t *testing.T, dc *bigtable.Client, tgt sink.Target, p *expiry.P
 			rows = append(rows, sink.Row{Key: key, Timestamp: p.Cell(tenant, base).Timestamp, Value: []byte(`{}`), WrittenAt: true})
 			out = append(out, written{key: key, tenant: tenant, expiry: base.Truncate(time.Millisecond).Add(ttl)})
 		}
+	}
+	for i, o := range own {
+		key := string(rowkey.Build(nil, o.tenant, "u-own", fmt.Sprintf("own-%d", i), base.UnixMilli()))
+		ttl, _ := p.EventTTL(o.tenant, o.requested)
+		rows = append(rows, sink.Row{Key: key, Timestamp: p.CellTTL(ttl, base).Timestamp, Value: []byte(`{}`), WrittenAt: true,
+			TTL: sink.TTL{Effective: ttl, Requested: o.requested, Own: true}})
+		out = append(out, written{key: key, tenant: o.tenant, expiry: base.Truncate(time.Millisecond).Add(o.want), own: true, requested: o.requested, want: o.want})
 	}
 	w, err := sink.NewWriter(dc, tgt, sink.DefaultWriterConfig(), nil, slog.Default())
 	if err != nil {
@@ -53,13 +71,18 @@ func writeEvents(t *testing.T, dc *bigtable.Client, tgt sink.Target, p *expiry.P
 }
 
 // rawRows reads the table without any filter: what GC has not removed yet.
-// It checks that event and written_at cells go together.
+// It checks that event and written_at cells (and ttl, for an event that
+// gave its own) go together.
 func rawRows(t *testing.T, tbl *bigtable.Table) map[string]bool {
 	t.Helper()
 	out := map[string]bool{}
 	err := tbl.ReadRows(ctx, bigtable.InfiniteRange(""), func(r bigtable.Row) bool {
-		if n := len(r["c"]); n != 2 {
-			t.Errorf("row %s has %d cells, want event and written_at together", r.Key(), n)
+		want := 2
+		if strings.Contains(r.Key(), "#own-") {
+			want = 3
+		}
+		if n := len(r["c"]); n != want {
+			t.Errorf("row %s has %d cells, want event and written_at (and ttl) together", r.Key(), n)
 		}
 		out[r.Key()] = true
 		return true
@@ -74,17 +97,26 @@ func rawRows(t *testing.T, tbl *bigtable.Table) map[string]bool {
 // an event after its expiry nor hide one before it, and the emulator's own
 // GC removes each tenant's cells no earlier than their expiry and within a
 // few seconds after it. A write-side shift off by even a second fails the
-// exact expiry check.
+// exact expiry check. Events that give their own TTL (--ttl-from), within
+// their tenant's bounds or clamped to them, follow the same rules with the
+// TTL they end up with: the cell lives exactly that long.
 func TestExpiryEndToEnd(t *testing.T) {
 	ttls := map[string]time.Duration{"short": 2 * time.Second, "walkin": 6 * time.Second, "long": 12 * time.Second}
 	for _, s := range []expiry.Strategy{expiry.DefaultExpiration, expiry.OneSecond} {
 		t.Run(s.String(), func(t *testing.T) {
-			p := &expiry.Policy{Strategy: s, DefaultTTL: 6 * time.Second, Tenants: map[string]time.Duration{"short": 2 * time.Second, "long": 12 * time.Second}}
+			p := &expiry.Policy{Strategy: s, DefaultTTL: 6 * time.Second, Tenants: map[string]time.Duration{"short": 2 * time.Second, "long": 12 * time.Second},
+				Bounds: map[string]expiry.Bounds{"short": {Min: time.Second, Max: 2 * time.Second}, "long": {Min: time.Second, Max: 12 * time.Second}}}
+			own := []ownTTL{
+				{"long", 3 * time.Second, 3 * time.Second},                   // shorter than its tenant's, within bounds
+				{"long", 100 * time.Millisecond, time.Second},                // below min_ttl: clamped up
+				{"short", 10 * time.Second, 2 * time.Second},                 // above max_ttl: clamped down
+				{"walkin", 1500 * time.Millisecond, 1500 * time.Millisecond}, // unlisted: 0..default_ttl
+			}
 			dc, ac := testenv.Clients(t)
 			tgt := sink.Target(testenv.Table(t, ac, dc, p.GCMaxAge()))
 			tbl := dc.Open(tgt.Table)
 			base := time.Now()
-			events := writeEvents(t, dc, tgt, p, ttls, base, 3)
+			events := writeEvents(t, dc, tgt, p, ttls, base, 3, own...)
 			r := New(tbl, tgt.Family, p)
 
 			gone := map[string]time.Time{} // when GC was first seen to have removed the row
@@ -110,6 +142,10 @@ func TestExpiryEndToEnd(t *testing.T) {
 						t.Fatalf("%s: hidden %s before its expiry", w.key, w.expiry.Sub(t1))
 					case vis && (ev.Expired || ev.WrittenAt.IsZero()):
 						t.Fatalf("%s: returned %+v", w.key, ev)
+					case vis && w.own && (ev.TTLSource != TTLFromEvent || ev.TTL != w.want || ev.RequestedTTL != w.requested):
+						t.Fatalf("%s: TTL %v from %s (asked %v), want %v from the event (asked %v)", w.key, ev.TTL, ev.TTLSource, ev.RequestedTTL, w.want, w.requested)
+					case vis && !w.own && ev.TTLSource != TTLFromTenant:
+						t.Fatalf("%s: TTL from %s, want the tenant's", w.key, ev.TTLSource)
 					}
 					if !raw[w.key] {
 						if w.expiry.After(t0) {

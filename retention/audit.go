@@ -119,8 +119,8 @@ func Audit(ctx context.Context, tbl *bigtable.Table, family string, policy *expi
 		if o.Erasures.Erased(row.parts.Tenant, row.parts.User, row.parts.Millis) {
 			t.ErasedRows++
 		}
-		cell := row.cell(policy)
-		if !row.follows(bigtable.Timestamp(cell.Timestamp)) {
+		cell, _, ok := row.cell(policy)
+		if !ok || !row.follows(bigtable.Timestamp(cell.Timestamp)) {
 			t.RuleBreaking++
 		}
 		// Live as a reader sees it: the newest cell's own expiry under the

@@ -112,7 +112,10 @@ func listed(ps ...*expiry.Policy) []string {
 func changedTenants(old, new *expiry.Policy) []string {
 	set := map[string]bool{}
 	for _, id := range listed(old, new) {
-		if old.TTL(id) != new.TTL(id) {
+		ob, _ := old.TenantBounds(id)
+		nb, _ := new.TenantBounds(id)
+		// New bounds move the rows whose own TTL they clamp differently.
+		if old.TTL(id) != new.TTL(id) || ob != nb {
 			set[id] = true
 		}
 	}
@@ -129,11 +132,13 @@ func sortedKeys(set map[string]bool) []string {
 }
 
 func samePolicy(a, b *expiry.Policy) bool {
-	if a.Strategy != b.Strategy || a.DefaultTTL != b.DefaultTTL || len(a.Tenants) != len(b.Tenants) {
+	if a.Strategy != b.Strategy || a.DefaultTTL != b.DefaultTTL || len(a.Tenants) != len(b.Tenants) || a.DefaultBounds != b.DefaultBounds {
 		return false
 	}
 	for id, ttl := range a.Tenants {
-		if b.Tenants[id] != ttl {
+		ab, _ := a.TenantBounds(id)
+		bb, _ := b.TenantBounds(id)
+		if b.Tenants[id] != ttl || ab != bb {
 			return false
 		}
 	}

@@ -391,7 +391,13 @@ func plan(row *row, tenant string, policy, writtenUnder *expiry.Policy, ledger *
 		m.DeleteRow()
 		return m
 	}
-	cell := row.cell(policy)
+	cell, ttl, ok := row.cell(policy)
+	if !ok {
+		// A ttl cell that cannot be read: where the row belongs is
+		// unknown, so it is left as it is.
+		rep.Foreign++
+		return nil
+	}
 	ts := bigtable.Timestamp(cell.Timestamp)
 	// Expired, as the row stands or under the file: deleted now rather
 	// than left to GC, and never brought back by a later timestamp.
@@ -414,12 +420,13 @@ func plan(row *row, tenant string, policy, writtenUnder *expiry.Policy, ledger *
 	rep.Bytes += row.bytes
 	rep.Rewritten++
 	rep.expiry(cell.Expiry)
-	return retimeMutation(row, ts)
+	return retimeMutation(row, ts, ttl)
 }
 
-// retimeMutation sets each column of row at ts with its newest value, and
-// deletes every other version: one mutation, applied atomically.
-func retimeMutation(row *row, ts bigtable.Timestamp) *bigtable.Mutation {
+// retimeMutation sets each column of row at ts with its newest value (the
+// ttl column with ttl, the TTL the row now lives, when the row has one),
+// and deletes every other version: one mutation, applied atomically.
+func retimeMutation(row *row, ts bigtable.Timestamp, ttl []byte) *bigtable.Mutation {
 	m := bigtable.NewMutation()
 	for col, versions := range row.cells {
 		family := versions[0].Column[:len(versions[0].Column)-len(col)-1]
@@ -435,7 +442,11 @@ func retimeMutation(row *row, ts bigtable.Timestamp) *bigtable.Mutation {
 				m.DeleteTimestampRange(family, col, v.Timestamp, v.Timestamp+1000)
 			}
 		}
-		m.Set(family, col, ts, newest.Value)
+		value := newest.Value
+		if col == rowkey.ColumnTTL && ttl != nil {
+			value = ttl
+		}
+		m.Set(family, col, ts, value)
 	}
 	return m
 }

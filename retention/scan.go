@@ -59,8 +59,29 @@ func (r *row) follows(ts bigtable.Timestamp) bool {
 // base is the event time the row key holds: the TTL's start.
 func (r *row) base() time.Time { return time.UnixMilli(r.parts.Millis) }
 
-// cell is where the row's cells belong under p.
-func (r *row) cell(p *expiry.Policy) expiry.Cell { return p.Cell(r.parts.Tenant, r.base()) }
+// cell is where the row's cells belong under p: at its tenant's TTL, or,
+// when its event gave its own (a ttl cell), at the TTL it asked for
+// clamped to its tenant's bounds under p. ttl is then the ttl cell's value
+// under p (nil for a row without one). ok is false when the row's ttl cell
+// cannot be read: nobody knows where such a row belongs.
+func (r *row) cell(p *expiry.Policy) (cell expiry.Cell, ttl []byte, ok bool) {
+	vs := r.cells[rowkey.ColumnTTL]
+	if len(vs) == 0 {
+		return p.Cell(r.parts.Tenant, r.base()), nil, true
+	}
+	newest := vs[0]
+	for _, v := range vs[1:] {
+		if v.Timestamp > newest.Timestamp {
+			newest = v
+		}
+	}
+	_, requested, err := rowkey.ParseTTL(newest.Value)
+	if err != nil {
+		return expiry.Cell{}, nil, false
+	}
+	effective, _ := p.EventTTL(r.parts.Tenant, requested)
+	return p.CellTTL(effective, r.base()), rowkey.AppendTTL(nil, effective, requested), true
+}
 
 // familyFilter reads every version of every cell of the family.
 func familyFilter(family string) bigtable.ReadOption {

@@ -125,6 +125,9 @@ func tenantStatement(f Facts, id string) TenantStatement {
 	if !isListed {
 		ttl, name = p.DefaultTTL, "the unlisted tenants'"
 	}
+	// The longest an event of the tenant lives: its TTL, or the max_ttl
+	// its events may ask for.
+	longest := max(ttl, p.LongestTTL(id))
 	ts := TenantStatement{Tenant: id, TTL: duration.Format(ttl)}
 	add := func(store string, longest time.Duration, decidedBy, breach string) {
 		ts.Stores = append(ts.Stores, StoreLife{Store: store, Longest: lifeText(longest), DecidedBy: decidedBy, Breach: breach})
@@ -137,10 +140,13 @@ func tenantStatement(f Facts, id string) TenantStatement {
 		if !isListed {
 			decided = "tenants.yaml default_ttl: " + duration.Format(ttl)
 		}
-		add("table, live cells", ttl, decided+"; every read filters expired cells", "")
-		add("table, expired cells not yet collected", tableStored(f, ttl), gcDecided(f), gcBreach(f, name, ttl))
+		if longest > ttl {
+			decided += fmt.Sprintf(", an event's own TTL (--ttl-from) up to max_ttl %s", duration.Format(longest))
+		}
+		add("table, live cells", longest, decided+"; every read filters expired cells", "")
+		add("table, expired cells not yet collected", tableStored(f, longest), gcDecided(f), gcBreach(f, name, ttl))
 	}
-	bound, from := ttl, "its event expires"
+	bound, from := longest, "its event expires"
 	if !isListed {
 		bound, from = f.UnlistedBound, "--dlq-unlisted-retention "+duration.Format(f.UnlistedBound)
 	}

@@ -27,21 +27,56 @@ package rowkey
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 	"unsafe"
 )
 
-// Column qualifiers within the family: the event as consumed, and the real
-// write time when the tenants file asks for it. Both cells of a row carry
-// the same timestamp, so that they expire together.
+// Column qualifiers within the family: the event as consumed, the real
+// write time when the tenants file asks for it, and the event's own TTL
+// when it gave one (--ttl-from). All cells of a row carry the same
+// timestamp, so that they expire together.
 const (
 	ColumnEvent     = "event"
 	ColumnWrittenAt = "written_at"
+	ColumnTTL       = "ttl"
 )
+
+// TTLValueSize is the size of a ttl cell's value: the effective TTL, then
+// the TTL the event asked for, each a big-endian int64 of milliseconds.
+const TTLValueSize = 16
+
+// AppendTTL appends a ttl cell's value to b.
+func AppendTTL(b []byte, effective, requested time.Duration) []byte {
+	b = binary.BigEndian.AppendUint64(b, uint64(effective.Milliseconds()))
+	return binary.BigEndian.AppendUint64(b, uint64(requested.Milliseconds()))
+}
+
+// ParseTTL reads a ttl cell's value.
+func ParseTTL(v []byte) (effective, requested time.Duration, err error) {
+	if len(v) != TTLValueSize {
+		return 0, 0, fmt.Errorf("a ttl cell holds %d bytes, want %d", len(v), TTLValueSize)
+	}
+	e, r := int64(binary.BigEndian.Uint64(v)), int64(binary.BigEndian.Uint64(v[8:]))
+	if e < 0 || r < 0 {
+		return 0, 0, fmt.Errorf("a ttl cell holds a negative TTL (%d ms, %d ms)", e, r)
+	}
+	return millis(e), millis(r), nil
+}
+
+// millis is ms milliseconds, saturating where a Duration ends.
+func millis(ms int64) time.Duration {
+	if ms > math.MaxInt64/int64(time.Millisecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(ms) * time.Millisecond
+}
 
 // Sep separates the parts of a row key.
 const Sep = '#'

@@ -37,9 +37,22 @@ type Row struct {
 	// WrittenAt asks for the written_at column with the real write time, at
 	// the same timestamp so that it expires with the event.
 	WrittenAt bool
+	// TTL, when TTL.Own (the event gave its own), is written to the ttl
+	// column, at the same timestamp so that it expires with the event.
+	TTL TTL
 	// Gen is the generation of WriterConfig.Gate the row was decided
 	// under: an attempt under a later one asks the gate again.
 	Gen uint64
+}
+
+// TTL is what the ttl column of an event that gave its own TTL holds: the
+// TTL it lives (its request within its tenant's bounds) and the TTL it
+// asked for, so that a retention job can clamp the request again under
+// other bounds.
+type TTL struct {
+	Effective, Requested time.Duration
+	// Own is set when the event gave a TTL: the column is written.
+	Own bool
 }
 
 // Gate can withdraw a row decided earlier: the erasure ledger, which may
@@ -56,10 +69,14 @@ var ErrWithdrawn = errors.New("withdrawn before it was written")
 
 // Cells is the number of cells (mutations) the row writes.
 func (r *Row) Cells() int {
+	n := 1
 	if r.WrittenAt {
-		return 2
+		n++
 	}
-	return 1
+	if r.TTL.Own {
+		n++
+	}
+	return n
 }
 
 // Writer writes rows into one family of one table.
@@ -395,8 +412,24 @@ func (w *Writer) apply(ctx context.Context, rows []Row, pending []int) ([]error,
 	muts := make([]*bigtable.Mutation, len(pending))
 	var writtenAt [8]byte
 	binary.BigEndian.PutUint64(writtenAt[:], uint64(w.cfg.Now().UnixMicro()))
+	// The ttl cells' values, one buffer for the call: the mutations hold
+	// them until ApplyBulk returns.
+	var ttls []byte
+	for _, i := range pending {
+		if rows[i].TTL.Own {
+			ttls = make([]byte, 0, rowkey.TTLValueSize*len(pending))
+			break
+		}
+	}
 	for j, i := range pending {
-		keys[j], muts[j] = rows[i].Key, w.mutation(&rows[i], writtenAt[:])
+		r := &rows[i]
+		var ttl []byte
+		if r.TTL.Own {
+			n := len(ttls)
+			ttls = rowkey.AppendTTL(ttls, r.TTL.Effective, r.TTL.Requested)
+			ttl = ttls[n:len(ttls):len(ttls)]
+		}
+		keys[j], muts[j] = r.Key, w.mutation(r, writtenAt[:], ttl)
 	}
 	actx := ctx
 	if w.cfg.AttemptTimeout > 0 {
@@ -488,11 +521,14 @@ func fixFor(code codes.Code) string {
 }
 
 // mutation writes the row's cells, all at the row's timestamp.
-func (w *Writer) mutation(r *Row, writtenAt []byte) *bigtable.Mutation {
+func (w *Writer) mutation(r *Row, writtenAt, ttl []byte) *bigtable.Mutation {
 	m := bigtable.NewMutation()
 	m.Set(w.family, rowkey.ColumnEvent, bigtable.Timestamp(r.Timestamp), r.Value)
 	if r.WrittenAt {
 		m.Set(w.family, rowkey.ColumnWrittenAt, bigtable.Timestamp(r.Timestamp), writtenAt)
+	}
+	if ttl != nil {
+		m.Set(w.family, rowkey.ColumnTTL, bigtable.Timestamp(r.Timestamp), ttl)
 	}
 	return m
 }

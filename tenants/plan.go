@@ -23,6 +23,38 @@ type TenantChange struct {
 	NewTTL    time.Duration
 	OldListed bool
 	NewListed bool
+	// The bounds of the TTLs its events may give themselves (--ttl-from).
+	OldBounds, NewBounds expiry.Bounds
+}
+
+// BoundsChanged reports whether the edit changes what an event's own TTL
+// is clamped to.
+func (c TenantChange) BoundsChanged() bool { return c.OldBounds != c.NewBounds }
+
+// boundsSaid reports whether the bounds change in a way the TTL change does
+// not say already: a max_ttl left to default follows the TTL.
+func (c TenantChange) boundsSaid() bool {
+	follows := c.OldBounds.Min == c.NewBounds.Min && c.OldBounds.Max == c.OldTTL && c.NewBounds.Max == c.NewTTL
+	return c.BoundsChanged() && !follows
+}
+
+// FormatBounds writes bounds as "10m..3h".
+func FormatBounds(b expiry.Bounds) string {
+	return duration.Format(b.Min) + ".." + duration.Format(b.Max)
+}
+
+// parseBounds reads what FormatBounds writes.
+func parseBounds(s string) (expiry.Bounds, error) {
+	lo, hi, ok := strings.Cut(s, "..")
+	if !ok {
+		return expiry.Bounds{}, fmt.Errorf("bounds %q: want MIN..MAX", s)
+	}
+	min, err := duration.Parse(lo)
+	if err != nil {
+		return expiry.Bounds{}, err
+	}
+	max, err := duration.Parse(hi)
+	return expiry.Bounds{Min: min, Max: max}, err
 }
 
 // Kind is "added", "removed" or "changed".
@@ -45,7 +77,11 @@ func (c TenantChange) String() string {
 	case "removed":
 		return c.Tenant + " removed, default " + duration.Format(c.NewTTL)
 	}
-	return c.Tenant + " " + duration.Format(c.OldTTL) + "→" + duration.Format(c.NewTTL)
+	s := c.Tenant + " " + duration.Format(c.OldTTL) + "→" + duration.Format(c.NewTTL)
+	if c.boundsSaid() {
+		s += ", own TTLs " + FormatBounds(c.OldBounds) + "→" + FormatBounds(c.NewBounds)
+	}
+	return s
 }
 
 // tenantChangeJSON is TenantChange as worker check prints it.
@@ -54,11 +90,15 @@ type tenantChangeJSON struct {
 	Change string `json:"change"` // added, removed, changed
 	OldTTL string `json:"old_ttl"`
 	NewTTL string `json:"new_ttl"`
+	// The bounds of the events' own TTLs, MIN..MAX.
+	OldBounds string `json:"old_bounds"`
+	NewBounds string `json:"new_bounds"`
 }
 
 // MarshalJSON writes the TTLs as durations people read ("2d").
 func (c TenantChange) MarshalJSON() ([]byte, error) {
-	return json.Marshal(tenantChangeJSON{Tenant: c.Tenant, Change: c.Kind(), OldTTL: duration.Format(c.OldTTL), NewTTL: duration.Format(c.NewTTL)})
+	return json.Marshal(tenantChangeJSON{Tenant: c.Tenant, Change: c.Kind(), OldTTL: duration.Format(c.OldTTL), NewTTL: duration.Format(c.NewTTL),
+		OldBounds: FormatBounds(c.OldBounds), NewBounds: FormatBounds(c.NewBounds)})
 }
 
 // UnmarshalJSON reads what MarshalJSON writes.
@@ -76,6 +116,17 @@ func (c *TenantChange) UnmarshalJSON(b []byte) error {
 		return fmt.Errorf("new_ttl: %w", err)
 	}
 	*c = TenantChange{Tenant: j.Tenant, OldTTL: o, NewTTL: n, OldListed: j.Change != "added", NewListed: j.Change != "removed"}
+	// Bounds are absent from what a version before them wrote.
+	if j.OldBounds != "" {
+		if c.OldBounds, err = parseBounds(j.OldBounds); err != nil {
+			return fmt.Errorf("old_bounds: %w", err)
+		}
+	}
+	if j.NewBounds != "" {
+		if c.NewBounds, err = parseBounds(j.NewBounds); err != nil {
+			return fmt.Errorf("new_bounds: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -125,8 +176,9 @@ func (s *Shift) UnmarshalJSON(b []byte) error {
 // Plan is what an edit of tenants.yaml changes.
 type Plan struct {
 	Old, New *expiry.Policy `json:"-"`
-	// Tenants lists every listed tenant whose TTL differs, in id order.
-	// Added and removed tenants are here too (see OldListed, NewListed).
+	// Tenants lists every listed tenant whose TTL or bounds differ, in id
+	// order. Added and removed tenants are here too (see OldListed,
+	// NewListed).
 	Tenants []TenantChange `json:"tenants"`
 	// GCRuleChange is set when the family's GC rule must change: a new
 	// strategy, or a new default_ttl under default-expiration. Such an edit
@@ -160,7 +212,9 @@ func Compare(old, new *expiry.Policy) Plan {
 		_, ol := old.Tenants[id]
 		_, nl := new.Tenants[id]
 		c := TenantChange{Tenant: id, OldTTL: old.TTL(id), NewTTL: new.TTL(id), OldListed: ol, NewListed: nl}
-		if c.OldTTL != c.NewTTL || ol != nl {
+		c.OldBounds, _ = old.TenantBounds(id)
+		c.NewBounds, _ = new.TenantBounds(id)
+		if c.OldTTL != c.NewTTL || ol != nl || c.BoundsChanged() {
 			p.Tenants = append(p.Tenants, c)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/cellttl/cellttl/expiry"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -228,9 +229,12 @@ func TestCompare(t *testing.T) {
 		t.Fatalf("tenant edits: %+v", p)
 	}
 	want := []TenantChange{
-		{Tenant: "acme", OldTTL: time.Hour, NewTTL: 2 * time.Hour, OldListed: true, NewListed: true},
-		{Tenant: "gone", OldTTL: 5 * time.Hour, NewTTL: 48 * time.Hour, OldListed: true, NewListed: false},
-		{Tenant: "newco", OldTTL: 48 * time.Hour, NewTTL: time.Hour, OldListed: false, NewListed: true},
+		{Tenant: "acme", OldTTL: time.Hour, NewTTL: 2 * time.Hour, OldListed: true, NewListed: true,
+			OldBounds: expiry.Bounds{Max: time.Hour}, NewBounds: expiry.Bounds{Max: 2 * time.Hour}},
+		{Tenant: "gone", OldTTL: 5 * time.Hour, NewTTL: 48 * time.Hour, OldListed: true, NewListed: false,
+			OldBounds: expiry.Bounds{Max: 5 * time.Hour}, NewBounds: expiry.Bounds{Max: 48 * time.Hour}},
+		{Tenant: "newco", OldTTL: 48 * time.Hour, NewTTL: time.Hour, OldListed: false, NewListed: true,
+			OldBounds: expiry.Bounds{Max: 48 * time.Hour}, NewBounds: expiry.Bounds{Max: time.Hour}},
 	}
 	for i, c := range want {
 		if p.Tenants[i] != c {

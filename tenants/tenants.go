@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -96,7 +97,7 @@ func Parse(data []byte) (*Config, error) {
 	var errs []error
 	report := func(err error) { errs = append(errs, err) }
 
-	var defaultTTL, tenantsNode *yaml.Node
+	var defaultTTL, tenantsNode, minNode, maxNode *yaml.Node
 	unlisted := UnlistedDefaultTTL
 	seen := map[string]*yaml.Node{}
 	root := doc.Content[0]
@@ -126,6 +127,10 @@ func Parse(data []byte) (*Config, error) {
 			p.RecordRealTimestamp = b
 		case "tenants":
 			tenantsNode = v
+		case "min_ttl":
+			minNode = v
+		case "max_ttl":
+			maxNode = v
 		case "unlisted_tenants":
 			switch u := Unlisted(v.Value); {
 			case v.Kind == yaml.ScalarNode && (u == UnlistedDefaultTTL || u == UnlistedDeadLetter):
@@ -134,7 +139,7 @@ func Parse(data []byte) (*Config, error) {
 				report(lineErr(v, "unlisted_tenants", "%q is not a policy (want default_ttl or dead-letter)", v.Value))
 			}
 		default:
-			report(lineErr(k, k.Value, "unknown field (known: strategy, default_ttl, record_real_timestamp, unlisted_tenants, tenants)"))
+			report(lineErr(k, k.Value, "unknown field (known: strategy, default_ttl, min_ttl, max_ttl, record_real_timestamp, unlisted_tenants, tenants)"))
 		}
 	}
 
@@ -148,8 +153,25 @@ func Parse(data []byte) (*Config, error) {
 		p.DefaultTTL = d
 	}
 
+	// The top-level bounds are the defaults of every tenant without its
+	// own, and the bounds of unlisted tenants.
+	var defaults boundNodes
+	if minNode != nil {
+		defaults.min, defaults.minNode = parseBound(minNode, "min_ttl", &errs)
+	}
+	if maxNode != nil {
+		defaults.max, defaults.maxNode = parseBound(maxNode, "max_ttl", &errs)
+	}
+	if p.DefaultTTL > 0 {
+		if b, err := defaults.bounds(p.DefaultTTL, "default_ttl", defaultTTL, "", nil); err != nil {
+			report(err)
+		} else {
+			p.DefaultBounds = b
+		}
+	}
 	if tenantsNode != nil {
-		errs = append(errs, parseTenants(tenantsNode, p.Tenants)...)
+		p.Bounds = map[string]expiry.Bounds{}
+		errs = append(errs, parseTenants(tenantsNode, p, defaults)...)
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -161,12 +183,83 @@ func Parse(data []byte) (*Config, error) {
 	return &Config{Policy: p, Unlisted: unlisted, ShortestTTL: shortest, Version: Version(data), raw: data}, nil
 }
 
-func parseTenants(n *yaml.Node, into map[string]time.Duration) []error {
+// boundNodes are min_ttl and max_ttl as read (nil nodes when not given).
+type boundNodes struct {
+	min, max         time.Duration
+	minNode, maxNode *yaml.Node
+}
+
+// bounds checks min <= ttl <= max and fills in what is not given: min
+// defaults to 0, max to ttl itself, so that an event may shorten its
+// retention but not lengthen it unless the file says so. field names the
+// TTL ("default_ttl", "tenants.acme"); inherited, when set, are the
+// top-level bounds a tenant without its own takes.
+func (b boundNodes) bounds(ttl time.Duration, field string, ttlNode *yaml.Node, tenant string, inherited *boundNodes) (expiry.Bounds, error) {
+	own := b
+	if inherited != nil {
+		if b.minNode == nil {
+			b.min, b.minNode = inherited.min, inherited.minNode
+		}
+		if b.maxNode == nil {
+			b.max, b.maxNode = inherited.max, inherited.maxNode
+		}
+	}
+	out := expiry.Bounds{Min: b.min, Max: ttl}
+	if b.maxNode != nil {
+		out.Max = b.max
+	}
+	// says names the bound, and where it came from when it is inherited.
+	says := func(n, ownNode *yaml.Node, name string, d time.Duration) string {
+		if n != ownNode {
+			return fmt.Sprintf("the top-level %s %s (line %d): give %s a %s of its own", name, duration.Format(d), n.Line, tenant, name)
+		}
+		return name + " " + duration.Format(d)
+	}
+	if b.minNode != nil && out.Min > ttl {
+		return out, lineErr(ttlNode, field, "TTL %s is shorter than %s; an event could never keep the tenant's own TTL",
+			duration.Format(ttl), says(b.minNode, own.minNode, "min_ttl", out.Min))
+	}
+	if b.maxNode != nil && out.Max < ttl {
+		return out, lineErr(ttlNode, field, "TTL %s is longer than %s; an event could never keep the tenant's own TTL",
+			duration.Format(ttl), says(b.maxNode, own.maxNode, "max_ttl", out.Max))
+	}
+	return out, nil
+}
+
+// parseBound reads a min_ttl or max_ttl: 0 (min_ttl only) up to MaxTTL,
+// whole milliseconds.
+func parseBound(n *yaml.Node, field string, errs *[]error) (time.Duration, *yaml.Node) {
+	if n.Kind != yaml.ScalarNode || n.Value == "" {
+		*errs = append(*errs, lineErr(n, field, "want a duration such as 1h or 2d"))
+		return 0, nil
+	}
+	d, err := duration.Parse(n.Value)
+	switch {
+	case err != nil:
+		*errs = append(*errs, lineErr(n, field, "%v", err))
+	case d < 0:
+		*errs = append(*errs, lineErr(n, field, "%q must not be negative", n.Value))
+	case d == 0 && strings.HasSuffix(field, "max_ttl"):
+		*errs = append(*errs, lineErr(n, field, "%q must be positive", n.Value))
+	case d > MaxTTL:
+		*errs = append(*errs, lineErr(n, field, "%q is longer than %s", n.Value, duration.Format(MaxTTL)))
+	case d%time.Millisecond != 0:
+		*errs = append(*errs, lineErr(n, field, "%q is finer than a millisecond, the cell timestamp granularity", n.Value))
+	default:
+		return d, n
+	}
+	return 0, nil
+}
+
+// tenantFields are the keys of a tenant given as a mapping.
+const tenantFields = "ttl, min_ttl, max_ttl"
+
+func parseTenants(n *yaml.Node, p *expiry.Policy, defaults boundNodes) []error {
 	if n.Tag == "!!null" {
 		return nil
 	}
 	if n.Kind != yaml.MappingNode {
-		return []error{lineErr(n, "tenants", "must be a mapping of tenant id to TTL, e.g. acme: 1h")}
+		return []error{lineErr(n, "tenants", "must be a mapping of tenant id to TTL, e.g. acme: 1h or acme: {ttl: 1h, max_ttl: 3h}")}
 	}
 	var errs []error
 	lines := map[string]int{}
@@ -182,18 +275,63 @@ func parseTenants(n *yaml.Node, into map[string]time.Duration) []error {
 			errs = append(errs, lineErr(k, "tenants", "%v", err))
 			continue
 		}
-		d, err := parseTTL(v, "tenants."+id)
+		field := "tenants." + id
+		ttlNode, own, ok := tenantEntry(v, field, &errs)
+		if !ok {
+			continue
+		}
+		d, err := parseTTL(ttlNode, field)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		if d%time.Millisecond != 0 {
-			errs = append(errs, lineErr(v, "tenants."+id, "%q is finer than a millisecond, the cell timestamp granularity", v.Value))
+			errs = append(errs, lineErr(ttlNode, field, "%q is finer than a millisecond, the cell timestamp granularity", ttlNode.Value))
 			continue
 		}
-		into[id] = d
+		b, err := own.bounds(d, field, ttlNode, id, &defaults)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		p.Tenants[id] = d
+		p.Bounds[id] = b
 	}
 	return errs
+}
+
+// tenantEntry reads a tenant's value: a TTL (acme: 1h) or a mapping of
+// ttl and its bounds (acme: {ttl: 1h, max_ttl: 3h}).
+func tenantEntry(v *yaml.Node, field string, errs *[]error) (*yaml.Node, boundNodes, bool) {
+	var b boundNodes
+	if v.Kind != yaml.MappingNode {
+		return v, b, true
+	}
+	var ttl *yaml.Node
+	n := len(*errs)
+	seen := map[string]int{}
+	for j := 0; j+1 < len(v.Content); j += 2 {
+		fk, fv := v.Content[j], v.Content[j+1]
+		if line, dup := seen[fk.Value]; dup {
+			*errs = append(*errs, lineErr(fk, field+"."+fk.Value, "duplicate key (first at line %d)", line))
+			continue
+		}
+		seen[fk.Value] = fk.Line
+		switch fk.Value {
+		case "ttl":
+			ttl = fv
+		case "min_ttl":
+			b.min, b.minNode = parseBound(fv, field+".min_ttl", errs)
+		case "max_ttl":
+			b.max, b.maxNode = parseBound(fv, field+".max_ttl", errs)
+		default:
+			*errs = append(*errs, lineErr(fk, field+"."+fk.Value, "unknown field (known: %s)", tenantFields))
+		}
+	}
+	if ttl == nil {
+		*errs = append(*errs, lineErr(v, field, "ttl is missing (a tenant given as a mapping has ttl, and optionally min_ttl and max_ttl)"))
+	}
+	return ttl, b, len(*errs) == n
 }
 
 func parseTTL(n *yaml.Node, field string) (time.Duration, error) {

@@ -7,11 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
 	"cloud.google.com/go/bigtable"
 
+	"github.com/cellttl/cellttl/expiry"
 	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/cellttl/cellttl/internal/envflag"
 	"github.com/cellttl/cellttl/sink"
@@ -36,13 +39,51 @@ type checkReport struct {
 	Default  string   `json:"default_ttl,omitempty"`
 	Tenants  int      `json:"tenants"`
 	// Unlisted is the unlisted_tenants policy.
-	Unlisted string      `json:"unlisted_tenants,omitempty"`
-	Table    *tableCheck `json:"table,omitempty"`
+	Unlisted string `json:"unlisted_tenants,omitempty"`
+	// OwnTTLs says what an event's own TTL (--ttl-from) is clamped to.
+	OwnTTLs *ownTTLs    `json:"own_ttls,omitempty"`
+	Table   *tableCheck `json:"table,omitempty"`
 	// TableNote says why the table was not read, when it was not.
 	TableNote string      `json:"table_note,omitempty"`
 	Against   *comparison `json:"against,omitempty"`
 	Exit      int         `json:"exit"`
 	Verdict   string      `json:"verdict"`
+}
+
+// ownTTLs are the bounds of the TTLs events may give themselves.
+type ownTTLs struct {
+	// Unlisted are the bounds of unlisted tenants (the top-level min_ttl
+	// and max_ttl around default_ttl).
+	Unlisted string `json:"unlisted"`
+	// Longer are the tenants whose events may outlive the tenant's TTL
+	// (max_ttl above ttl), Shorter those with a min_ttl above 0, each
+	// with its bounds, in id order.
+	Longer  []string `json:"longer"`
+	Shorter []string `json:"min_above_zero"`
+}
+
+func ownTTLsOf(p *expiry.Policy) *ownTTLs {
+	o := &ownTTLs{Unlisted: tenants.FormatBounds(p.DefaultBounds), Longer: []string{}, Shorter: []string{}}
+	for _, id := range slices.Sorted(maps.Keys(p.Tenants)) {
+		b, _ := p.TenantBounds(id)
+		if b.Max > p.Tenants[id] {
+			o.Longer = append(o.Longer, id+" "+duration.Format(p.Tenants[id])+" up to "+duration.Format(b.Max))
+		}
+		if b.Min > 0 {
+			o.Shorter = append(o.Shorter, id+" at least "+duration.Format(b.Min))
+		}
+	}
+	return o
+}
+
+// listSome lists the first ten items of a list that can be as long as the
+// tenants file, and how many more (the JSON form has them all).
+func listSome(items []string) string {
+	const most = 10
+	if len(items) <= most {
+		return strings.Join(items, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(items[:most], ", "), len(items)-most)
 }
 
 type tableCheck struct {
@@ -90,6 +131,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		rep.Valid, rep.Version = true, cfg.Version
 		rep.Strategy, rep.Default, rep.Tenants = cfg.Policy.Strategy.String(), duration.Format(cfg.Policy.DefaultTTL), len(cfg.Policy.Tenants)
 		rep.Unlisted = string(cfg.Unlisted)
+		rep.OwnTTLs = ownTTLsOf(cfg.Policy)
 		if against != "" {
 			old, err := tenants.Load(against)
 			if err != nil {
@@ -157,6 +199,15 @@ func compare(path string, old, cfg *tenants.Config) *comparison {
 	if len(c.Tenants) > 0 {
 		c.Notes = append(c.Notes, "per-tenant edits apply to events processed after the reload; cells already written keep the expiry they were written with")
 	}
+	for _, ch := range c.Tenants {
+		if ch.BoundsChanged() && ch.OldListed && ch.NewListed {
+			c.Notes = append(c.Notes, "new bounds clamp the own TTLs (--ttl-from) of events processed after the reload; rows already written keep theirs until `worker retime --tenants ID` clamps the TTL each asked for to the new bounds (rows within both are left alone)")
+			break
+		}
+	}
+	if o, n := old.Policy.DefaultBounds, cfg.Policy.DefaultBounds; o != n {
+		c.Notes = append(c.Notes, fmt.Sprintf("the own TTLs of unlisted tenants' events are clamped to %s instead of %s after the reload", tenants.FormatBounds(n), tenants.FormatBounds(o)))
+	}
 	if cfg.Unlisted == tenants.UnlistedDeadLetter {
 		var removed []string
 		for _, ch := range c.Tenants {
@@ -205,6 +256,17 @@ func printCheck(w io.Writer, rep *checkReport) {
 	} else {
 		fmt.Fprintf(w, "Events of tenants it does not list live default_ttl, %s (unlisted_tenants: default_ttl).\n", rep.Default)
 	}
+	if o := rep.OwnTTLs; o != nil {
+		fmt.Fprintf(w, "With --ttl-from, an event's own TTL is clamped to its tenant's min_ttl..max_ttl (unlisted tenants: %s).", o.Unlisted)
+		if len(o.Longer) == 0 {
+			fmt.Fprintf(w, " No event outlives its tenant's TTL.\n")
+		} else {
+			fmt.Fprintf(w, " Events may outlive their tenant's TTL for: %s.\n", listSome(o.Longer))
+		}
+		if len(o.Shorter) > 0 {
+			fmt.Fprintf(w, "Events may not be kept shorter than: %s.\n", listSome(o.Shorter))
+		}
+	}
 	if rep.TableNote != "" {
 		fmt.Fprintf(w, "\nTable: %s.\n", rep.TableNote)
 	}
@@ -232,7 +294,11 @@ func printCheck(w io.Writer, rep *checkReport) {
 			case "removed":
 				fmt.Fprintf(w, "  %-16s removed: %s → the default, %s\n", c.Tenant, duration.Format(c.OldTTL), duration.Format(c.NewTTL))
 			default:
-				fmt.Fprintf(w, "  %-16s %s → %s\n", c.Tenant, duration.Format(c.OldTTL), duration.Format(c.NewTTL))
+				fmt.Fprintf(w, "  %-16s %s → %s", c.Tenant, duration.Format(c.OldTTL), duration.Format(c.NewTTL))
+				if c.BoundsChanged() {
+					fmt.Fprintf(w, ", own TTLs %s → %s", tenants.FormatBounds(c.OldBounds), tenants.FormatBounds(c.NewBounds))
+				}
+				fmt.Fprintln(w)
 			}
 		}
 		for _, n := range a.Notes {

@@ -112,7 +112,7 @@ func runForget(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	e := &eraser{o: &o, fo: &fo, log: log, tbl: s.dc.Open(o.table.Table), store: erasure.NewStore(s.dc, o.table.ErasureTable()),
 		rc: receipt{Tenant: fo.tenant, DryRun: fo.dryRun, RequestedBy: fo.requestedBy, ErasedUpTo: upTo, SecondPassAfter: fo.secondPass.String(),
 			Table: o.table.Target().String(), Ledger: o.table.ErasureTable()}}
-	e.rc.Unreachable, e.keep = unreachable(facts, fo.backups, s.cfg.Policy.TTL(fo.tenant))
+	e.rc.Unreachable, e.keep = unreachable(facts, fo.backups, s.cfg.Policy.LongestTTL(fo.tenant))
 	// Who is erased already: a forget run again after it was interrupted
 	// finds no row left, and must still record and make both passes.
 	if e.ledger, _, err = e.store.LoadLedger(ctx, now); err != nil {

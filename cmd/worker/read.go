@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/cellttl/cellttl/event"
 	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/cellttl/cellttl/internal/envflag"
 	"github.com/cellttl/cellttl/reader"
@@ -94,30 +95,38 @@ func newEventPrinter(w io.Writer, format string, now time.Time) *eventPrinter {
 		p.enc = json.NewEncoder(w)
 	} else {
 		p.tw = tabwriter.NewWriter(w, 2, 0, 2, ' ', 0)
-		fmt.Fprintln(p.tw, "EVENT TIME\tUSER\tEVENT ID\tEXPIRES\tWRITTEN AT\tVALUE")
+		fmt.Fprintln(p.tw, "EVENT TIME\tUSER\tEVENT ID\tEXPIRES\tTTL\tWRITTEN AT\tVALUE")
 	}
 	return p
 }
 
 type jsonEvent struct {
-	Key       string          `json:"key"`
-	Tenant    string          `json:"tenant"`
-	User      string          `json:"user,omitempty"`
-	EventID   string          `json:"event_id"`
-	EventTime time.Time       `json:"event_time"`
-	Timestamp int64           `json:"timestamp_micros"`
-	Expiry    time.Time       `json:"expiry"`
-	Expired   bool            `json:"expired"`
-	WrittenAt *time.Time      `json:"written_at,omitempty"`
-	Value     json.RawMessage `json:"value,omitempty"`
-	RawValue  string          `json:"raw_value,omitempty"`
+	Key       string     `json:"key"`
+	Tenant    string     `json:"tenant"`
+	User      string     `json:"user,omitempty"`
+	EventID   string     `json:"event_id"`
+	EventTime time.Time  `json:"event_time"`
+	Timestamp int64      `json:"timestamp_micros"`
+	Expiry    time.Time  `json:"expiry"`
+	Expired   bool       `json:"expired"`
+	WrittenAt *time.Time `json:"written_at,omitempty"`
+	// TTL is how long the event lives, TTLSource "event" (it gave its own,
+	// RequestedTTL) or "tenant".
+	TTL          string          `json:"ttl"`
+	TTLSource    string          `json:"ttl_source"`
+	RequestedTTL string          `json:"requested_ttl,omitempty"`
+	Value        json.RawMessage `json:"value,omitempty"`
+	RawValue     string          `json:"raw_value,omitempty"`
 }
 
 func (p *eventPrinter) print(ev reader.Event) bool {
 	p.n++
 	if p.enc != nil {
 		je := jsonEvent{Key: ev.Key, Tenant: ev.Tenant, User: ev.User, EventID: ev.EventID, EventTime: ev.EventTime,
-			Timestamp: ev.Timestamp, Expiry: ev.Expiry, Expired: ev.Expired}
+			Timestamp: ev.Timestamp, Expiry: ev.Expiry, Expired: ev.Expired, TTL: duration.Format(ev.TTL), TTLSource: ev.TTLSource}
+		if ev.TTLSource == reader.TTLFromEvent {
+			je.RequestedTTL = formatRequested(ev.RequestedTTL)
+		}
 		if !ev.WrittenAt.IsZero() {
 			je.WrittenAt = &ev.WrittenAt
 		}
@@ -136,8 +145,26 @@ func (p *eventPrinter) print(ev reader.Event) bool {
 	if !ev.WrittenAt.IsZero() {
 		written = ev.WrittenAt.Format(time.RFC3339Nano)
 	}
-	fmt.Fprintf(p.tw, "%s\t%s\t%s\t%s\t%s\t%s\n", ev.EventTime.Format(time.RFC3339Nano), orDash(ev.User), ev.EventID, expires, written, strings.TrimSpace(string(ev.Value)))
+	fmt.Fprintf(p.tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", ev.EventTime.Format(time.RFC3339Nano), orDash(ev.User), ev.EventID, expires, ttlText(ev), written, strings.TrimSpace(string(ev.Value)))
 	return true
+}
+
+// ttlText is an event's TTL and where it came from: "1h (tenant)", "30m
+// (event)", "3h (event asked 30d)" when its tenant's bounds clamped it.
+func ttlText(ev reader.Event) string {
+	t := duration.Format(ev.TTL) + " (" + ev.TTLSource
+	if ev.TTLSource == reader.TTLFromEvent && ev.RequestedTTL != ev.TTL {
+		t += " asked " + formatRequested(ev.RequestedTTL)
+	}
+	return t + ")"
+}
+
+// formatRequested writes a requested TTL, which may be absurdly long.
+func formatRequested(d time.Duration) string {
+	if d >= event.MaxRequestedTTL/time.Millisecond*time.Millisecond {
+		return "more than 292 years"
+	}
+	return duration.Format(d)
 }
 
 func (p *eventPrinter) flush() error {

@@ -1,0 +1,137 @@
+package pipeline
+
+import (
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/cellttl/cellttl/event"
+	"github.com/cellttl/cellttl/expiry"
+	"github.com/cellttl/cellttl/ingest"
+	"github.com/cellttl/cellttl/tenants"
+)
+
+const ttlTenants = `strategy: default-expiration
+default_ttl: 2d
+max_ttl: 3d
+tenants:
+  acme: {ttl: 1h, min_ttl: 10m, max_ttl: 3h}
+  globex: 3d
+`
+
+// An event's own TTL is clamped to its tenant's bounds, and its cell
+// follows the TTL it ends up with; a TTL that cannot be read is rejected
+// with its reason and field.
+func TestDecideOwnTTL(t *testing.T) {
+	cfg, err := tenants.Parse([]byte(ttlTenants))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := event.DefaultFields()
+	fields.TTL = "json:ttl"
+	m, err := fields.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &event.Decoder{MaxBytes: 1 << 20, Mapping: m}
+	base := time.Date(2026, 11, 21, 9, 0, 0, 123_000_000, time.UTC)
+	now := base.Add(time.Minute)
+	tests := []struct {
+		tenant, ttl string
+		want        time.Duration
+		clamp       expiry.Clamp
+		own         bool
+	}{
+		{"acme", ``, time.Hour, expiry.InBounds, false},
+		{"acme", `,"ttl":"30m"`, 30 * time.Minute, expiry.InBounds, true},
+		{"acme", `,"ttl":"2h"`, 2 * time.Hour, expiry.InBounds, true},
+		{"acme", `,"ttl":60`, 10 * time.Minute, expiry.BelowMin, true},
+		{"acme", `,"ttl":"30d"`, 3 * time.Hour, expiry.AboveMax, true},
+		{"acme", `,"ttl":99999999999999999999`, 3 * time.Hour, expiry.AboveMax, true},
+		// globex has no bounds of its own: the top-level max_ttl, min 0.
+		{"globex", `,"ttl":"1h"`, time.Hour, expiry.InBounds, true},
+		{"globex", `,"ttl":"10d"`, 3 * 24 * time.Hour, expiry.AboveMax, true},
+		// An unlisted tenant: default_ttl within the top-level bounds.
+		{"initech", `,"ttl":"2d12h"`, 60 * time.Hour, expiry.InBounds, true},
+		{"initech", `,"ttl":"9d"`, 3 * 24 * time.Hour, expiry.AboveMax, true},
+	}
+	for _, tt := range tests {
+		msg := ingest.Message{Value: []byte(`{"event_id":"e-1","tenant_id":"` + tt.tenant + `","occurred_at":"2026-11-21T09:00:00.123Z"` + tt.ttl + `}`), Time: base}
+		dec := Decide(d, cfg, nil, &msg, now)
+		if dec.Fate != Write || dec.TTL != tt.want || dec.TTLClamp != tt.clamp || dec.Row.TTL.Own != tt.own {
+			t.Errorf("%s %s: fate %d, TTL %v clamp %v own %v; want %v %v %v", tt.tenant, tt.ttl, dec.Fate, dec.TTL, dec.TTLClamp, dec.Row.TTL.Own, tt.want, tt.clamp, tt.own)
+			continue
+		}
+		// The contract's timestamp with the TTL the event ends up with:
+		// default-expiration shifts by (ttl - default_ttl).
+		wantTS := base.UnixMicro() + (tt.want - 48*time.Hour).Microseconds()
+		if dec.Row.Timestamp != wantTS || !dec.Cell.Expiry.Equal(base.Add(tt.want)) {
+			t.Errorf("%s %s: timestamp %d expiry %v, want %d %v", tt.tenant, tt.ttl, dec.Row.Timestamp, dec.Cell.Expiry, wantTS, base.Add(tt.want))
+		}
+		if tt.own && (dec.Row.TTL.Effective != tt.want || dec.Row.TTL.Requested == 0) {
+			t.Errorf("%s %s: the row's ttl column %+v", tt.tenant, tt.ttl, dec.Row.TTL)
+		}
+	}
+
+	// A TTL shorter than the time since the event: expired, not written.
+	msg := ingest.Message{Value: []byte(`{"event_id":"e-1","tenant_id":"globex","occurred_at":"2026-11-21T09:00:00.123Z","ttl":"30s"}`), Time: base}
+	if dec := Decide(d, cfg, nil, &msg, now); dec.Fate != Expired {
+		t.Errorf("an own TTL already over: fate %d, want Expired", dec.Fate)
+	}
+	msg = ingest.Message{Value: []byte(`{"event_id":"e-1","tenant_id":"acme","occurred_at":"2026-11-21T09:00:00.123Z","ttl":"forever"}`), Time: base}
+	if dec := Decide(d, cfg, nil, &msg, now); dec.Fate != Rejected || dec.Class != "invalid_ttl" || dec.Field != "ttl" || !strings.Contains(dec.Err.Error(), `"forever"`) {
+		t.Errorf("an unreadable TTL: fate %d class %q field %q err %v", dec.Fate, dec.Class, dec.Field, dec.Err)
+	}
+}
+
+// The pipeline counts clamps by tenant and bound, writes the ttl column
+// only for events that gave a TTL, and dead-letters unreadable ones.
+func TestOwnTTLsCountedAndWritten(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg, err := tenants.Parse([]byte(ttlTenants))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pc := DefaultConfig()
+		pc.Fields.TTL = "json:ttl"
+		if err := pc.Resolve(); err != nil {
+			t.Fatal(err)
+		}
+		src := newSource(`{"event_id":"e-1","tenant_id":"acme"}`, `{"event_id":"e-2","tenant_id":"acme","ttl":"1m"}`,
+			`{"event_id":"e-3","tenant_id":"acme","ttl":"1d"}`, `{"event_id":"e-4","tenant_id":"acme","ttl":"2h"}`, `{"event_id":"e-5","tenant_id":"acme","ttl":"1y"}`)
+		w, dlq := &fakeWriter{}, &fakeDLQ{}
+		stop, p := start(t, pc, src, w, dlq, func() *tenants.Config { return cfg })
+		time.Sleep(time.Second)
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		st := p.Stats().Tenant("acme")
+		if lo, hi := st.TTLClampedMin.Load(), st.TTLClampedMax.Load(); lo != 1 || hi != 1 {
+			t.Errorf("clamped below %d, above %d; want 1 and 1", lo, hi)
+		}
+		own := map[string]time.Duration{}
+		for _, b := range w.batches {
+			for _, r := range b {
+				if r.TTL.Own {
+					own[r.Key[strings.LastIndexByte(r.Key, '#')+1:]] = r.TTL.Effective
+				}
+			}
+		}
+		want := map[string]time.Duration{"e-2": 10 * time.Minute, "e-3": 3 * time.Hour, "e-4": 2 * time.Hour}
+		if len(own) != len(want) {
+			t.Errorf("rows with a ttl column: %v, want %v", own, want)
+		}
+		for id, ttl := range want {
+			if own[id] != ttl {
+				t.Errorf("%s: ttl column %v, want %v", id, own[id], ttl)
+			}
+		}
+		if len(dlq.got) != 1 || dlq.got[0].Class != "invalid_ttl" || dlq.got[0].Field != "ttl" {
+			t.Errorf("dead letters %+v, want e-5's invalid_ttl", dlq.got)
+		}
+		if src.committed() != 5 {
+			t.Errorf("committed %d, want 5", src.committed())
+		}
+	})
+}
