@@ -1,0 +1,243 @@
+package main
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/cellttl/cellttl/ingest"
+	"github.com/cellttl/cellttl/internal/duration"
+	"github.com/cellttl/cellttl/internal/testenv"
+	"github.com/cellttl/cellttl/rowkey"
+)
+
+// ownTTLTenants bounds acme's own TTLs to 10m..3h around its 1h; globex
+// keeps the default bounds (0 up to its own 3d).
+const ownTTLTenants = `strategy: %s
+default_ttl: 2d
+tenants:
+  acme: {ttl: 1h, min_ttl: 10m, max_ttl: 3h}
+  globex: 3d
+`
+
+// ownTTLEvent is an event that may give its own TTL, and what it must
+// live: the contract's arithmetic with the TTL its tenant's bounds allow,
+// worked out by hand here.
+type ownTTLEvent struct {
+	id, tenant, ttl string // ttl as the event gives it, "" for none
+	want            time.Duration
+	own             bool
+}
+
+var ownTTLEvents = []ownTTLEvent{
+	{"t-none", "acme", "", time.Hour, false},
+	{"t-in", "acme", "30m", 30 * time.Minute, true},
+	{"t-secs", "acme", "7200", 2 * time.Hour, true},
+	{"t-low", "acme", "1m", 10 * time.Minute, true}, // below min_ttl
+	{"t-high", "acme", "30d", 3 * time.Hour, true},  // above max_ttl
+	{"t-globex", "globex", "1d12h", 36 * time.Hour, true},
+	{"t-globex-high", "globex", "4d", 72 * time.Hour, true}, // above its own TTL, the default max_ttl
+}
+
+// Events give their own TTL in a JSON field or a header; under both
+// strategies each lands at the contract's timestamp for the TTL its
+// tenant's bounds allow, with the ttl column beside it; clamps are counted
+// by tenant and bound; an unreadable TTL is dead-lettered with its reason
+// and field; worker read shows each event's TTL and where it came from.
+func TestOwnTTLsLandPerContract(t *testing.T) {
+	for _, strategy := range []string{"default-expiration", "one-second"} {
+		for _, from := range []string{"json:ttl", "header:x-ttl"} {
+			t.Run(strategy+"/"+from, func(t *testing.T) { testOwnTTLs(t, strategy, from) })
+		}
+	}
+}
+
+func testOwnTTLs(t *testing.T, strategy, from string) {
+	e := newEnv(t, fmt.Sprintf(ownTTLTenants, strategy))
+	if out, err := e.cmd(t, "setup"); err != nil {
+		t.Fatalf("setup: %v\n%s", err, out)
+	}
+	stop, logs := e.startWorker(t, "--ttl-from", from)
+	admin := adminURL(t, logs)
+	occurred := time.Now().Add(-5 * time.Minute).Truncate(time.Millisecond).UTC()
+	message := func(id, tenant, ttl string) kafka.Message {
+		v := map[string]any{"event_id": id, "tenant_id": tenant, "user_id": "u-1", "occurred_at": occurred.Format(time.RFC3339Nano)}
+		var m kafka.Message
+		if ttl != "" {
+			if from == "json:ttl" {
+				v["ttl"] = ttl
+			} else {
+				m.Headers = []kafka.Header{{Key: "x-ttl", Value: []byte(ttl)}}
+			}
+		}
+		m.Value, _ = json.Marshal(v)
+		return m
+	}
+	var msgs []kafka.Message
+	for _, ev := range ownTTLEvents {
+		msgs = append(msgs, message(ev.id, ev.tenant, ev.ttl))
+	}
+	bad := message("t-bad", "acme", "soon")
+	msgs = append(msgs, bad)
+	testenv.ProduceMessages(t, e.brokers, e.topic, msgs...)
+	rows := e.waitRows(t, len(ownTTLEvents), 30*time.Second)
+	dead := testenv.ReadAll(t, e.brokers, e.topic+".dlq", 1, 20*time.Second)
+	e.waitCommitted(t, 30*time.Second)
+
+	// The contract, computed independently of the expiry package.
+	lead := 48 * time.Hour
+	if strategy == "one-second" {
+		lead = 0
+	}
+	for _, ev := range ownTTLEvents {
+		key := rowkey.Key(ev.tenant, "u-1", ev.id, occurred.UnixMilli())
+		cells := cellsOf(rows[key])
+		if len(cells["event"]) != 1 {
+			t.Errorf("%s: %d event cells, want 1", ev.id, len(cells["event"]))
+			continue
+		}
+		want := occurred.UnixMicro() + (ev.want - lead).Microseconds()
+		if got := int64(cells["event"][0].Timestamp); got != want {
+			t.Errorf("%s (ttl %q): timestamp %d, want %d (a TTL of %s): off by %s", ev.id, ev.ttl, got, want, ev.want, time.Duration(got-want)*time.Microsecond)
+		}
+		ttlCells := cells["ttl"]
+		switch {
+		case !ev.own && len(ttlCells) != 0:
+			t.Errorf("%s: a ttl cell for an event that gave no TTL", ev.id)
+		case ev.own && len(ttlCells) != 1:
+			t.Errorf("%s: %d ttl cells, want 1", ev.id, len(ttlCells))
+		case ev.own:
+			c := ttlCells[0]
+			eff := time.Duration(binary.BigEndian.Uint64(c.Value[:8])) * time.Millisecond
+			if int64(c.Timestamp) != want || eff != ev.want {
+				t.Errorf("%s: ttl cell at %d holding %s, want at %d holding %s", ev.id, c.Timestamp, eff, want, ev.want)
+			}
+		}
+	}
+	if len(dead) != 1 || string(dead[0].Value) != string(bad.Value) {
+		t.Fatalf("dead letters %d, want the event with ttl \"soon\"", len(dead))
+	}
+	field := "ttl"
+	if from != "json:ttl" {
+		field = from
+	}
+	if f, why, class := headerOf(dead[0], ingest.HeaderField), headerOf(dead[0], ingest.HeaderReason), headerOf(dead[0], ingest.HeaderReasonClass); f != field || !strings.Contains(why, `"soon" is not a TTL`) || class != "invalid_ttl" {
+		t.Errorf("dead letter: field %q, reason %q, class %q; want %q, a reason quoting \"soon\", invalid_ttl", f, why, class, field)
+	}
+	_, body := testenv.MustGet(t, admin+"/metrics")
+	for _, c := range []struct {
+		tenant, bound string
+		want          float64
+	}{{"acme", "min", 1}, {"acme", "max", 1}, {"globex", "max", 1}, {"globex", "min", 0}} {
+		if v, ok := metricValue(body, "cellttl_events_ttl_clamped_total", `cellttl_tenant="`+c.tenant+`"`, `bound="`+c.bound+`"`); !ok || v != c.want {
+			t.Errorf("cellttl_events_ttl_clamped_total{%s,%s} = %v (found %v), want %v", c.tenant, c.bound, v, ok, c.want)
+		}
+	}
+	if v, ok := metricValue(body, "cellttl_dead_letters_total", `reason="invalid_ttl"`); !ok || v != 1 {
+		t.Errorf("cellttl_dead_letters_total{reason=invalid_ttl} = %v (found %v), want 1", v, ok)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("worker: %v", err)
+	}
+
+	out, err := e.cmd(t, "read", "--tenant", "acme", "--format", "json")
+	if err != nil {
+		t.Fatalf("read: %v\n%s", err, out)
+	}
+	got := map[string]jsonEvent{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var ev jsonEvent
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatalf("read: %v\n%s", err, line)
+		}
+		got[ev.EventID] = ev
+	}
+	for _, ev := range ownTTLEvents {
+		if ev.tenant != "acme" {
+			continue
+		}
+		r, ok := got[ev.id]
+		source := "tenant"
+		if ev.own {
+			source = "event"
+		}
+		if !ok || r.TTL != fmtDur(ev.want) || r.TTLSource != source || !r.Expiry.Equal(occurred.Add(ev.want)) {
+			t.Errorf("read %s: %+v, want TTL %s from the %s, expiring %s", ev.id, r, fmtDur(ev.want), source, occurred.Add(ev.want))
+		}
+	}
+	if r := got["t-high"]; r.RequestedTTL != "30d" {
+		t.Errorf("read t-high: requested %q, want 30d", r.RequestedTTL)
+	}
+	text, err := e.cmd(t, "read", "--tenant", "acme")
+	if err != nil || !strings.Contains(text, "3h (event asked 30d)") || !strings.Contains(text, "1h (tenant)") || !strings.Contains(text, "30m (event)") {
+		t.Errorf("read, text: %v\n%s", err, text)
+	}
+}
+
+// A tenant TTL edit followed by worker retime: rows whose own TTL lies
+// within the new bounds keep their cells, rows the new bounds clamp
+// differently move to the TTL the bounds now allow (their ttl cell with
+// them), and rows of the tenant's TTL follow the new TTL.
+func TestRetimeAfterATenantEditKeepsOwnTTLs(t *testing.T) {
+	e := newEnv(t, fmt.Sprintf(ownTTLTenants, "default-expiration"))
+	if out, err := e.cmd(t, "setup"); err != nil {
+		t.Fatalf("setup: %v\n%s", err, out)
+	}
+	stop, _ := e.startWorker(t, "--ttl-from", "json:ttl")
+	occurred := time.Now().Add(-5 * time.Minute).Truncate(time.Millisecond).UTC()
+	var values [][]byte
+	for _, ev := range ownTTLEvents {
+		v := map[string]any{"event_id": ev.id, "tenant_id": ev.tenant, "user_id": "u-1", "occurred_at": occurred.Format(time.RFC3339Nano)}
+		if ev.ttl != "" {
+			v["ttl"] = ev.ttl
+		}
+		b, _ := json.Marshal(v)
+		values = append(values, b)
+	}
+	testenv.Produce(t, e.brokers, e.topic, values...)
+	before := e.waitRows(t, len(ownTTLEvents), 30*time.Second)
+	e.waitCommitted(t, 30*time.Second)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	// acme: 1h → 2h, its events now 20m..90m.
+	e.writeTenants(t, "strategy: default-expiration\ndefault_ttl: 2d\ntenants:\n  acme: {ttl: 2h, min_ttl: 20m, max_ttl: 2h30m}\n  globex: 3d\n")
+	if out, err := e.cmd(t, "retime", "--tenant", "acme", "--passes", "1"); err != nil {
+		t.Fatalf("retime: %v\n%s", err, out)
+	}
+	after := e.rows(t)
+	wants := map[string]time.Duration{
+		"t-none": 2 * time.Hour,                // the tenant's TTL: follows the edit
+		"t-in":   30 * time.Minute,             // 30m: within 20m..2h30m, left alone
+		"t-secs": 2 * time.Hour,                // 2h: within, left alone
+		"t-low":  20 * time.Minute,             // asked 1m: clamped to the new min
+		"t-high": 2*time.Hour + 30*time.Minute, // asked 30d: clamped to the new max
+	}
+	for id, want := range wants {
+		key := rowkey.Key("acme", "u-1", id, occurred.UnixMilli())
+		cells := cellsOf(after[key])
+		wantTS := occurred.UnixMicro() + (want - 48*time.Hour).Microseconds()
+		if len(cells["event"]) != 1 || int64(cells["event"][0].Timestamp) != wantTS {
+			t.Errorf("%s after retime: event cells %v, want one at %d (a TTL of %s)", id, cells["event"], wantTS, want)
+			continue
+		}
+		if ttl := cells["ttl"]; len(ttl) == 1 {
+			eff := time.Duration(binary.BigEndian.Uint64(ttl[0].Value[:8])) * time.Millisecond
+			if int64(ttl[0].Timestamp) != wantTS || eff != want {
+				t.Errorf("%s after retime: ttl cell at %d holding %s, want at %d holding %s", id, ttl[0].Timestamp, eff, wantTS, want)
+			}
+		}
+		old := cellsOf(before[key])["event"][0].Timestamp
+		if unchanged := id == "t-in" || id == "t-secs"; unchanged != (old == cells["event"][0].Timestamp) {
+			t.Errorf("%s: timestamp %d before, %d after: want it moved only when the new bounds clamp it or it has the tenant's TTL", id, old, cells["event"][0].Timestamp)
+		}
+	}
+}
+
+func fmtDur(d time.Duration) string { return duration.Format(d) }
