@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cellttl/cellttl/internal/retry"
 	"github.com/cellttl/cellttl/internal/tick"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -72,7 +73,8 @@ func NewWatch(store *Store, interval time.Duration, log *slog.Logger) *Watch {
 // since the ledger came in), and a worker that took it for one would
 // write the events of every user erased.
 func (w *Watch) Start(ctx context.Context) error {
-	wait := 100 * time.Millisecond
+	// Workers restarted together retry the same ledger, hence the jitter.
+	b := retry.New(ctx, retry.Policy{Initial: 100 * time.Millisecond, Max: w.interval})
 	for {
 		err := w.load(ctx)
 		if err == nil {
@@ -83,12 +85,9 @@ func (w *Watch) Start(ctx context.Context) error {
 			return err
 		}
 		w.log.Warn("erasure ledger not loaded yet; nothing is written until it is", "table", w.store.Table(), "err", err)
-		select {
-		case <-ctx.Done():
+		if !b.Wait() {
 			return fmt.Errorf("load the erasure ledger: %w", err)
-		case <-time.After(wait):
 		}
-		wait = min(2*wait, w.interval)
 	}
 }
 

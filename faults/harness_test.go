@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -484,13 +483,12 @@ func (s *suite) settle(partitions int, timeout time.Duration) time.Duration {
 }
 
 func (s *suite) status(w *worker) (map[string]any, error) {
-	resp, err := http.Get(w.admin + "/status")
-	if err != nil {
-		return nil, err
+	code, body := testenv.Get(w.admin + "/status")
+	if code == 0 {
+		return nil, errors.New(body)
 	}
-	defer resp.Body.Close()
 	var st map[string]any
-	return st, json.NewDecoder(resp.Body).Decode(&st)
+	return st, json.Unmarshal([]byte(body), &st)
 }
 
 // writtenIDs returns the event ids in the table.

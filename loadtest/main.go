@@ -92,7 +92,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.Duration(&o.duration, "duration", "", time.Minute, "how long to produce when --count is 0")
 	fs.Uint64(&o.users, "users", "", 10000, "distinct users")
 	fs.Float64(&o.zipfS, "zipf", "", 1.1, "Zipf exponent of the user distribution (> 1; larger is more skewed)")
-	fs.Int(&o.payloadBytes, "payload-bytes", "", 200, "bytes of filler per event")
+	fs.BytesInt(&o.payloadBytes, "payload-bytes", "", 200, "bytes of filler per event")
 	fs.Float64(&o.malformed, "malformed", "", 0.01, "share of malformed events")
 	fs.String(&o.statusURL, "worker-status", "", "http://127.0.0.1:8080/status", "the worker's /status, for written counts and lag")
 	fs.String(&o.project, "project", "BIGTABLE_PROJECT", "local", "Bigtable project")
@@ -140,7 +140,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	var brokers string
 	fs.String(&brokers, "brokers", "KAFKA_BROKERS", "", "Kafka brokers (scripts/services.sh starts one)")
 	fs.Int(&o.Events, "events", "", 300000, "events per measurement")
-	fs.Int(&o.PayloadBytes, "payload-bytes", "", 200, "bytes of filler per event")
+	fs.BytesInt(&o.PayloadBytes, "payload-bytes", "", 200, "bytes of filler per event")
 	fs.Int(&o.Partitions, "partitions", "", 6, "partitions of the topics")
 	fs.Int(&o.Writers, "writers", "", 4, "concurrent ApplyBulk calls of the raw Bigtable measurement (the worker's default)")
 	var configs multiFlag

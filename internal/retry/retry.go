@@ -18,8 +18,10 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 )
 
-// Policy is the range of waits: from Initial, doubling up to Max, each wait
-// then jittered by ±50% so that workers retrying the same outage spread out.
+// Policy is the range of waits: from Initial, growing by half (the backoff
+// package's multiplier, 1.5) up to Max, each wait then jittered by ±50% so
+// that workers retrying the same outage spread out: one wait may reach
+// 1.5 × Max.
 type Policy struct {
 	Initial, Max time.Duration
 }
