@@ -201,7 +201,7 @@ func compare(path string, old, cfg *tenants.Config) *comparison {
 	}
 	for _, ch := range c.Tenants {
 		if ch.BoundsChanged() && ch.OldListed && ch.NewListed {
-			c.Notes = append(c.Notes, "new bounds clamp the own TTLs (--ttl-from) of events processed after the reload; rows already written keep theirs until `worker retime --tenants ID` clamps the TTL each asked for to the new bounds (rows within both are left alone)")
+			c.Notes = append(c.Notes, "new bounds clamp the own TTLs (--ttl-from) of events processed after the reload; rows already written keep theirs until `worker retime --tenant ID` clamps the TTL each asked for to the new bounds (rows within both are left alone)")
 			break
 		}
 	}
