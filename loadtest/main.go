@@ -105,7 +105,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.Uint64(&o.seed, "seed", "", 0, "random seed (0: from the clock)")
 	fs.String(&o.workerFlags, "worker-flags", "", "", "extra flags for the embedded worker, space-separated")
 	o.shape = synth.Contract()
-	fs.Value(synth.ShapeFlag(&o.shape), "shape", "", "event layout: contract; nested (customer_id, context.session.id, context.user.id, epoch-ms ts) or header (tenant in header x-tenant), which the worker reads with the mapping flags printed at start (--embedded passes them)")
+	fs.Value(synth.ShapeFlag(&o.shape), "shape", "", "event layout: contract; nested (customer_id, context.session.id, context.user.id, epoch-ms ts), header (tenant in header x-tenant) or own-ttl (the contract, with an own TTL in header x-ttl on three events in four), which the worker reads with the mapping flags printed at start (--embedded passes them)")
 	fs.Int(&o.partitions, "partitions", "", 6, "partitions of the embedded topic")
 	if err := fs.Parse(args); err != nil {
 		if envflag.IsHelp(err) {

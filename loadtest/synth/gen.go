@@ -126,6 +126,9 @@ func New(c Config) *Generator {
 // Run is the run the event ids begin with.
 func (g *Generator) Run() string { return g.run }
 
+// Shape is the layout the events are made in.
+func (g *Generator) Shape() Shape { return g.shape }
+
 // Mix is the tenant mix the events follow.
 func (g *Generator) Mix() Mix { return g.mix }
 

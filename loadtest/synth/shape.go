@@ -3,6 +3,7 @@ package synth
 import (
 	"flag"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"slices"
 	"strconv"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/cellttl/cellttl/internal/duration"
 )
 
 // Shape is how the synthetic events are laid out: the contract's field
@@ -23,6 +26,37 @@ type Shape struct {
 	valid func(id, tenant, user string, millis int64, payload string) (value []byte, headers []kafka.Header)
 	// malformed builds bad event number kind (0..3) of four kinds.
 	malformed func(kind int, id, tenant string) (value []byte, headers []kafka.Header)
+	// requested, when set, is the TTL an event asks for itself
+	// (--ttl-from), a function of its id; ok false for none.
+	requested func(id string) (ttl string, ok bool)
+}
+
+// RequestedTTL is the TTL the event with id asks for itself, when the
+// shape gives events their own (--ttl-from).
+func (s Shape) RequestedTTL(id string) (time.Duration, bool) {
+	if s.requested == nil {
+		return 0, false
+	}
+	text, ok := s.requested(id)
+	if !ok {
+		return 0, false
+	}
+	d, err := duration.Parse(text)
+	return d, err == nil
+}
+
+// ownTTLs are what events of the own-ttl shape ask for: none, within any
+// tenant's default bounds, within the longer tenants' only, and above every
+// max_ttl (clamped).
+var ownTTLs = [...]string{"", "30m", "1d", "400d"}
+
+// ownTTL picks an event's request from its id, so that a replay asks for
+// the same.
+func ownTTL(id string) (string, bool) {
+	h := fnv.New32a()
+	h.Write([]byte(id))
+	t := ownTTLs[h.Sum32()%uint32(len(ownTTLs))]
+	return t, t != ""
 }
 
 var shapes = map[string]Shape{
@@ -88,6 +122,25 @@ var shapes = map[string]Shape{
 			return []byte("\x00\x01binary"), h
 		},
 	},
+}
+
+func init() {
+	// own-ttl is the contract with an own TTL in header x-ttl on three
+	// events in four (see ownTTLs).
+	c := shapes["contract"]
+	shapes["own-ttl"] = Shape{
+		Name:        "own-ttl",
+		WorkerFlags: []string{"--ttl-from", "header:x-ttl"},
+		valid: func(id, tenant, user string, millis int64, payload string) ([]byte, []kafka.Header) {
+			v, _ := c.valid(id, tenant, user, millis, payload)
+			if ttl, ok := ownTTL(id); ok {
+				return v, []kafka.Header{{Key: "x-ttl", Value: []byte(ttl)}}
+			}
+			return v, nil
+		},
+		malformed: c.malformed,
+		requested: ownTTL,
+	}
 }
 
 // Contract is the shape of the contract's field names, which the worker

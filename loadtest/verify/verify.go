@@ -135,7 +135,13 @@ func Run(ctx context.Context, o Options, cfg *tenants.Config, g *synth.Generator
 			if ev.Key != rowkey.Key(tenant, synth.UserName(r.User), ev.EventID, r.Millis) || ev.Tenant != g.Mix().TenantName(int(r.Tenant)) {
 				c.wrongKey = append(c.wrongKey, seq)
 			}
-			if ev.Timestamp != cfg.Policy.Cell(tenant, base).Timestamp {
+			cell := cfg.Policy.Cell(tenant, base)
+			if req, ok := g.Shape().RequestedTTL(ev.EventID); ok {
+				// The event asked for its own TTL: within its tenant's bounds.
+				ttl, _ := cfg.Policy.EventTTL(tenant, req)
+				cell = cfg.Policy.CellTTL(ttl, base)
+			}
+			if ev.Timestamp != cell.Timestamp {
 				c.wrongTimestamp = append(c.wrongTimestamp, seq)
 			}
 			if !ev.WrittenAt.IsZero() {
