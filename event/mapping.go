@@ -209,6 +209,11 @@ func parseSource(spec string, timeLike bool) (source, error) {
 		if rest == "" {
 			return source{}, errors.New("header: needs a header name")
 		}
+		if strings.HasPrefix(rest, "cellttl.") {
+			// cellttl's own headers: dead letters carry them, and worker
+			// redrive leaves them out of the record it decides again.
+			return source{}, errors.New("headers named cellttl.* are cellttl's own (dead letters carry them)")
+		}
 		return source{kind: fromHeader, spec: spec, name: "header " + rest, field: spec}, nil
 	case "key":
 		if rest != "" || strings.Contains(spec, ":") {

@@ -5,13 +5,15 @@ import (
 	"math"
 	"math/bits"
 	"strconv"
+	"strings"
 	"time"
 )
 
 // MaxRequestedTTL is what a request longer than a Duration holds (about 292
 // years) reads as: far beyond any bound, so it is clamped like any other
-// request above max_ttl rather than refused.
-const MaxRequestedTTL = time.Duration(math.MaxInt64)
+// request above max_ttl rather than refused. Whole milliseconds, as every
+// TTL.
+const MaxRequestedTTL = time.Duration(math.MaxInt64 - math.MaxInt64%int64(time.Millisecond))
 
 // ttl reads the event's own TTL, when the mapping reads one and the event
 // gives it: absent or null leaves the tenant's TTL.
@@ -34,18 +36,36 @@ func (m *Mapping) ttl(f *fields, r *Record) (time.Duration, bool, error) {
 				return 0, false, err
 			}
 		case "number":
-			if !allDigits(fl.s) {
+			if !wholeNumber(fl.s) {
 				return 0, false, &Error{Class: BadTTL, Field: src.field, Reason: fmt.Sprintf("%s %s is not a whole number of seconds (or give a duration string such as \"90m\")", src.name, clip(fl.s))}
 			}
 		default:
 			return 0, false, &Error{Class: WrongType, Field: src.field, Reason: fmt.Sprintf("%s must be a duration string such as \"90m\" or a whole number of seconds, not a JSON %s", src.name, fl.kind)}
 		}
 	}
-	d, why := parseTTL(fl.s)
+	text := fl.s
+	if fl.kind == "number" {
+		text, _, _ = strings.Cut(text, ".") // 3600.0: whole seconds
+	}
+	d, why := parseTTL(text)
 	if why != "" {
 		return 0, false, &Error{Class: BadTTL, Field: src.field, Reason: fmt.Sprintf("%s %s %s", src.name, strconv.Quote(clip(fl.s)), why)}
 	}
-	return d, true, nil
+	if d == 0 {
+		// 0 is no TTL of its own, as Cassandra's TTL 0 is no TTL: an
+		// event that said 0 keeps its tenant's, rather than vanish.
+		return 0, false, nil
+	}
+	// Cut to the millisecond, the cell timestamp's granularity: never
+	// lengthened (a request under a millisecond lives none).
+	return d.Truncate(time.Millisecond), true, nil
+}
+
+// wholeNumber reports whether a JSON number is a whole non-negative one
+// without an exponent: 3600, 3600.0.
+func wholeNumber(s string) bool {
+	whole, frac, _ := strings.Cut(s, ".")
+	return allDigits(whole) && strings.Trim(frac, "0") == ""
 }
 
 // ttlUnits are the units of tenants.yaml's durations (Go's, and days).
@@ -59,10 +79,13 @@ var ttlUnits = [...]struct {
 // a whole number of seconds (3600), without allocating: it runs on every
 // event. It agrees with duration.Parse on what both accept, but a value
 // too long for a Duration saturates at MaxRequestedTTL instead of failing,
-// and a negative one, or one finer than a millisecond, is refused. On
-// failure it returns what is wrong, for the reason.
+// and a negative one is refused. On failure it returns what is wrong, for
+// the reason.
 func parseTTL(s string) (time.Duration, string) {
 	const want = "is not a TTL: want a duration such as 90m, 2d or 1d12h, or a whole number of seconds"
+	if s != "" && s[0] == '+' {
+		s = s[1:]
+	}
 	switch {
 	case s == "":
 		return 0, "is empty: want a duration such as 90m, or a whole number of seconds"
@@ -72,7 +95,6 @@ func parseTTL(s string) (time.Duration, string) {
 		return saturate(s, time.Second), ""
 	}
 	var total time.Duration
-	saturated := false
 	for s != "" {
 		i := 0
 		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
@@ -106,11 +128,7 @@ func parseTTL(s string) (time.Duration, string) {
 		}
 		d := add(saturate(whole, unit), fraction(frac, unit))
 		total = add(total, d)
-		saturated = saturated || total == MaxRequestedTTL
 		s = s[j:]
-	}
-	if !saturated && total%time.Millisecond != 0 {
-		return 0, "is finer than a millisecond, the cell timestamp granularity"
 	}
 	return total, ""
 }

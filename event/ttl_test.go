@@ -35,7 +35,12 @@ func TestEventTTL(t *testing.T) {
 		{`,"ttl":"1500ms"`, 1500 * time.Millisecond, true},
 		{`,"ttl":3600`, time.Hour, true},
 		{`,"ttl":"3600"`, time.Hour, true},
-		{`,"ttl":0`, 0, true},
+		{`,"ttl":0`, 0, false}, // no TTL of its own, as Cassandra's 0
+		{`,"ttl":"0s"`, 0, false},
+		{`,"ttl":3600.0`, time.Hour, true},
+		{`,"ttl":"+1h"`, time.Hour, true},
+		{`,"ttl":"1ms999us"`, time.Millisecond, true}, // cut to the millisecond, never lengthened
+		{`,"ttl":"500us"`, 0, true},                   // asked for less than a millisecond: lives none
 		{`,"ttl":"\u0039\u0030m"`, 90 * time.Minute, true},
 		// Too long for a Duration: the longest, which max_ttl clamps.
 		{`,"ttl":99999999999999999999999`, MaxRequestedTTL, true},
@@ -76,7 +81,6 @@ func TestEventTTLInvalid(t *testing.T) {
 		{`,"meta":{"ttl":"-1h"}`, BadTTL, `meta.ttl "-1h" is negative`},
 		{`,"meta":{"ttl":"1h30"}`, BadTTL, `meta.ttl "1h30" is not a TTL`},
 		{`,"meta":{"ttl":"1.5"}`, BadTTL, `meta.ttl "1.5" is not a TTL`},
-		{`,"meta":{"ttl":"10us"}`, BadTTL, `meta.ttl "10us" is finer than a millisecond`},
 		{`,"meta":{"ttl":3600.5}`, BadTTL, `meta.ttl 3600.5 is not a whole number of seconds`},
 		{`,"meta":{"ttl":-60}`, BadTTL, `meta.ttl -60 is not a whole number of seconds`},
 		{`,"meta":{"ttl":1e3}`, BadTTL, `meta.ttl 1e3 is not a whole number of seconds`},
@@ -112,10 +116,11 @@ func TestEventTTLInvalid(t *testing.T) {
 // The TTL's source is checked at start-up like the other fields'.
 func TestCompileRefusesTTLSource(t *testing.T) {
 	for spec, want := range map[string]string{
-		"key":              `--ttl-from "key": it cannot come from the record key`,
-		"ttl":              `--ttl-from "ttl": want json:PATH, header:NAME or key`,
-		"json:tenant_id":   "--tenant-from and --ttl-from both read json:tenant_id",
-		"json:occurred_at": "--event-time-from and --ttl-from both read json:occurred_at",
+		"key":                `--ttl-from "key": it cannot come from the record key`,
+		"ttl":                `--ttl-from "ttl": want json:PATH, header:NAME or key`,
+		"json:tenant_id":     "--tenant-from and --ttl-from both read json:tenant_id",
+		"json:occurred_at":   "--event-time-from and --ttl-from both read json:occurred_at",
+		"header:cellttl.ttl": "headers named cellttl.* are cellttl's own",
 	} {
 		f := DefaultFields()
 		f.TTL = spec
@@ -136,7 +141,7 @@ func TestParseTTLAgreesWithTenantsYAML(t *testing.T) {
 			t.Errorf("%q: parseTTL %v (%s), duration.Parse %v (%v)", s, got, why, want, err)
 		}
 	}
-	for _, s := range []string{"1x", "h", "1hh", "1 h", "1h-1m", "+1h", "∞", "1e3s"} {
+	for _, s := range []string{"1x", "h", "1hh", "1 h", "1h-1m", "++1h", "∞", "1e3s", "-1h"} {
 		if _, why := parseTTL(s); why == "" {
 			t.Errorf("%q accepted", s)
 		}
@@ -152,7 +157,7 @@ func FuzzParseTTL(f *testing.F) {
 		if why != "" {
 			return
 		}
-		if got < 0 || (got != MaxRequestedTTL && got%time.Millisecond != 0) {
+		if got < 0 {
 			t.Fatalf("%q: %v", s, got)
 		}
 		if allDigits(s) || got == MaxRequestedTTL {

@@ -108,7 +108,7 @@ func (c Config) Validate() error {
 	if c.Fields.TTL != "" {
 		cells = 3
 	}
-	if c.FlushRows < 1 || c.FlushRows*cells > sink.MaxMutationsPerRequest {
+	if c.FlushRows < 1 || c.FlushRows > sink.MaxMutationsPerRequest/cells {
 		errs = append(errs, fmt.Errorf("--flush-rows %d: want 1..%d (each row writes up to %d cells, a request at most %d)", c.FlushRows, sink.MaxMutationsPerRequest/cells, cells, sink.MaxMutationsPerRequest))
 	}
 	if c.FlushBytes < 1 {

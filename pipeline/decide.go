@@ -63,17 +63,26 @@ func Decide(d *event.Decoder, cfg *tenants.Config, ledger *erasure.Ledger, msg *
 	rec := record(d.Mapping, msg)
 	ev, err := d.DecodeRecord(&rec)
 	if err != nil {
-		// An erased user's event whose time cannot be read: its letter
-		// would be a copy of the user's data. Erased by the record's time.
-		if ledger.Erased(ev.Tenant, ev.User, msg.Time.UnixMilli()) {
+		// An erased user's event whose time or own TTL cannot be read: its
+		// letter would be a copy of the user's data. Erased by its time
+		// when that was read (a TTL error), else by the record's.
+		at := msg.Time
+		if !ev.Base.IsZero() {
+			at = ev.Base
+		}
+		if ledger.Erased(ev.Tenant, ev.User, at.UnixMilli()) {
 			return Decision{Fate: Erased, Event: ev}
 		}
 		// The ids of an invalid event are not to be trusted: counted
-		// under no tenant.
+		// under no tenant. Those of an event whose own TTL cannot be read
+		// are valid, and its tenant's bounds bound its letter (see route).
 		dec := Decision{Fate: Rejected, Err: err, Class: string(event.NotJSON)}
 		var evErr *event.Error
 		if errors.As(err, &evErr) {
 			dec.Field, dec.Class = evErr.Field, string(evErr.Class)
+		}
+		if !ev.Base.IsZero() {
+			dec.Event = ev
 		}
 		return dec
 	}

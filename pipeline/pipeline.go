@@ -291,15 +291,29 @@ func (p *Pipeline) route(f *ingest.Fetched, now time.Time, cfg *tenants.Config, 
 		if !msg.Time.IsZero() && msg.Time.Before(now) {
 			from = msg.Time
 		}
+		keep := from.Add(p.untrustedTTL(cfg))
+		if !ev.Base.IsZero() {
+			// Its own TTL could not be read (its ids and time could): it
+			// may have asked for as little as its tenant's min_ttl.
+			b, _ := cfg.Policy.TenantBounds(ev.Tenant)
+			keep = earliest(keep, ev.Base.Add(b.Min))
+		}
 		p.deadLetter(b, dead, deadItem{dl: ingest.DeadLetter{Msg: *msg, Reason: dec.Err.Error(), Field: dec.Field, Cut: f.Cut, Undecodable: f.Undecodable,
-			Class: dec.Class, KeepUntil: from.Add(p.untrustedTTL(cfg))}, ack: f.Ack, tenant: ts, reason: dec.Class})
+			Class: dec.Class, KeepUntil: keep}, ack: f.Ack, tenant: ts, reason: dec.Class})
 		return
 	case UnlistedDeadLetter:
 		p.stats.Unlisted(ev.Tenant)
 		ts := p.stats.Tenant(OtherTenants)
 		ts.Consumed.Add(1)
+		keep := ev.Base.Add(p.unlistedTTL(cfg))
+		if ev.HasTTL {
+			// No longer than the TTL it asked for, within the unlisted
+			// tenants' bounds.
+			ttl, _ := cfg.Policy.EventTTL(ev.Tenant, ev.TTL)
+			keep = earliest(keep, ev.Base.Add(ttl))
+		}
 		p.deadLetter(b, dead, deadItem{dl: ingest.DeadLetter{Msg: *msg, Reason: dec.Err.Error(), Field: dec.Field,
-			Class: dec.Class, Tenant: ev.Tenant, KeepUntil: ev.Base.Add(p.unlistedTTL(cfg))}, ack: f.Ack, tenant: ts, reason: dec.Class})
+			Class: dec.Class, Tenant: ev.Tenant, KeepUntil: keep}, ack: f.Ack, tenant: ts, reason: dec.Class})
 		return
 	}
 	if !dec.Listed {
@@ -333,6 +347,13 @@ func (p *Pipeline) route(f *ingest.Fetched, now time.Time, cfg *tenants.Config, 
 		it.keep = bound // an unlisted tenant's letter keeps its payload the unlisted bound
 	}
 	b.add(cfg.Version, dec.Row, it)
+}
+
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // deadLetter hands d to the dead-letter loop.

@@ -6,6 +6,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/event"
 	"github.com/cellttl/cellttl/expiry"
 	"github.com/cellttl/cellttl/ingest"
@@ -134,4 +135,78 @@ func TestOwnTTLsCountedAndWritten(t *testing.T) {
 			t.Errorf("committed %d, want 5", src.committed())
 		}
 	})
+}
+
+// Regressions (review): a dead letter keeps its payload no longer than the
+// TTL its event asked for. An event whose own TTL cannot be read may have
+// asked for as little as its tenant's min_ttl; an unlisted tenant's event
+// (unlisted_tenants: dead-letter) no longer than its own TTL within the
+// unlisted bounds. And an erased user's event with an unreadable TTL is
+// erased by its own time, not the record's.
+func TestOwnTTLsBoundTheirDeadLetters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg, err := tenants.Parse([]byte("default_ttl: 2d\nunlisted_tenants: dead-letter\ntenants:\n  acme: {ttl: 1h, min_ttl: 10m, max_ttl: 3h}\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pc := DefaultConfig()
+		pc.Fields.TTL = "json:ttl"
+		if err := pc.Resolve(); err != nil {
+			t.Fatal(err)
+		}
+		at := time.Now().Add(-time.Minute).UTC().Truncate(time.Millisecond)
+		occurred := at.Format(time.RFC3339Nano)
+		src := newSource(
+			`{"event_id":"e-0","tenant_id":"acme","user_id":"u-1","occurred_at":"`+occurred+`","ttl":"soon"}`,
+			`{"event_id":"e-1","tenant_id":"newco","user_id":"u-1","occurred_at":"`+occurred+`","ttl":"30m"}`,
+			// u-9 erased up to before the record's time but after the
+			// event's: erased by the event's time.
+			`{"event_id":"e-2","tenant_id":"acme","user_id":"u-9","occurred_at":"`+occurred+`","ttl":"soon"}`,
+		)
+		pc.Erasures = func() *erasure.Ledger {
+			return erasure.NewLedger([]erasure.Record{{Tenant: "acme", User: "u-9", UpTo: at.Add(time.Second)}}, time.Now())
+		}
+		for i := range src.msgs {
+			src.msgs[i].Time = at.Add(time.Hour) // the record stamped later than the event
+		}
+		w, dlq := &fakeWriter{}, &fakeDLQ{}
+		stop, _ := start(t, pc, src, w, dlq, func() *tenants.Config { return cfg })
+		time.Sleep(time.Second)
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		keep := map[string]time.Time{}
+		for _, d := range dlq.got {
+			keep[d.Class] = d.KeepUntil
+		}
+		if len(dlq.got) != 2 {
+			t.Fatalf("dead letters %+v, want e-0's and e-1's (e-2's user is erased)", dlq.got)
+		}
+		if got, want := keep["invalid_ttl"], at.Add(10*time.Minute); !got.Equal(want) {
+			t.Errorf("unreadable TTL: payload kept until %s, want %s (the event's time + acme's min_ttl)", got, want)
+		}
+		if got, want := keep["unlisted_tenant"], at.Add(30*time.Minute); !got.Equal(want) {
+			t.Errorf("unlisted tenant asking 30m: payload kept until %s, want %s", got, want)
+		}
+		if src.committed() != 3 {
+			t.Errorf("committed %d, want 3", src.committed())
+		}
+	})
+}
+
+// Regression (review): --flush-rows times three cells must not wrap
+// around into a small number that passes.
+func TestFlushRowsBoundedWithOwnTTLs(t *testing.T) {
+	pc := DefaultConfig()
+	pc.Fields.TTL = "json:ttl"
+	for _, n := range []int{33_334, 6148914691236517206} {
+		pc.FlushRows = n
+		if err := pc.Resolve(); err == nil || !strings.Contains(err.Error(), "--flush-rows") {
+			t.Errorf("--flush-rows %d with --ttl-from: %v, want refused", n, err)
+		}
+	}
+	pc.FlushRows = 33_333
+	if err := pc.Resolve(); err != nil {
+		t.Errorf("--flush-rows 33333 with --ttl-from: %v", err)
+	}
 }

@@ -66,16 +66,20 @@ type Event struct {
 	// TTL is how long the event lives: Expiry - EventTime. TTLSource says
 	// where it came from: "event" when the event gave its own (--ttl-from;
 	// RequestedTTL is what it asked for, before its tenant's bounds
-	// clamped it), "tenant" otherwise.
+	// clamped it), "tenant" otherwise, "unknown" for a ttl cell that
+	// cannot be read.
 	TTL          time.Duration
 	TTLSource    string
 	RequestedTTL time.Duration
 }
 
-// Where an event's TTL came from.
+// Where an event's TTL came from. TTLUnknown: the row has a ttl cell that
+// cannot be read (its TTL, Expiry - EventTime, is still what the cell
+// lives).
 const (
 	TTLFromTenant = "tenant"
 	TTLFromEvent  = "event"
+	TTLUnknown    = "unknown"
 )
 
 // Filter is the read filter that hides expired cells at now: the event,
@@ -168,6 +172,8 @@ func (r *Reader) decode(row bigtable.Row, now time.Time) (Event, bool, error) {
 		case r.family + ":" + rowkey.ColumnTTL:
 			if _, requested, err := rowkey.ParseTTL(it.Value); err == nil {
 				ev.TTLSource, ev.RequestedTTL = TTLFromEvent, requested
+			} else {
+				ev.TTLSource = TTLUnknown
 			}
 		}
 	}

@@ -59,11 +59,15 @@ func PlanMigration(old, new *expiry.Policy, replicated bool) []Step {
 		retime = &Step{Retime: true, Why: "the strategy changes what a timestamp means, for every cell"}
 	case old.Strategy == expiry.DefaultExpiration && old.DefaultTTL != new.DefaultTTL:
 		// An unlisted tenant's cells sit at the event time whatever the
-		// default: only the listed tenants' (on either side) move.
-		retime = &Step{Retime: true, Tenants: listed(old, new), Why: "a listed tenant's timestamp is its TTL less default_ttl"}
+		// default, but not those of its events that gave their own TTL
+		// (--ttl-from): they sit at that TTL less default_ttl, like a
+		// listed tenant's. Every row is read; the others stay.
+		retime = &Step{Retime: true, Why: "a listed tenant's timestamp, and that of an event with its own TTL, is its TTL less default_ttl"}
 	case !samePolicy(old, new):
 		retime = &Step{Retime: true, Why: "TTLs change"}
-		if old.DefaultTTL == new.DefaultTTL {
+		// New default bounds move unlisted tenants' events with their own
+		// TTL, wherever they are: every row.
+		if old.DefaultTTL == new.DefaultTTL && old.DefaultBounds == new.DefaultBounds {
 			retime.Tenants = changedTenants(old, new)
 		}
 	}

@@ -29,11 +29,15 @@ func TestPlanMigrationOrder(t *testing.T) {
 		repl     bool
 		want     string
 	}{
-		{"raise", d2, d3, false, "[purge gc 3d retime [acme]]"},
-		{"lower", d3, d2, false, "[retime [acme] gc 2d]"},
+		// Every row: an unlisted tenant's event with its own TTL moves too.
+		{"raise", d2, d3, false, "[purge gc 3d retime all]"},
+		{"lower", d3, d2, false, "[retime all gc 2d]"},
 		{"to one-second", d2, one, false, "[retime all gc 1s]"},
 		{"from one-second", one, d2, false, "[purge gc 2d retime all]"},
-		{"raise by 200d, replicated", d2, policy(t, "default_ttl: 202d\ntenants:\n  acme: 1h\n"), true, "[purge gc 92d gc 182d gc 202d retime [acme]]"},
+		{"raise by 200d, replicated", d2, policy(t, "default_ttl: 202d\ntenants:\n  acme: 1h\n"), true, "[purge gc 92d gc 182d gc 202d retime all]"},
+		{"a tenant's TTL", d2, policy(t, "default_ttl: 2d\ntenants:\n  acme: 2h\n"), false, "[retime [acme]]"},
+		{"a tenant's bounds", d2, policy(t, "default_ttl: 2d\ntenants:\n  acme: {ttl: 1h, max_ttl: 3h}\n"), false, "[retime [acme]]"},
+		{"the unlisted tenants' bounds", d2, policy(t, "default_ttl: 2d\nmin_ttl: 1m\ntenants:\n  acme: {ttl: 1h, min_ttl: 0s}\n"), false, "[retime all]"},
 	} {
 		var got []string
 		for _, s := range PlanMigration(tc.old, tc.new, tc.repl) {
@@ -73,6 +77,11 @@ func TestPendingSteps(t *testing.T) {
 // before the earlier of its old and new expiry, and no event is readable
 // past the later by more than the migration lasts. The reader moves to the
 // new file when the GC rule changes (as the workers would, restarted).
+//
+// A quarter of the events gave their own TTL (2s: within every tenant's
+// bounds), the unlisted walk-in's too: their cells sit at that TTL less
+// default_ttl, so a new default_ttl moves them as it moves a listed
+// tenant's.
 func TestMigrationKeepsItsPromises(t *testing.T) {
 	dc, ac := testenv.Clients(t)
 	for _, tc := range []struct{ name, old, new string }{
@@ -101,13 +110,21 @@ func TestMigrationKeepsItsPromises(t *testing.T) {
 				tenant := []string{"acme", "globex", "walk-in"}[i%3]
 				base := now.Add(-time.Duration(i) * 100 * time.Millisecond).Truncate(time.Millisecond)
 				key := rowkey.Key(tenant, fmt.Sprintf("u%d", i), fmt.Sprintf("e%d", i), base.UnixMilli())
-				eo, en := old.Cell(tenant, base).Expiry, new.Cell(tenant, base).Expiry
+				co, cn := old.Cell(tenant, base), new.Cell(tenant, base)
+				var own sink.TTL
+				if i%4 == 0 {
+					to, _ := old.EventTTL(tenant, 2*time.Second)
+					tn, _ := new.EventTTL(tenant, 2*time.Second)
+					co, cn = old.CellTTL(to, base), new.CellTTL(tn, base)
+					own = sink.TTL{Effective: to, Requested: 2 * time.Second, Own: true}
+				}
+				eo, en := co.Expiry, cn.Expiry
 				lo, hi := eo, en
 				if en.Before(eo) {
 					lo, hi = en, eo
 				}
 				evs = append(evs, ev{key, tenant, lo, hi})
-				rows = append(rows, sink.Row{Key: key, Timestamp: old.Cell(tenant, base).Timestamp, Value: []byte("{}"), WrittenAt: true})
+				rows = append(rows, sink.Row{Key: key, Timestamp: co.Timestamp, Value: []byte("{}"), WrittenAt: true, TTL: own})
 			}
 			if _, err := w.Write(ctx, rows); err != nil {
 				t.Fatal(err)

@@ -73,7 +73,7 @@ func ParseTTL(v []byte) (effective, requested time.Duration, err error) {
 // millis is ms milliseconds, saturating where a Duration ends.
 func millis(ms int64) time.Duration {
 	if ms > math.MaxInt64/int64(time.Millisecond) {
-		return math.MaxInt64
+		return time.Duration(math.MaxInt64/int64(time.Millisecond)) * time.Millisecond
 	}
 	return time.Duration(ms) * time.Millisecond
 }

@@ -243,5 +243,6 @@ func (p Plan) SafeAtRuntime() bool { return !p.GCRuleChange }
 // Empty reports whether the edit changes nothing the worker computes.
 func (p Plan) Empty() bool {
 	return len(p.Tenants) == 0 && !p.GCRuleChange && p.Old.Strategy == p.New.Strategy &&
-		p.Old.DefaultTTL == p.New.DefaultTTL && p.Old.RecordRealTimestamp == p.New.RecordRealTimestamp
+		p.Old.DefaultTTL == p.New.DefaultTTL && p.Old.RecordRealTimestamp == p.New.RecordRealTimestamp &&
+		p.Old.DefaultBounds == p.New.DefaultBounds
 }

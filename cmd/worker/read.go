@@ -161,7 +161,7 @@ func ttlText(ev reader.Event) string {
 
 // formatRequested writes a requested TTL, which may be absurdly long.
 func formatRequested(d time.Duration) string {
-	if d >= event.MaxRequestedTTL/time.Millisecond*time.Millisecond {
+	if d >= event.MaxRequestedTTL {
 		return "more than 292 years"
 	}
 	return duration.Format(d)
