@@ -114,3 +114,28 @@ func TestCompareBounds(t *testing.T) {
 		t.Errorf("JSON %s read back as %+v, %v", b, back, err)
 	}
 }
+
+// A running worker's reloader refuses bounds that contradict a TTL and
+// keeps the last good file; a bounds edit that holds is applied, and its
+// log says it.
+func TestReloadBounds(t *testing.T) {
+	r, path, logs := newReloader(t, base)
+	good := r.Current()
+	write(t, path, strings.Replace(base, "acme: 1h", "acme: {ttl: 1h, max_ttl: 30m}", 1))
+	if r.Reload() || r.Current() != good {
+		t.Fatal("contradictory bounds applied")
+	}
+	if s := r.Status(); s.LastOK || !strings.Contains(s.LastError, "tenants.acme: TTL 1h is longer than max_ttl 30m") {
+		t.Errorf("status %+v", s)
+	}
+	write(t, path, strings.Replace(base, "acme: 1h", "acme: {ttl: 1h, max_ttl: 3h}", 1))
+	if !r.Reload() {
+		t.Fatalf("bounds edit refused: %+v", r.Status())
+	}
+	if b, _ := r.Current().Policy.TenantBounds("acme"); b.Max != 3*time.Hour {
+		t.Errorf("acme's bounds after the reload: %+v", b)
+	}
+	if !strings.Contains(logs.String(), "own TTLs 0s..1h→0s..3h") {
+		t.Errorf("reload log does not name the bounds change:\n%s", logs)
+	}
+}
