@@ -129,6 +129,9 @@ func (s *Stats) Each(f func(tenant string, t *TenantStats)) {
 // Totals sums every tenant's counters.
 type Totals struct {
 	Consumed, Written, Expired, DeadLettered, Clamped, Erased int64
+	// TTLClamped: events whose own TTL was clamped to their tenant's
+	// bounds (either bound).
+	TTLClamped int64
 }
 
 // Totals returns the sums over all tenants.
@@ -141,6 +144,7 @@ func (s *Stats) Totals() Totals {
 		t.DeadLettered += ts.DeadLettered.Load()
 		t.Clamped += ts.Clamped.Load()
 		t.Erased += ts.Erased.Load()
+		t.TTLClamped += ts.TTLClampedMin.Load() + ts.TTLClampedMax.Load()
 	})
 	return t
 }

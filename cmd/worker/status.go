@@ -58,6 +58,9 @@ type eventCounts struct {
 	// Erased: skipped because the erasure ledger covers the event's user
 	// and time (worker forget).
 	Erased int64 `json:"erased"`
+	// TTLClamped: events whose own TTL (--ttl-from) was clamped to their
+	// tenant's min_ttl or max_ttl.
+	TTLClamped int64 `json:"ttl_clamped"`
 }
 
 // deadLetterTopic is a dead-letter topic's retention as last checked.
@@ -160,7 +163,8 @@ func (s *statusSource) status(q url.Values) any {
 		events := map[string]tenantCounts{}
 		stats.Each(func(id string, t *pipeline.TenantStats) {
 			events[id] = tenantCounts{TTL: duration.Format(cfg.Policy.TTL(id)), eventCounts: eventCounts{Consumed: t.Consumed.Load(),
-				Written: t.Written.Load(), Expired: t.Expired.Load(), DeadLettered: t.DeadLettered.Load(), Clamped: t.Clamped.Load(), Erased: t.Erased.Load()}}
+				Written: t.Written.Load(), Expired: t.Expired.Load(), DeadLettered: t.DeadLettered.Load(), Clamped: t.Clamped.Load(), Erased: t.Erased.Load(),
+				TTLClamped: t.TTLClampedMin.Load() + t.TTLClampedMax.Load()}}
 		})
 		p.Events = events
 	}
