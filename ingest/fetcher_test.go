@@ -17,6 +17,9 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
+	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/cellttl/cellttl/internal/inproc"
 	"github.com/cellttl/cellttl/internal/testenv"
@@ -26,15 +29,53 @@ var quiet = slog.New(slog.DiscardHandler)
 
 func newTestConsumer(t *testing.T, cfg ConsumerConfig) *Consumer {
 	t.Helper()
+	return newMeteredConsumer(t, cfg, nil)
+}
+
+// newMeteredConsumer is newTestConsumer counting into mp.
+func newMeteredConsumer(t *testing.T, cfg ConsumerConfig, mp metric.MeterProvider) *Consumer {
+	t.Helper()
 	if cfg.SessionTimeout == 0 {
 		cfg.SessionTimeout = 6 * time.Second
 	}
-	c, err := NewConsumer(cfg, nil, quiet)
+	c, err := NewConsumer(cfg, mp, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// counted is the value of the package's counter name as reader collects
+// it. The counter must be a single series without attributes: it counts for
+// the whole consumer (partitions and causes are in the log lines), and a
+// series per partition or cause would be a change of what dashboards read.
+func counted(t *testing.T, reader *sdkmetric.ManualReader, name string) int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	for _, sm := range rm.ScopeMetrics {
+		if sm.Scope.Name != scope {
+			continue
+		}
+		for _, m := range sm.Metrics {
+			if m.Name != name {
+				continue
+			}
+			sum, ok := m.Data.(metricdata.Sum[int64])
+			if !ok || !sum.IsMonotonic || sum.Temporality != metricdata.CumulativeTemporality {
+				t.Fatalf("%s is %T %+v, want a cumulative monotonic int64 sum", name, m.Data, m.Data)
+			}
+			if len(sum.DataPoints) != 1 || sum.DataPoints[0].Attributes.Len() != 0 {
+				t.Fatalf("%s has data points %+v, want one without attributes", name, sum.DataPoints)
+			}
+			return sum.DataPoints[0].Value
+		}
+	}
+	t.Fatalf("no %s in scope %s: %+v", name, scope, rm.ScopeMetrics)
+	return 0
 }
 
 func values(n, size int) [][]byte {
@@ -396,7 +437,9 @@ func TestCompressedBatchLargerThanTheBudget(t *testing.T) {
 	write("p0-after", 5, 100)     // offsets 67-71
 	write("p1", 50, 100)          // partition 1
 	const budget = 1 << 20
-	c := newTestConsumer(t, ConsumerConfig{Brokers: brokers, Topic: topic, Group: testenv.Name("group"), MaxInflightBytes: budget})
+	reader := sdkmetric.NewManualReader()
+	c := newMeteredConsumer(t, ConsumerConfig{Brokers: brokers, Topic: topic, Group: testenv.Name("group"), MaxInflightBytes: budget},
+		sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	allocated := ms.TotalAlloc
@@ -436,6 +479,14 @@ func TestCompressedBatchLargerThanTheBudget(t *testing.T) {
 		t.Errorf("undecodable %+v", undecodable)
 	}
 	t.Logf("%v; %s", got, undecodable.Reason)
+	// The batch is counted once, as undecodable and not as a failure to
+	// read: the partition went on past it, nothing was retried.
+	if n := counted(t, reader, "cellttl.kafka.undecodable_batches"); n != 1 {
+		t.Errorf("cellttl.kafka.undecodable_batches %d, want 1", n)
+	}
+	if n := counted(t, reader, "cellttl.kafka.fetch_errors"); n != 0 {
+		t.Errorf("cellttl.kafka.fetch_errors %d, want 0", n)
+	}
 	runtime.ReadMemStats(&ms)
 	if a := ms.TotalAlloc - allocated; a > 48<<20 {
 		t.Errorf("%d MiB allocated for a 16 MiB batch under a 1 MiB budget", a>>20)
@@ -753,9 +804,11 @@ func TestOffsetLookupFailuresAreLoud(t *testing.T) {
 	lf := &lookupFault{}
 	lf.set(map[int32]bool{1: true}, nil)
 	logs := &countingHandler{msg: "kafka partition cannot be read; retrying it with backoff"}
+	reader := sdkmetric.NewManualReader()
 	// A stall timeout of ten long polls: an idle partition is never near it.
 	c, err := NewConsumer(ConsumerConfig{Brokers: brokers, Topic: topic, Group: group, SessionTimeout: 6 * time.Second, StallTimeout: 5 * time.Second,
-		wrap: func(rt kafka.RoundTripper) kafka.RoundTripper { lf.RoundTripper = rt; return lf }}, nil, slog.New(logs))
+		wrap: func(rt kafka.RoundTripper) kafka.RoundTripper { lf.RoundTripper = rt; return lf }},
+		sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), slog.New(logs))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -768,6 +821,12 @@ func TestOffsetLookupFailuresAreLoud(t *testing.T) {
 	time.Sleep(3 * time.Second) // retries, with backoff to 5 s
 	if n := logs.n.Load(); n != 1 {
 		t.Errorf("%d log lines for one lasting cause, want 1 (rate-limited)", n)
+	}
+	// Every retry is counted, though one is logged: the stall timeout and
+	// the sleep hold at least 8 s of failures, and a backoff from 100 ms
+	// growing by half fails at least 5 times in them, even jittered long.
+	if n := counted(t, reader, "cellttl.kafka.fetch_errors"); n < 5 {
+		t.Errorf("cellttl.kafka.fetch_errors %d after 8 s of failing lookups, want every retry counted", n)
 	}
 	for _, p := range c.Status().Partitions {
 		if p.Partition == 0 && p.Stalled != "" {
