@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -197,6 +198,70 @@ func TestDeadLetterTopicsThatKeepForeverAreRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// A dead-letter topic the worker creates carries its own cleanup.policy and
+// retention.ms, set on the topic rather than inherited: the broker's defaults
+// (7 days, or compaction on some managed clusters) are what a letter must
+// not be kept by. Read back from the broker: the base topic with
+// --dlq-retention, each class with its own, segments a twelfth of it.
+func TestDeadLetterTopicsCreatedWithTheirRetention(t *testing.T) {
+	e := newEnv(t, tenantsYAML)
+	if out, err := e.cmd(t, "setup"); err != nil {
+		t.Fatalf("setup: %v\n%s", err, out)
+	}
+	dlq := e.topic + ".made"
+	stop, logs := e.startWorker(t, "--dlq-topic", dlq, "--dlq-retention", "45m", "--dlq-classes", "12s,2h")
+	want := map[string]string{dlq: "2700000", ingest.ClassTopic(dlq, 12*time.Second): "12000", ingest.ClassTopic(dlq, 2*time.Hour): "7200000"}
+	testenv.Eventually(t, 20*time.Second, func() (bool, string) {
+		for topic := range want {
+			if !strings.Contains(logs.String(), `msg="dead-letter topic ready" topic=`+topic+" created=true") {
+				return false, "the worker has not created " + topic
+			}
+		}
+		return true, ""
+	})
+	for topic, retention := range want {
+		ms, _ := strconv.ParseInt(retention, 10, 64)
+		segment := strconv.FormatInt(max(ms/12, 1000), 10)
+		got := topicConfigs(t, e.brokers, topic)
+		for name, value := range map[string]string{"cleanup.policy": "delete", "retention.ms": retention, "segment.ms": segment} {
+			if c, ok := got[name]; !ok || c.ConfigValue != value || c.ConfigSource != configSourceTopic {
+				t.Errorf("%s: %s = %q (source %d), want %q set on the topic (source %d)", topic, name, c.ConfigValue, c.ConfigSource, value, configSourceTopic)
+			}
+		}
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// configSourceTopic is DescribeConfigs' DYNAMIC_TOPIC_CONFIG: a setting of
+// the topic itself, not the broker's default.
+const configSourceTopic = 1
+
+// topicConfigs reads a topic's configs from the broker, by name.
+func topicConfigs(t *testing.T, brokers []string, topic string) map[string]kafka.DescribeConfigResponseConfigEntry {
+	t.Helper()
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	c := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: tr, Timeout: 10 * time.Second}
+	res, err := c.DescribeConfigs(context.Background(), &kafka.DescribeConfigsRequest{Resources: []kafka.DescribeConfigRequestResource{{
+		ResourceType: kafka.ResourceTypeTopic, ResourceName: topic, ConfigNames: []string{"cleanup.policy", "retention.ms", "segment.ms"}}}})
+	if err == nil && len(res.Resources) != 1 {
+		err = fmt.Errorf("%d resources in the answer", len(res.Resources))
+	}
+	if err == nil {
+		err = res.Resources[0].Error
+	}
+	if err != nil {
+		t.Fatalf("configs of %s: %v", topic, err)
+	}
+	out := map[string]kafka.DescribeConfigResponseConfigEntry{}
+	for _, e := range res.Resources[0].ConfigEntries {
+		out[e.ConfigName] = e
+	}
+	return out
 }
 
 // alterTopic replaces a topic's configs.

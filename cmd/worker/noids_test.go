@@ -17,6 +17,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/rowkey"
@@ -27,8 +28,9 @@ import (
 // Logs, spans, errors and checkpoints outlive every TTL, so the retention
 // commands name a row by its tenant and a hash, never by the user or event
 // ids it holds: every log line (at debug), span, error and checkpoint of a
-// retime that fails on a row and is resumed, a forget and an audit is
-// searched for the test's ids.
+// retime that fails on a row and is resumed, a forget, an audit, a
+// migration that fails on a row and is resumed, and a redrive interrupted,
+// refused a row and run again is searched for the test's ids.
 func TestRetentionCommandsNameNoIDs(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
@@ -74,7 +76,7 @@ func TestRetentionCommandsNameNoIDs(t *testing.T) {
 		if err != nil {
 			said = append(said, err.Error())
 		}
-		if name == "audit" {
+		if name == "audit" || name == "migrate" || name == "redrive" {
 			said = append(said, out.String()) // a scheduled job's output is a log
 		}
 		return err
@@ -108,6 +110,94 @@ func TestRetentionCommandsNameNoIDs(t *testing.T) {
 	}
 	_ = cmd("audit", "--tenant", "acme")
 	_ = cmd("audit", "--format", "json")
+
+	// A migration (default_ttl 2d to 3d re-times acme's rows) stopped on a
+	// refused row, then resumed from its checkpoint.
+	old := filepath.Join(t.TempDir(), "old.yaml")
+	if err := os.WriteFile(old, []byte("default_ttl: 2d\ntenants:\n  acme: 1h\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.writeTenants(t, "default_ttl: 3d\ntenants:\n  acme: 1h\n")
+	calls.Store(0)
+	proxy.SetFault(func(*btpb.MutateRowsRequest) testenv.MutateRowsFault {
+		if calls.Add(1) < 2 {
+			return testenv.MutateRowsFault{}
+		}
+		return testenv.MutateRowsFault{Entry: func([]byte) codes.Code { return codes.InvalidArgument }}
+	})
+	mcp := filepath.Join(t.TempDir(), "migrate.checkpoint")
+	if err := cmd("migrate", "--against", old, "--yes", "--checkpoint", mcp); err == nil || !strings.Contains(err.Error(), "of tenant acme") {
+		t.Fatalf("migrate with a refused row: %v", err)
+	}
+	proxy.SetFault(nil)
+	data, err = os.ReadFile(mcp)
+	if err != nil || !strings.Contains(string(data), `"acme#`) {
+		t.Fatalf("checkpoint of the failed migration (%v): %s; want a position in acme's rows", err, data)
+	}
+	said = append(said, string(data))
+	if err := cmd("migrate", "--against", old, "--yes", "--checkpoint", mcp, "--resume"); err != nil {
+		t.Fatalf("resumed migration: %v\n%s", err, logs.String())
+	}
+
+	// Dead letters of an unlisted tenant, re-driven once it is listed: a
+	// run interrupted while it writes, one that has a row refused and
+	// records a checkpoint, and one that writes.
+	const unlisted = "default_ttl: 3d\nunlisted_tenants: dead-letter\ntenants:\n  acme: 1h\n"
+	e.writeTenants(t, unlisted)
+	stop, _ := e.startWorker(t)
+	var letters [][]byte
+	for i := range 3 {
+		letters = append(letters, click{EventID: fmt.Sprintf("secret-event-r%d", i), TenantID: "newco", UserID: "secret-user-r"}.bytes())
+	}
+	testenv.Produce(t, e.brokers, e.topic, letters...)
+	e.waitCommitted(t, 30*time.Second)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	e.writeTenants(t, unlisted+"  newco: 1h\n")
+	brokers := []string{"--brokers", strings.Join(e.brokers, ","), "--topic", e.topic}
+	if err := cmd("redrive", brokers...); err != nil {
+		t.Fatalf("redrive, dry run: %v", err)
+	}
+	rcp := filepath.Join(t.TempDir(), "redrive.checkpoint")
+	// The writer retries a refused write until its context ends: the run
+	// is interrupted there.
+	ctx, cancel := context.WithCancel(context.Background())
+	proxy.SetFault(func(*btpb.MutateRowsRequest) testenv.MutateRowsFault {
+		cancel()
+		return testenv.MutateRowsFault{Refuse: status.Error(codes.Unavailable, "refused by the test proxy")}
+	})
+	var out bytes.Buffer
+	err = run(ctx, e.args("redrive", append(brokers, "--apply", "--checkpoint", rcp, "--log-level", "debug")...), &out, &logs)
+	if err == nil {
+		t.Fatal("redrive interrupted while writing: no error")
+	}
+	said = append(said, err.Error(), out.String())
+	// A row is refused only when others of its request are written: all
+	// refused is an outage, retried.
+	proxy.SetFault(func(*btpb.MutateRowsRequest) testenv.MutateRowsFault {
+		return testenv.MutateRowsFault{Entry: func(key []byte) codes.Code {
+			if bytes.HasSuffix(key, []byte("secret-event-r0")) {
+				return codes.InvalidArgument
+			}
+			return codes.OK
+		}}
+	})
+	if err := cmd("redrive", append(brokers, "--apply", "--checkpoint", rcp)...); err != nil || !strings.Contains(logs.String(), "bigtable_refused:1") {
+		t.Fatalf("redrive with a row refused: %v\n%s", err, logs.String())
+	}
+	proxy.SetFault(nil)
+	data, err = os.ReadFile(rcp)
+	if err != nil || !strings.Contains(string(data), `"next"`) {
+		t.Fatalf("checkpoint of the redrive (%v): %s", err, data)
+	}
+	said = append(said, string(data))
+	if err := cmd("redrive", append(brokers, "--apply")...); err != nil {
+		t.Fatalf("redrive: %v", err)
+	}
+	if n := len(e.rows(t)); n == 0 {
+		t.Fatal("nothing written")
+	}
 	for _, s := range rec.Ended() {
 		said = append(said, s.Name(), s.Status().Description)
 		for _, a := range s.Attributes() {
@@ -121,7 +211,7 @@ func TestRetentionCommandsNameNoIDs(t *testing.T) {
 		}
 	}
 	said = append(said, strings.Split(logs.String(), "\n")...)
-	if len(rec.Ended()) == 0 || !strings.Contains(logs.String(), "msg=forget") {
+	if len(rec.Ended()) == 0 || !strings.Contains(logs.String(), "msg=forget") || !strings.Contains(logs.String(), `msg="migration step done"`) || !strings.Contains(logs.String(), "msg=redrive") {
 		t.Fatalf("nothing to search: %d spans, logs:\n%s", len(rec.Ended()), logs.String())
 	}
 	for _, s := range said {

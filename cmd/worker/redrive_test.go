@@ -1,13 +1,27 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
+	"github.com/segmentio/kafka-go"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/internal/testenv"
+	"github.com/cellttl/cellttl/redrive"
 )
 
 // A tenant added to tenants.yaml after its events were dead-lettered
@@ -91,5 +105,221 @@ func testRedrive(t *testing.T, unlistedBound string) {
 	// A checkpoint belongs to its selection: other filters, another file.
 	if out, err := e.cmd(t, "redrive", append(brokers, "--apply", "--checkpoint", cp, "--reason", "not_json")...); err == nil || !strings.Contains(err.Error(), "written for other letters") {
 		t.Fatalf("apply with the checkpoint of another selection: %v\n%s", err, out)
+	}
+}
+
+// redriveLetters is a dead-letter topic of two partitions holding the
+// letters of newco (unlisted when they were processed), ten of them recent
+// and two two hours old, and two malformed events; newco is then listed
+// with a 1-hour TTL, so the old ones have expired. It returns the letters
+// as the broker holds them, and the flags redrive needs.
+func redriveLetters(t *testing.T) (*env, *testenv.BigtableProxy, []kafka.Message, []string) {
+	proxy := testenv.StartBigtableProxy(t, testenv.Bigtable(t))
+	t.Setenv("BIGTABLE_EMULATOR_HOST", proxy.Addr)
+	const before = "default_ttl: 2d\nunlisted_tenants: dead-letter\nrecord_real_timestamp: true\ntenants:\n  acme: 1h\n"
+	e := newEnv(t, before)
+	if out, err := e.cmd(t, "setup"); err != nil {
+		t.Fatalf("setup: %v\n%s", err, out)
+	}
+	dlq := e.topic + ".letters"
+	testenv.CreateTopicWith(t, e.brokers, dlq, 2, testenv.DeadLetterConfigs)
+	flags := []string{"--brokers", strings.Join(e.brokers, ","), "--topic", e.topic, "--dlq-topic", dlq}
+	stop, _ := e.startWorker(t, "--dlq-topic", dlq)
+	var values [][]byte
+	for i := range 12 {
+		at, id := time.Now().Add(-10*time.Minute), fmt.Sprintf("fresh-%d", i)
+		if i >= 10 {
+			at, id = time.Now().Add(-2*time.Hour), fmt.Sprintf("old-%d", i)
+		}
+		values = append(values, click{EventID: id, TenantID: "newco", UserID: "u", OccurredAt: at.Format(time.RFC3339Nano)}.bytes())
+	}
+	values = append(values, []byte("not json"), []byte("not json either"))
+	testenv.Produce(t, e.brokers, e.topic, values...)
+	e.waitCommitted(t, 30*time.Second)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	letters := testenv.ReadToEnd(t, e.brokers, dlq)
+	fresh := map[int]int{}
+	for _, m := range letters {
+		if strings.Contains(string(m.Value), "fresh-") {
+			fresh[m.Partition]++
+		}
+	}
+	if len(letters) != len(values) || fresh[0] == 0 || fresh[1] == 0 {
+		t.Fatalf("%d letters, recent ones by partition %v; want %d, in both partitions", len(letters), fresh, len(values))
+	}
+	e.writeTenants(t, strings.Replace(before, "acme: 1h\n", "acme: 1h\n  newco: 1h\n", 1))
+	return e, proxy, letters, flags
+}
+
+// expectRedrive is the report of a redrive of letters: what each becomes
+// under newco's 1-hour TTL.
+func expectRedrive(letters []kafka.Message) redrive.Report {
+	rep := redrive.Report{ByReason: map[string]map[string]int64{}, Outcomes: map[string]int64{}}
+	for _, m := range letters {
+		reason, outcome := "unlisted_tenant", redrive.Written
+		switch {
+		case strings.HasPrefix(string(m.Value), "not json"):
+			reason, outcome = "not_json", redrive.StillRejected
+		case strings.Contains(string(m.Value), "old-"):
+			outcome = redrive.Expired
+		}
+		rep.Letters++
+		if rep.ByReason[reason] == nil {
+			rep.ByReason[reason] = map[string]int64{}
+		}
+		rep.ByReason[reason][outcome]++
+		rep.Outcomes[outcome]++
+	}
+	return rep
+}
+
+// redriveJSON runs worker redrive with --format json and returns its report.
+func redriveJSON(ctx context.Context, t *testing.T, e *env, args ...string) (redrive.Report, error) {
+	t.Helper()
+	var out, logs bytes.Buffer
+	err := run(ctx, e.args("redrive", append(args, "--format", "json")...), &out, &logs)
+	var rep redrive.Report
+	if out.Len() > 0 {
+		if jerr := json.Unmarshal(out.Bytes(), &rep); jerr != nil {
+			t.Fatalf("redrive %v: %v\n%s", args, jerr, out.String())
+		}
+	}
+	return rep, err
+}
+
+// newcoRows are the event ids of newco's rows in the table.
+func newcoRows(t *testing.T, e *env) []string {
+	t.Helper()
+	var ids []string
+	for key, r := range e.rows(t) {
+		ev := cellsOf(r)["event"]
+		if !strings.HasPrefix(key, "newco#") || len(ev) != 1 {
+			t.Fatalf("row %s: %d event cells, want one of newco's", key, len(ev))
+		}
+		var c click
+		if err := json.Unmarshal(ev[0].Value, &c); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, c.EventID)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// freshIDs are the event ids of the letters that redrive writes.
+func freshIDs(letters []kafka.Message) []string {
+	var ids []string
+	for _, m := range letters {
+		var c click
+		if json.Unmarshal(m.Value, &c) == nil && strings.HasPrefix(c.EventID, "fresh-") {
+			ids = append(ids, c.EventID)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// worker redrive reads the letters it is told to: a partition, an offset
+// range ([from, to)), the reasons named; letters whose event has expired
+// since are counted and never written, whatever the selection.
+func TestRedriveSelection(t *testing.T) {
+	e, _, letters, flags := redriveLetters(t)
+	where := func(keep func(m kafka.Message) bool) []kafka.Message {
+		var out []kafka.Message
+		for _, m := range letters {
+			if keep(m) {
+				out = append(out, m)
+			}
+		}
+		return out
+	}
+	for _, tt := range []struct {
+		args []string
+		want []kafka.Message
+	}{
+		{nil, letters},
+		{[]string{"--partition", "1"}, where(func(m kafka.Message) bool { return m.Partition == 1 })},
+		{[]string{"--partition", "0", "--from-offset", "2"}, where(func(m kafka.Message) bool { return m.Partition == 0 && m.Offset >= 2 })},
+		{[]string{"--from-offset", "1", "--to-offset", "4"}, where(func(m kafka.Message) bool { return m.Offset >= 1 && m.Offset < 4 })},
+		{[]string{"--reason", "not_json"}, where(func(m kafka.Message) bool { return strings.HasPrefix(string(m.Value), "not json") })},
+		{[]string{"--reason", "unlisted_tenant", "--partition", "1", "--to-offset", "3"},
+			where(func(m kafka.Message) bool {
+				return !strings.HasPrefix(string(m.Value), "not json") && m.Partition == 1 && m.Offset < 3
+			})},
+	} {
+		if len(tt.args) > 0 && (len(tt.want) == 0 || len(tt.want) == len(letters)) {
+			t.Fatalf("redrive %v: the letters' layout makes it select %d of %d", tt.args, len(tt.want), len(letters))
+		}
+		rep, err := redriveJSON(context.Background(), t, e, append(flags, tt.args...)...)
+		if want := expectRedrive(tt.want); err != nil || !reflect.DeepEqual(rep, want) {
+			t.Errorf("redrive %v: %v\n got %+v\nwant %+v", tt.args, err, rep, want)
+		}
+	}
+	if ids := newcoRows(t, e); len(ids) != 0 {
+		t.Fatalf("dry runs wrote %v", ids)
+	}
+
+	// Applied to a range, it writes the range's recent events only.
+	part := where(func(m kafka.Message) bool { return m.Partition == 1 && m.Offset >= 1 && m.Offset < 5 })
+	if _, err := redriveJSON(context.Background(), t, e, append(flags, "--apply", "--partition", "1", "--from-offset", "1", "--to-offset", "5")...); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := newcoRows(t, e), freshIDs(part); !slices.Equal(got, want) {
+		t.Errorf("rows after a redrive of partition 1 [1, 5): %v, want %v", got, want)
+	}
+	// Applied to everything: every recent event, none of the expired.
+	rep, err := redriveJSON(context.Background(), t, e, append(flags, "--apply")...)
+	if want := expectRedrive(letters); err != nil || rep.Outcomes[redrive.Expired] != 2 || rep.Outcomes[redrive.Written] != want.Outcomes[redrive.Written] {
+		t.Errorf("redrive --apply: %v: %+v, want %+v", err, rep, want)
+	}
+	if got, want := newcoRows(t, e), freshIDs(letters); !slices.Equal(got, want) {
+		t.Errorf("rows after a redrive of everything: %v, want %v", got, want)
+	}
+}
+
+// A redrive interrupted mid-way (its context ends while it writes the
+// second partition's letters) leaves a checkpoint at the end of the first;
+// run again with it, it reads the second partition only, and the table
+// ends with every recent event once.
+func TestRedriveResumesAfterInterruption(t *testing.T) {
+	e, proxy, letters, flags := redriveLetters(t)
+	cp := filepath.Join(t.TempDir(), "redrive.checkpoint")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var calls atomic.Int64
+	proxy.SetFault(func(*btpb.MutateRowsRequest) testenv.MutateRowsFault {
+		if calls.Add(1) < 2 {
+			return testenv.MutateRowsFault{}
+		}
+		cancel()
+		return testenv.MutateRowsFault{Refuse: status.Error(codes.Unavailable, "interrupted by the test")}
+	})
+	if _, err := redriveJSON(ctx, t, e, append(flags, "--apply", "--checkpoint", cp)...); err == nil {
+		t.Fatal("redrive interrupted mid-way: no error")
+	}
+	proxy.SetFault(nil)
+	byPart := map[int][]kafka.Message{}
+	for _, m := range letters {
+		byPart[m.Partition] = append(byPart[m.Partition], m)
+	}
+	data, err := os.ReadFile(cp)
+	var saved struct{ Next map[string]int64 }
+	if err == nil {
+		err = json.Unmarshal(data, &saved)
+	}
+	if first := e.topic + ".letters/0"; err != nil || len(saved.Next) != 1 || saved.Next[first] != int64(len(byPart[0])) {
+		t.Fatalf("checkpoint of the interrupted run (%v): %s; want %s at %d", err, data, first, len(byPart[0]))
+	}
+	if got, want := newcoRows(t, e), freshIDs(byPart[0]); !slices.Equal(got, want) {
+		t.Fatalf("rows after the interrupted run: %v, want partition 0's %v", got, want)
+	}
+	rep, err := redriveJSON(context.Background(), t, e, append(flags, "--apply", "--checkpoint", cp)...)
+	if want := expectRedrive(byPart[1]); err != nil || !reflect.DeepEqual(rep, redrive.Report{Letters: want.Letters, ByReason: want.ByReason, Outcomes: want.Outcomes, Applied: true}) {
+		t.Errorf("resumed: %v\n got %+v\nwant partition 1's %+v", err, rep, want)
+	}
+	if got, want := newcoRows(t, e), freshIDs(letters); !slices.Equal(got, want) {
+		t.Errorf("rows after the resumed run: %v, want %v", got, want)
 	}
 }
