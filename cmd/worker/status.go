@@ -96,8 +96,9 @@ type statusPage struct {
 	// Unlisted counts events of tenants the file does not list, and names
 	// the most frequent (a misspelt id shows here first).
 	Unlisted struct {
-		Events int64                    `json:"total"`
-		Top    []pipeline.UnlistedCount `json:"top"`
+		Events int64 `json:"total"`
+		// Top is on the page with ?tenants=true only: they are tenant ids.
+		Top []pipeline.UnlistedCount `json:"top,omitempty"`
 	} `json:"unlisted"`
 	// DeadLetterTopics says how long each dead-letter topic keeps a letter.
 	DeadLetterTopics []deadLetterTopic `json:"dead_letter_topics"`
@@ -145,7 +146,11 @@ func (s *statusSource) status(q url.Values) any {
 	}
 	stats := w.pipeline.Stats()
 	p.Totals = eventCounts(stats.Totals())
-	p.Unlisted.Events, p.Unlisted.Top = stats.UnlistedTotal(), stats.TopUnlisted(10)
+	p.Unlisted.Events = stats.UnlistedTotal()
+	if full {
+		// Tenant ids, as the tenants' own rows: on the full page only.
+		p.Unlisted.Top = stats.TopUnlisted(10)
+	}
 	for _, r := range w.dlq.Topics() {
 		t := deadLetterTopic{Topic: r.Topic, Retention: duration.Format(r.Retention), Segment: duration.Format(r.Segment), CleanupPolicy: r.Policy}
 		if r.Retention < 0 {
