@@ -64,6 +64,13 @@ type Options struct {
 	// the same ledger as its Gate, so a user erased during the run is not
 	// written either.
 	Erasures func() *erasure.Ledger
+	// WriteBound bounds one write, the writer's retries included (none
+	// when 0): a redrive is a job that must end, and a write Bigtable
+	// keeps refusing as a whole (a permission, a table gone) would
+	// otherwise be retried for as long as the worker would retry it. The
+	// run then stops with the error; run again, it resumes from its
+	// checkpoint.
+	WriteBound time.Duration
 }
 
 // Outcomes of a letter, the keys of Report.Outcomes.
@@ -200,7 +207,15 @@ func (r *run) partition(ctx context.Context, topic string, part int, from, to in
 	var rowReasons []string
 	flush := func(next int64) error {
 		if len(rows) > 0 && r.o.Apply {
-			res, err := r.w.Write(ctx, rows)
+			wctx, cancel := ctx, context.CancelFunc(func() {})
+			if r.o.WriteBound > 0 {
+				wctx, cancel = context.WithTimeout(ctx, r.o.WriteBound)
+			}
+			res, err := r.w.Write(wctx, rows)
+			cancel()
+			if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+				err = fmt.Errorf("not written within %s, Bigtable refusing the writes as a whole (the log says why; run again to resume): %w", r.o.WriteBound, err)
+			}
 			if err != nil {
 				return fmt.Errorf("write %d rows: %w", len(rows), err)
 			}

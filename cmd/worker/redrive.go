@@ -80,6 +80,9 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	// Four attempts' worth, retries included: beyond that Bigtable refuses
+	// the writes as a whole, which waiting will not mend within a job.
+	ro.WriteBound = 4 * wcfg.AttemptTimeout
 	rep, err := redrive.Run(ctx, ro, &o.pipe.Decoder, s.cfg, w, log)
 	if rep != nil {
 		log.Info("redrive", "operator", operator(), "topics", ro.Topics, "applied", ro.Apply, "letters", rep.Letters, "outcomes", rep.Outcomes)

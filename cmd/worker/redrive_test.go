@@ -323,3 +323,42 @@ func TestRedriveResumesAfterInterruption(t *testing.T) {
 		t.Errorf("rows after the resumed run: %v, want %v", got, want)
 	}
 }
+
+// A redrive is a job that must end: when Bigtable refuses its writes as a
+// whole (here PermissionDenied on every MutateRows), it stops with an error
+// after four attempts' time instead of retrying as long as a worker would,
+// and a run after the refusal ends writes the letter.
+func TestRedriveEndsWhenBigtableRefusesEveryWrite(t *testing.T) {
+	proxy := testenv.StartBigtableProxy(t, testenv.Bigtable(t))
+	t.Setenv("BIGTABLE_EMULATOR_HOST", proxy.Addr)
+	e := newEnv(t, "default_ttl: 2d\nunlisted_tenants: dead-letter\ntenants:\n  acme: 1h\n")
+	if out, err := e.cmd(t, "setup"); err != nil {
+		t.Fatalf("setup: %v\n%s", err, out)
+	}
+	stop, _ := e.startWorker(t)
+	testenv.Produce(t, e.brokers, e.topic, click{EventID: "n-1", TenantID: "newco", UserID: "u-1"}.bytes())
+	e.waitCommitted(t, 30*time.Second)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	e.writeTenants(t, "default_ttl: 2d\nunlisted_tenants: dead-letter\ntenants:\n  acme: 1h\n  newco: 3h\n")
+	proxy.SetFault(func(*btpb.MutateRowsRequest) testenv.MutateRowsFault {
+		return testenv.MutateRowsFault{Refuse: status.Error(codes.PermissionDenied, "missing bigtable.tables.mutateRows")}
+	})
+	args := []string{"--brokers", strings.Join(e.brokers, ","), "--topic", e.topic, "--apply", "--write-timeout", "250ms"}
+	start := time.Now()
+	_, err := e.cmd(t, "redrive", args...)
+	if err == nil || !strings.Contains(err.Error(), "not written within 1s") {
+		t.Fatalf("redrive with every write refused: %v, want it to stop on the bound", err)
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("redrive took %s to give up", took)
+	}
+	if n := len(e.rows(t)); n != 0 {
+		t.Fatalf("%d rows written through a refusing Bigtable", n)
+	}
+	proxy.SetFault(nil)
+	if out, err := e.cmd(t, "redrive", args...); err != nil || !strings.Contains(strings.Join(strings.Fields(out), " "), "unlisted_tenant written 1") {
+		t.Fatalf("redrive once Bigtable takes writes: %v\n%s", err, out)
+	}
+}
