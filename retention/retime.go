@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"cloud.google.com/go/bigtable"
@@ -177,9 +178,6 @@ func Retime(ctx context.Context, tbl *bigtable.Table, family string, policy *exp
 	if o.WrittenUnder == nil {
 		o.WrittenUnder = policy
 	}
-	if o.Tenants == nil && o.Shard.Count > 1 {
-		return Report{}, errors.New("--shard needs --tenant: shards split each tenant's rows by hash bucket")
-	}
 	job := o.Job
 	job.Tenants, job.Shard = o.Tenants, o.Shard.String()
 	if o.Shard.Count == 0 {
@@ -259,7 +257,16 @@ func retimePass(ctx context.Context, tbl *bigtable.Table, family string, policy 
 	lastProgress := start
 	pace := pacer{perSecond: o.RowsPerSecond, start: start}
 	tenants := o.Tenants
-	if tenants == nil {
+	switch {
+	case tenants == nil && o.Shard.Count > 1:
+		// Every row, in shards: a shard is a run of hash buckets of each
+		// tenant, so the tenants the table holds are listed first (one
+		// row read per tenant), in every pass: one whose first rows came
+		// since is taken by the next.
+		if tenants, err = tenantsIn(ctx, tbl); err != nil {
+			return rep, err
+		}
+	case tenants == nil:
 		tenants = []string{wholeTable}
 	}
 	for ti, tenant := range tenants {
@@ -371,6 +378,35 @@ func (o *RetimeOptions) ledger() *erasure.Ledger {
 		return nil
 	}
 	return o.Erasures()
+}
+
+// tenantsIn lists the tenants whose rows the table holds, in key order,
+// reading one row key per tenant: it skips each tenant's rows by jumping to
+// the end of its prefix. Keys outside cellttl's layout are passed over.
+func tenantsIn(ctx context.Context, tbl *bigtable.Table) ([]string, error) {
+	var out []string
+	from := ""
+	for {
+		var key string
+		err := tbl.ReadRows(ctx, bigtable.InfiniteRange(from), func(r bigtable.Row) bool { key = r.Key(); return false },
+			bigtable.LimitRows(1), bigtable.RowFilter(bigtable.ChainFilters(bigtable.CellsPerRowLimitFilter(1), bigtable.StripValueFilter())))
+		if err != nil {
+			return nil, fmt.Errorf("list the tenants of the table: %w", err)
+		}
+		if key == "" {
+			return out, nil
+		}
+		tenant, _, ok := strings.Cut(key, string(rowkey.Sep))
+		if !ok || rowkey.ValidateID("tenant", tenant) != nil {
+			from = key + "\x00" // a foreign key: the next one
+			continue
+		}
+		out = append(out, tenant)
+		from = rowkey.PrefixEnd(rowkey.TenantPrefix(tenant))
+		if from == "" {
+			return out, nil
+		}
+	}
 }
 
 // wholeTable stands for every row of the table where a tenant is expected.
