@@ -153,6 +153,8 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.Int(&o.ProfileSeconds, "profile-seconds", "", 5, "length of the CPU profile: about the worker's run")
 	fs.Duration(&o.Latency, "latency", "", 0, "then measure latency for this long at half the worker's rate: raw ApplyBulk, and the worker's produce → ack (0: skip)")
 	fs.Int(&o.LatencyRate, "latency-rate", "", 0, "events/s of the latency measurement (default: half the maximum: of what raw ApplyBulk sustains for --latency, or of the worker's best rate if lower)")
+	o.Shape = synth.Contract()
+	fs.Value(synth.ShapeFlag(&o.Shape), "shape", "", "event layout, as for a load run; its worker flags are not added (give them with --worker, e.g. --shape own-ttl --worker \"\" --worker \"--ttl-from header:x-ttl\" times the same events without and with)")
 	if err := fs.Parse(args); err != nil {
 		if envflag.IsHelp(err) {
 			return nil

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -48,6 +49,10 @@ type Options struct {
 	ProfileSeconds int
 	Latency        time.Duration // how long to measure latency for (0: skip)
 	LatencyRate    int           // 0: half the maximum
+	// Shape lays the events out (the contract when unset); its worker
+	// flags are not added: each --worker says what it reads, so that one
+	// run can time the same events with and without them.
+	Shape synth.Shape
 }
 
 // Run measures, in one run against the real broker and emulator, the
@@ -78,15 +83,18 @@ func Run(ctx context.Context, o Options, stdout io.Writer) error {
 		return err
 	}
 	run := fmt.Sprintf("b%x", time.Now().UnixNano()/1e6%0xffffff)
-	gen := synth.New(synth.Config{Run: run, Mix: m, Shape: synth.Contract(), Users: 10000, ZipfS: 1.1, PayloadBytes: o.PayloadBytes, Seed: 1})
+	shape := o.Shape
+	if shape.Name == "" {
+		shape = synth.Contract()
+	}
+	gen := synth.New(synth.Config{Run: run, Mix: m, Shape: shape, Users: 10000, ZipfS: 1.1, PayloadBytes: o.PayloadBytes, Seed: 1})
 	now := time.Now()
 	values := make([][]byte, o.Events)
-	keys := make([][]byte, o.Events)
+	msgs := make([]kafka.Message, o.Events)
 	recs := make([]synth.Record, o.Events)
 	for i := range values {
-		var msg kafka.Message
-		msg, recs[i] = gen.Next(i, now)
-		values[i], keys[i] = msg.Value, msg.Key
+		msgs[i], recs[i] = gen.Next(i, now)
+		values[i] = msgs[i].Value
 	}
 	fmt.Fprintf(stdout, "bench %s: %d events of %d bytes, %d partitions, %d tenants\n", run, o.Events, len(values[0]), o.Partitions, len(m.Tenants()))
 
@@ -101,7 +109,7 @@ func Run(ctx context.Context, o Options, stdout io.Writer) error {
 	if err := createTopic(o.Brokers, topic, o.Partitions); err != nil {
 		return err
 	}
-	if err := produceAll(ctx, o.Brokers, topic, keys, values); err != nil {
+	if err := produceAll(ctx, o.Brokers, topic, msgs); err != nil {
 		return err
 	}
 	b, err := benchConsume(ctx, o.Brokers, topic, len(values))
@@ -136,7 +144,7 @@ func Run(ctx context.Context, o Options, stdout io.Writer) error {
 				if n == 0 {
 					prof = o.ProfileDir
 				}
-				c, err := benchWorker(ctx, b.bin, o.Brokers, o.TenantsFile, fmt.Sprintf("%s-w%d", run, n), o.Partitions, keys, values, flags, prof, o.ProfileSeconds)
+				c, err := benchWorker(ctx, b.bin, o.Brokers, o.TenantsFile, fmt.Sprintf("%s-w%d", run, n), o.Partitions, msgs, flags, prof, o.ProfileSeconds)
 				n++
 				if err != nil {
 					return err
@@ -300,16 +308,14 @@ func createTopic(brokers []string, topic string, partitions int) error {
 	return nil
 }
 
-func produceAll(ctx context.Context, brokers []string, topic string, keys, values [][]byte) error {
+func produceAll(ctx context.Context, brokers []string, topic string, msgs []kafka.Message) error {
 	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: &kafka.Hash{}, BatchSize: 5000,
 		BatchTimeout: 5 * time.Millisecond, RequiredAcks: kafka.RequireAll, Transport: &kafka.Transport{}}
 	defer w.Close()
-	for i := 0; i < len(values); i += 20000 {
-		msgs := make([]kafka.Message, 0, 20000)
-		for j := i; j < min(i+20000, len(values)); j++ {
-			msgs = append(msgs, kafka.Message{Key: keys[j], Value: values[j]})
-		}
-		if err := w.WriteMessages(ctx, msgs...); err != nil {
+	for i := 0; i < len(msgs); i += 20000 {
+		// Copies: the writer sets each message's topic and partition.
+		batch := slices.Clone(msgs[i:min(i+20000, len(msgs))])
+		if err := w.WriteMessages(ctx, batch...); err != nil {
 			return fmt.Errorf("produce: %w", err)
 		}
 	}
@@ -411,12 +417,12 @@ func (w *workerProc) stop(ctx context.Context) {
 // the moment it owns partitions (its start-up is not per event) to its
 // last write. With profileDir set, it saves the worker's CPU profile of
 // the run and its allocations.
-func benchWorker(ctx context.Context, bin string, brokers []string, tenantsFile, name string, partitions int, keys, values [][]byte, flags, profileDir string, profileSeconds int) (measured, error) {
+func benchWorker(ctx context.Context, bin string, brokers []string, tenantsFile, name string, partitions int, msgs []kafka.Message, flags, profileDir string, profileSeconds int) (measured, error) {
 	topic := name
 	if err := createTopic(brokers, topic, partitions); err != nil {
 		return measured{}, err
 	}
-	if err := produceAll(ctx, brokers, topic, keys, values); err != nil {
+	if err := produceAll(ctx, brokers, topic, msgs); err != nil {
 		return measured{}, err
 	}
 	w, err := startWorker(ctx, bin, brokers, tenantsFile, topic, flags)
@@ -458,7 +464,7 @@ func benchWorker(ctx context.Context, bin string, brokers []string, tenantsFile,
 		if done > 0 && first.IsZero() {
 			first = time.Now()
 		}
-		if done >= int64(len(values)) {
+		if done >= int64(len(msgs)) {
 			last = time.Now()
 			if cpu1, err = procCPU(pid); err != nil {
 				return measured{}, err
@@ -470,14 +476,14 @@ func benchWorker(ctx context.Context, bin string, brokers []string, tenantsFile,
 		}
 	}
 	if last.IsZero() {
-		return measured{}, fmt.Errorf("the worker did not write all %d events", len(values))
+		return measured{}, fmt.Errorf("the worker did not write all %d events", len(msgs))
 	}
 	if profiled != nil {
 		if err := errors.Join(<-profiled, saveProfile(ctx, w.pprof+"/debug/pprof/allocs", filepath.Join(profileDir, "worker-allocs.pprof"))); err != nil {
 			return measured{}, err
 		}
 	}
-	return measured{rate: float64(len(values)) / last.Sub(first).Seconds(), cpuPerEvent: perEvent(cpu1-cpu0, len(values)), rss: peak, cores: watch.shares()}, nil
+	return measured{rate: float64(len(msgs)) / last.Sub(first).Seconds(), cpuPerEvent: perEvent(cpu1-cpu0, len(msgs)), rss: peak, cores: watch.shares()}, nil
 }
 
 // saveProfile fetches a profile from the worker's admin server into file.
