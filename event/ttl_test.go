@@ -89,6 +89,8 @@ func TestEventTTLInvalid(t *testing.T) {
 		{`,"meta":"x"`, WrongType, `meta.ttl cannot be read: meta is a JSON string, not an object`},
 		{`,"meta":{"ttl":"1h","ttl":"2h"}`, Ambiguous, `meta.ttl appears more than once`},
 		{`,"meta":{"ttl":"1h","TTL":"2h"}`, Ambiguous, `meta.ttl`},
+		{`,"meta":{"ttl":"1h\ud800"}`, Ambiguous, `escapes a lone UTF-16 surrogate`},
+		{`,"meta":{"ttl":" 1h"}`, BadTTL, `meta.ttl " 1h" is not a TTL`},
 		{`,"meta":{"ttl":"` + strings.Repeat("9", 200) + `x"}`, BadTTL, `…" is not a TTL`},
 	}
 	for _, tt := range tests {

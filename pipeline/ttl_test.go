@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/cellttl/cellttl/erasure"
-	"github.com/cellttl/cellttl/event"
 	"github.com/cellttl/cellttl/expiry"
 	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/tenants"
@@ -21,21 +20,28 @@ tenants:
   globex: 3d
 `
 
+// ownTTLSetup parses a tenants file and a pipeline config whose events give
+// their own TTL in the JSON field ttl.
+func ownTTLSetup(t *testing.T, tenantsYAML string) (*tenants.Config, Config) {
+	t.Helper()
+	cfg, err := tenants.Parse([]byte(tenantsYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := DefaultConfig()
+	pc.Fields.TTL = "json:ttl"
+	if err := pc.Resolve(); err != nil {
+		t.Fatal(err)
+	}
+	return cfg, pc
+}
+
 // An event's own TTL is clamped to its tenant's bounds, and its cell
 // follows the TTL it ends up with; a TTL that cannot be read is rejected
 // with its reason and field.
 func TestDecideOwnTTL(t *testing.T) {
-	cfg, err := tenants.Parse([]byte(ttlTenants))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fields := event.DefaultFields()
-	fields.TTL = "json:ttl"
-	m, err := fields.Compile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &event.Decoder{MaxBytes: 1 << 20, Mapping: m}
+	cfg, pc := ownTTLSetup(t, ttlTenants)
+	d := &pc.Decoder
 	base := time.Date(2026, 11, 21, 9, 0, 0, 123_000_000, time.UTC)
 	now := base.Add(time.Minute)
 	tests := []struct {
@@ -90,15 +96,7 @@ func TestDecideOwnTTL(t *testing.T) {
 // only for events that gave a TTL, and dead-letters unreadable ones.
 func TestOwnTTLsCountedAndWritten(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg, err := tenants.Parse([]byte(ttlTenants))
-		if err != nil {
-			t.Fatal(err)
-		}
-		pc := DefaultConfig()
-		pc.Fields.TTL = "json:ttl"
-		if err := pc.Resolve(); err != nil {
-			t.Fatal(err)
-		}
+		cfg, pc := ownTTLSetup(t, ttlTenants)
 		src := newSource(`{"event_id":"e-1","tenant_id":"acme"}`, `{"event_id":"e-2","tenant_id":"acme","ttl":"1m"}`,
 			`{"event_id":"e-3","tenant_id":"acme","ttl":"1d"}`, `{"event_id":"e-4","tenant_id":"acme","ttl":"2h"}`, `{"event_id":"e-5","tenant_id":"acme","ttl":"1y"}`)
 		w, dlq := &fakeWriter{}, &fakeDLQ{}
@@ -145,15 +143,7 @@ func TestOwnTTLsCountedAndWritten(t *testing.T) {
 // erased by its own time, not the record's.
 func TestOwnTTLsBoundTheirDeadLetters(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg, err := tenants.Parse([]byte("default_ttl: 2d\nunlisted_tenants: dead-letter\ntenants:\n  acme: {ttl: 1h, min_ttl: 10m, max_ttl: 3h}\n"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		pc := DefaultConfig()
-		pc.Fields.TTL = "json:ttl"
-		if err := pc.Resolve(); err != nil {
-			t.Fatal(err)
-		}
+		cfg, pc := ownTTLSetup(t, "default_ttl: 2d\nunlisted_tenants: dead-letter\ntenants:\n  acme: {ttl: 1h, min_ttl: 10m, max_ttl: 3h}\n")
 		at := time.Now().Add(-time.Minute).UTC().Truncate(time.Millisecond)
 		occurred := at.Format(time.RFC3339Nano)
 		src := newSource(

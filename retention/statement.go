@@ -127,7 +127,7 @@ func tenantStatement(f Facts, id string) TenantStatement {
 	}
 	// The longest an event of the tenant lives: its TTL, or the max_ttl
 	// its events may ask for.
-	longest := max(ttl, p.LongestTTL(id))
+	longest := p.LongestTTL(id)
 	ts := TenantStatement{Tenant: id, TTL: duration.Format(ttl)}
 	add := func(store string, longest time.Duration, decidedBy, breach string) {
 		ts.Stores = append(ts.Stores, StoreLife{Store: store, Longest: lifeText(longest), DecidedBy: decidedBy, Breach: breach})

@@ -31,9 +31,9 @@ type TenantChange struct {
 // is clamped to.
 func (c TenantChange) BoundsChanged() bool { return c.OldBounds != c.NewBounds }
 
-// boundsSaid reports whether the bounds change in a way the TTL change does
+// BoundsSaid reports whether the bounds change in a way the TTL change does
 // not say already: a max_ttl left to default follows the TTL.
-func (c TenantChange) boundsSaid() bool {
+func (c TenantChange) BoundsSaid() bool {
 	follows := c.OldBounds.Min == c.NewBounds.Min && c.OldBounds.Max == c.OldTTL && c.NewBounds.Max == c.NewTTL
 	return c.BoundsChanged() && !follows
 }
@@ -78,7 +78,7 @@ func (c TenantChange) String() string {
 		return c.Tenant + " removed, default " + duration.Format(c.NewTTL)
 	}
 	s := c.Tenant + " " + duration.Format(c.OldTTL) + "→" + duration.Format(c.NewTTL)
-	if c.boundsSaid() {
+	if c.BoundsSaid() {
 		s += ", own TTLs " + FormatBounds(c.OldBounds) + "→" + FormatBounds(c.NewBounds)
 	}
 	return s

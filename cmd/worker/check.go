@@ -200,7 +200,7 @@ func compare(path string, old, cfg *tenants.Config) *comparison {
 		c.Notes = append(c.Notes, "per-tenant edits apply to events processed after the reload; cells already written keep the expiry they were written with")
 	}
 	for _, ch := range c.Tenants {
-		if ch.BoundsChanged() && ch.OldListed && ch.NewListed {
+		if ch.BoundsSaid() && ch.OldListed && ch.NewListed {
 			c.Notes = append(c.Notes, "new bounds clamp the own TTLs (--ttl-from) of events processed after the reload; rows already written keep theirs until `worker retime --tenant ID` clamps the TTL each asked for to the new bounds (rows within both are left alone)")
 			break
 		}
@@ -295,7 +295,7 @@ func printCheck(w io.Writer, rep *checkReport) {
 				fmt.Fprintf(w, "  %-16s removed: %s → the default, %s\n", c.Tenant, duration.Format(c.OldTTL), duration.Format(c.NewTTL))
 			default:
 				fmt.Fprintf(w, "  %-16s %s → %s", c.Tenant, duration.Format(c.OldTTL), duration.Format(c.NewTTL))
-				if c.BoundsChanged() {
+				if c.BoundsSaid() {
 					fmt.Fprintf(w, ", own TTLs %s → %s", tenants.FormatBounds(c.OldBounds), tenants.FormatBounds(c.NewBounds))
 				}
 				fmt.Fprintln(w)
