@@ -53,7 +53,7 @@ func workerCLI(t *testing.T) cli {
 			c.env[m[1]] = true
 		}
 	}
-	if !c.commands["run"]["brokers"] || !c.env["KAFKA_BROKERS"] {
+	if !c.commands["run"]["brokers"] || !c.env["CELLTTL_BROKERS"] {
 		t.Fatalf("could not read the worker's flags: %+v", c)
 	}
 	return c
@@ -164,7 +164,7 @@ func TestKubernetes(t *testing.T) {
 			}
 
 			// Probes hit the admin server's paths on its port.
-			addr := env["ADMIN_ADDR"]
+			addr := env["CELLTTL_ADMIN_ADDR"]
 			var adminPort int
 			for _, p := range list(get(ctr, "ports")) {
 				if str(get(p, "name")) == "admin" {
@@ -172,7 +172,7 @@ func TestKubernetes(t *testing.T) {
 				}
 			}
 			if adminPort == 0 || !strings.HasSuffix(addr, fmt.Sprintf(":%d", adminPort)) {
-				t.Errorf("admin port %d, ADMIN_ADDR %q", adminPort, addr)
+				t.Errorf("admin port %d, CELLTTL_ADMIN_ADDR %q", adminPort, addr)
 			}
 			for probe, path := range map[string]string{"livenessProbe": "/healthz", "readinessProbe": "/readyz"} {
 				if p := get(ctr, probe, "httpGet"); str(get(p, "path")) != path || str(get(p, "port")) != "admin" {
@@ -181,13 +181,13 @@ func TestKubernetes(t *testing.T) {
 			}
 
 			// The grace period covers the drain.
-			drain, err := duration.Parse(env["DRAIN_TIMEOUT"])
+			drain, err := duration.Parse(env["CELLTTL_DRAIN_TIMEOUT"])
 			if err != nil {
-				t.Fatalf("DRAIN_TIMEOUT: %v", err)
+				t.Fatalf("CELLTTL_DRAIN_TIMEOUT: %v", err)
 			}
 			grace := time.Duration(get(pod, "terminationGracePeriodSeconds").(int)) * time.Second
 			if grace <= drain {
-				t.Errorf("terminationGracePeriodSeconds %s does not exceed DRAIN_TIMEOUT %s", grace, drain)
+				t.Errorf("terminationGracePeriodSeconds %s does not exceed CELLTTL_DRAIN_TIMEOUT %s", grace, drain)
 			}
 
 			// tenants.yaml comes from a ConfigMap mounted as a directory (a
@@ -201,14 +201,14 @@ func TestKubernetes(t *testing.T) {
 					}
 				}
 			}
-			if filepath.Dir(env["TENANTS_FILE"]) != mountPath {
-				t.Errorf("TENANTS_FILE %s is not in the tenants mount %s", env["TENANTS_FILE"], mountPath)
+			if filepath.Dir(env["CELLTTL_TENANTS"]) != mountPath {
+				t.Errorf("CELLTTL_TENANTS %s is not in the tenants mount %s", env["CELLTTL_TENANTS"], mountPath)
 			}
 			tcm := objs["ConfigMap/cellttl-tenants"]
 			if tcm == nil {
 				t.Fatal("no ConfigMap cellttl-tenants (a hashed name would roll the pods on every edit)")
 			}
-			data := str(get(tcm, "data", filepath.Base(env["TENANTS_FILE"])))
+			data := str(get(tcm, "data", filepath.Base(env["CELLTTL_TENANTS"])))
 			if _, err := tenants.Parse([]byte(data)); err != nil {
 				t.Errorf("tenants ConfigMap: %v", err)
 			}
@@ -258,7 +258,7 @@ func TestKubernetes(t *testing.T) {
 					}
 					if n := get(o, "spec", "triggers"); n != nil {
 						md := get(list(n)[0], "metadata")
-						if str(get(md, "consumerGroup")) != env["KAFKA_GROUP"] || str(get(md, "topic")) != env["KAFKA_TOPIC"] {
+						if str(get(md, "consumerGroup")) != env["CELLTTL_GROUP"] || str(get(md, "topic")) != env["CELLTTL_TOPIC"] {
 							t.Errorf("KEDA trigger %v does not watch the worker's group and topic", md)
 						}
 					}
@@ -300,13 +300,13 @@ func TestCompose(t *testing.T) {
 			c.checkEnv(t, "compose "+svc, k)
 		}
 		if svc == "worker" {
-			drain, _ := duration.Parse(str(env["DRAIN_TIMEOUT"]))
+			drain, _ := duration.Parse(str(env["CELLTTL_DRAIN_TIMEOUT"]))
 			grace, _ := duration.Parse(str(get(s, "stop_grace_period")))
 			if grace <= drain {
-				t.Errorf("compose stop_grace_period %s does not exceed DRAIN_TIMEOUT %s", grace, drain)
+				t.Errorf("compose stop_grace_period %s does not exceed CELLTTL_DRAIN_TIMEOUT %s", grace, drain)
 			}
-			if !strings.HasSuffix(str(env["ADMIN_ADDR"]), ":8080") {
-				t.Errorf("compose ADMIN_ADDR %v", env["ADMIN_ADDR"])
+			if !strings.HasSuffix(str(env["CELLTTL_ADMIN_ADDR"]), ":8080") {
+				t.Errorf("compose CELLTTL_ADMIN_ADDR %v", env["CELLTTL_ADMIN_ADDR"])
 			}
 		}
 	}
@@ -376,14 +376,14 @@ func TestRetimeJob(t *testing.T) {
 // one that stays silent), and the PrometheusRule holds the same groups.
 // promtool comes from Debian's prometheus package, which make test
 // installs; without it the test says so and skips, unless
-// CELLTTL_REQUIRE_PROMTOOL is set.
+// TESTENV_REQUIRE_PROMTOOL is set.
 // promtool finds promtool, which make test installs; other runs skip
 // without it.
 func promtool(t *testing.T) string {
 	t.Helper()
 	path, err := exec.LookPath("promtool")
 	if err != nil {
-		if os.Getenv("CELLTTL_REQUIRE_PROMTOOL") != "" {
+		if os.Getenv("TESTENV_REQUIRE_PROMTOOL") != "" {
 			t.Fatal("promtool not found; scripts/test.sh installs it")
 		}
 		t.Skip("promtool not installed (make test installs it)")

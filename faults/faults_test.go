@@ -293,10 +293,10 @@ func thaw(t *testing.T, proxy *toxiproxy.Proxy) {
 // stopped (and none at all for SASL and TLS clients, which broker 2 does not
 // serve).
 func TestServicesUntouchedOutsideTheFaultSuite(t *testing.T) {
-	if os.Getenv("CELLTTL_FAULTS") != "" {
+	if os.Getenv("TESTENV_FAULTS") != "" {
 		t.Skip("the fault suite changes the services, on its own")
 	}
-	if os.Getenv("CELLTTL_SERVICES_DIR") == "" {
+	if os.Getenv("TESTENV_SERVICES_DIR") == "" {
 		t.Skip("needs the services of scripts/services.sh (make test starts them)")
 	}
 	t.Run("kafka2-start", func(t *testing.T) { services(t, "kafka2-start") })

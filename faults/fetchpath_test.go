@@ -58,16 +58,16 @@ func checkRSS(t *testing.T, peak, bound int64) {
 // is committed, exactly once.
 func TestStuckOffsetMemory(t *testing.T) {
 	faultSuite(t)
-	saslBrokers := os.Getenv("CELLTTL_SASL_BROKERS")
+	saslBrokers := os.Getenv("TESTENV_SASL_BROKERS")
 	if saslBrokers == "" {
 		t.Fatal("needs the SASL listener of scripts/services.sh")
 	}
 	const partitions, bound = 3, 32 << 20
 	s := newSuite(t, partitions)
 	s.workerBrokers = []string{saslBrokers}
-	user := os.Getenv("CELLTTL_SASL_USERNAME")
+	user := os.Getenv("TESTENV_SASL_USERNAME")
 	s.workerArgs = []string{"--kafka-sasl-mechanism", "SCRAM-SHA-256", "--kafka-sasl-username", user}
-	s.env = []string{"KAFKA_SASL_PASSWORD=" + os.Getenv("CELLTTL_SASL_PASSWORD")}
+	s.env = []string{"KAFKA_SASL_PASSWORD=" + os.Getenv("TESTENV_SASL_PASSWORD")}
 	// One poison event in 5,000 (the dead-letter queue holds 1,524 before
 	// fetching waits: millions of events).
 	s.event = func(r *rand.Rand, seq int) ([]byte, produced) {
@@ -107,7 +107,7 @@ func TestStuckOffsetMemory(t *testing.T) {
 	}
 	var committedLag float64
 	for _, p := range st["kafka"].(map[string]any)["partitions"].([]any) {
-		lag, _ := p.(map[string]any)["committed_lag"].(float64) // absent from a worker before it (CELLTTL_WORKER_BIN)
+		lag, _ := p.(map[string]any)["committed_lag"].(float64) // absent from a worker before it (TESTENV_WORKER_BIN)
 		committedLag += lag
 	}
 	s.logf("all %d produced: %d written, committed lag %.0f, peak RSS so far %d MiB", n, written, committedLag, peak.Load()>>20)

@@ -29,7 +29,7 @@ import (
 )
 
 // full reports whether the long form runs.
-func full() bool { return os.Getenv("CELLTTL_FAULTS") == "full" }
+func full() bool { return os.Getenv("TESTENV_FAULTS") == "full" }
 
 // size picks the short or the full figure.
 func size(short, long int) int {
@@ -154,10 +154,10 @@ func withReplication(n int) option { return func(o *topicOptions) { o.replicatio
 // 2 has neither listener): the "silent worker" of fresh clones, issue 20.
 func faultSuite(t *testing.T) {
 	t.Helper()
-	if os.Getenv("CELLTTL_FAULTS") == "" {
-		t.Skip("the fault suite kills the broker, so it runs on its own: CELLTTL_FAULTS=short|full (make test and make faults set it)")
+	if os.Getenv("TESTENV_FAULTS") == "" {
+		t.Skip("the fault suite kills the broker, so it runs on its own: TESTENV_FAULTS=short|full (make test and make faults set it)")
 	}
-	if !testenv.Real() || os.Getenv("CELLTTL_SERVICES_DIR") == "" {
+	if !testenv.Real() || os.Getenv("TESTENV_SERVICES_DIR") == "" {
 		t.Fatal("the fault suite needs the services of scripts/services.sh (make test or make faults start them)")
 	}
 }

@@ -130,7 +130,7 @@ func (s *suite) check(name string, partitions int, recovery time.Duration, notes
 
 // record keeps a scenario's verdict for RELIABILITY.md.
 func (s *suite) record(v verdict) {
-	if dir := os.Getenv("CELLTTL_FAULTS_OUT"); dir != "" {
+	if dir := os.Getenv("TESTENV_FAULTS_OUT"); dir != "" {
 		data, _ := json.MarshalIndent(v, "", "  ")
 		_ = os.MkdirAll(dir, 0o755)
 		_ = os.WriteFile(filepath.Join(dir, v.Scenario+".json"), data, 0o644)

@@ -196,16 +196,16 @@ func TestTwoGroupsOneTable(t *testing.T) {
 // other partitions flow, and everything catches up when the ACL goes.
 func TestDeadLetterTopicUnwritableForAWhile(t *testing.T) {
 	faultSuite(t)
-	saslBrokers := os.Getenv("CELLTTL_SASL_BROKERS")
+	saslBrokers := os.Getenv("TESTENV_SASL_BROKERS")
 	if saslBrokers == "" {
 		t.Fatal("needs the SASL listener of scripts/services.sh")
 	}
 	const partitions = 6
 	s := newSuite(t, partitions)
 	s.workerBrokers = []string{saslBrokers}
-	user := os.Getenv("CELLTTL_SASL_USERNAME")
+	user := os.Getenv("TESTENV_SASL_USERNAME")
 	s.workerArgs = []string{"--kafka-sasl-mechanism", "SCRAM-SHA-256", "--kafka-sasl-username", user}
-	s.env = []string{"KAFKA_SASL_PASSWORD=" + os.Getenv("CELLTTL_SASL_PASSWORD")}
+	s.env = []string{"KAFKA_SASL_PASSWORD=" + os.Getenv("TESTENV_SASL_PASSWORD")}
 	s.start()
 	s.start()
 	ctx, stop := context.WithCancel(context.Background())

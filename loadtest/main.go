@@ -80,7 +80,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return runBench(ctx, args[1:], stdout)
 	}
 	var o options
-	fs := envflag.New("loadtest", "loadtest: drive the worker with synthetic click events and check what it wrote.", os.Stderr)
+	fs := envflag.NewUnprefixed("loadtest", "loadtest: drive the worker with synthetic click events and check what it wrote.", os.Stderr)
 	fs.Bool(&o.embedded, "embedded", "", false, "start in-process Kafka (kfake) and Bigtable emulator (bttest) and a worker process against them")
 	fs.String(&o.brokers, "brokers", "KAFKA_BROKERS", "", "Kafka brokers of the worker under test")
 	fs.String(&o.topic, "topic", "", "clicks", "topic the worker consumes")
@@ -135,7 +135,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 
 // runBench is the bench subcommand: its flags, then the measurements.
 func runBench(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := envflag.New("loadtest bench", "loadtest bench: the ceilings and the worker measured in one run (BENCHMARKS.md).", os.Stderr)
+	fs := envflag.NewUnprefixed("loadtest bench", "loadtest bench: the ceilings and the worker measured in one run (BENCHMARKS.md).", os.Stderr)
 	var o bench.Options
 	var brokers string
 	fs.String(&brokers, "brokers", "KAFKA_BROKERS", "", "Kafka brokers (scripts/services.sh starts one)")

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # The fault suite against the real services: the long form by default,
-# CELLTTL_FAULTS=short for the form that runs in make test. Then the fuzz
+# TESTENV_FAULTS=short for the form that runs in make test. Then the fuzz
 # targets of the two parsers of outside input, FUZZTIME each.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export CELLTTL_FAULTS=${CELLTTL_FAULTS:-full}
-export CELLTTL_FAULTS_OUT=${CELLTTL_FAULTS_OUT:-$PWD/.services/faults}
+export TESTENV_FAULTS=${TESTENV_FAULTS:-full}
+export TESTENV_FAULTS_OUT=${TESTENV_FAULTS_OUT:-$PWD/.services/faults}
 fuzztime=${FUZZTIME:-60s}
 trap 'scripts/services.sh stop' EXIT
 eval "$(scripts/services.sh start)"
-go test -count=1 -v -timeout 80m ./faults 2>&1 | tee "${CELLTTL_SERVICES_DIR}/faults.log" | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|faults_test.go'
+go test -count=1 -v -timeout 80m ./faults 2>&1 | tee "${TESTENV_SERVICES_DIR}/faults.log" | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|faults_test.go'
 for target in "FuzzParse ./tenants" "FuzzDecode ./event" "FuzzScanMatchesEncodingJSON ./event" "FuzzRFC3339 ./event"; do
 	set -- $target
 	go test -run '^$' -fuzz "^$1\$" -fuzztime "$fuzztime" "$2" 2>&1 | tail -3

@@ -10,12 +10,12 @@
 #   scripts/services.sh kafka2-start | kafka2-kill | kafka2-stop | elect-preferred
 #                                   # a second broker, and leader changes
 #
-# State lives in $CELLTTL_SERVICES_DIR (default .services/ in the repo); the
+# State lives in $TESTENV_SERVICES_DIR (default .services/ in the repo); the
 # Kafka jars are cached in ~/.cache/cellttl so later starts take seconds.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
-dir=${CELLTTL_SERVICES_DIR:-$repo/.services}
+dir=${TESTENV_SERVICES_DIR:-$repo/.services}
 kafka_version=3.9.1
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/cellttl
 kafka_lib=$cache/kafka-$kafka_version/lib
@@ -233,19 +233,19 @@ start_emulator() {
 print_env() {
 	echo "export KAFKA_BROKERS=$(cat "$dir/kafka.addr")"
 	echo "export BIGTABLE_EMULATOR_HOST=$(cat "$dir/emulator.addr")"
-	echo "export CELLTTL_KAFKA_LIB='$kafka_lib'"
+	echo "export TESTENV_KAFKA_LIB='$kafka_lib'"
 	# Not KAFKA_SASL_*: those configure the worker itself.
-	echo "export CELLTTL_SASL_BROKERS=$(cat "$dir/kafka-sasl.addr")"
-	echo "export CELLTTL_SASL_USERNAME=$sasl_user"
-	echo "export CELLTTL_SASL_PASSWORD=$sasl_password"
+	echo "export TESTENV_SASL_BROKERS=$(cat "$dir/kafka-sasl.addr")"
+	echo "export TESTENV_SASL_USERNAME=$sasl_user"
+	echo "export TESTENV_SASL_PASSWORD=$sasl_password"
 	# The TLS listeners, and the PEM files of scripts/gencerts: ca.pem,
 	# client.pem and client-key.pem, client-expired.pem and
 	# client-expired-key.pem, wrong-ca.pem.
-	echo "export CELLTTL_TLS_BROKERS=$(cat "$dir/kafka-tls.addr")"
-	echo "export CELLTTL_MTLS_BROKERS=$(cat "$dir/kafka-mtls.addr")"
-	echo "export CELLTTL_SASL_SSL_BROKERS=$(cat "$dir/kafka-sasl-ssl.addr")"
-	echo "export CELLTTL_TLS_DIR='$dir/tls'"
-	echo "export CELLTTL_SERVICES_DIR='$dir'"
+	echo "export TESTENV_TLS_BROKERS=$(cat "$dir/kafka-tls.addr")"
+	echo "export TESTENV_MTLS_BROKERS=$(cat "$dir/kafka-mtls.addr")"
+	echo "export TESTENV_SASL_SSL_BROKERS=$(cat "$dir/kafka-sasl-ssl.addr")"
+	echo "export TESTENV_TLS_DIR='$dir/tls'"
+	echo "export TESTENV_SERVICES_DIR='$dir'"
 }
 
 stop_one() { # name

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-export CELLTTL_SERVICES_DIR=${CELLTTL_SERVICES_DIR:-$PWD/.services}
+export TESTENV_SERVICES_DIR=${TESTENV_SERVICES_DIR:-$PWD/.services}
 
 # promtool checks and unit-tests the alert rules (deploy/alerts): Debian's
 # prometheus package has it.
@@ -16,7 +16,7 @@ if ! command -v promtool >/dev/null; then
 	$sudo apt-get install -y --no-install-recommends prometheus >/dev/null 2>&1 ||
 		{ $sudo apt-get update >/dev/null && $sudo apt-get install -y --no-install-recommends prometheus >/dev/null; }
 fi
-export CELLTTL_REQUIRE_PROMTOOL=1
+export TESTENV_REQUIRE_PROMTOOL=1
 trap 'scripts/services.sh stop' EXIT
 eval "$(scripts/services.sh start)"
 echo "testing against Kafka at $KAFKA_BROKERS and the Bigtable emulator at $BIGTABLE_EMULATOR_HOST" >&2
@@ -26,4 +26,4 @@ go test -race -count=1 -timeout 30m "$@" ./...
 # Allocation counts mean something only without the race detector.
 go test -count=1 -run 'Alloc' ./event ./rowkey ./pipeline
 # The fault suite kills the broker: it runs alone, after the rest.
-CELLTTL_FAULTS=short go test -count=1 -timeout 40m ./faults
+TESTENV_FAULTS=short go test -count=1 -timeout 40m ./faults

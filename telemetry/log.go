@@ -20,8 +20,10 @@ func DefaultLogConfig() LogConfig { return LogConfig{Format: "json", Level: "inf
 // RegisterFlags declares the flags that fill c, with c's values as their
 // defaults.
 func (c *LogConfig) RegisterFlags(f *envflag.FlagSet) {
-	f.String(&c.Format, "log-format", "LOG_FORMAT", c.Format, "log format: json or text")
-	f.String(&c.Level, "log-level", "LOG_LEVEL", c.Level, "log level: debug, info, warn or error")
+	// Choices, so that a wrong value stops every command at its start,
+	// including those that log nothing before they fail.
+	f.Choice(&c.Format, "log-format", "LOG_FORMAT", c.Format, "log format: json or text", "json", "text")
+	f.Choice(&c.Level, "log-level", "LOG_LEVEL", c.Level, "log level: debug, info, warn or error", "debug", "info", "warn", "error")
 }
 
 // Logger returns a logger writing to w, or an error naming the flag at

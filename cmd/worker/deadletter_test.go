@@ -88,11 +88,11 @@ func TestDeadLetterAlwaysFits(t *testing.T) {
 // listener, as a user the test can deny a topic with an ACL.
 func saslEnv(t *testing.T) (e *env, saslArgs []string, acl func(op kafka.ACLOperationType, topic string, add bool)) {
 	t.Helper()
-	saslBrokers := os.Getenv("CELLTTL_SASL_BROKERS")
+	saslBrokers := os.Getenv("TESTENV_SASL_BROKERS")
 	if saslBrokers == "" {
 		t.Skip("needs the SASL listener and authorizer of scripts/services.sh (make test starts them)")
 	}
-	user := os.Getenv("CELLTTL_SASL_USERNAME")
+	user := os.Getenv("TESTENV_SASL_USERNAME")
 	e = newEnv(t, tenantsYAML)
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)
@@ -121,7 +121,7 @@ func saslEnv(t *testing.T) (e *env, saslArgs []string, acl func(op kafka.ACLOper
 			t.Fatalf("ACL %v on %s (add %t): %v", op, topic, add, err)
 		}
 	}
-	saslArgs = []string{"--kafka-sasl-mechanism", "SCRAM-SHA-512", "--kafka-sasl-username", user, "--kafka-sasl-password", os.Getenv("CELLTTL_SASL_PASSWORD")}
+	saslArgs = []string{"--kafka-sasl-mechanism", "SCRAM-SHA-512", "--kafka-sasl-username", user, "--kafka-sasl-password", os.Getenv("TESTENV_SASL_PASSWORD")}
 	return e, saslArgs, acl
 }
 

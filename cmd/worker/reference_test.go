@@ -13,9 +13,9 @@ import (
 
 // The references in docs/reference are generated from the code: the
 // commands' own help, and a scrape of a running worker's /metrics. A test
-// fails when a checked-in one is stale; CELLTTL_UPDATE_REFERENCE=1 writes
+// fails when a checked-in one is stale; TESTENV_UPDATE_REFERENCE=1 writes
 // them instead.
-const updateReference = "CELLTTL_UPDATE_REFERENCE"
+const updateReference = "TESTENV_UPDATE_REFERENCE"
 
 // checkReference compares the file at path with what the code generates.
 func checkReference(t *testing.T, path, generated string) {

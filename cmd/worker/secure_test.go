@@ -16,11 +16,11 @@ import (
 // The worker consumes and dead-letters through a SASL listener of the real
 // broker, with each mechanism, and gets nowhere with a wrong password.
 func TestSASL(t *testing.T) {
-	saslBrokers := os.Getenv("CELLTTL_SASL_BROKERS")
+	saslBrokers := os.Getenv("TESTENV_SASL_BROKERS")
 	if saslBrokers == "" {
 		t.Skip("needs the SASL listener of scripts/services.sh (make test starts it)")
 	}
-	user, password := os.Getenv("CELLTTL_SASL_USERNAME"), os.Getenv("CELLTTL_SASL_PASSWORD")
+	user, password := os.Getenv("TESTENV_SASL_USERNAME"), os.Getenv("TESTENV_SASL_PASSWORD")
 	pwFile := filepath.Join(t.TempDir(), "password")
 	if err := os.WriteFile(pwFile, []byte(password+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -114,9 +114,9 @@ func consumeThrough(t *testing.T, addr string, flags ...string) string {
 // file of its certificates (scripts/gencerts).
 func tlsListener(t *testing.T, envVar string) (addr string, pem func(name string) string) {
 	t.Helper()
-	addr, dir := os.Getenv(envVar), os.Getenv("CELLTTL_TLS_DIR")
+	addr, dir := os.Getenv(envVar), os.Getenv("TESTENV_TLS_DIR")
 	if addr == "" || dir == "" {
-		t.Skipf("needs the TLS listeners of scripts/services.sh, $%s and $CELLTTL_TLS_DIR (make test starts them)", envVar)
+		t.Skipf("needs the TLS listeners of scripts/services.sh, $%s and $TESTENV_TLS_DIR (make test starts them)", envVar)
 	}
 	return addr, func(name string) string { return filepath.Join(dir, name) }
 }
@@ -124,22 +124,22 @@ func tlsListener(t *testing.T, envVar string) (addr string, pem func(name string
 // The worker consumes and dead-letters through a TLS listener that
 // verifies no client, trusting the test CA.
 func TestTLS(t *testing.T) {
-	addr, pem := tlsListener(t, "CELLTTL_TLS_BROKERS")
+	addr, pem := tlsListener(t, "TESTENV_TLS_BROKERS")
 	consumeThrough(t, addr, "--kafka-tls", "--kafka-tls-ca", pem("ca.pem"))
 }
 
 // The same through a listener that requires a client certificate of its
 // CA (ssl.client.auth=required).
 func TestTLSMutual(t *testing.T) {
-	addr, pem := tlsListener(t, "CELLTTL_MTLS_BROKERS")
+	addr, pem := tlsListener(t, "TESTENV_MTLS_BROKERS")
 	consumeThrough(t, addr, "--kafka-tls", "--kafka-tls-ca", pem("ca.pem"),
 		"--kafka-tls-cert", pem("client.pem"), "--kafka-tls-key", pem("client-key.pem"))
 }
 
 // The same through SASL over TLS, with SCRAM-SHA-512.
 func TestSASLSSL(t *testing.T) {
-	addr, pem := tlsListener(t, "CELLTTL_SASL_SSL_BROKERS")
-	user, password := os.Getenv("CELLTTL_SASL_USERNAME"), os.Getenv("CELLTTL_SASL_PASSWORD")
+	addr, pem := tlsListener(t, "TESTENV_SASL_SSL_BROKERS")
+	user, password := os.Getenv("TESTENV_SASL_USERNAME"), os.Getenv("TESTENV_SASL_PASSWORD")
 	logs := consumeThrough(t, addr, "--kafka-tls", "--kafka-tls-ca", pem("ca.pem"),
 		"--kafka-sasl-mechanism", "SCRAM-SHA-512", "--kafka-sasl-username", user, "--kafka-sasl-password", password)
 	if strings.Contains(logs, password) {
@@ -181,7 +181,7 @@ func refusedAtStartup(t *testing.T, addr, want string, flags ...string) {
 // A broker certificate of a CA the worker does not trust: start-up fails
 // at once, naming the broker and the reason.
 func TestTLSWrongCA(t *testing.T) {
-	addr, pem := tlsListener(t, "CELLTTL_TLS_BROKERS")
+	addr, pem := tlsListener(t, "TESTENV_TLS_BROKERS")
 	refusedAtStartup(t, addr,
 		"refusing to start: Kafka broker "+addr+": TLS handshake: tls: failed to verify certificate: x509: certificate signed by unknown authority",
 		"--kafka-tls", "--kafka-tls-ca", pem("wrong-ca.pem"))
@@ -190,7 +190,7 @@ func TestTLSWrongCA(t *testing.T) {
 // A client certificate the mutual-TLS listener refuses, expired though of
 // the right CA: start-up fails at once, naming the broker and the reason.
 func TestTLSExpiredClientCert(t *testing.T) {
-	addr, pem := tlsListener(t, "CELLTTL_MTLS_BROKERS")
+	addr, pem := tlsListener(t, "TESTENV_MTLS_BROKERS")
 	refusedAtStartup(t, addr,
 		"refusing to start: Kafka broker "+addr+": TLS handshake: remote error: tls: ",
 		"--kafka-tls", "--kafka-tls-ca", pem("ca.pem"), "--kafka-tls-cert", pem("client-expired.pem"), "--kafka-tls-key", pem("client-expired-key.pem"))

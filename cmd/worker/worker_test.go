@@ -296,7 +296,7 @@ func TestBadTenantsFileFailsStartup(t *testing.T) {
 // Events produced by Kafka's own console producer, a client independent of
 // the worker's, land per the contract.
 func TestIndependentProducer(t *testing.T) {
-	lib := os.Getenv("CELLTTL_KAFKA_LIB")
+	lib := os.Getenv("TESTENV_KAFKA_LIB")
 	if lib == "" {
 		t.Skip("needs the Kafka tools of scripts/services.sh (make test runs it)")
 	}

@@ -1,16 +1,24 @@
 // Package envflag is the flag set of every cellttl command: a flag.FlagSet
 // whose flags can also be set from an environment variable, as a container
 // is configured. Each package declares the flags of the config it fills
-// (a RegisterFlags beside its Validate); commands only gather them.
+// (a RegisterFlags beside its Validate), in a section of the help and, for
+// tuning flags, in its advanced tier; commands only gather them.
+//
+// A flag's variable is Prefix and its name in upper case, '-' becoming '_'
+// (CELLTTL_TENANTS for --tenants). A variable with the prefix that names no
+// flag is an error, as strict as an unknown flag on the command line: a
+// misspelt one would otherwise be ignored without a word.
 package envflag
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -21,76 +29,212 @@ import (
 // ErrHelp is returned by Parse when -h or --help was given.
 var ErrHelp = flag.ErrHelp
 
-// FlagSet is a flag.FlagSet whose flags may each read an environment
-// variable. A flag given on the command line wins over its variable, which
-// wins over the default. A flag registered with env "" reads none.
-type FlagSet struct {
-	*flag.FlagSet
-	env   map[string]string // flag name -> variable
-	kinds map[string]string // flag name -> the kind of value its help shows
-	given map[string]bool   // flags set on the command line, after Parse
+// Prefix starts the environment variable of every flag of a FlagSet made
+// by New.
+const Prefix = "CELLTTL_"
+
+// NoEnv, as a flag's env, reads no variable: the flag is set on the command
+// line or not at all (for what must never come from an environment shared
+// by accident).
+const NoEnv = ""
+
+// Env, as a flag's env, reads the flag's own variable (Prefix and its name)
+// and no other.
+const Env = Prefix
+
+// EnvName is the variable of the flag name: CELLTTL_KAFKA_BROKERS for
+// kafka-brokers.
+func EnvName(name string) string {
+	return Prefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 }
 
-// New returns a FlagSet that prints usage, then every flag with its
-// variable, to out.
+// FlagSet is a flag.FlagSet whose flags may each read an environment
+// variable. A flag given on the command line wins over its variable, which
+// wins over the default.
+type FlagSet struct {
+	*flag.FlagSet
+	prefixed bool             // variables are EnvName(flag); unknown ones are errors
+	meta     map[string]*meta // by flag name
+	order    []string         // sections in the order they were first declared
+	section  string           // of the flags declared next
+	advanced bool             // the flags declared next are tuning flags
+	known    func(env string) bool
+	given    map[string]bool // flags set on the command line, after Parse
+}
+
+// meta is what a flag was declared with beyond the flag package's own.
+type meta struct {
+	kind     string // the kind of value its help shows
+	env      string // its variable, "" for none
+	legacy   string // the variable it read before the prefixed names, read for one release
+	section  string
+	advanced bool
+}
+
+// New returns a FlagSet whose variables are EnvName of each flag, and that
+// prints usage, then every flag with its variable, by section, to out.
 func New(name, usage string, out io.Writer) *FlagSet {
+	f := newSet(name, usage, out)
+	f.prefixed = true
+	return f
+}
+
+// NewUnprefixed returns a FlagSet whose flags read the variable each names
+// as it is, with no check for unknown ones: for tools that are not the
+// worker (loadtest), which read the variables the test services print.
+func NewUnprefixed(name, usage string, out io.Writer) *FlagSet {
+	return newSet(name, usage, out)
+}
+
+func newSet(name, usage string, out io.Writer) *FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(out)
-	f := &FlagSet{FlagSet: fs, env: map[string]string{}, kinds: map[string]string{}}
+	f := &FlagSet{FlagSet: fs, meta: map[string]*meta{}}
 	fs.Usage = func() {
-		fmt.Fprintf(out, "%s\n\nFlags (each also read from the environment variable shown):\n", usage)
+		fmt.Fprintf(out, "%s\n\n", usage)
 		f.printDefaults(out)
 	}
 	return f
 }
 
+// Section puts the flags declared next under title in the help, in the
+// basic tier until Advanced is called.
+func (f *FlagSet) Section(title string) {
+	f.section, f.advanced = title, false
+	if !slices.Contains(f.order, title) {
+		f.order = append(f.order, title)
+	}
+}
+
+// Advanced puts the flags declared next, until the next Section, in the
+// advanced tier of their section: tuning whose defaults suit most
+// deployments.
+func (f *FlagSet) Advanced() { f.advanced = true }
+
+// KnowAlso makes Parse accept a prefixed variable that names no flag of
+// this set when known says it names a flag of another command: one
+// environment serves every command of a deployment.
+func (f *FlagSet) KnowAlso(known func(env string) bool) { f.known = known }
+
+// Names lists the flags of the set.
+func (f *FlagSet) Names() []string {
+	var names []string
+	f.VisitAll(func(fl *flag.Flag) { names = append(names, fl.Name) })
+	return names
+}
+
 // zeroes are the values whose default the help leaves out, by kind.
 var zeroes = map[string]string{"string": "", "int": "0", "uint": "0", "float": "0", "bool": "false", "duration": duration.Format(0), "size": "0"}
 
-// printDefaults prints the flags as flag.PrintDefaults does, except that a
-// flag of a type of its own (a broker list, an offset policy) shows the
-// kind it was declared with, and its default.
+// printDefaults prints the flags by section, the basic tier first, then
+// the advanced one. A set without sections prints one list.
 func (f *FlagSet) printDefaults(out io.Writer) {
-	f.VisitAll(func(fl *flag.Flag) {
-		var b strings.Builder
-		fmt.Fprintf(&b, "  -%s", fl.Name)
-		name, usage := flag.UnquoteUsage(fl)
-		kind, known := f.kinds[fl.Name]
-		if known {
-			// As flag.PrintDefaults shows them: durations of days were
-			// always a flag.Value of their own.
-			name = map[string]string{"bool": "", "duration": "value"}[kind]
-			if name == "" && kind != "bool" {
-				name = kind
+	tiers := []struct {
+		advanced bool
+		title    string
+	}{{false, "Flags"}, {true, "Advanced flags (tuning: the defaults suit most deployments)"}}
+	if f.hasEnv() {
+		fmt.Fprintln(out, "Each flag is also read from the environment variable shown; the command line wins.")
+		fmt.Fprintln(out)
+	}
+	for _, tier := range tiers {
+		var sections []string
+		bySection := map[string][]*flag.Flag{}
+		f.VisitAll(func(fl *flag.Flag) {
+			m := f.meta[fl.Name]
+			if m.advanced != tier.advanced {
+				return
+			}
+			if _, ok := bySection[m.section]; !ok {
+				sections = append(sections, m.section)
+			}
+			bySection[m.section] = append(bySection[m.section], fl)
+		})
+		if len(sections) == 0 {
+			continue
+		}
+		// Sections in the order they were declared; flags by name within.
+		slices.SortStableFunc(sections, func(a, b string) int {
+			return cmp.Compare(slices.Index(f.order, a), slices.Index(f.order, b))
+		})
+		fmt.Fprintf(out, "%s:\n", tier.title)
+		for _, sec := range sections {
+			if sec != "" {
+				fmt.Fprintf(out, "\n  %s:\n", sec)
+			}
+			for _, fl := range bySection[sec] {
+				fmt.Fprint(out, f.describe(fl), "\n")
 			}
 		}
-		if len(name) > 0 {
-			b.WriteString(" " + name)
-		}
-		if b.Len() <= 4 {
-			b.WriteString("\t")
-		} else {
-			b.WriteString("\n    \t")
-		}
-		b.WriteString(strings.ReplaceAll(usage, "\n", "\n    \t"))
-		switch {
-		case !known || fl.DefValue == zeroes[kind]:
-		case kind == "string":
-			fmt.Fprintf(&b, " (default %q)", fl.DefValue)
-		default:
-			fmt.Fprintf(&b, " (default %v)", fl.DefValue)
-		}
-		fmt.Fprint(out, b.String(), "\n")
-	})
+		fmt.Fprintln(out)
+	}
 }
 
-func (f *FlagSet) withEnv(name, kind, env, usage string) string {
-	f.kinds[name] = kind
-	if env == "" {
-		return usage
+func (f *FlagSet) hasEnv() bool {
+	for _, m := range f.meta {
+		if m.env != "" {
+			return true
+		}
 	}
-	f.env[name] = env
-	return usage + " (env " + env + ")"
+	return false
+}
+
+// describe writes a flag as flag.PrintDefaults does, except that a flag of
+// a type of its own (a broker list, an offset policy) shows the kind it was
+// declared with, and its default.
+func (f *FlagSet) describe(fl *flag.Flag) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "  -%s", fl.Name)
+	name, usage := flag.UnquoteUsage(fl)
+	m := f.meta[fl.Name]
+	kind, known := "", m != nil
+	if known {
+		kind = m.kind
+		// As flag.PrintDefaults shows them: durations of days were
+		// always a flag.Value of their own.
+		name = map[string]string{"bool": "", "duration": "value"}[kind]
+		if name == "" && kind != "bool" {
+			name = kind
+		}
+	}
+	if len(name) > 0 {
+		b.WriteString(" " + name)
+	}
+	if b.Len() <= 4 {
+		b.WriteString("\t")
+	} else {
+		b.WriteString("\n    \t")
+	}
+	b.WriteString(strings.ReplaceAll(usage, "\n", "\n    \t"))
+	switch {
+	case !known || fl.DefValue == zeroes[kind]:
+	case kind == "string":
+		fmt.Fprintf(&b, " (default %q)", fl.DefValue)
+	default:
+		fmt.Fprintf(&b, " (default %v)", fl.DefValue)
+	}
+	return b.String()
+}
+
+// withEnv records how the flag name was declared and returns its usage
+// with its variable. env is NoEnv, Env, or (for the flags of the worker)
+// the variable the flag read before the prefixed names, which it reads for
+// one more release, with a warning.
+func (f *FlagSet) withEnv(name, kind, env, usage string) string {
+	m := &meta{kind: kind, section: f.section, advanced: f.advanced}
+	f.meta[name] = m
+	switch {
+	case env == NoEnv:
+		return usage
+	case f.prefixed:
+		m.env = EnvName(name)
+		if env != Env && env != m.env {
+			m.legacy = env
+		}
+	default:
+		m.env = env
+	}
+	return usage + " (env " + m.env + ")"
 }
 
 // String declares a string flag.
@@ -141,6 +285,45 @@ func (f *FlagSet) Bytes(p *int64, name, env string, def int64, usage string) {
 func (f *FlagSet) BytesInt(p *int, name, env string, def int, usage string) {
 	*p = def
 	f.Var((*intBytesValue)(p), name, f.withEnv(name, "size", env, usage))
+}
+
+// Choice declares a string flag whose value is one of choices, matched
+// without regard to case and stored as the choice is written: a value
+// outside them is an error when the flag is parsed, whichever command
+// declares it.
+func (f *FlagSet) Choice(p *string, name, env, def, usage string, choices ...string) {
+	*p = def
+	f.Var(&choiceValue{p: p, choices: choices}, name, f.withEnv(name, "string", env, usage))
+}
+
+type choiceValue struct {
+	p       *string
+	choices []string
+}
+
+func (c *choiceValue) String() string {
+	if c.p == nil {
+		return ""
+	}
+	return *c.p
+}
+
+func (c *choiceValue) Set(s string) error {
+	for _, ch := range c.choices {
+		if strings.EqualFold(s, ch) {
+			*c.p = ch
+			return nil
+		}
+	}
+	return fmt.Errorf("%q: want %s", s, oneOf(c.choices))
+}
+
+// oneOf writes choices as "a, b or c".
+func oneOf(choices []string) string {
+	if len(choices) < 2 {
+		return strings.Join(choices, "")
+	}
+	return strings.Join(choices[:len(choices)-1], ", ") + " or " + choices[len(choices)-1]
 }
 
 // Value declares a flag of a type of its own, given as text; its current
@@ -222,7 +405,9 @@ func (b *intBytesValue) Set(s string) error {
 }
 
 // Parse parses args, then fills every flag not given from its variable.
-// Arguments after the flags are an error: no command takes any.
+// Arguments after the flags are an error: no command takes any. So is a
+// prefixed variable that names no flag (of this set, or one KnowAlso
+// accepts).
 func (f *FlagSet) Parse(args []string) error {
 	if err := f.FlagSet.Parse(args); err != nil {
 		return err
@@ -232,9 +417,26 @@ func (f *FlagSet) Parse(args []string) error {
 	}
 	f.given = map[string]bool{}
 	f.Visit(func(fl *flag.Flag) { f.given[fl.Name] = true })
-	for name, env := range f.env {
+	if err := f.unknownVariables(); err != nil {
+		return err
+	}
+	for _, name := range f.Names() {
+		m := f.meta[name]
+		if m == nil || m.env == "" || f.given[name] {
+			continue
+		}
+		env := m.env
 		v, ok := os.LookupEnv(env)
-		if !ok || f.given[name] {
+		if old, set := f.lookupLegacy(m); set {
+			switch {
+			case !ok:
+				env, v, ok = m.legacy, old, true
+				fmt.Fprintf(f.Output(), "%s: WARNING: %s is deprecated and read for this release only: set %s instead\n", f.Name(), m.legacy, m.env)
+			case strings.TrimSpace(old) != strings.TrimSpace(v):
+				fmt.Fprintf(f.Output(), "%s: WARNING: %s=%q is ignored: %s=%q wins (remove the deprecated variable)\n", f.Name(), m.legacy, old, m.env, v)
+			}
+		}
+		if !ok {
 			continue
 		}
 		if err := f.Set(name, strings.TrimSpace(v)); err != nil {
@@ -242,6 +444,90 @@ func (f *FlagSet) Parse(args []string) error {
 		}
 	}
 	return nil
+}
+
+func (f *FlagSet) lookupLegacy(m *meta) (string, bool) {
+	if m.legacy == "" {
+		return "", false
+	}
+	return os.LookupEnv(m.legacy)
+}
+
+// unknownVariables is the error for the prefixed variables that name no
+// flag, each with the nearest variable that does.
+func (f *FlagSet) unknownVariables() error {
+	if !f.prefixed {
+		return nil
+	}
+	own := map[string]bool{}
+	for _, m := range f.meta {
+		if m.env != "" {
+			own[m.env] = true
+		}
+	}
+	var errs []error
+	for _, kv := range os.Environ() {
+		env, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(env, Prefix) || own[env] || (f.known != nil && f.known(env)) {
+			continue
+		}
+		err := fmt.Errorf("environment variable %s names no flag", env)
+		if near := nearest(env, own); near != "" {
+			err = fmt.Errorf("%w (did you mean %s?)", err, near)
+		}
+		errs = append(errs, err)
+	}
+	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
+	return errors.Join(errs...)
+}
+
+// nearest is the name of names closest to s by edit distance, if it is
+// close enough to be a misspelling.
+func nearest(s string, names map[string]bool) string {
+	best, bestD := "", 4
+	for n := range names {
+		if d := distance(s, n); d < bestD || (d == bestD && n < best) {
+			best, bestD = n, d
+		}
+	}
+	return best
+}
+
+// distance is the Levenshtein distance of a and b.
+func distance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// Variables lists the variables the set's flags read, legacy ones
+// included.
+func (f *FlagSet) Variables() []string {
+	var vs []string
+	for _, m := range f.meta {
+		if m.env != "" {
+			vs = append(vs, m.env)
+		}
+		if m.legacy != "" {
+			vs = append(vs, m.legacy)
+		}
+	}
+	slices.Sort(vs)
+	return vs
 }
 
 // OnCommandLine reports whether the flag name was set on the command line

@@ -8,16 +8,16 @@ import (
 )
 
 func TestPrecedence(t *testing.T) {
-	t.Setenv("CELLTTL_TEST_A", "from-env")
-	t.Setenv("CELLTTL_TEST_B", "from-env")
-	t.Setenv("CELLTTL_TEST_D", "2d")
+	t.Setenv("CELLTTL_B", "from-env")
+	t.Setenv("CELLTTL_D", "2d")
+	t.Setenv("CELLTTL_A", "from-env")
 	f := New("x", "x", io.Discard)
 	var a, b, c string
 	var d time.Duration
-	f.String(&a, "a", "CELLTTL_TEST_A", "default", "")
-	f.String(&b, "b", "CELLTTL_TEST_B", "default", "")
-	f.String(&c, "c", "CELLTTL_TEST_C", "default", "")
-	f.Duration(&d, "d", "CELLTTL_TEST_D", time.Hour, "")
+	f.String(&a, "a", Env, "default", "")
+	f.String(&b, "b", Env, "default", "")
+	f.String(&c, "c", Env, "default", "")
+	f.Duration(&d, "d", Env, time.Hour, "")
 	if err := f.Parse([]string{"--a", "from-flag"}); err != nil {
 		t.Fatal(err)
 	}
@@ -26,23 +26,161 @@ func TestPrecedence(t *testing.T) {
 	}
 }
 
+// A flag's variable is the prefix and its name; the name it had before is
+// read for one release, with a warning, and loses to the new one.
+func TestVariableNames(t *testing.T) {
+	if got := EnvName("kafka-session-timeout"); got != "CELLTTL_KAFKA_SESSION_TIMEOUT" {
+		t.Errorf("EnvName = %s", got)
+	}
+	parse := func(args ...string) (string, string, error) {
+		var out strings.Builder
+		f := New("worker run", "x", &out)
+		var w string
+		f.String(&w, "writers", "WRITERS", "4", "")
+		err := f.Parse(args)
+		return w, out.String(), err
+	}
+	t.Setenv("WRITERS", "8")
+	w, out, err := parse()
+	if err != nil || w != "8" || !strings.Contains(out, "WARNING: WRITERS is deprecated and read for this release only: set CELLTTL_WRITERS instead") {
+		t.Errorf("legacy variable alone: %q, %v, output %q", w, err, out)
+	}
+	t.Setenv("CELLTTL_WRITERS", "16")
+	w, out, err = parse()
+	if err != nil || w != "16" || !strings.Contains(out, `WRITERS="8" is ignored: CELLTTL_WRITERS="16" wins`) {
+		t.Errorf("both variables: %q, %v, output %q", w, err, out)
+	}
+	t.Setenv("WRITERS", "16")
+	if w, out, err = parse(); err != nil || w != "16" || out != "" {
+		t.Errorf("both variables, the same value: %q, %v, output %q", w, err, out)
+	}
+	if w, out, err = parse("--writers", "2"); err != nil || w != "2" || out != "" {
+		t.Errorf("the command line over both: %q, %v, output %q", w, err, out)
+	}
+}
+
+// A prefixed variable that names no flag stops the command, with the
+// nearest name when it looks misspelt, unless another command has it.
+func TestUnknownVariables(t *testing.T) {
+	t.Setenv("CELLTTL_WRITERZ", "8")
+	t.Setenv("CELLTTL_NO_SUCH_THING", "1")
+	newSet := func() *FlagSet {
+		f := New("x", "x", io.Discard)
+		var w string
+		f.String(&w, "writers", Env, "4", "")
+		return f
+	}
+	err := newSet().Parse(nil)
+	if err == nil {
+		t.Fatal("unknown variables accepted")
+	}
+	for _, want := range []string{"environment variable CELLTTL_WRITERZ names no flag (did you mean CELLTTL_WRITERS?)", "environment variable CELLTTL_NO_SUCH_THING names no flag"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	f := newSet()
+	f.KnowAlso(func(env string) bool { return env == "CELLTTL_WRITERZ" || env == "CELLTTL_NO_SUCH_THING" })
+	if err := f.Parse(nil); err != nil {
+		t.Errorf("variables another command knows: %v", err)
+	}
+	// A flag without a variable has none, prefixed or not.
+	f = New("x", "x", io.Discard)
+	var force bool
+	f.Bool(&force, "force", NoEnv, false, "")
+	t.Setenv("CELLTTL_FORCE", "true")
+	if err := f.Parse(nil); err == nil || !strings.Contains(err.Error(), "CELLTTL_FORCE names no flag") || force {
+		t.Errorf("a flag-only flag read CELLTTL_FORCE: %v, %v", force, err)
+	}
+	// Unprefixed sets read what they name and check nothing.
+	u := NewUnprefixed("x", "x", io.Discard)
+	var brokers string
+	u.String(&brokers, "brokers", "X_BROKERS", "", "")
+	t.Setenv("X_BROKERS", "b:9092")
+	if err := u.Parse(nil); err != nil || brokers != "b:9092" {
+		t.Errorf("unprefixed: %q, %v", brokers, err)
+	}
+}
+
+func TestChoice(t *testing.T) {
+	parse := func(args ...string) (string, error) {
+		f := New("x", "x", io.Discard)
+		var lv string
+		f.Choice(&lv, "log-level", Env, "info", "", "debug", "info", "warn", "error")
+		return lv, f.Parse(args)
+	}
+	if lv, err := parse("--log-level", "WARN"); err != nil || lv != "warn" {
+		t.Errorf("WARN: %q, %v", lv, err)
+	}
+	if lv, err := parse(); err != nil || lv != "info" {
+		t.Errorf("default: %q, %v", lv, err)
+	}
+	if _, err := parse("--log-level", "bogus"); err == nil || !strings.Contains(err.Error(), `"bogus": want debug, info, warn or error`) {
+		t.Errorf("bogus: %v", err)
+	}
+	t.Setenv("CELLTTL_LOG_LEVEL", "verbose")
+	if _, err := parse(); err == nil || !strings.Contains(err.Error(), `CELLTTL_LOG_LEVEL="verbose" for --log-level`) {
+		t.Errorf("bogus variable: %v", err)
+	}
+}
+
+// The help lists sections in the order they were declared, the basic tier
+// before the advanced one.
+func TestHelpSections(t *testing.T) {
+	var out strings.Builder
+	f := New("x", "x: a command.", &out)
+	var s string
+	var n int
+	f.Section("Kafka")
+	f.String(&s, "kafka-brokers", "KAFKA_BROKERS", "", "brokers")
+	f.Advanced()
+	f.Int(&n, "fetch-max-wait", Env, 3, "tuning")
+	f.Section("Bigtable")
+	f.String(&s, "table", Env, "clicks", "table")
+	f.Usage()
+	want := `x: a command.
+
+Each flag is also read from the environment variable shown; the command line wins.
+
+Flags:
+
+  Kafka:
+  -kafka-brokers string
+    	brokers (env CELLTTL_KAFKA_BROKERS)
+
+  Bigtable:
+  -table string
+    	table (env CELLTTL_TABLE) (default "clicks")
+
+Advanced flags (tuning: the defaults suit most deployments):
+
+  Kafka:
+  -fetch-max-wait int
+    	tuning (env CELLTTL_FETCH_MAX_WAIT) (default 3)
+
+`
+	if out.String() != want {
+		t.Errorf("help:\n%s\nwant:\n%s", out.String(), want)
+	}
+}
+
 func TestNoVariable(t *testing.T) {
 	t.Setenv("X", "from-env")
 	f := New("x", "x", io.Discard)
 	var x string
-	f.String(&x, "x", "", "default", "")
+	f.String(&x, "x", NoEnv, "default", "")
 	if err := f.Parse(nil); err != nil || x != "default" {
 		t.Errorf("a flag registered without a variable read one: %q, %v", x, err)
 	}
 }
 
 func TestErrorsNameTheVariable(t *testing.T) {
-	t.Setenv("CELLTTL_TEST_N", "many")
+	t.Setenv("CELLTTL_N", "many")
 	f := New("x", "x", io.Discard)
 	var n int
-	f.Int(&n, "n", "CELLTTL_TEST_N", 1, "")
+	f.Int(&n, "n", Env, 1, "")
 	err := f.Parse(nil)
-	if err == nil || !strings.Contains(err.Error(), `CELLTTL_TEST_N="many" for --n`) {
+	if err == nil || !strings.Contains(err.Error(), `CELLTTL_N="many" for --n`) {
 		t.Errorf("bad variable: %v", err)
 	}
 	f = New("x", "x", io.Discard)
@@ -71,7 +209,7 @@ func TestBytes(t *testing.T) {
 	var big int64
 	var small int
 	var help strings.Builder
-	f := New("t", "t", &help)
+	f := NewUnprefixed("t", "t", &help)
 	f.Bytes(&big, "max-inflight-bytes", "T_MAX_INFLIGHT", 64<<20, "bound")
 	f.BytesInt(&small, "flush-bytes", "", 8<<20, "flush")
 	t.Setenv("T_MAX_INFLIGHT", "32MiB")

@@ -39,9 +39,9 @@ var (
 // real process to kill.
 func WorkerBinary(t testing.TB) string {
 	t.Helper()
-	if bin := os.Getenv("CELLTTL_WORKER_BIN"); bin != "" {
+	if bin := os.Getenv("TESTENV_WORKER_BIN"); bin != "" {
 		// Another build, to compare: the fault suite against an earlier one.
-		t.Logf("worker binary: %s (CELLTTL_WORKER_BIN)", bin)
+		t.Logf("worker binary: %s (TESTENV_WORKER_BIN)", bin)
 		return bin
 	}
 	buildOnce.Do(func() {

@@ -287,7 +287,7 @@ type watched struct {
 
 func watchCPU(worker int) *cpuWatch {
 	w := &cpuWatch{at: time.Now(), self: selfCPU()}
-	dir := os.Getenv("CELLTTL_SERVICES_DIR")
+	dir := os.Getenv("TESTENV_SERVICES_DIR")
 	if dir == "" {
 		dir = ".services"
 	}
