@@ -494,6 +494,20 @@ func (w *Writer) recovered() {
 	}
 }
 
+// readinessKey is a row no event can have ('#' is not allowed in a tenant
+// id).
+const readinessKey = "#readiness-probe"
+
+// Reachable reads one row of the table, a point read of a key no event can
+// have: cheap, and it fails when Bigtable is unreachable. Reads can pass
+// while every write is refused: see Outage.
+func (w *Writer) Reachable(ctx context.Context) error {
+	if _, err := w.table.ReadRow(ctx, readinessKey); err != nil {
+		return fmt.Errorf("bigtable read: %w", err)
+	}
+	return nil
+}
+
 // Outage returns why writes fail as a whole, nil while they go through.
 func (w *Writer) Outage() error {
 	w.mu.Lock()
