@@ -260,62 +260,67 @@ func (p *Pipeline) route(f *ingest.Fetched, now time.Time, cfg *tenants.Config, 
 		// Counted, not corrected: the cells stay a function of the record.
 		p.stats.ahead.Add(1)
 	}
-	var dec Decision
-	switch {
-	case f.Undecodable != nil:
-		dec = Decision{Fate: Rejected, Err: errors.New(f.Undecodable.Reason), Class: reasonUndecodable}
-	case f.Cut != nil:
-		// Never decoded: what the fetcher held is not all of the record.
-		dec = Decision{Fate: Rejected, Err: cutError(f.Cut, p.cfg.Decoder), Class: string(event.TooLarge)}
-		var evErr *event.Error
-		if errors.As(dec.Err, &evErr) {
-			dec.Field, dec.Class = evErr.Field, string(evErr.Class)
-		}
-	default:
-		var ledger *erasure.Ledger
-		if p.cfg.Erasures != nil {
-			ledger = p.cfg.Erasures()
-		}
-		dec = Decide(&p.cfg.Decoder, cfg, ledger, msg, now)
-	}
+	dec := p.decide(f, now, cfg)
 	ev := &dec.Event
 	switch dec.Fate {
 	case Rejected:
 		ts := p.stats.Tenant(ev.Tenant)
 		ts.Consumed.Add(1)
-		// No tenant to take a TTL from (the tenant field of an invalid event
-		// is not to be trusted, and may be missing): the payload may live
-		// no longer than the shortest TTL of the file and the bound for
-		// unlisted tenants, from the record's time (never later than now).
-		from := now
-		if !msg.Time.IsZero() && msg.Time.Before(now) {
-			from = msg.Time
-		}
-		keep := from.Add(p.untrustedTTL(cfg))
-		if !ev.Base.IsZero() {
-			// Its own TTL could not be read (its ids and time could): it
-			// may have asked for as little as its tenant's min_ttl.
-			b, _ := cfg.Policy.TenantBounds(ev.Tenant)
-			keep = earliest(keep, ev.Base.Add(b.Min))
-		}
 		p.deadLetter(b, dead, deadItem{dl: ingest.DeadLetter{Msg: *msg, Reason: dec.Err.Error(), Field: dec.Field, Cut: f.Cut, Undecodable: f.Undecodable,
-			Class: dec.Class, KeepUntil: keep}, ack: f.Ack, tenant: ts, reason: dec.Class})
+			Class: dec.Class, KeepUntil: dec.KeepUntil(cfg, p.cfg.UnlistedDeadLetterTTL, msg.Time, now)}, ack: f.Ack, tenant: ts, reason: dec.Class})
 		return
 	case UnlistedDeadLetter:
 		p.stats.Unlisted(ev.Tenant)
 		ts := p.stats.Tenant(OtherTenants)
 		ts.Consumed.Add(1)
-		keep := ev.Base.Add(p.unlistedTTL(cfg))
-		if ev.HasTTL {
-			// No longer than the TTL it asked for, within the unlisted
-			// tenants' bounds.
-			ttl, _ := cfg.Policy.EventTTL(ev.Tenant, ev.TTL)
-			keep = earliest(keep, ev.Base.Add(ttl))
-		}
 		p.deadLetter(b, dead, deadItem{dl: ingest.DeadLetter{Msg: *msg, Reason: dec.Err.Error(), Field: dec.Field,
-			Class: dec.Class, Tenant: ev.Tenant, KeepUntil: keep}, ack: f.Ack, tenant: ts, reason: dec.Class})
+			Class: dec.Class, Tenant: ev.Tenant, KeepUntil: dec.KeepUntil(cfg, p.cfg.UnlistedDeadLetterTTL, msg.Time, now)}, ack: f.Ack, tenant: ts, reason: dec.Class})
 		return
 	}
+	ts := p.count(&dec)
+	switch dec.Fate {
+	case Expired:
+		ts.Expired.Add(1)
+		p.src.Done(f.Ack)
+		return
+	case Erased:
+		ts.Erased.Add(1)
+		p.src.Done(f.Ack)
+		return
+	}
+	it := item{ack: f.Ack, msg: *msg, tenant: ts, expires: dec.Cell.Expiry, keep: dec.KeepUntil(cfg, p.cfg.UnlistedDeadLetterTTL, msg.Time, now)}
+	if dec.Listed {
+		it.id = ev.Tenant
+	}
+	b.add(cfg.Version, dec.Row, it)
+}
+
+// decide is Decide for a fetched message: one the fetcher could not read,
+// or held cut, is rejected without being decoded.
+func (p *Pipeline) decide(f *ingest.Fetched, now time.Time, cfg *tenants.Config) Decision {
+	switch {
+	case f.Undecodable != nil:
+		return Decision{Fate: Rejected, Err: errors.New(f.Undecodable.Reason), Class: reasonUndecodable}
+	case f.Cut != nil:
+		// Never decoded: what the fetcher held is not all of the record.
+		dec := Decision{Fate: Rejected, Err: cutError(f.Cut, p.cfg.Decoder), Class: string(event.TooLarge)}
+		var evErr *event.Error
+		if errors.As(dec.Err, &evErr) {
+			dec.Field, dec.Class = evErr.Field, string(evErr.Class)
+		}
+		return dec
+	}
+	var ledger *erasure.Ledger
+	if p.cfg.Erasures != nil {
+		ledger = p.cfg.Erasures()
+	}
+	return Decide(&p.cfg.Decoder, cfg, ledger, &f.Msg, now)
+}
+
+// count counts an event of a tenant's (not dead-lettered) under its
+// tenant, and returns the tenant's counts.
+func (p *Pipeline) count(dec *Decision) *TenantStats {
+	ev := &dec.Event
 	if !dec.Listed {
 		p.stats.Unlisted(ev.Tenant)
 	}
@@ -330,30 +335,7 @@ func (p *Pipeline) route(f *ingest.Fetched, now time.Time, cfg *tenants.Config, 
 	case expiry.AboveMax:
 		ts.TTLClampedMax.Add(1)
 	}
-	switch dec.Fate {
-	case Expired:
-		ts.Expired.Add(1)
-		p.src.Done(f.Ack)
-		return
-	case Erased:
-		ts.Erased.Add(1)
-		p.src.Done(f.Ack)
-		return
-	}
-	it := item{ack: f.Ack, msg: *msg, tenant: ts, expires: dec.Cell.Expiry, keep: dec.Cell.Expiry}
-	if dec.Listed {
-		it.id = ev.Tenant
-	} else if bound := ev.Base.Add(p.unlistedTTL(cfg)); bound.Before(it.keep) {
-		it.keep = bound // an unlisted tenant's letter keeps its payload the unlisted bound
-	}
-	b.add(cfg.Version, dec.Row, it)
-}
-
-func earliest(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
+	return ts
 }
 
 // deadLetter hands d to the dead-letter loop.
@@ -367,22 +349,4 @@ func (p *Pipeline) deadLetter(b *batcher, dead chan<- deadItem, d deadItem) {
 		b.flush(flushInterval)
 		dead <- d
 	}
-}
-
-// untrustedTTL is how long the letter of an invalid event may keep its
-// payload: its tenant cannot be trusted, so no longer than any tenant's.
-func (p *Pipeline) untrustedTTL(cfg *tenants.Config) time.Duration {
-	if cfg.ShortestTTL > 0 {
-		return min(p.unlistedTTL(cfg), cfg.ShortestTTL)
-	}
-	return p.unlistedTTL(cfg)
-}
-
-// unlistedTTL is how long a dead letter of an unlisted tenant may keep its
-// payload: --dlq-unlisted-retention, else default_ttl.
-func (p *Pipeline) unlistedTTL(cfg *tenants.Config) time.Duration {
-	if p.cfg.UnlistedDeadLetterTTL > 0 {
-		return p.cfg.UnlistedDeadLetterTTL
-	}
-	return cfg.Policy.DefaultTTL
 }
