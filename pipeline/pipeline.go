@@ -167,7 +167,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	}
 	dlqWG.Go(func() { p.deadLetterLoop(drainCtx, dead) })
 
-	fetchErr := p.fetchLoop(ctx, newBatcher(p.cfg, batches, free, &p.metrics), dead)
+	fetchErr := p.fetchLoop(ctx, newBatcher(p.cfg, batches, free, &p.metrics, p.now), dead)
 
 	close(batches)
 	writeWG.Wait()
@@ -195,7 +195,7 @@ func (p *Pipeline) fetchLoop(ctx context.Context, b *batcher, dead chan<- deadIt
 	for ctx.Err() == nil {
 		// An open batch is due at its age: wait for messages until then.
 		pctx, cancel := ctx, context.CancelFunc(func() {})
-		if wait, open := b.untilDue(time.Now()); open {
+		if wait, open := b.untilDue(p.now()); open {
 			if wait <= 0 {
 				b.flush(flushInterval)
 				continue
