@@ -13,10 +13,10 @@ import (
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/event"
@@ -65,20 +65,22 @@ type Pipeline struct {
 	meter   metric.Meter
 	mp      metric.MeterProvider
 	dlqLoop *retry.Loop
-	// tracer records a span per write batch; it does nothing until a tracer
-	// provider is installed.
+	// tracer records a span per write batch.
 	tracer trace.Tracer
 }
 
 // scope names the pipeline's metrics and spans.
 const scope = "github.com/cellttl/cellttl/pipeline"
 
-// New returns a Pipeline, its metrics from mp (none when nil). config
-// returns the tenants configuration in force; it is called once per
-// message and must not block.
-func New(cfg Config, src Source, rows RowWriter, dlq DeadLetterer, config func() *tenants.Config, mp metric.MeterProvider, log *slog.Logger) *Pipeline {
+// New returns a Pipeline, its metrics from mp and its spans from tp (none
+// when nil). config returns the tenants configuration in force; it is
+// called once per message and must not block.
+func New(cfg Config, src Source, rows RowWriter, dlq DeadLetterer, config func() *tenants.Config, mp metric.MeterProvider, tp trace.TracerProvider, log *slog.Logger) *Pipeline {
 	if mp == nil {
 		mp = noop.NewMeterProvider()
+	}
+	if tp == nil {
+		tp = tracenoop.NewTracerProvider()
 	}
 	return &Pipeline{
 		cfg: cfg, src: src, rows: rows, dlq: dlq, config: config, log: log,
@@ -86,7 +88,7 @@ func New(cfg Config, src Source, rows RowWriter, dlq DeadLetterer, config func()
 		mp:     mp,
 		now:    time.Now,
 		stats:  &Stats{},
-		tracer: otel.Tracer(scope),
+		tracer: tp.Tracer(scope),
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/expiry"
@@ -27,6 +28,8 @@ type AuditOptions struct {
 	// Erasures is the erasure ledger (nil: none): a row it covers is
 	// reported, and makes the audit unclean.
 	Erasures *erasure.Ledger
+	// Tracers records the audit's span (nil: none).
+	Tracers trace.TracerProvider
 }
 
 // TenantAudit is what the audit found for one tenant.
@@ -85,7 +88,7 @@ var horizons = []struct {
 // Audit reads the rows (every version of every cell of the family) and
 // checks each against policy.
 func Audit(ctx context.Context, tbl *bigtable.Table, family string, policy *expiry.Policy, o AuditOptions) (_ *AuditReport, err error) {
-	ctx, span := tracer.Start(ctx, "cellttl.audit")
+	ctx, span := tracerOf(o.Tracers).Start(ctx, "cellttl.audit")
 	defer func() { endSpan(span, Report{}, err) }()
 	if o.Now == nil {
 		o.Now = time.Now

@@ -65,6 +65,9 @@ type RetimeOptions struct {
 	// rather than write under it (run it again; it is idempotent).
 	Erasures     func() *erasure.Ledger
 	ErasuresHeld func() error
+	// Tracers records the spans of the passes, the steps and the batches
+	// applied (nil: none).
+	Tracers trace.TracerProvider
 }
 
 // RegisterFlags declares the flags that fill o and that retime and migrate
@@ -259,7 +262,7 @@ func resume(cp *checkpoint, o *RetimeOptions, job Job, passes int) (int, error) 
 
 // retimePass visits every row of the tenants once.
 func retimePass(ctx context.Context, tbl *bigtable.Table, family string, policy *expiry.Policy, o RetimeOptions, cp *checkpoint, pass int) (rep Report, err error) {
-	ctx, span := tracer.Start(ctx, "cellttl.retime.pass", trace.WithAttributes(attribute.Int("cellttl.pass", pass), attribute.Bool("cellttl.dry_run", o.DryRun)))
+	ctx, span := tracerOf(o.Tracers).Start(ctx, "cellttl.retime.pass", trace.WithAttributes(attribute.Int("cellttl.pass", pass), attribute.Bool("cellttl.dry_run", o.DryRun)))
 	defer func() { endSpan(span, rep, err) }()
 	start := time.Now()
 	p := &retimer{tbl: tbl, family: family, policy: policy, o: &o, cp: cp, pass: pass, changedBefore: cp.Changed,
@@ -424,7 +427,7 @@ func (p *retimer) apply(ctx context.Context) error {
 			}
 		}
 	}
-	return applyBulk(ctx, p.tbl, p.keys, p.muts)
+	return applyBulk(ctx, tracerOf(p.o.Tracers), p.tbl, p.keys, p.muts)
 }
 
 // ledger is the erasure ledger in force, nil when there is none.
@@ -548,7 +551,7 @@ func retimeMutation(row *row, ts bigtable.Timestamp, ttl []byte) *bigtable.Mutat
 const attemptTimeout = 30 * time.Second
 
 // applyBulk applies the mutations; a row that fails fails the batch.
-func applyBulk(ctx context.Context, tbl *bigtable.Table, keys []string, muts []*bigtable.Mutation) error {
+func applyBulk(ctx context.Context, tracer trace.Tracer, tbl *bigtable.Table, keys []string, muts []*bigtable.Mutation) error {
 	ctx, span := tracer.Start(ctx, "cellttl.retention.apply", trace.WithAttributes(attribute.Int("cellttl.batch.rows", len(keys))))
 	defer span.End()
 	ctx, cancel := context.WithTimeout(ctx, attemptTimeout)

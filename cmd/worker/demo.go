@@ -81,7 +81,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	defer env.close()
 	fmt.Fprintf(stdout, "producing %d clicks/s for %s (1 in 25 an hour old, 1 in 40 malformed), then watching GC until every tenant's cells are gone; Ctrl-C stops\n\n", o.rate, duration.Format(o.produceFor))
 
-	w, err := newWorker(ctx, &env.ro, env.cfg, env.dc, env.ac, nil, log)
+	w, err := newWorker(ctx, &env.ro, env.cfg, env.dc, env.ac, nil, nil, log)
 	if err != nil {
 		return err
 	}

@@ -101,7 +101,7 @@ func runForget(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		DryRun: fo.dryRun, AllowEmpty: fo.allowEmpty,
 		SecondPassAfter: fo.secondPass, Refresh: o.erasureRefresh, WriteTimeout: o.writer.AttemptTimeout,
 		Table: o.table.Target().String(), Facts: facts, LongestTTL: s.cfg.Policy.LongestTTL(fo.tenant),
-		Backups: fo.backups, BackupsDecidedBy: "--backup-retention",
+		Backups: fo.backups, BackupsDecidedBy: "--backup-retention", Tracers: s.tracers,
 	}, log)
 	if !rc.Begun() {
 		return err

@@ -156,7 +156,7 @@ func (m *migration) foreignRows(ctx context.Context) (int64, error) {
 	if new.Strategy != expiry.OneSecond || old.Strategy == expiry.OneSecond {
 		return 0, nil
 	}
-	a, err := retention.Audit(ctx, m.tbl, m.o.table.Family, old, retention.AuditOptions{})
+	a, err := retention.Audit(ctx, m.tbl, m.o.table.Family, old, retention.AuditOptions{Tracers: m.s.tracers})
 	if err != nil {
 		return 0, err
 	}
@@ -189,7 +189,7 @@ func (m *migration) printPlan(w io.Writer, plan, steps []retention.Step) {
 // progress on stderr. An interrupted run exits exitInterrupted.
 func (m *migration) apply(ctx context.Context, steps []retention.Step, stderr io.Writer) (retention.Report, error) {
 	o, s, log, ro := m.o, m.s, m.log, m.ro
-	ro.Log = log
+	ro.Log, ro.Tracers = log, s.tracers
 	ro.Job = retention.Job{Table: o.table.Table, Family: o.table.Family, Config: m.oldCfg.Version + " to " + s.cfg.Version}
 	// Rows of erased users are deleted, never given a new timestamp.
 	erasures, stopErasures, err := watchErasures(ctx, s, o.table, defaultErasureRefresh, log)

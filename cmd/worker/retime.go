@@ -56,7 +56,7 @@ func runRetime(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := sink.CheckGC(ctx, s.ac, o.table.Target(), s.cfg.Policy.GCMaxAge()); err != nil {
 		return fmt.Errorf("refusing to re-time: %w (the tenants file says %s)", err, describePolicy(s.cfg.Policy))
 	}
-	ro.Log = log
+	ro.Log, ro.Tracers = log, s.tracers
 	ro.Job = retention.Job{Table: o.table.Table, Family: o.table.Family, Config: s.cfg.Version}
 	// Rows of erased users are deleted, never given a new timestamp.
 	erasures, stopErasures, err := watchErasures(ctx, s, o.table, defaultErasureRefresh, log)

@@ -141,7 +141,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 			log.Warn("telemetry shutdown", "err", err)
 		}
 	}()
-	w, err := newWorker(ctx, &o, cfg, s.dc, s.ac, tel.MeterProvider(), log)
+	w, err := newWorker(ctx, &o, cfg, s.dc, s.ac, tel.MeterProvider(), tel.TracerProvider(), log)
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"cloud.google.com/go/bigtable"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 
 	"github.com/cellttl/cellttl/admin"
@@ -45,9 +46,9 @@ type worker struct {
 }
 
 // newWorker builds the parts, checks the dead-letter topic and joins the
-// consumer group. The parts record their metrics through mp (nothing when
-// nil).
-func newWorker(ctx context.Context, o *runOptions, cfg *tenants.Config, dc *bigtable.Client, ac *bigtable.AdminClient, mp metric.MeterProvider, log *slog.Logger) (*worker, error) {
+// consumer group. The parts record their metrics through mp and their
+// spans through tp (nothing when nil).
+func newWorker(ctx context.Context, o *runOptions, cfg *tenants.Config, dc *bigtable.Client, ac *bigtable.AdminClient, mp metric.MeterProvider, tp trace.TracerProvider, log *slog.Logger) (*worker, error) {
 	if mp == nil {
 		mp = noop.NewMeterProvider()
 	}
@@ -84,7 +85,7 @@ func newWorker(ctx context.Context, o *runOptions, cfg *tenants.Config, dc *bigt
 	}
 	pcfg := o.pipe
 	pcfg.Erasures = w.erasures.Current
-	w.pipeline = pipeline.New(pcfg, w.consumer, w.writer, w.dlq, w.reloader.Current, mp, log)
+	w.pipeline = pipeline.New(pcfg, w.consumer, w.writer, w.dlq, w.reloader.Current, mp, tp, log)
 	return w, nil
 }
 

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/internal/duration"
@@ -55,6 +56,8 @@ type Request struct {
 	LongestTTL       time.Duration
 	Backups          time.Duration
 	BackupsDecidedBy string
+	// Tracers records the spans of the deletions (nil: none).
+	Tracers trace.TracerProvider
 }
 
 // Receipt is what forget did, for the operator who asked.
@@ -182,7 +185,7 @@ func (e *eraser) run(ctx context.Context, wait time.Duration) error {
 func (e *eraser) record(ctx context.Context, first time.Time) error {
 	r := e.r
 	for _, u := range r.Users {
-		rep, err := retention.Forget(ctx, e.rows, retention.ForgetOptions{Tenant: r.Tenant, User: u, Before: first, DryRun: true})
+		rep, err := retention.Forget(ctx, e.rows, retention.ForgetOptions{Tenant: r.Tenant, User: u, Before: first, DryRun: true, Tracers: r.Tracers})
 		if err != nil {
 			return err
 		}
@@ -215,7 +218,7 @@ func (e *eraser) pass(ctx context.Context, before time.Time) error {
 		if ur.Record == nil {
 			continue
 		}
-		rep, err := retention.Forget(ctx, e.rows, retention.ForgetOptions{Tenant: e.r.Tenant, User: ur.User, Before: before})
+		rep, err := retention.Forget(ctx, e.rows, retention.ForgetOptions{Tenant: e.r.Tenant, User: ur.User, Before: before, Tracers: e.r.Tracers})
 		if err != nil {
 			return err
 		}
