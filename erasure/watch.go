@@ -20,6 +20,13 @@ import (
 // passes (docs/retention.md, "Erasure").
 const StaleAfter = 3
 
+// Bound is the workers' bound, for workers reading the ledger every
+// refresh and giving a write attempt up to writeTimeout: a user erased at
+// t has no row written after t + Bound.
+func Bound(refresh, writeTimeout time.Duration) time.Duration {
+	return StaleAfter*refresh + writeTimeout
+}
+
 // FullEvery is how many refreshes apart the records are read in full; the
 // refreshes between read the journal of the last minutes only (see
 // Store). A full read drops the records that expired, and finds a record

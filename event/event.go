@@ -29,7 +29,7 @@ type Event struct {
 	// Clamped is set when occurred_at was more than MaxClockSkew ahead of the
 	// record timestamp.
 	Clamped bool
-	// TTL is the retention the event asked for itself (--ttl-from), when
+	// TTL is the retention the event asked for itself (Fields.TTL), when
 	// HasTTL; the tenant's bounds then clamp it. A request too long for a
 	// Duration reads as MaxRequestedTTL.
 	TTL    time.Duration
@@ -51,7 +51,7 @@ type Error struct {
 type Class string
 
 const (
-	TooLarge  Class = "too_large"    // the value exceeds --max-event-bytes
+	TooLarge  Class = "too_large"    // the value exceeds Decoder.MaxBytes
 	NotJSON   Class = "not_json"     // the value is not a JSON object
 	Missing   Class = "missing"      // a required field, or any time, is missing
 	WrongType Class = "wrong_type"   // a field of the wrong JSON type, or inside a non-object
@@ -244,7 +244,7 @@ func (m *Mapping) eventTime(src *source, fl *field) (time.Time, error) {
 			if fl.kind != "" {
 				what = "a JSON " + fl.kind
 			}
-			return time.Time{}, &Error{Class: WrongType, Field: src.field, Reason: fmt.Sprintf("%s must be a JSON number of epoch %s (--event-time-format %s), not %s", src.name, unitName(m.format), m.format, what)}
+			return time.Time{}, &Error{Class: WrongType, Field: src.field, Reason: fmt.Sprintf("%s must be a JSON number of epoch %s (%s %s), not %s", src.name, unitName(m.format), m.formatLabel, m.format, what)}
 		}
 	}
 	format := m.format

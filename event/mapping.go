@@ -1,6 +1,7 @@
 package event
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"strings"
@@ -21,9 +22,8 @@ const (
 // MaxPathSegments bounds a JSON path: deeper paths are refused at start-up.
 const MaxPathSegments = 8
 
-// Fields says, as text, where each of an event's fields comes from: the
-// values of the worker's --tenant-from, --event-id-from, --user-from,
-// --event-time-from and --event-time-format flags, which its errors name.
+// Fields says, as text, where each of an event's fields comes from (in
+// the worker, the values of the flags that fill it).
 //
 // A source is "json:PATH", a JSON field of the value by name or dotted
 // path (json:context.account.id), "header:NAME", a record header by its
@@ -101,6 +101,20 @@ type source struct {
 	header int
 }
 
+// Labels name the members of Fields in errors, as the program that fills
+// them calls them (the worker: by its flags). An empty label names the
+// member itself: Tenant, EventID, User, Time, TTL, TimeFormat.
+type Labels struct {
+	Tenant, EventID, User, Time, TTL, TimeFormat string
+}
+
+// of returns the labels of each source, and of the time format.
+func (l Labels) of() (sources [numFields]string, timeFormat string) {
+	sources = [numFields]string{fieldEventID: cmp.Or(l.EventID, "EventID"), fieldTenant: cmp.Or(l.Tenant, "Tenant"),
+		fieldUser: cmp.Or(l.User, "User"), fieldTime: cmp.Or(l.Time, "Time"), fieldTTL: cmp.Or(l.TTL, "TTL")}
+	return sources, cmp.Or(l.TimeFormat, "TimeFormat")
+}
+
 // Mapping is a compiled Fields, ready for decoding. It is read-only and
 // may be shared by any number of goroutines.
 type Mapping struct {
@@ -108,25 +122,26 @@ type Mapping struct {
 	format  TimeFormat
 	root    *node
 	headers []string
+	// formatLabel names the time format in the errors of events.
+	formatLabel string
 }
 
 // contract is the mapping of DefaultFields, the one a Decoder without a
 // Mapping uses.
 var contract = func() *Mapping {
-	m, err := DefaultFields().Compile()
+	m, err := DefaultFields().Compile(Labels{})
 	if err != nil {
 		panic(err)
 	}
 	return m
 }()
 
-// flagOf names the flag of each field, for configuration errors.
-var flagOf = [numFields]string{fieldEventID: "--event-id-from", fieldTenant: "--tenant-from", fieldUser: "--user-from", fieldTime: "--event-time-from", fieldTTL: "--ttl-from"}
-
 // Compile checks the sources as strictly as tenants.yaml is checked and
-// builds the mapping; errors name the flag and quote the value.
-func (f Fields) Compile() (*Mapping, error) {
-	m := &Mapping{}
+// builds the mapping; errors name the member by its label and quote the
+// value.
+func (f Fields) Compile(labels Labels) (*Mapping, error) {
+	labelOf, formatLabel := labels.of()
+	m := &Mapping{formatLabel: formatLabel}
 	var errs []error
 	specs := [numFields]string{fieldEventID: f.EventID, fieldTenant: f.Tenant, fieldUser: f.User, fieldTime: f.Time, fieldTTL: f.TTL}
 	for i, spec := range specs {
@@ -136,7 +151,7 @@ func (f Fields) Compile() (*Mapping, error) {
 		}
 		s, err := parseSource(spec, i == fieldTime || i == fieldTTL)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s %q: %w", flagOf[i], spec, err))
+			errs = append(errs, fmt.Errorf("%s %q: %w", labelOf[i], spec, err))
 			continue
 		}
 		if s.kind == fromHeader {
@@ -147,7 +162,7 @@ func (f Fields) Compile() (*Mapping, error) {
 	}
 	format, ok := timeFormats[f.TimeFormat]
 	if !ok {
-		errs = append(errs, fmt.Errorf("--event-time-format %q: want rfc3339, unix-ms, unix-s or auto", f.TimeFormat))
+		errs = append(errs, fmt.Errorf("%s %q: want rfc3339, unix-ms, unix-s or auto", formatLabel, f.TimeFormat))
 	}
 	m.format = format
 	if len(errs) > 0 {
@@ -163,11 +178,11 @@ func (f Fields) Compile() (*Mapping, error) {
 			}
 			switch {
 			case a.kind == fromKey || a.spec == b.spec:
-				errs = append(errs, fmt.Errorf("%s and %s both read %s", flagOf[i], flagOf[j], a.spec))
+				errs = append(errs, fmt.Errorf("%s and %s both read %s", labelOf[i], labelOf[j], a.spec))
 			case a.kind == fromJSON && (isPrefix(a.path, b.path) || isPrefix(b.path, a.path)):
-				errs = append(errs, fmt.Errorf("%s %s and %s %s: one path lies inside the other, so one of them would be an object", flagOf[i], a.spec, flagOf[j], b.spec))
+				errs = append(errs, fmt.Errorf("%s %s and %s %s: one path lies inside the other, so one of them would be an object", labelOf[i], a.spec, labelOf[j], b.spec))
 			case a.kind == fromJSON && foldedApart(a.path, b.path):
-				errs = append(errs, fmt.Errorf("%s %s and %s %s: the paths differ only in case, which readers that ignore case take for one key given twice", flagOf[i], a.spec, flagOf[j], b.spec))
+				errs = append(errs, fmt.Errorf("%s %s and %s %s: the paths differ only in case, which readers that ignore case take for one key given twice", labelOf[i], a.spec, labelOf[j], b.spec))
 			}
 		}
 	}

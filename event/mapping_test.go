@@ -10,7 +10,7 @@ import (
 
 func mapping(t testing.TB, f Fields) *Mapping {
 	t.Helper()
-	m, err := f.Compile()
+	m, err := f.Compile(flagLabels)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,13 +49,13 @@ func TestCompileRefuses(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := tt.f.Compile()
+			_, err := tt.f.Compile(flagLabels)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("Compile: %v, want an error containing %q", err, tt.want)
 			}
 		})
 	}
-	if _, err := DefaultFields().Compile(); err != nil {
+	if _, err := DefaultFields().Compile(flagLabels); err != nil {
 		t.Errorf("the contract's own mapping: %v", err)
 	}
 }
@@ -332,3 +332,7 @@ func TestDecodeNothingFromJSON(t *testing.T) {
 		t.Error("invalid JSON accepted")
 	}
 }
+
+// flagLabels are the worker's flags, which the tests' errors name.
+var flagLabels = Labels{Tenant: "--tenant-from", EventID: "--event-id-from", User: "--user-from", Time: "--event-time-from",
+	TTL: "--ttl-from", TimeFormat: "--event-time-format"}

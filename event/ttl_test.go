@@ -126,7 +126,7 @@ func TestCompileRefusesTTLSource(t *testing.T) {
 	} {
 		f := DefaultFields()
 		f.TTL = spec
-		if _, err := f.Compile(); err == nil || !strings.Contains(err.Error(), want) {
+		if _, err := f.Compile(flagLabels); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("--ttl-from %q: %v, want %q", spec, err, want)
 		}
 	}

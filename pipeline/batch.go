@@ -36,10 +36,11 @@ type batcher struct {
 	m                 *instruments
 	cur               *batch
 	first             time.Time // when the first row was added
+	now               func() time.Time
 }
 
-func newBatcher(c Config, out chan<- *batch, free chan *batch, m *instruments) *batcher {
-	return &batcher{maxRows: c.FlushRows, maxBytes: c.FlushBytes, interval: c.FlushInterval, out: out, free: free, m: m}
+func newBatcher(c Config, out chan<- *batch, free chan *batch, m *instruments, now func() time.Time) *batcher {
+	return &batcher{maxRows: c.FlushRows, maxBytes: c.FlushBytes, interval: c.FlushInterval, out: out, free: free, m: m, now: now}
 }
 
 // add adds a row and its message, flushing first when the row was computed
@@ -53,7 +54,7 @@ func (b *batcher) add(version string, row sink.Row, it item) {
 	}
 	c := b.cur
 	if len(c.rows) == 0 {
-		c.version, b.first = version, time.Now()
+		c.version, b.first = version, b.now()
 	}
 	c.rows = append(c.rows, row)
 	c.items = append(c.items, it)
@@ -122,7 +123,7 @@ func (p *Pipeline) writeLoop(ctx context.Context, batches <-chan *batch, free ch
 
 func (p *Pipeline) write(ctx context.Context, b *batch, dead chan<- deadItem) {
 	rows := b.rows
-	start := time.Now()
+	start := p.now()
 	sctx, span := p.tracer.Start(ctx, "cellttl.write_batch", trace.WithAttributes(
 		attribute.Int("cellttl.batch.rows", len(rows)),
 		attribute.Int("cellttl.batch.bytes", b.bytes),
@@ -180,8 +181,8 @@ func (p *Pipeline) write(ctx context.Context, b *batch, dead chan<- deadItem) {
 	vattr := metric.WithAttributes(attribute.String("cellttl.config_version", b.version))
 	p.metrics.batchRows.Record(ctx, int64(len(rows)), vattr)
 	p.metrics.batchBytes.Record(ctx, int64(b.bytes), vattr)
-	p.metrics.batchDuration.Record(ctx, time.Since(start).Seconds(), vattr)
-	p.log.Debug("batch written", "rows", len(rows), "written", written, "flushed_by", b.reason, "config_version", b.version, "took", time.Since(start))
+	p.metrics.batchDuration.Record(ctx, p.now().Sub(start).Seconds(), vattr)
+	p.log.Debug("batch written", "rows", len(rows), "written", written, "flushed_by", b.reason, "config_version", b.version, "took", p.now().Sub(start))
 }
 
 // maxLinks bounds the links of one batch span: enough to follow a sample of

@@ -12,7 +12,7 @@ import (
 func TestBatcherReasons(t *testing.T) {
 	out := make(chan *batch, 10)
 	m := instruments{flushes: noop.Int64Counter{}}
-	b := newBatcher(Config{FlushRows: 3, FlushBytes: 10, FlushInterval: time.Second}, out, make(chan *batch, 1), &m)
+	b := newBatcher(Config{FlushRows: 3, FlushBytes: 10, FlushInterval: time.Second}, out, make(chan *batch, 1), &m, time.Now)
 	row := func(size int) sink.Row { return sink.Row{Value: make([]byte, size)} }
 	flushed := func(what string) *batch {
 		t.Helper()
@@ -62,7 +62,7 @@ func TestBatcherReasons(t *testing.T) {
 func TestBatchRecycled(t *testing.T) {
 	out, free := make(chan *batch, 1), make(chan *batch, 1)
 	m := instruments{flushes: noop.Int64Counter{}}
-	b := newBatcher(Config{FlushRows: 2, FlushBytes: 1 << 20, FlushInterval: time.Second}, out, free, &m)
+	b := newBatcher(Config{FlushRows: 2, FlushBytes: 1 << 20, FlushInterval: time.Second}, out, free, &m, time.Now)
 	b.add("v1", sink.Row{Key: "k1", Value: []byte("x")}, item{})
 	b.add("v1", sink.Row{Key: "k2", Value: []byte("y")}, item{})
 	c := <-out

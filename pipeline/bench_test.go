@@ -198,8 +198,11 @@ func BenchmarkPipeline(b *testing.B) {
 	tr := ingest.NewTracker()
 	src := &benchSource{tracker: tr, epoch: tr.Assign(map[int]int64{0: -1})[0], perPoll: 5000, n: int64(b.N), done: make(chan struct{}),
 		msg: ingest.Message{Topic: "clicks", Value: hotPathShapes[0].msg.Value, Time: time.Date(2026, 11, 21, 9, 0, 1, 0, time.UTC)}}
-	p := New(pc, src, discardWriter{}, nil, func() *tenants.Config { return cfg }, nil, slog.New(slog.DiscardHandler))
-	p.now = func() time.Time { return src.msg.Time }
+	p := New(pc, src, discardWriter{}, nil, func() *tenants.Config { return cfg }, nil, nil, slog.New(slog.DiscardHandler))
+	// The clock starts at the message's time and runs: batches come due
+	// by age, the events never by their TTL.
+	start := time.Now()
+	p.now = func() time.Time { return src.msg.Time.Add(time.Since(start)) }
 	ctx, cancel := context.WithCancel(context.Background())
 	b.ReportAllocs()
 	b.ResetTimer()

@@ -73,9 +73,14 @@ func (c *Config) RegisterFlags(f *envflag.FlagSet) {
 	f.String(&c.Fields.TTL, "ttl-from", "TTL_FROM", c.Fields.TTL, "where an event may give its own TTL (json:PATH or header:NAME; a duration such as 90m or 2d, or whole seconds), clamped to its tenant's min_ttl and max_ttl; unset: every event keeps its tenant's TTL")
 }
 
+// fieldFlags name the members of Fields by the flags that fill them, in
+// the errors of Fields and of events.
+var fieldFlags = event.Labels{Tenant: "--tenant-from", EventID: "--event-id-from", User: "--user-from", Time: "--event-time-from",
+	TTL: "--ttl-from", TimeFormat: "--event-time-format"}
+
 // Resolve compiles Fields into the decoder's mapping, then validates.
 func (c *Config) Resolve() error {
-	m, err := c.Fields.Compile()
+	m, err := c.Fields.Compile(fieldFlags)
 	if err != nil {
 		return errors.Join(err, c.Validate())
 	}

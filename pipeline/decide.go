@@ -75,7 +75,7 @@ func Decide(d *event.Decoder, cfg *tenants.Config, ledger *erasure.Ledger, msg *
 		}
 		// The ids of an invalid event are not to be trusted: counted
 		// under no tenant. Those of an event whose own TTL cannot be read
-		// are valid, and its tenant's bounds bound its letter (see route).
+		// are valid, and its tenant's bounds bound its letter (see KeepUntil).
 		dec := Decision{Fate: Rejected, Err: err, Class: string(event.NotJSON)}
 		var evErr *event.Error
 		if errors.As(err, &evErr) {
@@ -116,4 +116,77 @@ func Decide(d *event.Decoder, cfg *tenants.Config, ledger *erasure.Ledger, msg *
 		dec.Row.TTL = sink.TTL{Effective: ttl, Requested: ev.TTL, Own: true}
 	}
 	return dec
+}
+
+// KeepUntil is the latest a dead letter of the record may keep its
+// payload: never past what the record's event may live. unlistedTTL is
+// --dlq-unlisted-retention (0: default_ttl); recordTime is the record's
+// time.
+//
+//   - Rejected: no tenant to take a TTL from (the tenant field of an
+//     invalid event is not to be trusted, and may be missing): no longer
+//     than the shortest TTL of the file and the bound for unlisted tenants,
+//     from the record's time (never later than now); when only its own TTL
+//     could not be read, also no longer than its tenant's min_ttl from its
+//     time.
+//   - UnlistedDeadLetter: the unlisted bound from its time, and no longer
+//     than the TTL it asked for, within the unlisted tenants' bounds.
+//   - Write, for a letter if the row is refused: the cell's expiry, and for
+//     an unlisted tenant no later than the unlisted bound.
+func (d *Decision) KeepUntil(cfg *tenants.Config, unlistedTTL time.Duration, recordTime, now time.Time) time.Time {
+	ev := &d.Event
+	unlisted := unlistedKeep(cfg, unlistedTTL)
+	switch d.Fate {
+	case Rejected:
+		from := now
+		if !recordTime.IsZero() && recordTime.Before(now) {
+			from = recordTime
+		}
+		keep := from.Add(untrustedKeep(cfg, unlisted))
+		if !ev.Base.IsZero() {
+			// Its own TTL could not be read (its ids and time could): it
+			// may have asked for as little as its tenant's min_ttl.
+			b, _ := cfg.Policy.TenantBounds(ev.Tenant)
+			keep = earliest(keep, ev.Base.Add(b.Min))
+		}
+		return keep
+	case UnlistedDeadLetter:
+		keep := ev.Base.Add(unlisted)
+		if ev.HasTTL {
+			ttl, _ := cfg.Policy.EventTTL(ev.Tenant, ev.TTL)
+			keep = earliest(keep, ev.Base.Add(ttl))
+		}
+		return keep
+	}
+	keep := d.Cell.Expiry
+	if !d.Listed {
+		keep = earliest(keep, ev.Base.Add(unlisted))
+	}
+	return keep
+}
+
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// untrustedKeep is how long the letter of an invalid event may keep its
+// payload: its tenant cannot be trusted, so no longer than any tenant's,
+// nor than unlisted, the unlisted tenants' bound.
+func untrustedKeep(cfg *tenants.Config, unlisted time.Duration) time.Duration {
+	if cfg.ShortestTTL > 0 {
+		return min(unlisted, cfg.ShortestTTL)
+	}
+	return unlisted
+}
+
+// unlistedKeep is how long a dead letter of an unlisted tenant may keep its
+// payload: unlistedTTL (--dlq-unlisted-retention), else default_ttl.
+func unlistedKeep(cfg *tenants.Config, unlistedTTL time.Duration) time.Duration {
+	if unlistedTTL > 0 {
+		return unlistedTTL
+	}
+	return cfg.Policy.DefaultTTL
 }

@@ -13,10 +13,10 @@ import (
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/event"
@@ -65,20 +65,22 @@ type Pipeline struct {
 	meter   metric.Meter
 	mp      metric.MeterProvider
 	dlqLoop *retry.Loop
-	// tracer records a span per write batch; it does nothing until a tracer
-	// provider is installed.
+	// tracer records a span per write batch.
 	tracer trace.Tracer
 }
 
 // scope names the pipeline's metrics and spans.
 const scope = "github.com/cellttl/cellttl/pipeline"
 
-// New returns a Pipeline, its metrics from mp (none when nil). config
-// returns the tenants configuration in force; it is called once per
-// message and must not block.
-func New(cfg Config, src Source, rows RowWriter, dlq DeadLetterer, config func() *tenants.Config, mp metric.MeterProvider, log *slog.Logger) *Pipeline {
+// New returns a Pipeline, its metrics from mp and its spans from tp (none
+// when nil). config returns the tenants configuration in force; it is
+// called once per message and must not block.
+func New(cfg Config, src Source, rows RowWriter, dlq DeadLetterer, config func() *tenants.Config, mp metric.MeterProvider, tp trace.TracerProvider, log *slog.Logger) *Pipeline {
 	if mp == nil {
 		mp = noop.NewMeterProvider()
+	}
+	if tp == nil {
+		tp = tracenoop.NewTracerProvider()
 	}
 	return &Pipeline{
 		cfg: cfg, src: src, rows: rows, dlq: dlq, config: config, log: log,
@@ -86,7 +88,7 @@ func New(cfg Config, src Source, rows RowWriter, dlq DeadLetterer, config func()
 		mp:     mp,
 		now:    time.Now,
 		stats:  &Stats{},
-		tracer: otel.Tracer(scope),
+		tracer: tp.Tracer(scope),
 	}
 }
 
@@ -167,7 +169,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	}
 	dlqWG.Go(func() { p.deadLetterLoop(drainCtx, dead) })
 
-	fetchErr := p.fetchLoop(ctx, newBatcher(p.cfg, batches, free, &p.metrics), dead)
+	fetchErr := p.fetchLoop(ctx, newBatcher(p.cfg, batches, free, &p.metrics, p.now), dead)
 
 	close(batches)
 	writeWG.Wait()
@@ -195,7 +197,7 @@ func (p *Pipeline) fetchLoop(ctx context.Context, b *batcher, dead chan<- deadIt
 	for ctx.Err() == nil {
 		// An open batch is due at its age: wait for messages until then.
 		pctx, cancel := ctx, context.CancelFunc(func() {})
-		if wait, open := b.untilDue(time.Now()); open {
+		if wait, open := b.untilDue(p.now()); open {
 			if wait <= 0 {
 				b.flush(flushInterval)
 				continue
@@ -260,62 +262,67 @@ func (p *Pipeline) route(f *ingest.Fetched, now time.Time, cfg *tenants.Config, 
 		// Counted, not corrected: the cells stay a function of the record.
 		p.stats.ahead.Add(1)
 	}
-	var dec Decision
-	switch {
-	case f.Undecodable != nil:
-		dec = Decision{Fate: Rejected, Err: errors.New(f.Undecodable.Reason), Class: reasonUndecodable}
-	case f.Cut != nil:
-		// Never decoded: what the fetcher held is not all of the record.
-		dec = Decision{Fate: Rejected, Err: cutError(f.Cut, p.cfg.Decoder), Class: string(event.TooLarge)}
-		var evErr *event.Error
-		if errors.As(dec.Err, &evErr) {
-			dec.Field, dec.Class = evErr.Field, string(evErr.Class)
-		}
-	default:
-		var ledger *erasure.Ledger
-		if p.cfg.Erasures != nil {
-			ledger = p.cfg.Erasures()
-		}
-		dec = Decide(&p.cfg.Decoder, cfg, ledger, msg, now)
-	}
+	dec := p.decide(f, now, cfg)
 	ev := &dec.Event
 	switch dec.Fate {
 	case Rejected:
 		ts := p.stats.Tenant(ev.Tenant)
 		ts.Consumed.Add(1)
-		// No tenant to take a TTL from (the tenant field of an invalid event
-		// is not to be trusted, and may be missing): the payload may live
-		// no longer than the shortest TTL of the file and the bound for
-		// unlisted tenants, from the record's time (never later than now).
-		from := now
-		if !msg.Time.IsZero() && msg.Time.Before(now) {
-			from = msg.Time
-		}
-		keep := from.Add(p.untrustedTTL(cfg))
-		if !ev.Base.IsZero() {
-			// Its own TTL could not be read (its ids and time could): it
-			// may have asked for as little as its tenant's min_ttl.
-			b, _ := cfg.Policy.TenantBounds(ev.Tenant)
-			keep = earliest(keep, ev.Base.Add(b.Min))
-		}
 		p.deadLetter(b, dead, deadItem{dl: ingest.DeadLetter{Msg: *msg, Reason: dec.Err.Error(), Field: dec.Field, Cut: f.Cut, Undecodable: f.Undecodable,
-			Class: dec.Class, KeepUntil: keep}, ack: f.Ack, tenant: ts, reason: dec.Class})
+			Class: dec.Class, KeepUntil: dec.KeepUntil(cfg, p.cfg.UnlistedDeadLetterTTL, msg.Time, now)}, ack: f.Ack, tenant: ts, reason: dec.Class})
 		return
 	case UnlistedDeadLetter:
 		p.stats.Unlisted(ev.Tenant)
 		ts := p.stats.Tenant(OtherTenants)
 		ts.Consumed.Add(1)
-		keep := ev.Base.Add(p.unlistedTTL(cfg))
-		if ev.HasTTL {
-			// No longer than the TTL it asked for, within the unlisted
-			// tenants' bounds.
-			ttl, _ := cfg.Policy.EventTTL(ev.Tenant, ev.TTL)
-			keep = earliest(keep, ev.Base.Add(ttl))
-		}
 		p.deadLetter(b, dead, deadItem{dl: ingest.DeadLetter{Msg: *msg, Reason: dec.Err.Error(), Field: dec.Field,
-			Class: dec.Class, Tenant: ev.Tenant, KeepUntil: keep}, ack: f.Ack, tenant: ts, reason: dec.Class})
+			Class: dec.Class, Tenant: ev.Tenant, KeepUntil: dec.KeepUntil(cfg, p.cfg.UnlistedDeadLetterTTL, msg.Time, now)}, ack: f.Ack, tenant: ts, reason: dec.Class})
 		return
 	}
+	ts := p.count(&dec)
+	switch dec.Fate {
+	case Expired:
+		ts.Expired.Add(1)
+		p.src.Done(f.Ack)
+		return
+	case Erased:
+		ts.Erased.Add(1)
+		p.src.Done(f.Ack)
+		return
+	}
+	it := item{ack: f.Ack, msg: *msg, tenant: ts, expires: dec.Cell.Expiry, keep: dec.KeepUntil(cfg, p.cfg.UnlistedDeadLetterTTL, msg.Time, now)}
+	if dec.Listed {
+		it.id = ev.Tenant
+	}
+	b.add(cfg.Version, dec.Row, it)
+}
+
+// decide is Decide for a fetched message: one the fetcher could not read,
+// or held cut, is rejected without being decoded.
+func (p *Pipeline) decide(f *ingest.Fetched, now time.Time, cfg *tenants.Config) Decision {
+	switch {
+	case f.Undecodable != nil:
+		return Decision{Fate: Rejected, Err: errors.New(f.Undecodable.Reason), Class: reasonUndecodable}
+	case f.Cut != nil:
+		// Never decoded: what the fetcher held is not all of the record.
+		dec := Decision{Fate: Rejected, Err: cutError(f.Cut, p.cfg.Decoder), Class: string(event.TooLarge)}
+		var evErr *event.Error
+		if errors.As(dec.Err, &evErr) {
+			dec.Field, dec.Class = evErr.Field, string(evErr.Class)
+		}
+		return dec
+	}
+	var ledger *erasure.Ledger
+	if p.cfg.Erasures != nil {
+		ledger = p.cfg.Erasures()
+	}
+	return Decide(&p.cfg.Decoder, cfg, ledger, &f.Msg, now)
+}
+
+// count counts an event of a tenant's (not dead-lettered) under its
+// tenant, and returns the tenant's counts.
+func (p *Pipeline) count(dec *Decision) *TenantStats {
+	ev := &dec.Event
 	if !dec.Listed {
 		p.stats.Unlisted(ev.Tenant)
 	}
@@ -330,30 +337,7 @@ func (p *Pipeline) route(f *ingest.Fetched, now time.Time, cfg *tenants.Config, 
 	case expiry.AboveMax:
 		ts.TTLClampedMax.Add(1)
 	}
-	switch dec.Fate {
-	case Expired:
-		ts.Expired.Add(1)
-		p.src.Done(f.Ack)
-		return
-	case Erased:
-		ts.Erased.Add(1)
-		p.src.Done(f.Ack)
-		return
-	}
-	it := item{ack: f.Ack, msg: *msg, tenant: ts, expires: dec.Cell.Expiry, keep: dec.Cell.Expiry}
-	if dec.Listed {
-		it.id = ev.Tenant
-	} else if bound := ev.Base.Add(p.unlistedTTL(cfg)); bound.Before(it.keep) {
-		it.keep = bound // an unlisted tenant's letter keeps its payload the unlisted bound
-	}
-	b.add(cfg.Version, dec.Row, it)
-}
-
-func earliest(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
+	return ts
 }
 
 // deadLetter hands d to the dead-letter loop.
@@ -367,22 +351,4 @@ func (p *Pipeline) deadLetter(b *batcher, dead chan<- deadItem, d deadItem) {
 		b.flush(flushInterval)
 		dead <- d
 	}
-}
-
-// untrustedTTL is how long the letter of an invalid event may keep its
-// payload: its tenant cannot be trusted, so no longer than any tenant's.
-func (p *Pipeline) untrustedTTL(cfg *tenants.Config) time.Duration {
-	if cfg.ShortestTTL > 0 {
-		return min(p.unlistedTTL(cfg), cfg.ShortestTTL)
-	}
-	return p.unlistedTTL(cfg)
-}
-
-// unlistedTTL is how long a dead letter of an unlisted tenant may keep its
-// payload: --dlq-unlisted-retention, else default_ttl.
-func (p *Pipeline) unlistedTTL(cfg *tenants.Config) time.Duration {
-	if p.cfg.UnlistedDeadLetterTTL > 0 {
-		return p.cfg.UnlistedDeadLetterTTL
-	}
-	return cfg.Policy.DefaultTTL
 }

@@ -13,7 +13,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"google.golang.org/grpc/codes"
@@ -213,7 +212,7 @@ func good(i int) string {
 
 func start(t *testing.T, cfg Config, src Source, w RowWriter, dlq DeadLetterer, config func() *tenants.Config) (stop func() error, p *Pipeline) {
 	ctx, cancel := context.WithCancel(context.Background())
-	p = New(cfg, src, w, dlq, config, nil, slog.New(slog.DiscardHandler))
+	p = New(cfg, src, w, dlq, config, nil, nil, slog.New(slog.DiscardHandler))
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
 	return func() error { cancel(); return <-done }, p
@@ -550,17 +549,18 @@ func TestConfigValidate(t *testing.T) {
 func TestBatchSpan(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	prev := otel.GetTracerProvider()
-	otel.SetTracerProvider(tp)
-	defer otel.SetTracerProvider(prev)
 
 	src := newSource(good(0), good(1))
 	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	src.msgs[0].Headers = []ingest.Header{{Key: "traceparent", Value: []byte(parent)}}
 	cfg := testConfig(t)
-	stop, _ := start(t, DefaultConfig(), src, &fakeWriter{}, &fakeDLQ{}, func() *tenants.Config { return cfg })
+	p := New(DefaultConfig(), src, &fakeWriter{}, &fakeDLQ{}, func() *tenants.Config { return cfg }, nil, tp, slog.New(slog.DiscardHandler))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
 	time.Sleep(300 * time.Millisecond)
-	if err := stop(); err != nil {
+	cancel()
+	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
 	spans := rec.Ended()
@@ -615,7 +615,7 @@ func TestFatalSourceErrorStopsWithinTheDrainTimeout(t *testing.T) {
 		w, dlq := &fakeWriter{block: make(chan struct{})}, &fakeDLQ{failing: true}
 		cfg := DefaultConfig()
 		cfg.DrainTimeout = 30 * time.Second
-		p := New(cfg, src, w, dlq, func() *tenants.Config { return testConfig(t) }, nil, slog.New(slog.DiscardHandler))
+		p := New(cfg, src, w, dlq, func() *tenants.Config { return testConfig(t) }, nil, nil, slog.New(slog.DiscardHandler))
 		done := make(chan error, 1)
 		start := time.Now()
 		go func() { done <- p.Run(context.Background()) }()

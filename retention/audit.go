@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/expiry"
@@ -27,6 +28,8 @@ type AuditOptions struct {
 	// Erasures is the erasure ledger (nil: none): a row it covers is
 	// reported, and makes the audit unclean.
 	Erasures *erasure.Ledger
+	// Tracers records the audit's span (nil: none).
+	Tracers trace.TracerProvider
 }
 
 // TenantAudit is what the audit found for one tenant.
@@ -85,62 +88,13 @@ var horizons = []struct {
 // Audit reads the rows (every version of every cell of the family) and
 // checks each against policy.
 func Audit(ctx context.Context, tbl *bigtable.Table, family string, policy *expiry.Policy, o AuditOptions) (_ *AuditReport, err error) {
-	ctx, span := tracer.Start(ctx, "cellttl.audit")
+	ctx, span := tracerOf(o.Tracers).Start(ctx, "cellttl.audit")
 	defer func() { endSpan(span, Report{}, err) }()
 	if o.Now == nil {
 		o.Now = time.Now
 	}
 	now := o.Now()
-	rep := &AuditReport{At: now}
-	byTenant := map[string]*TenantAudit{}
-	tenant := func(id string) *TenantAudit {
-		t, ok := byTenant[id]
-		if !ok {
-			t = &TenantAudit{Tenant: id, TTL: fmtTTL(policy.TTL(id)), LeavesWithin: map[string]int64{}}
-			for _, h := range horizons {
-				t.LeavesWithin[h.name] = 0
-			}
-			byTenant[id] = t
-		}
-		return t
-	}
-	visit := func(r bigtable.Row) {
-		row := readRow(r, family)
-		if !row.layout || len(row.cells) == 0 {
-			rep.Foreign++
-			if len(rep.ForeignSamples) < 5 {
-				// Named by hash: the key may hold ids, and an audit's output
-				// is a scheduled job's log.
-				rep.ForeignSamples = append(rep.ForeignSamples, rowkey.Describe(row.key))
-			}
-			return
-		}
-		t := tenant(row.parts.Tenant)
-		if o.Erasures.Erased(row.parts.Tenant, row.parts.User, row.parts.Millis) {
-			t.ErasedRows++
-		}
-		cell, _, ok := row.cell(policy)
-		if !ok || !row.follows(bigtable.Timestamp(cell.Timestamp)) {
-			t.RuleBreaking++
-		}
-		// Live as a reader sees it: the newest cell's own expiry under the
-		// policy's GC rule, whatever the rule says it should be.
-		exp := policy.ExpiryOf(int64(row.newest()))
-		if expiry.Expired(exp, now) {
-			t.ExpiredRows++
-			t.ExpiredBytes += row.bytes
-			return
-		}
-		t.LiveRows++
-		t.LiveBytes += row.bytes
-		left := exp.Sub(now)
-		for _, h := range horizons {
-			if left <= h.d {
-				t.LeavesWithin[h.name]++
-				break
-			}
-		}
-	}
+	a := &auditor{family: family, policy: policy, erasures: o.Erasures, now: now, rep: &AuditReport{At: now}, byTenant: map[string]*TenantAudit{}}
 	var ranges []bigtable.RowRange
 	if len(o.Tenants) == 0 {
 		if o.Shard.Count > 1 {
@@ -152,7 +106,7 @@ func Audit(ctx context.Context, tbl *bigtable.Table, family string, policy *expi
 		if err := rowkey.ValidateID("tenant", id); err != nil {
 			return nil, err
 		}
-		tenant(id)
+		a.tenant(id)
 		ranges = append(ranges, bigtable.NewRange(o.Shard.tenantRange(id)))
 	}
 	for _, rng := range ranges {
@@ -160,14 +114,77 @@ func Audit(ctx context.Context, tbl *bigtable.Table, family string, policy *expi
 		if o.Sample > 0 {
 			opts = append(opts, bigtable.LimitRows(o.Sample))
 		}
-		err := tbl.ReadRows(ctx, rng, func(r bigtable.Row) bool { visit(r); return true }, opts...)
+		err := tbl.ReadRows(ctx, rng, func(r bigtable.Row) bool { a.visit(r); return true }, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("audit: read rows: %w", err)
 		}
 	}
-	for _, t := range byTenant {
+	rep := a.rep
+	for _, t := range a.byTenant {
 		rep.Tenants = append(rep.Tenants, t)
 	}
 	sort.Slice(rep.Tenants, func(i, j int) bool { return rep.Tenants[i].Tenant < rep.Tenants[j].Tenant })
 	return rep, nil
+}
+
+// auditor is one Audit under way.
+type auditor struct {
+	family   string
+	policy   *expiry.Policy
+	erasures *erasure.Ledger
+	now      time.Time
+	rep      *AuditReport
+	byTenant map[string]*TenantAudit
+}
+
+// tenant returns the audit of tenant id, started at its first row.
+func (a *auditor) tenant(id string) *TenantAudit {
+	t, ok := a.byTenant[id]
+	if !ok {
+		t = &TenantAudit{Tenant: id, TTL: fmtTTL(a.policy.TTL(id)), LeavesWithin: map[string]int64{}}
+		for _, h := range horizons {
+			t.LeavesWithin[h.name] = 0
+		}
+		a.byTenant[id] = t
+	}
+	return t
+}
+
+// visit checks one row.
+func (a *auditor) visit(r bigtable.Row) {
+	row := readRow(r, a.family)
+	if !row.layout || len(row.cells) == 0 {
+		a.rep.Foreign++
+		if len(a.rep.ForeignSamples) < 5 {
+			// Named by hash: the key may hold ids, and an audit's output
+			// is a scheduled job's log.
+			a.rep.ForeignSamples = append(a.rep.ForeignSamples, rowkey.Describe(row.key))
+		}
+		return
+	}
+	t := a.tenant(row.parts.Tenant)
+	if a.erasures.Erased(row.parts.Tenant, row.parts.User, row.parts.Millis) {
+		t.ErasedRows++
+	}
+	cell, _, ok := row.cell(a.policy)
+	if !ok || !row.follows(bigtable.Timestamp(cell.Timestamp)) {
+		t.RuleBreaking++
+	}
+	// Live as a reader sees it: the newest cell's own expiry under the
+	// policy's GC rule, whatever the rule says it should be.
+	exp := a.policy.ExpiryOf(int64(row.newest()))
+	if expiry.Expired(exp, a.now) {
+		t.ExpiredRows++
+		t.ExpiredBytes += row.bytes
+		return
+	}
+	t.LiveRows++
+	t.LiveBytes += row.bytes
+	left := exp.Sub(a.now)
+	for _, h := range horizons {
+		if left <= h.d {
+			t.LeavesWithin[h.name]++
+			break
+		}
+	}
 }

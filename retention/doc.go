@@ -14,19 +14,24 @@ package retention
 import (
 	"time"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/cellttl/cellttl/internal/duration"
 )
 
 func fmtTTL(d time.Duration) string { return duration.Format(d) }
 
-// tracer records a span per pass, per step and per batch applied; it does
-// nothing until a tracer provider is installed.
-var tracer = otel.Tracer("github.com/cellttl/cellttl/retention")
+// tracerOf is the tracer of tp, which records a span per pass, per step
+// and per batch applied; nil records nothing.
+func tracerOf(tp trace.TracerProvider) trace.Tracer {
+	if tp == nil {
+		tp = tracenoop.NewTracerProvider()
+	}
+	return tp.Tracer("github.com/cellttl/cellttl/retention")
+}
 
 // endSpan records a step's counts and error, and ends its span.
 func endSpan(span trace.Span, rep Report, err error) {

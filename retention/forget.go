@@ -20,6 +20,9 @@ type ForgetOptions struct {
 	// Before, when set, erases only the events whose time is before it.
 	Before time.Time
 	DryRun bool
+	// Tracers records the spans of the erasure and of its batches (nil:
+	// none).
+	Tracers trace.TracerProvider
 }
 
 // ForgetReport says what Forget erased (or, dry, would erase).
@@ -36,7 +39,7 @@ type ForgetReport struct {
 // before a time. Rows are deleted in batches; a crash part-way leaves the
 // rest, and running again finishes.
 func Forget(ctx context.Context, tbl *bigtable.Table, o ForgetOptions) (_ ForgetReport, err error) {
-	ctx, span := tracer.Start(ctx, "cellttl.forget", trace.WithAttributes(attribute.String("cellttl.tenant", o.Tenant), attribute.Bool("cellttl.dry_run", o.DryRun)))
+	ctx, span := tracerOf(o.Tracers).Start(ctx, "cellttl.forget", trace.WithAttributes(attribute.String("cellttl.tenant", o.Tenant), attribute.Bool("cellttl.dry_run", o.DryRun)))
 	defer func() { endSpan(span, Report{}, err) }()
 	if err := rowkey.ValidateID("tenant", o.Tenant); err != nil {
 		return ForgetReport{}, err
@@ -56,7 +59,7 @@ func Forget(ctx context.Context, tbl *bigtable.Table, o ForgetOptions) (_ Forget
 	var applyErr error
 	flush := func() {
 		if len(keys) > 0 && !o.DryRun {
-			applyErr = applyBulk(ctx, tbl, keys, muts)
+			applyErr = applyBulk(ctx, tracerOf(o.Tracers), tbl, keys, muts)
 		}
 		keys, muts = keys[:0], muts[:0]
 	}

@@ -205,7 +205,7 @@ func Migrate(ctx context.Context, tbl *bigtable.Table, family string, old, new *
 		if onStep != nil {
 			onStep(i, st, false)
 		}
-		ctx, span := tracer.Start(ctx, "cellttl.migrate.step")
+		ctx, span := tracerOf(o.Tracers).Start(ctx, "cellttl.migrate.step")
 		var err error
 		if st.Purge {
 			ro := o

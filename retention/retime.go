@@ -65,6 +65,9 @@ type RetimeOptions struct {
 	// rather than write under it (run it again; it is idempotent).
 	Erasures     func() *erasure.Ledger
 	ErasuresHeld func() error
+	// Tracers records the spans of the passes, the steps and the batches
+	// applied (nil: none).
+	Tracers trace.TracerProvider
 }
 
 // RegisterFlags declares the flags that fill o and that retime and migrate
@@ -190,30 +193,10 @@ func Retime(ctx context.Context, tbl *bigtable.Table, family string, policy *exp
 	if err := o.Validate(); err != nil {
 		return Report{}, err
 	}
-	if o.Resume {
-		found, err := cp.load(job)
-		switch {
-		case errors.Is(err, errOtherStep):
-			o.Log.Info("the checkpoint is of an earlier step: this one starts from its first row", "checkpoint", o.Checkpoint, "step", job.Step)
-		case err != nil:
-			return Report{}, err
-		case !found:
-			o.Log.Info("no checkpoint yet: starting from the first row", "checkpoint", o.Checkpoint)
-		}
-	}
 	passes := max(1, o.Passes)
-	pass := 1
-	if cp.Pass > 0 {
-		// Resumed: the pass under way goes on; after a pass that ended,
-		// the next runs if that one changed rows.
-		pass = cp.Pass
-		if !cp.Ended.IsZero() {
-			if cp.Changed == 0 || cp.Pass >= passes {
-				o.Log.Info("the checkpoint records the last pass done: nothing left to do", "checkpoint", o.Checkpoint, "pass", cp.Pass)
-				return Report{}, nil
-			}
-			pass++
-		}
+	pass, err := resume(cp, &o, job, passes)
+	if err != nil || pass > passes {
+		return Report{}, err
 	}
 	var total Report
 	for ; pass <= passes; pass++ {
@@ -248,128 +231,203 @@ func Retime(ctx context.Context, tbl *bigtable.Table, family string, policy *exp
 	return total, nil
 }
 
+// resume loads the checkpoint when o.Resume, and returns the pass to run
+// first: past passes when the checkpoint records the last pass done.
+func resume(cp *checkpoint, o *RetimeOptions, job Job, passes int) (int, error) {
+	if o.Resume {
+		found, err := cp.load(job)
+		switch {
+		case errors.Is(err, errOtherStep):
+			o.Log.Info("the checkpoint is of an earlier step: this one starts from its first row", "checkpoint", o.Checkpoint, "step", job.Step)
+		case err != nil:
+			return 0, err
+		case !found:
+			o.Log.Info("no checkpoint yet: starting from the first row", "checkpoint", o.Checkpoint)
+		}
+	}
+	if cp.Pass == 0 {
+		return 1, nil
+	}
+	// Resumed: the pass under way goes on; after a pass that ended, the
+	// next runs if that one changed rows.
+	if cp.Ended.IsZero() {
+		return cp.Pass, nil
+	}
+	if cp.Changed == 0 || cp.Pass >= passes {
+		o.Log.Info("the checkpoint records the last pass done: nothing left to do", "checkpoint", o.Checkpoint, "pass", cp.Pass)
+		return passes + 1, nil
+	}
+	return cp.Pass + 1, nil
+}
+
 // retimePass visits every row of the tenants once.
 func retimePass(ctx context.Context, tbl *bigtable.Table, family string, policy *expiry.Policy, o RetimeOptions, cp *checkpoint, pass int) (rep Report, err error) {
-	changedBefore := cp.Changed // by this pass, before an interruption
-	ctx, span := tracer.Start(ctx, "cellttl.retime.pass", trace.WithAttributes(attribute.Int("cellttl.pass", pass), attribute.Bool("cellttl.dry_run", o.DryRun)))
+	ctx, span := tracerOf(o.Tracers).Start(ctx, "cellttl.retime.pass", trace.WithAttributes(attribute.Int("cellttl.pass", pass), attribute.Bool("cellttl.dry_run", o.DryRun)))
 	defer func() { endSpan(span, rep, err) }()
 	start := time.Now()
-	lastProgress := start
-	pace := pacer{perSecond: o.RowsPerSecond, start: start}
-	tenants := o.Tenants
+	p := &retimer{tbl: tbl, family: family, policy: policy, o: &o, cp: cp, pass: pass, changedBefore: cp.Changed,
+		start: start, lastProgress: start, pace: pacer{perSecond: o.RowsPerSecond, start: start}}
+	tenants, err := p.tenants(ctx)
+	if err != nil {
+		return p.rep, err
+	}
+	for ti, tenant := range tenants {
+		if err := p.tenant(ctx, tenant, ti, len(tenants)); err != nil {
+			return p.rep, err
+		}
+	}
+	if o.Progress != nil {
+		pr := progress(pass, "", p.rep, start, 1)
+		pr.Completed = true
+		o.Progress(pr)
+	}
+	return p.rep, nil
+}
+
+// retimer is one pass of Retime under way.
+type retimer struct {
+	tbl    *bigtable.Table
+	family string
+	policy *expiry.Policy
+	o      *RetimeOptions
+	cp     *checkpoint
+	pass   int
+	// changedBefore is what this pass changed before an interruption.
+	changedBefore int64
+	rep           Report
+	start         time.Time
+	lastProgress  time.Time
+	pace          pacer
+	// The mutations planned and not yet applied, and their rows.
+	keys []string
+	muts []*bigtable.Mutation
+}
+
+// tenants lists the tenants the pass visits: the table as one when no
+// tenant is named.
+func (p *retimer) tenants(ctx context.Context) ([]string, error) {
 	switch {
-	case tenants == nil && o.Shard.Count > 1:
+	case p.o.Tenants == nil && p.o.Shard.Count > 1:
 		// Every row, in shards: a shard is a run of hash buckets of each
 		// tenant, so the tenants the table holds are listed first (one
 		// row read per tenant), in every pass: one whose first rows came
 		// since is taken by the next.
-		if tenants, err = tenantsIn(ctx, tbl); err != nil {
-			return rep, err
-		}
-	case tenants == nil:
-		tenants = []string{wholeTable}
+		return tenantsIn(ctx, p.tbl)
+	case p.o.Tenants == nil:
+		return []string{wholeTable}, nil
 	}
-	for ti, tenant := range tenants {
-		from, to := o.Shard.tenantRange(tenant)
-		if tenant == wholeTable {
-			from, to = "", ""
+	return p.o.Tenants, nil
+}
+
+// rowRange is the range of tenant's rows the pass still has to visit, ok
+// false when the checkpoint says it visited them all.
+func (p *retimer) rowRange(tenant string) (_ bigtable.RowSet, ok bool) {
+	from, to := p.o.Shard.tenantRange(tenant)
+	if tenant == wholeTable {
+		from, to = "", ""
+	}
+	if last, ok := p.cp.Done[tenant]; ok {
+		if last == doneMark {
+			return nil, false
 		}
-		if last, ok := cp.Done[tenant]; ok {
-			if last == doneMark {
-				continue
+		// The bucket reached, re-read from its start: the checkpoint
+		// holds no ids, and re-timing a row twice changes nothing.
+		from = max(from, last)
+	}
+	if to == "" {
+		return bigtable.InfiniteRange(from), true
+	}
+	return bigtable.NewRange(from, to), true
+}
+
+// tenant visits the rows of tenant, the ti-th of n.
+func (p *retimer) tenant(ctx context.Context, tenant string, ti, n int) error {
+	rng, ok := p.rowRange(tenant)
+	if !ok {
+		return nil
+	}
+	var flushErr error
+	now := p.o.Now()
+	readErr := p.tbl.ReadRows(ctx, rng, func(r bigtable.Row) bool {
+		row := readRow(r, p.family)
+		p.rep.Scanned++
+		if m := plan(&row, tenant, p.policy, p.o.WrittenUnder, p.o.ledger(), now, &p.rep); m != nil {
+			p.keys, p.muts = append(p.keys, row.key), append(p.muts, m)
+		}
+		if p.rep.Scanned%batchRows == 0 {
+			if flushErr = p.flush(ctx, tenant, row.key); flushErr != nil {
+				return false
 			}
-			// The bucket reached, re-read from its start: the checkpoint
-			// holds no ids, and re-timing a row twice changes nothing.
-			from = max(from, last)
+			now = p.o.Now()
 		}
-		rng := bigtable.NewRange(from, to)
-		if to == "" {
-			rng = bigtable.InfiniteRange(from)
+		if p.o.Progress != nil && time.Since(p.lastProgress) >= p.o.ProgressEvery {
+			p.lastProgress = time.Now()
+			p.o.Progress(progress(p.pass, tenant, p.rep, p.start, (float64(ti)+p.o.Shard.progress(row.key, tenant))/float64(n)))
 		}
-		var keys []string
-		var muts []*bigtable.Mutation
-		var readErr, applyErr error
-		flush := func(lastKey string) {
-			if len(muts) > 0 && !o.DryRun {
-				// Counted before they are written: an interruption after
-				// Bigtable applied them, but before the checkpoint said so,
-				// must not make the pass look as if it changed nothing
-				// (its resume finds the rows already changed), which would
-				// skip the next pass. Counting too many costs a pass.
-				if applyErr = cp.count(changedBefore + rep.Changed()); applyErr != nil {
-					return
-				}
-				// A user erased since these rows were planned: their rows
-				// are deleted, not re-timed (forget may have deleted them
-				// already, and a rewrite would bring them back). The
-				// write is bounded by attemptTimeout, so that it cannot
-				// land after forget's second pass.
-				if o.ErasuresHeld != nil {
-					if applyErr = o.ErasuresHeld(); applyErr != nil {
-						return
-					}
-				}
-				if l := o.ledger(); l.Len() > 0 {
-					for i, k := range keys {
-						if l.ErasedKey(k) {
-							muts[i] = bigtable.NewMutation()
-							muts[i].DeleteRow()
-						}
-					}
-				}
-				if applyErr = applyBulk(ctx, tbl, keys, muts); applyErr != nil {
-					return
-				}
-			}
-			keys, muts = keys[:0], muts[:0]
-			if lastKey != "" {
-				applyErr = cp.save(tenant, rowkey.Position(lastKey), changedBefore+rep.Changed())
-			}
-		}
-		now := o.Now()
-		readErr = tbl.ReadRows(ctx, rng, func(r bigtable.Row) bool {
-			row := readRow(r, family)
-			rep.Scanned++
-			m := plan(&row, tenant, policy, o.WrittenUnder, o.ledger(), now, &rep)
-			if m != nil {
-				keys, muts = append(keys, row.key), append(muts, m)
-			}
-			if rep.Scanned%batchRows == 0 {
-				flush(row.key)
-				if applyErr != nil {
-					return false
-				}
-				now = o.Now()
-			}
-			if o.Progress != nil && time.Since(lastProgress) >= o.ProgressEvery {
-				lastProgress = time.Now()
-				o.Progress(progress(pass, tenant, rep, start, (float64(ti)+o.Shard.progress(row.key, tenant))/float64(len(tenants))))
-			}
-			return pace.wait(ctx, rep.Scanned)
-		}, familyFilter(family))
-		if applyErr != nil {
-			return rep, applyErr
-		}
-		if readErr != nil {
-			return rep, fmt.Errorf("read the rows of tenant %s: %w", tenant, readErr)
-		}
-		if err := ctx.Err(); err != nil {
-			return rep, err
-		}
-		flush("")
-		if applyErr != nil {
-			return rep, applyErr
-		}
-		if err := cp.save(tenant, doneMark, changedBefore+rep.Changed()); err != nil {
-			return rep, err
+		return p.pace.wait(ctx, p.rep.Scanned)
+	}, familyFilter(p.family))
+	if flushErr != nil {
+		return flushErr
+	}
+	if readErr != nil {
+		return fmt.Errorf("read the rows of tenant %s: %w", tenant, readErr)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := p.flush(ctx, tenant, ""); err != nil {
+		return err
+	}
+	return p.cp.save(tenant, doneMark, p.changed())
+}
+
+// changed is what the pass changed, an interrupted run of it included.
+func (p *retimer) changed() int64 { return p.changedBefore + p.rep.Changed() }
+
+// flush applies the mutations planned (none on a dry run) and, when
+// lastKey is set, records in the checkpoint that the rows up to it are
+// done.
+func (p *retimer) flush(ctx context.Context, tenant, lastKey string) error {
+	if len(p.muts) > 0 && !p.o.DryRun {
+		if err := p.apply(ctx); err != nil {
+			return err
 		}
 	}
-	if o.Progress != nil {
-		p := progress(pass, "", rep, start, 1)
-		p.Completed = true
-		o.Progress(p)
+	p.keys, p.muts = p.keys[:0], p.muts[:0]
+	if lastKey != "" {
+		return p.cp.save(tenant, rowkey.Position(lastKey), p.changed())
 	}
-	return rep, nil
+	return nil
+}
+
+// apply writes the mutations planned.
+func (p *retimer) apply(ctx context.Context) error {
+	// Counted before they are written: an interruption after Bigtable
+	// applied them, but before the checkpoint said so, must not make the
+	// pass look as if it changed nothing (its resume finds the rows
+	// already changed), which would skip the next pass. Counting too many
+	// costs a pass.
+	if err := p.cp.count(p.changed()); err != nil {
+		return err
+	}
+	// A user erased since these rows were planned: their rows are
+	// deleted, not re-timed (forget may have deleted them already, and a
+	// rewrite would bring them back). The write is bounded by
+	// attemptTimeout, so that it cannot land after forget's second pass.
+	if p.o.ErasuresHeld != nil {
+		if err := p.o.ErasuresHeld(); err != nil {
+			return err
+		}
+	}
+	if l := p.o.ledger(); l.Len() > 0 {
+		for i, k := range p.keys {
+			if l.ErasedKey(k) {
+				p.muts[i] = bigtable.NewMutation()
+				p.muts[i].DeleteRow()
+			}
+		}
+	}
+	return applyBulk(ctx, tracerOf(p.o.Tracers), p.tbl, p.keys, p.muts)
 }
 
 // ledger is the erasure ledger in force, nil when there is none.
@@ -493,7 +551,7 @@ func retimeMutation(row *row, ts bigtable.Timestamp, ttl []byte) *bigtable.Mutat
 const attemptTimeout = 30 * time.Second
 
 // applyBulk applies the mutations; a row that fails fails the batch.
-func applyBulk(ctx context.Context, tbl *bigtable.Table, keys []string, muts []*bigtable.Mutation) error {
+func applyBulk(ctx context.Context, tracer trace.Tracer, tbl *bigtable.Table, keys []string, muts []*bigtable.Mutation) error {
 	ctx, span := tracer.Start(ctx, "cellttl.retention.apply", trace.WithAttributes(attribute.Int("cellttl.batch.rows", len(keys))))
 	defer span.End()
 	ctx, cancel := context.WithTimeout(ctx, attemptTimeout)

@@ -153,18 +153,7 @@ func tenantStatement(f Facts, id string) TenantStatement {
 	add("dead-letter topics, letters with payload", bound,
 		fmt.Sprintf("placement: a letter keeps its payload only in a topic whose keep ends before %s (%s)", from, keepsText(f.DeadLetters)), "")
 	for _, dl := range f.DeadLetters {
-		if dl.Missing {
-			add("dead-letter topic "+dl.Topic, 0, "not created yet: the worker creates it at start, with cleanup.policy=delete", "")
-			continue
-		}
-		breach := ""
-		switch {
-		case dl.Unknown != "":
-			breach = fmt.Sprintf("dead-letter topic %s: settings unknown (%s)", dl.Topic, dl.Unknown)
-		case dl.Keeps == Forever:
-			breach = fmt.Sprintf("dead-letter topic %s keeps records forever (%s): its letters without payload (tenant, offsets, SHA-256) never leave", dl.Topic, dl.Settings)
-		}
-		add("dead-letter topic "+dl.Topic+", letters without payload", dl.Keeps, dl.Settings, breach)
+		ts.Stores = append(ts.Stores, deadLetterLife(dl))
 	}
 	in := f.Input
 	breach := ""
@@ -183,21 +172,43 @@ func tenantStatement(f Facts, id string) TenantStatement {
 	}
 	add("record timestamps of "+in.Topic, ttl, f.RecordTimes, breach)
 	for _, cp := range f.Checkpoints {
-		breach, decided := "", "positions only (tenant and hash bucket reached): no event data"
-		switch {
-		case cp.Unreadable != "":
-			breach = fmt.Sprintf("checkpoint %s could not be read: %s", cp.Path, cp.Unreadable)
-		case cp.HoldsIDs:
-			decided = "row keys, with the user and event ids in them"
-			breach = fmt.Sprintf("checkpoint %s holds row keys (written before checkpoints held positions), which live no TTL: finish or resume its run, or delete it", cp.Path)
-		}
-		longest := time.Duration(0)
-		if cp.HoldsIDs {
-			longest = Forever
-		}
-		add("checkpoint "+cp.Path, longest, decided, breach)
+		ts.Stores = append(ts.Stores, checkpointLife(cp))
 	}
 	return ts
+}
+
+// deadLetterLife is a dead-letter topic's line: how long its letters
+// without payload live.
+func deadLetterLife(dl TopicKeep) StoreLife {
+	if dl.Missing {
+		return StoreLife{Store: "dead-letter topic " + dl.Topic, Longest: lifeText(0), DecidedBy: "not created yet: the worker creates it at start, with cleanup.policy=delete"}
+	}
+	breach := ""
+	switch {
+	case dl.Unknown != "":
+		breach = fmt.Sprintf("dead-letter topic %s: settings unknown (%s)", dl.Topic, dl.Unknown)
+	case dl.Keeps == Forever:
+		breach = fmt.Sprintf("dead-letter topic %s keeps records forever (%s): its letters without payload (tenant, offsets, SHA-256) never leave", dl.Topic, dl.Settings)
+	}
+	return StoreLife{Store: "dead-letter topic " + dl.Topic + ", letters without payload", Longest: lifeText(dl.Keeps), DecidedBy: dl.Settings, Breach: breach}
+}
+
+// checkpointLife is a checkpoint file's line: positions live nothing of an
+// event; row keys, forever.
+func checkpointLife(cp CheckpointFact) StoreLife {
+	breach, decided := "", "positions only (tenant and hash bucket reached): no event data"
+	switch {
+	case cp.Unreadable != "":
+		breach = fmt.Sprintf("checkpoint %s could not be read: %s", cp.Path, cp.Unreadable)
+	case cp.HoldsIDs:
+		decided = "row keys, with the user and event ids in them"
+		breach = fmt.Sprintf("checkpoint %s holds row keys (written before checkpoints held positions), which live no TTL: finish or resume its run, or delete it", cp.Path)
+	}
+	longest := time.Duration(0)
+	if cp.HoldsIDs {
+		longest = Forever
+	}
+	return StoreLife{Store: "checkpoint " + cp.Path, Longest: lifeText(longest), DecidedBy: decided, Breach: breach}
 }
 
 // tableStored is the longest an expired cell stays stored: until the

@@ -148,7 +148,8 @@ type WriterConfig struct {
 	// RuleCheckInterval is how often the worker's RuleWatch reads the
 	// family's GC rule.
 	RuleCheckInterval time.Duration
-	// Now is the clock for written_at; time.Now when nil.
+	// Now is the writer's clock: written_at, the calls' durations, the
+	// start of an outage; time.Now when nil.
 	Now func() time.Time
 }
 
@@ -437,7 +438,7 @@ func (w *Writer) apply(ctx context.Context, rows []Row, pending []int) ([]error,
 		actx, cancel = context.WithTimeout(ctx, w.cfg.AttemptTimeout)
 		defer cancel()
 	}
-	start := time.Now()
+	start := w.cfg.Now()
 	rowErrs, err := w.table.ApplyBulk(actx, keys, muts)
 	w.record(ctx, start, len(pending), err, rowErrs)
 	return rowErrs, err
@@ -474,7 +475,7 @@ func (w *Writer) failing(code codes.Code, err error) {
 	w.mu.Lock()
 	first := w.outageSince.IsZero()
 	if first {
-		w.outageSince = time.Now()
+		w.outageSince = w.cfg.Now()
 	}
 	w.outageCode, w.outageErr = code, err
 	w.mu.Unlock()
@@ -490,8 +491,22 @@ func (w *Writer) recovered() {
 	w.outageSince, w.outageErr = time.Time{}, nil
 	w.mu.Unlock()
 	if !since.IsZero() {
-		w.log.Info("bigtable takes writes again", "table", w.tableName, "after", time.Since(since).Round(time.Millisecond))
+		w.log.Info("bigtable takes writes again", "table", w.tableName, "after", w.cfg.Now().Sub(since).Round(time.Millisecond))
 	}
+}
+
+// readinessKey is a row no event can have ('#' is not allowed in a tenant
+// id).
+const readinessKey = "#readiness-probe"
+
+// Reachable reads one row of the table, a point read of a key no event can
+// have: cheap, and it fails when Bigtable is unreachable. Reads can pass
+// while every write is refused: see Outage.
+func (w *Writer) Reachable(ctx context.Context) error {
+	if _, err := w.table.ReadRow(ctx, readinessKey); err != nil {
+		return fmt.Errorf("bigtable read: %w", err)
+	}
+	return nil
 }
 
 // Outage returns why writes fail as a whole, nil while they go through.
@@ -544,7 +559,7 @@ func (w *Writer) record(ctx context.Context, start time.Time, rows int, err erro
 			}
 		}
 	}
-	w.m.duration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributeSet(attribute.NewSet(
+	w.m.duration.Record(ctx, w.cfg.Now().Sub(start).Seconds(), metric.WithAttributeSet(attribute.NewSet(
 		attribute.String("db.system.name", "gcp.bigtable"),
 		attribute.String("db.operation.name", "MutateRows"),
 		attribute.String("db.collection.name", w.tableName),

@@ -28,6 +28,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Telemetry owns the providers and the Prometheus registry.
@@ -38,8 +39,9 @@ type Telemetry struct {
 }
 
 // Setup installs global meter and tracer providers and the W3C trace
-// context propagator. The parts get the meter provider from MeterProvider;
-// the global one is set too, for libraries that use it.
+// context propagator. The parts get the providers from MeterProvider and
+// TracerProvider; the global ones are set too, for libraries that use
+// them.
 func Setup(ctx context.Context, version string) (*Telemetry, error) {
 	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(
 		semconv.ServiceName(serviceName()), semconv.ServiceVersion(version)))
@@ -77,6 +79,16 @@ func Setup(ctx context.Context, version string) (*Telemetry, error) {
 
 // MeterProvider is the provider the worker's parts take their meters from.
 func (t *Telemetry) MeterProvider() metric.MeterProvider { return t.meters }
+
+// TracerProvider is the provider the parts take their tracers from. When
+// traces are not exported it is the global one, which records nothing
+// unless the program installed a provider of its own (as a test does).
+func (t *Telemetry) TracerProvider() trace.TracerProvider {
+	if t.tracers == nil {
+		return otel.GetTracerProvider()
+	}
+	return t.tracers
+}
 
 // MetricsHandler serves the Prometheus exposition of every metric.
 func (t *Telemetry) MetricsHandler() http.Handler {

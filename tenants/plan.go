@@ -1,6 +1,7 @@
 package tenants
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -233,6 +234,44 @@ func Compare(old, new *expiry.Policy) Plan {
 	}
 	p.ReplicatedSteps = new.GCMaxAge()-old.GCMaxAge() > MaxReplicatedGCIncrease
 	return p
+}
+
+// Notes explain to an operator what the edit does once a worker reloads
+// it, beyond the TTLs the plan lists: the rules of a reload, in the words
+// `worker check --against` prints. oldUnlisted and newUnlisted are the
+// unlisted_tenants of the two files. Never nil.
+func (p Plan) Notes(oldUnlisted, newUnlisted Unlisted) []string {
+	notes := []string{}
+	if len(p.Tenants) > 0 {
+		notes = append(notes, "per-tenant edits apply to events processed after the reload; cells already written keep the expiry they were written with")
+	}
+	for _, ch := range p.Tenants {
+		if ch.BoundsSaid() && ch.OldListed && ch.NewListed {
+			notes = append(notes, "new bounds clamp the own TTLs (--ttl-from) of events processed after the reload; rows already written keep theirs until `worker retime --tenant ID` clamps the TTL each asked for to the new bounds (rows within both are left alone)")
+			break
+		}
+	}
+	if o, n := p.Old.DefaultBounds, p.New.DefaultBounds; o != n {
+		notes = append(notes, fmt.Sprintf("the own TTLs of unlisted tenants' events are clamped to %s instead of %s after the reload", FormatBounds(n), FormatBounds(o)))
+	}
+	if newUnlisted == UnlistedDeadLetter {
+		var removed []string
+		for _, ch := range p.Tenants {
+			if ch.Kind() == "removed" {
+				removed = append(removed, ch.Tenant)
+			}
+		}
+		if len(removed) > 0 {
+			notes = append(notes, fmt.Sprintf("unlisted_tenants is dead-letter: the events of the tenants removed (%s) are dead-lettered after the reload, not written with the default", strings.Join(removed, ", ")))
+		}
+	}
+	if oldUnlisted != newUnlisted {
+		notes = append(notes, fmt.Sprintf("unlisted_tenants %s → %s applies to events processed after the reload", cmp.Or(oldUnlisted, UnlistedDefaultTTL), cmp.Or(newUnlisted, UnlistedDefaultTTL)))
+	}
+	if p.Old.RecordRealTimestamp != p.New.RecordRealTimestamp {
+		notes = append(notes, fmt.Sprintf("record_real_timestamp %t → %t applies to events processed after the reload", p.Old.RecordRealTimestamp, p.New.RecordRealTimestamp))
+	}
+	return notes
 }
 
 // SafeAtRuntime reports whether the edit can be applied by a running worker:

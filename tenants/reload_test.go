@@ -395,3 +395,26 @@ func TestSlowInPlaceWriteIsNeverAppliedHalfWay(t *testing.T) {
 		t.Errorf("the finished edit was not applied: t11 %s", got)
 	}
 }
+
+// The notes of an edit say the reload rules that apply to it.
+func TestPlanNotes(t *testing.T) {
+	parse := func(y string) *Config {
+		t.Helper()
+		c, err := Parse([]byte(y))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	old := parse("default_ttl: 2d\ntenants:\n  acme: 1h\n  globex: 3h\n")
+	cur := parse("default_ttl: 2d\nunlisted_tenants: dead-letter\nrecord_real_timestamp: true\ntenants:\n  acme: 2h\n")
+	notes := strings.Join(Compare(old.Policy, cur.Policy).Notes(old.Unlisted, cur.Unlisted), "\n")
+	for _, want := range []string{"per-tenant edits apply", "tenants removed (globex) are dead-lettered", "unlisted_tenants default_ttl → dead-letter", "record_real_timestamp false → true"} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("notes lack %q:\n%s", want, notes)
+		}
+	}
+	if n := Compare(old.Policy, old.Policy).Notes(old.Unlisted, old.Unlisted); n == nil || len(n) != 0 {
+		t.Errorf("no edit: notes %q, want none (and not nil)", n)
+	}
+}

@@ -52,6 +52,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	ao.Erasures = erasure.NewLedger(records, time.Now())
+	ao.Tracers = s.tracers
 	rep, err := retention.Audit(ctx, s.dc.Open(o.table.Table), o.table.Family, s.cfg.Policy, ao)
 	if err != nil {
 		return err

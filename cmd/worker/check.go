@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -194,38 +193,10 @@ func checkTable(ctx context.Context, tc sink.TableConfig, cfg *tenants.Config) *
 	return res
 }
 
+// compare is --against: the plan of replacing old by cfg, and its notes.
 func compare(path string, old, cfg *tenants.Config) *comparison {
-	c := &comparison{File: path, Version: old.Version, Plan: tenants.Compare(old.Policy, cfg.Policy), Notes: []string{}}
-	if len(c.Tenants) > 0 {
-		c.Notes = append(c.Notes, "per-tenant edits apply to events processed after the reload; cells already written keep the expiry they were written with")
-	}
-	for _, ch := range c.Tenants {
-		if ch.BoundsSaid() && ch.OldListed && ch.NewListed {
-			c.Notes = append(c.Notes, "new bounds clamp the own TTLs (--ttl-from) of events processed after the reload; rows already written keep theirs until `worker retime --tenant ID` clamps the TTL each asked for to the new bounds (rows within both are left alone)")
-			break
-		}
-	}
-	if o, n := old.Policy.DefaultBounds, cfg.Policy.DefaultBounds; o != n {
-		c.Notes = append(c.Notes, fmt.Sprintf("the own TTLs of unlisted tenants' events are clamped to %s instead of %s after the reload", tenants.FormatBounds(n), tenants.FormatBounds(o)))
-	}
-	if cfg.Unlisted == tenants.UnlistedDeadLetter {
-		var removed []string
-		for _, ch := range c.Tenants {
-			if ch.Kind() == "removed" {
-				removed = append(removed, ch.Tenant)
-			}
-		}
-		if len(removed) > 0 {
-			c.Notes = append(c.Notes, fmt.Sprintf("unlisted_tenants is dead-letter: the events of the tenants removed (%s) are dead-lettered after the reload, not written with the default", strings.Join(removed, ", ")))
-		}
-	}
-	if old.Unlisted != cfg.Unlisted {
-		c.Notes = append(c.Notes, fmt.Sprintf("unlisted_tenants %s → %s applies to events processed after the reload", cmp.Or(old.Unlisted, tenants.UnlistedDefaultTTL), cmp.Or(cfg.Unlisted, tenants.UnlistedDefaultTTL)))
-	}
-	if old.Policy.RecordRealTimestamp != cfg.Policy.RecordRealTimestamp {
-		c.Notes = append(c.Notes, fmt.Sprintf("record_real_timestamp %t → %t applies to events processed after the reload", old.Policy.RecordRealTimestamp, cfg.Policy.RecordRealTimestamp))
-	}
-	return c
+	plan := tenants.Compare(old.Policy, cfg.Policy)
+	return &comparison{File: path, Version: old.Version, Plan: plan, Notes: plan.Notes(old.Unlisted, cfg.Unlisted)}
 }
 
 func verdict(rep *checkReport) (int, string) {

@@ -8,21 +8,15 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"cloud.google.com/go/bigtable"
 	"github.com/segmentio/kafka-go"
 
-	"github.com/cellttl/cellttl/expiry"
 	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/cellttl/cellttl/internal/envflag"
 	"github.com/cellttl/cellttl/internal/inproc"
-	"github.com/cellttl/cellttl/pipeline"
-	"github.com/cellttl/cellttl/reader"
-	"github.com/cellttl/cellttl/rowkey"
 	"github.com/cellttl/cellttl/sink"
 	"github.com/cellttl/cellttl/telemetry"
 	"github.com/cellttl/cellttl/tenants"
@@ -80,46 +74,14 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		defer cancel()
 	}
 
-	bt, err := inproc.StartBigtable(inproc.BigtableOptions{Quiet: true})
+	env, err := startDemo(ctx, stdout)
 	if err != nil {
 		return err
 	}
-	defer bt.Close()
-	// The worker creates the dead-letter topic with its retention: made
-	// here with the defaults (7 days), letters would keep no payload.
-	kc, err := inproc.StartKafka(inproc.KafkaOptions{Topics: []inproc.Topic{{Name: "clicks", Partitions: 3}}})
-	if err != nil {
-		return err
-	}
-	defer kc.Close()
-	brokers := kc.Brokers()
-
-	cfg, err := tenants.Parse([]byte(demoTenants))
-	if err != nil {
-		return fmt.Errorf("demo tenants: %w", err)
-	}
-	ro := defaultRunOptions()
-	ro.tenants.Path = "" // the demo's tenants are fixed: nothing to reload
-	ro.admin.Addr = ""
-	ro.kafka.Brokers, ro.kafka.Group = brokers, "cellttl-demo"
-	dc, ac, err := bt.Clients(ctx)
-	if err != nil {
-		return err
-	}
-	defer dc.Close()
-	defer ac.Close()
-	target := ro.table.Target()
-	if _, err := sink.Setup(ctx, ac, dc, target, cfg.Policy.GCMaxAge(), sink.SetupOptions{}); err != nil {
-		return fmt.Errorf("demo setup: %w", err)
-	}
-	if err := setupLedger(ctx, &session{cfg: cfg, dc: dc, ac: ac}, ro.table.ErasureTable(), io.Discard); err != nil {
-		return fmt.Errorf("demo setup: %w", err)
-	}
-	fmt.Fprintf(stdout, "cellttl demo: Kafka (in-process) %s, Bigtable emulator (in-process) %s\n", brokers[0], bt.Addr())
-	fmt.Fprintf(stdout, "table %s, family %s with GC rule %q (%s)\n", target.Table, target.Family, sink.DescribeGC(bigtable.MaxAgePolicy(cfg.Policy.GCMaxAge())), describePolicy(cfg.Policy))
+	defer env.close()
 	fmt.Fprintf(stdout, "producing %d clicks/s for %s (1 in 25 an hour old, 1 in 40 malformed), then watching GC until every tenant's cells are gone; Ctrl-C stops\n\n", o.rate, duration.Format(o.produceFor))
 
-	w, err := newWorker(ctx, &ro, cfg, dc, ac, nil, log)
+	w, err := newWorker(ctx, &env.ro, env.cfg, env.dc, env.ac, nil, nil, log)
 	if err != nil {
 		return err
 	}
@@ -130,45 +92,88 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	produced := make(chan struct{})
 	wg.Go(func() {
 		defer close(produced)
-		if err := produceDemo(pctx, brokers, o.rate, o.produceFor); err != nil && pctx.Err() == nil {
+		if err := produceDemo(pctx, env.brokers, o.rate, o.produceFor); err != nil && pctx.Err() == nil {
 			log.Error("demo producer stopped", "err", err)
 		}
 	})
-	started := time.Now()
+	env.started = time.Now()
 	wctx, done := context.WithCancel(ctx) // the worker's: done when every cell is gone
 	defer done()
 	sctx, stopSummaries := context.WithCancel(ctx)
 	defer stopSummaries()
-	wg.Go(func() {
-		t := time.NewTicker(o.every)
-		defer t.Stop()
-		for {
-			select {
-			case <-sctx.Done():
-				return
-			case <-t.C:
-			}
-			tbl := dc.Open(target.Table)
-			stored := printSummary(sctx, stdout, tbl, target.Family, cfg.Policy, w.pipeline.Stats(), time.Since(started))
-			select {
-			case <-produced:
-			default:
-				continue // still producing
-			}
-			if stored == 0 && !o.watch && w.pipeline.Stats().Totals().Written > 0 {
-				fmt.Fprintf(stdout, "t+%s: every tenant's cells are gone, each collected by the emulator's own GC after its TTL: the demo is done (--watch keeps it running)\n",
-					time.Since(started).Truncate(time.Second))
-				done()
-				return
-			}
-		}
-	})
+	wg.Go(func() { env.summaries(sctx, stdout, &o, w.pipeline.Stats(), produced, done) })
 	err = w.serve(wctx, nil)
 	stopProducing()
 	stopSummaries()
 	wg.Wait() // the summaries write to stdout too
 	fmt.Fprintln(stdout, "demo stopped")
 	return err
+}
+
+// demoEnv is the demo's in-process services, set up for the worker.
+type demoEnv struct {
+	bt      *inproc.Bigtable
+	kc      *inproc.Kafka
+	brokers []string
+	dc      *bigtable.Client
+	ac      *bigtable.AdminClient
+	cfg     *tenants.Config
+	ro      runOptions
+	started time.Time
+}
+
+// startDemo starts in-process Kafka and Bigtable, creates the table and
+// the erasure ledger, and says where they are on stdout.
+func startDemo(ctx context.Context, stdout io.Writer) (_ *demoEnv, err error) {
+	env := &demoEnv{}
+	defer func() {
+		if err != nil {
+			env.close()
+		}
+	}()
+	if env.bt, err = inproc.StartBigtable(inproc.BigtableOptions{Quiet: true}); err != nil {
+		return nil, err
+	}
+	// The worker creates the dead-letter topic with its retention: made
+	// here with the defaults (7 days), letters would keep no payload.
+	if env.kc, err = inproc.StartKafka(inproc.KafkaOptions{Topics: []inproc.Topic{{Name: "clicks", Partitions: 3}}}); err != nil {
+		return nil, err
+	}
+	env.brokers = env.kc.Brokers()
+	if env.cfg, err = tenants.Parse([]byte(demoTenants)); err != nil {
+		return nil, fmt.Errorf("demo tenants: %w", err)
+	}
+	env.ro = defaultRunOptions()
+	env.ro.tenants.Path = "" // the demo's tenants are fixed: nothing to reload
+	env.ro.admin.Addr = ""
+	env.ro.kafka.Brokers, env.ro.kafka.Group = env.brokers, "cellttl-demo"
+	if env.dc, env.ac, err = env.bt.Clients(ctx); err != nil {
+		return nil, err
+	}
+	target := env.ro.table.Target()
+	if _, err := sink.Setup(ctx, env.ac, env.dc, target, env.cfg.Policy.GCMaxAge(), sink.SetupOptions{}); err != nil {
+		return nil, fmt.Errorf("demo setup: %w", err)
+	}
+	if err := setupLedger(ctx, &session{cfg: env.cfg, dc: env.dc, ac: env.ac}, env.ro.table.ErasureTable(), io.Discard); err != nil {
+		return nil, fmt.Errorf("demo setup: %w", err)
+	}
+	fmt.Fprintf(stdout, "cellttl demo: Kafka (in-process) %s, Bigtable emulator (in-process) %s\n", env.brokers[0], env.bt.Addr())
+	fmt.Fprintf(stdout, "table %s, family %s with GC rule %q (%s)\n", target.Table, target.Family, sink.DescribeGC(bigtable.MaxAgePolicy(env.cfg.Policy.GCMaxAge())), describePolicy(env.cfg.Policy))
+	return env, nil
+}
+
+// close closes what startDemo opened.
+func (env *demoEnv) close() {
+	if env.dc != nil {
+		env.dc.Close()
+		env.ac.Close()
+	}
+	if env.kc != nil {
+		env.kc.Close()
+	}
+	if env.bt != nil {
+		env.bt.Close()
+	}
 }
 
 // produceDemo writes synthetic clicks at rate per second for d.
@@ -209,59 +214,4 @@ func produceDemo(ctx context.Context, brokers []string, rate int, d time.Duratio
 		}
 	}
 	return nil
-}
-
-// printSummary prints, per tenant, what the worker did and what the table
-// holds now: stored counts every row GC has not yet removed, live only the
-// rows a correct reader returns (reader.Filter), and the first live row
-// with its expiry.
-func printSummary(ctx context.Context, w io.Writer, tbl *bigtable.Table, family string, p *expiry.Policy, stats *pipeline.Stats, elapsed time.Duration) (stored int) {
-	now := time.Now()
-	r := reader.New(tbl, family, p)
-	tw := tabwriter.NewWriter(w, 2, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "t+%s\ttenant\tttl\twritten\tskipped\tdead-lettered\tstored\tlive\tsample row (expiry)\n", elapsed.Truncate(time.Second))
-	for _, id := range demoTenantIDs {
-		ts := stats.Tenant(id)
-		n := countRows(ctx, tbl, id, nil)
-		if n < 0 {
-			stored++ // a count that failed is not "none"
-		} else {
-			stored += n
-		}
-		live := countRows(ctx, tbl, id, reader.Filter(p, family, now))
-		sample := "-"
-		_ = r.Read(ctx, reader.Query{Tenant: id, Limit: 1}, func(ev reader.Event) bool {
-			sample = fmt.Sprintf("%s (expires in %s)", shorten(ev.Key), ev.Expiry.Sub(now).Truncate(100*time.Millisecond))
-			return false
-		})
-		fmt.Fprintf(tw, "\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", id, duration.Format(p.TTL(id)), ts.Written.Load(), ts.Expired.Load(), ts.DeadLettered.Load(), n, live, sample)
-	}
-	if o := stats.Tenant(pipeline.OtherTenants); o.Consumed.Load() > 0 {
-		fmt.Fprintf(tw, "\t(no valid tenant)\t\t%d\t%d\t%d\t\t\t\n", o.Written.Load(), o.Expired.Load(), o.DeadLettered.Load())
-	}
-	tw.Flush()
-	fmt.Fprintln(w)
-	return stored
-}
-
-func shorten(key string) string {
-	if parts, err := rowkey.Parse(key); err == nil {
-		return strings.Join([]string{parts.Tenant, "…", parts.User, fmt.Sprint(parts.Millis), parts.EventID}, "#")
-	}
-	return key
-}
-
-// countRows counts a tenant's rows that pass f (every stored row when f is
-// nil).
-func countRows(ctx context.Context, tbl *bigtable.Table, tenant string, f bigtable.Filter) int {
-	filter := bigtable.ChainFilters(bigtable.CellsPerRowLimitFilter(1), bigtable.StripValueFilter())
-	if f != nil {
-		filter = bigtable.ChainFilters(f, filter)
-	}
-	n := 0
-	err := tbl.ReadRows(ctx, bigtable.PrefixRange(rowkey.TenantPrefix(tenant)), func(bigtable.Row) bool { n++; return true }, bigtable.RowFilter(filter))
-	if err != nil {
-		return -1
-	}
-	return n
 }

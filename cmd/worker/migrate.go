@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"time"
 
 	"cloud.google.com/go/bigtable"
@@ -59,32 +60,14 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer done()
-	old, new, target := oldCfg.Policy, s.cfg.Policy, o.table.Target()
-	fam, err := sink.ReadFamily(ctx, s.ac, target)
+	m := &migration{o: &o, s: s, log: log, against: against, oldCfg: oldCfg, ro: ro, only: only, tbl: s.dc.Open(o.table.Table)}
+	plan, steps, err := m.steps(ctx, replicated)
 	if err != nil {
 		return err
 	}
-	current, isMaxAge := sink.MaxAge(fam.Rule)
-	if !fam.Exists || !isMaxAge {
-		return fmt.Errorf("family %s: want a max-age GC rule, found %s", target, sink.DescribeGC(fam.Rule))
-	}
-	plan := retention.PlanMigration(old, new, replicated)
-	steps, err := retention.StepsToRun(plan, old.GCMaxAge(), current, only, ro.Shard)
-	switch {
-	case errors.Is(err, retention.ErrOffPath):
-		return fmt.Errorf("family %s has GC rule %s, which is neither the old file's (%s) nor a step towards the new one's (%s)",
-			target, sink.DescribeGC(fam.Rule), duration.Format(old.GCMaxAge()), duration.Format(new.GCMaxAge()))
-	case err != nil:
-		return usageError(err)
-	}
-	tbl := s.dc.Open(o.table.Table)
-	var foreign int64
-	if new.Strategy == expiry.OneSecond && old.Strategy != expiry.OneSecond {
-		a, err := retention.Audit(ctx, tbl, o.table.Family, old, retention.AuditOptions{})
-		if err != nil {
-			return err
-		}
-		foreign = a.Foreign
+	foreign, err := m.foreignRows(ctx)
+	if err != nil {
+		return err
 	}
 	if format == "json" && !yes {
 		return json.NewEncoder(stdout).Encode(struct {
@@ -98,23 +81,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if format == "json" {
 		text = io.Discard
 	}
-	fmt.Fprintf(text, "Migration of %s from %s (version %s) to %s (version %s):\n", target, against, oldCfg.Version, o.tenants.Path, s.cfg.Version)
-	for _, c := range compare(against, oldCfg, s.cfg).Tenants {
-		fmt.Fprintf(text, "  %s\n", c)
-	}
-	fmt.Fprintln(text, "Steps, each resumable (run the command again):")
-	fmt.Fprintln(text, "  0. stop the workers (Kafka keeps the events meanwhile)")
-	for i, st := range plan {
-		mark := ""
-		switch {
-		case only == i+1:
-			mark = " (this run" + shardNote(ro.Shard) + ")"
-		case only == 0 && i < len(plan)-len(steps): // PendingSteps keeps a suffix
-			mark = " (done)"
-		}
-		fmt.Fprintf(text, "  %d. %s%s\n", i+1, st, mark)
-	}
-	fmt.Fprintf(text, "  %d. start the workers with %s\n", len(plan)+1, o.tenants.Path)
+	m.printPlan(text, plan, steps)
 	if foreign > 0 {
 		fmt.Fprintf(text, "%d rows are not in cellttl's layout: under a 1s max-age GC deletes their cells.\n", foreign)
 		if !force {
@@ -125,12 +92,109 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintln(stdout, "Nothing changed: run again with --yes to apply.")
 		return nil
 	}
-	ro.Log = log
-	ro.Job = retention.Job{Table: o.table.Table, Family: o.table.Family, Config: oldCfg.Version + " to " + s.cfg.Version}
+	rep, err := m.apply(ctx, steps, stderr)
+	if err != nil {
+		return err
+	}
+	return m.printDone(stdout, format, steps, rep)
+}
+
+// printDone writes what the migration did.
+func (m *migration) printDone(w io.Writer, format string, steps []retention.Step, rep retention.Report) error {
+	if format == "json" {
+		return json.NewEncoder(w).Encode(struct {
+			Steps []retention.Step `json:"steps"`
+			retention.Report
+		}{steps, rep})
+	}
+	fmt.Fprintf(w, "Done: %d rows re-timed, %d deleted, %d unchanged, %d outside cellttl's layout (left alone). Start the workers with %s.\n",
+		rep.Rewritten, rep.Deleted, rep.Unchanged, rep.Foreign, m.o.tenants.Path)
+	return nil
+}
+
+// migration is one run of worker migrate, past its flags.
+type migration struct {
+	o       *tableOptions
+	s       *session
+	log     *slog.Logger
+	against string          // --against
+	oldCfg  *tenants.Config // the file the table was written under
+	ro      retention.RetimeOptions
+	only    int // --step
+	tbl     *bigtable.Table
+}
+
+// steps reads the family's GC rule and returns the plan, and the steps of
+// it this run takes: those left, or --step alone.
+func (m *migration) steps(ctx context.Context, replicated bool) (plan, steps []retention.Step, err error) {
+	old, new, target := m.oldCfg.Policy, m.s.cfg.Policy, m.o.table.Target()
+	fam, err := sink.ReadFamily(ctx, m.s.ac, target)
+	if err != nil {
+		return nil, nil, err
+	}
+	current, isMaxAge := sink.MaxAge(fam.Rule)
+	if !fam.Exists || !isMaxAge {
+		return nil, nil, fmt.Errorf("family %s: want a max-age GC rule, found %s", target, sink.DescribeGC(fam.Rule))
+	}
+	plan = retention.PlanMigration(old, new, replicated)
+	steps, err = retention.StepsToRun(plan, old.GCMaxAge(), current, m.only, m.ro.Shard)
+	switch {
+	case errors.Is(err, retention.ErrOffPath):
+		return nil, nil, fmt.Errorf("family %s has GC rule %s, which is neither the old file's (%s) nor a step towards the new one's (%s)",
+			target, sink.DescribeGC(fam.Rule), duration.Format(old.GCMaxAge()), duration.Format(new.GCMaxAge()))
+	case err != nil:
+		return nil, nil, usageError(err)
+	}
+	return plan, steps, nil
+}
+
+// foreignRows counts the rows outside cellttl's layout when the migration
+// switches to one-second, whose GC rule would delete their cells; 0
+// otherwise.
+func (m *migration) foreignRows(ctx context.Context) (int64, error) {
+	old, new := m.oldCfg.Policy, m.s.cfg.Policy
+	if new.Strategy != expiry.OneSecond || old.Strategy == expiry.OneSecond {
+		return 0, nil
+	}
+	a, err := retention.Audit(ctx, m.tbl, m.o.table.Family, old, retention.AuditOptions{Tracers: m.s.tracers})
+	if err != nil {
+		return 0, err
+	}
+	return a.Foreign, nil
+}
+
+// printPlan writes the edit and every step of the plan, marking those done
+// and the one this run takes.
+func (m *migration) printPlan(w io.Writer, plan, steps []retention.Step) {
+	fmt.Fprintf(w, "Migration of %s from %s (version %s) to %s (version %s):\n", m.o.table.Target(), m.against, m.oldCfg.Version, m.o.tenants.Path, m.s.cfg.Version)
+	for _, c := range compare(m.against, m.oldCfg, m.s.cfg).Tenants {
+		fmt.Fprintf(w, "  %s\n", c)
+	}
+	fmt.Fprintln(w, "Steps, each resumable (run the command again):")
+	fmt.Fprintln(w, "  0. stop the workers (Kafka keeps the events meanwhile)")
+	for i, st := range plan {
+		mark := ""
+		switch {
+		case m.only == i+1:
+			mark = " (this run" + shardNote(m.ro.Shard) + ")"
+		case m.only == 0 && i < len(plan)-len(steps): // PendingSteps keeps a suffix
+			mark = " (done)"
+		}
+		fmt.Fprintf(w, "  %d. %s%s\n", i+1, st, mark)
+	}
+	fmt.Fprintf(w, "  %d. start the workers with %s\n", len(plan)+1, m.o.tenants.Path)
+}
+
+// apply runs the steps, obeying the erasure ledger, with the re-timing's
+// progress on stderr. An interrupted run exits exitInterrupted.
+func (m *migration) apply(ctx context.Context, steps []retention.Step, stderr io.Writer) (retention.Report, error) {
+	o, s, log, ro := m.o, m.s, m.log, m.ro
+	ro.Log, ro.Tracers = log, s.tracers
+	ro.Job = retention.Job{Table: o.table.Table, Family: o.table.Family, Config: m.oldCfg.Version + " to " + s.cfg.Version}
 	// Rows of erased users are deleted, never given a new timestamp.
 	erasures, stopErasures, err := watchErasures(ctx, s, o.table, defaultErasureRefresh, log)
 	if err != nil {
-		return err
+		return retention.Report{}, err
 	}
 	defer stopErasures()
 	ro.Erasures, ro.ErasuresHeld = erasures.Current, erasures.Held
@@ -141,24 +205,16 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	setGC := func(ctx context.Context, maxAge time.Duration) error {
 		return s.ac.SetGCPolicy(ctx, o.table.Table, o.table.Family, bigtable.MaxAgePolicy(maxAge))
 	}
-	rep, err := retention.Migrate(ctx, tbl, o.table.Family, old, new, steps, setGC, ro, func(i int, st retention.Step, done bool) {
+	rep, err := retention.Migrate(ctx, m.tbl, o.table.Family, m.oldCfg.Policy, s.cfg.Policy, steps, setGC, ro, func(i int, st retention.Step, done bool) {
 		if done {
 			log.Info("migration step done", "step", i+1, "what", st.String())
 		}
 	})
 	if err != nil {
 		if ctx.Err() != nil {
-			return &exitError{code: exitInterrupted, err: fmt.Errorf("interrupted: %w; run the same command again to go on", err)}
+			return rep, &exitError{code: exitInterrupted, err: fmt.Errorf("interrupted: %w; run the same command again to go on", err)}
 		}
-		return err
+		return rep, err
 	}
-	if format == "json" {
-		return json.NewEncoder(stdout).Encode(struct {
-			Steps []retention.Step `json:"steps"`
-			retention.Report
-		}{steps, rep})
-	}
-	fmt.Fprintf(stdout, "Done: %d rows re-timed, %d deleted, %d unchanged, %d outside cellttl's layout (left alone). Start the workers with %s.\n",
-		rep.Rewritten, rep.Deleted, rep.Unchanged, rep.Foreign, o.tenants.Path)
-	return nil
+	return rep, nil
 }

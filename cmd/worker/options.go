@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/expiry"
@@ -50,6 +51,8 @@ type session struct {
 	cfg *tenants.Config
 	dc  *bigtable.Client
 	ac  *bigtable.AdminClient
+	// tracers records the job's spans (openJob); nil records none.
+	tracers trace.TracerProvider
 }
 
 func (s *session) Close() {
@@ -81,14 +84,15 @@ func describePolicy(p *expiry.Policy) string {
 
 // startTraces installs the OpenTelemetry providers for a command that runs
 // to completion (spans are exported when OTEL_EXPORTER_OTLP_* says where),
-// and returns what flushes them at the end.
-func startTraces(ctx context.Context, log *slog.Logger) func() {
+// and returns the tracer provider (nil when telemetry is off) and what
+// flushes it at the end.
+func startTraces(ctx context.Context, log *slog.Logger) (trace.TracerProvider, func()) {
 	tel, err := telemetry.Setup(ctx, version())
 	if err != nil {
 		log.Warn("telemetry off", "err", err)
-		return func() {}
+		return nil, func() {}
 	}
-	return func() {
+	return tel.TracerProvider(), func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		if err := tel.Shutdown(sctx); err != nil {
@@ -115,7 +119,8 @@ func (o *tableOptions) openJob(ctx context.Context, stderr io.Writer) (s *sessio
 	if s, err = o.open(ctx); err != nil {
 		return nil, nil, nil, err
 	}
-	stopTraces := startTraces(ctx, log)
+	var stopTraces func()
+	s.tracers, stopTraces = startTraces(ctx, log)
 	return s, log, func() { stopTraces(); s.Close() }, nil
 }
 

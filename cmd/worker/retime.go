@@ -56,7 +56,7 @@ func runRetime(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := sink.CheckGC(ctx, s.ac, o.table.Target(), s.cfg.Policy.GCMaxAge()); err != nil {
 		return fmt.Errorf("refusing to re-time: %w (the tenants file says %s)", err, describePolicy(s.cfg.Policy))
 	}
-	ro.Log = log
+	ro.Log, ro.Tracers = log, s.tracers
 	ro.Job = retention.Job{Table: o.table.Table, Family: o.table.Family, Config: s.cfg.Version}
 	// Rows of erased users are deleted, never given a new timestamp.
 	erasures, stopErasures, err := watchErasures(ctx, s, o.table, defaultErasureRefresh, log)
@@ -84,6 +84,11 @@ func runRetime(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		return err
 	}
+	return printRetimed(stdout, format, ro, s.cfg.Version, rep)
+}
+
+// printRetimed writes what a retime did, or would do (--dry-run).
+func printRetimed(stdout io.Writer, format string, ro retention.RetimeOptions, version string, rep retention.Report) error {
 	if format == "json" {
 		return json.NewEncoder(stdout).Encode(struct {
 			DryRun  bool     `json:"dry_run"`
@@ -91,14 +96,14 @@ func runRetime(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			Shard   string   `json:"shard"`
 			Version string   `json:"config_version"`
 			retention.Report
-		}{ro.DryRun, ro.Tenants, ro.Shard.String(), s.cfg.Version, rep})
+		}{ro.DryRun, ro.Tenants, ro.Shard.String(), version, rep})
 	}
 	head, rewritten, deleted := "re-timed", "re-timed", "deleted (their expiry under the file had passed)"
 	if ro.DryRun {
 		head, rewritten, deleted = "plan (dry run) for", "to re-time", "to delete at once (their expiry under the file has passed)"
 	}
 	fmt.Fprintf(stdout, "%s %s under tenants file version %s: scanned %d rows; %d %s, %d %s, %d unchanged, %d outside cellttl's layout (left alone); %d bytes affected\n",
-		head, strings.Join(ro.Tenants, ",")+shardNote(ro.Shard), s.cfg.Version, rep.Scanned, rep.Rewritten, rewritten, rep.Deleted, deleted, rep.Unchanged, rep.Foreign, rep.Bytes)
+		head, strings.Join(ro.Tenants, ",")+shardNote(ro.Shard), version, rep.Scanned, rep.Rewritten, rewritten, rep.Deleted, deleted, rep.Unchanged, rep.Foreign, rep.Bytes)
 	if rep.Rewritten > 0 {
 		fmt.Fprintf(stdout, "new expiries from %s to %s\n", rep.NewExpiryFirst.Format(time.RFC3339), rep.NewExpiryLast.Format(time.RFC3339))
 	}

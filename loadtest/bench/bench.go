@@ -74,26 +74,12 @@ func Run(ctx context.Context, o Options, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var listed []string
-	for t := range cfg.Policy.Tenants {
-		listed = append(listed, t)
-	}
-	m, err := synth.ParseMix(listed, "")
+	m, run, msgs, recs, err := events(o, cfg)
 	if err != nil {
 		return err
 	}
-	run := fmt.Sprintf("b%x", time.Now().UnixNano()/1e6%0xffffff)
-	shape := o.Shape
-	if shape.Name == "" {
-		shape = synth.Contract()
-	}
-	gen := synth.New(synth.Config{Run: run, Mix: m, Shape: shape, Users: 10000, ZipfS: 1.1, PayloadBytes: o.PayloadBytes, Seed: 1})
-	now := time.Now()
-	values := make([][]byte, o.Events)
-	msgs := make([]kafka.Message, o.Events)
-	recs := make([]synth.Record, o.Events)
-	for i := range values {
-		msgs[i], recs[i] = gen.Next(i, now)
+	values := make([][]byte, len(msgs))
+	for i := range msgs {
 		values[i] = msgs[i].Value
 	}
 	fmt.Fprintf(stdout, "bench %s: %d events of %d bytes, %d partitions, %d tenants\n", run, o.Events, len(values[0]), o.Partitions, len(m.Tenants()))
@@ -127,6 +113,44 @@ func Run(ctx context.Context, o Options, stdout io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(filepath.Dir(bin))
+	best, err := benchWorkers(ctx, o, stdout, bin, run, msgs, ceiling, floor)
+	if err != nil {
+		return err
+	}
+	if o.Latency > 0 {
+		return benchLatency(ctx, stdout, cfg, m, run, bin, o.Brokers, o.TenantsFile, o.Partitions, o.PayloadBytes, o.LatencyRate, best, o.Latency)
+	}
+	return nil
+}
+
+// events makes the run's events, of the tenants cfg lists.
+func events(o Options, cfg *tenants.Config) (m synth.Mix, run string, msgs []kafka.Message, recs []synth.Record, err error) {
+	var listed []string
+	for t := range cfg.Policy.Tenants {
+		listed = append(listed, t)
+	}
+	if m, err = synth.ParseMix(listed, ""); err != nil {
+		return synth.Mix{}, "", nil, nil, err
+	}
+	run = fmt.Sprintf("b%x", time.Now().UnixNano()/1e6%0xffffff)
+	shape := o.Shape
+	if shape.Name == "" {
+		shape = synth.Contract()
+	}
+	gen := synth.New(synth.Config{Run: run, Mix: m, Shape: shape, Users: 10000, ZipfS: 1.1, PayloadBytes: o.PayloadBytes, Seed: 1})
+	now := time.Now()
+	msgs = make([]kafka.Message, o.Events)
+	recs = make([]synth.Record, o.Events)
+	for i := range msgs {
+		msgs[i], recs[i] = gen.Next(i, now)
+	}
+	return m, run, msgs, recs, nil
+}
+
+// benchWorkers runs the worker built at bin, and the baseline's, on msgs
+// with each set of flags, o.Rounds times, and returns the best rate of
+// this build with the first set.
+func benchWorkers(ctx context.Context, o Options, stdout io.Writer, bin, run string, msgs []kafka.Message, ceiling, floor float64) (float64, error) {
 	builds := []struct{ name, bin string }{{"this build", bin}}
 	if o.Baseline != "" {
 		builds = append(builds, struct{ name, bin string }{"baseline " + filepath.Base(o.Baseline), o.Baseline})
@@ -147,7 +171,7 @@ func Run(ctx context.Context, o Options, stdout io.Writer) error {
 				c, err := benchWorker(ctx, b.bin, o.Brokers, o.TenantsFile, fmt.Sprintf("%s-w%d", run, n), o.Partitions, msgs, flags, prof, o.ProfileSeconds)
 				n++
 				if err != nil {
-					return err
+					return 0, err
 				}
 				if ci == 0 && b.bin == bin {
 					best = max(best, c.rate)
@@ -158,10 +182,7 @@ func Run(ctx context.Context, o Options, stdout io.Writer) error {
 			}
 		}
 	}
-	if o.Latency > 0 {
-		return benchLatency(ctx, stdout, cfg, m, run, bin, o.Brokers, o.TenantsFile, o.Partitions, o.PayloadBytes, o.LatencyRate, best, o.Latency)
-	}
-	return nil
+	return best, nil
 }
 
 // manyTenants writes a tenants file of n tenants into dir.

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"cloud.google.com/go/bigtable"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -136,32 +137,11 @@ func rawLatency(ctx context.Context, p *expiry.Policy, m synth.Mix, run string, 
 	}
 	defer cleanup()
 	gen := synth.New(synth.Config{Run: run + "-raw", Mix: m, Shape: synth.Contract(), Users: 10000, ZipfS: 1.1, PayloadBytes: payload, Seed: 2})
-	type job struct {
-		rows []sink.Row
-		due  time.Time
-	}
-	jobs := make(chan job)
-	var mu sync.Mutex
-	var lat, calls []time.Duration
-	var werr error
+	jobs := make(chan rawBatch)
+	ws := &rawWriters{tbl: tbl, family: family}
 	var wg sync.WaitGroup
 	for range def.Writers {
-		wg.Go(func() {
-			for j := range jobs {
-				start := time.Now()
-				err := applyBulk(ctx, tbl, family, j.rows)
-				took := time.Since(j.due)
-				mu.Lock()
-				calls = append(calls, time.Since(start))
-				for range j.rows {
-					lat = append(lat, took)
-				}
-				if err != nil && werr == nil {
-					werr = err
-				}
-				mu.Unlock()
-			}
-		})
+		wg.Go(func() { ws.run(ctx, jobs) })
 	}
 	watch := watchCPU(0)
 	const step = 5 * time.Millisecond
@@ -190,25 +170,60 @@ func rawLatency(ctx context.Context, p *expiry.Policy, m synth.Mix, run string, 
 				first = at
 			}
 			if len(cur) >= def.FlushRows {
-				jobs <- job{cur, at}
+				jobs <- rawBatch{cur, at}
 				cur = nil
 			}
 		}
 		if len(cur) > 0 && at.Sub(first) >= def.FlushInterval {
-			jobs <- job{cur, first.Add(def.FlushInterval)}
+			jobs <- rawBatch{cur, first.Add(def.FlushInterval)}
 			cur = nil
 		}
 	}
 	if len(cur) > 0 {
-		jobs <- job{cur, time.Now()}
+		jobs <- rawBatch{cur, time.Now()}
 	}
 	close(jobs)
 	wg.Wait()
-	if werr != nil {
-		return latencyPhase{}, werr
+	if ws.err != nil {
+		return latencyPhase{}, ws.err
 	}
-	cd := distOf(calls)
-	return latencyPhase{dist: distOf(lat), cpu: watch.shares(), rate: float64(len(lat)) / time.Since(start).Seconds(), applyP50: cd.p50, applyP99: cd.p99}, nil
+	cd := distOf(ws.calls)
+	return latencyPhase{dist: distOf(ws.lat), cpu: watch.shares(), rate: float64(len(ws.lat)) / time.Since(start).Seconds(), applyP50: cd.p50, applyP99: cd.p99}, nil
+}
+
+// rawBatch is a batch of the raw phase, and when it was due.
+type rawBatch struct {
+	rows []sink.Row
+	due  time.Time
+}
+
+// rawWriters write the raw phase's batches, timing each row from when its
+// batch was due and each call, and keep the first error.
+type rawWriters struct {
+	tbl    *bigtable.Table
+	family string
+
+	mu         sync.Mutex
+	lat, calls []time.Duration
+	err        error
+}
+
+// run writes the batches of jobs until it is closed.
+func (w *rawWriters) run(ctx context.Context, jobs <-chan rawBatch) {
+	for j := range jobs {
+		start := time.Now()
+		err := applyBulk(ctx, w.tbl, w.family, j.rows)
+		took := time.Since(j.due)
+		w.mu.Lock()
+		w.calls = append(w.calls, time.Since(start))
+		for range j.rows {
+			w.lat = append(w.lat, took)
+		}
+		if err != nil && w.err == nil {
+			w.err = err
+		}
+		w.mu.Unlock()
+	}
 }
 
 // workerLatency starts a worker on an empty topic, produces to it at rate

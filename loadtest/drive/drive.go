@@ -73,17 +73,9 @@ func Run(ctx context.Context, o *Options, stdout io.Writer) (*Result, error) {
 	}
 
 	// The worker's counters are cumulative: measure from here.
-	var base Status
-	var err error
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if base, err = FetchStatus(ctx, o.StatusURL); err == nil {
-			break
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return nil, fmt.Errorf("the worker's status at %s does not answer: %w", o.StatusURL, err)
-		}
-		time.Sleep(500 * time.Millisecond)
+	base, err := waitStatus(ctx, o.StatusURL)
+	if err != nil {
+		return nil, err
 	}
 	fmt.Fprintf(stdout, "run %s: producing to %s (%s), tenants %v, rate %s, %s\n", runID, o.Topic, strings.Join(o.Brokers, ","), o.Mix.Tenants(), RateText(o.Rate), amountText(o))
 
@@ -141,13 +133,34 @@ func Run(ctx context.Context, o *Options, stdout io.Writer) (*Result, error) {
 			break
 		}
 	}
-	res := &Result{RunID: runID, Samples: samples, Produced: int64(len(recs)), Elapsed: time.Since(start), Gen: gen, Recs: recs}
+	return newResult(runID, samples, time.Since(start), gen, recs), nil
+}
+
+// newResult is the result of a run that produced recs with gen.
+func newResult(runID string, samples []Sample, elapsed time.Duration, gen *synth.Generator, recs []synth.Record) *Result {
+	res := &Result{RunID: runID, Samples: samples, Produced: int64(len(recs)), Elapsed: elapsed, Gen: gen, Recs: recs}
 	for _, r := range recs {
 		if !r.Valid {
 			res.Invalid++
 		}
 	}
-	return res, nil
+	return res
+}
+
+// waitStatus reads the worker's status, waiting up to a minute for it to
+// answer.
+func waitStatus(ctx context.Context, url string) (Status, error) {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		st, err := FetchStatus(ctx, url)
+		if err == nil {
+			return st, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return Status{}, fmt.Errorf("the worker's status at %s does not answer: %w", url, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }
 
 func rates(s, last Sample) Sample {

@@ -109,76 +109,22 @@ func Run(ctx context.Context, o Options, cfg *tenants.Config, g *synth.Generator
 		return nil, err
 	}
 	defer dc.Close()
-	tbl := dc.Open(o.Table)
-	rd := reader.New(tbl, o.Family, cfg.Policy)
-	prefix := g.Run() + "-"
 	// Rows per event, counted: a second row of one event is a duplicate,
 	// and a set of events seen would hide it.
-	rows := make([]int, len(recs))
+	v := &verifier{c: c, cfg: cfg, g: g, recs: recs, prefix: g.Run() + "-", rows: make([]int, len(recs)), tbl: dc.Open(o.Table), family: o.Family}
+	rd := reader.New(v.tbl, o.Family, cfg.Policy)
 	for ti := range g.Mix().Tenants() {
 		tenant := g.Mix().TenantName(ti)
-		err := rd.Read(ctx, reader.Query{Tenant: tenant}, func(ev reader.Event) bool {
-			if !strings.HasPrefix(ev.EventID, prefix) {
-				return true
-			}
-			seq, err := strconv.Atoi(ev.EventID[len(prefix):])
-			if err != nil || seq < 0 || seq >= len(recs) || !recs[seq].Valid {
-				return true
-			}
-			r := recs[seq]
-			if rows[seq]++; rows[seq] == 1 {
-				c.found++
-			} else if rows[seq] == 2 {
-				c.duplicateRows = append(c.duplicateRows, seq)
-			}
-			base := time.UnixMilli(r.Millis)
-			if ev.Key != rowkey.Key(tenant, synth.UserName(r.User), ev.EventID, r.Millis) || ev.Tenant != g.Mix().TenantName(int(r.Tenant)) {
-				c.wrongKey = append(c.wrongKey, seq)
-			}
-			cell := cfg.Policy.Cell(tenant, base)
-			if req, ok := g.Shape().RequestedTTL(ev.EventID); ok {
-				// The event asked for its own TTL: within its tenant's bounds.
-				ttl, _ := cfg.Policy.EventTTL(tenant, req)
-				cell = cfg.Policy.CellTTL(ttl, base)
-			}
-			if ev.Timestamp != cell.Timestamp {
-				c.wrongTimestamp = append(c.wrongTimestamp, seq)
-			}
-			if !ev.WrittenAt.IsZero() {
-				c.Latencies = append(c.Latencies, ev.WrittenAt.Sub(base))
-			}
-			return true
-		})
+		err := rd.Read(ctx, reader.Query{Tenant: tenant}, func(ev reader.Event) bool { v.event(tenant, ev); return true })
 		if err != nil {
 			return nil, fmt.Errorf("read tenant %s: %w", tenant, err)
 		}
-		// Every version of every cell, unfiltered: redelivery must not have
-		// added any.
-		err = tbl.ReadRows(ctx, bigtable.PrefixRange(rowkey.TenantPrefix(tenant)), func(row bigtable.Row) bool {
-			key := row.Key()
-			id := key[strings.LastIndexByte(key, '#')+1:]
-			if !strings.HasPrefix(id, prefix) {
-				return true
-			}
-			perColumn := map[string]int{}
-			for _, it := range row[o.Family] {
-				perColumn[it.Column]++
-			}
-			for _, n := range perColumn {
-				if n > 1 {
-					seq, _ := strconv.Atoi(id[len(prefix):])
-					c.duplicateVersions = append(c.duplicateVersions, seq)
-					break
-				}
-			}
-			return true
-		}, bigtable.RowFilter(bigtable.StripValueFilter()))
-		if err != nil {
+		if err := v.versions(ctx, tenant); err != nil {
 			return nil, fmt.Errorf("scan tenant %s: %w", tenant, err)
 		}
 	}
 	for seq, r := range recs {
-		if r.Valid && rows[seq] == 0 {
+		if r.Valid && v.rows[seq] == 0 {
 			c.missing = append(c.missing, seq)
 		}
 	}
@@ -198,6 +144,76 @@ func Run(ctx context.Context, o Options, cfg *tenants.Config, g *synth.Generator
 	}
 	slices.Sort(c.Latencies)
 	return c, nil
+}
+
+// verifier checks the rows of one run.
+type verifier struct {
+	c      *Result
+	cfg    *tenants.Config
+	g      *synth.Generator
+	recs   []synth.Record
+	prefix string // of the run's event ids
+	rows   []int  // rows found per event
+	tbl    *bigtable.Table
+	family string
+}
+
+// event checks one event a reader returned for tenant: its key, its
+// timestamp, and that it is the first row of its event.
+func (v *verifier) event(tenant string, ev reader.Event) {
+	if !strings.HasPrefix(ev.EventID, v.prefix) {
+		return
+	}
+	seq, err := strconv.Atoi(ev.EventID[len(v.prefix):])
+	if err != nil || seq < 0 || seq >= len(v.recs) || !v.recs[seq].Valid {
+		return
+	}
+	c, r, pol := v.c, v.recs[seq], v.cfg.Policy
+	if v.rows[seq]++; v.rows[seq] == 1 {
+		c.found++
+	} else if v.rows[seq] == 2 {
+		c.duplicateRows = append(c.duplicateRows, seq)
+	}
+	base := time.UnixMilli(r.Millis)
+	if ev.Key != rowkey.Key(tenant, synth.UserName(r.User), ev.EventID, r.Millis) || ev.Tenant != v.g.Mix().TenantName(int(r.Tenant)) {
+		c.wrongKey = append(c.wrongKey, seq)
+	}
+	cell := pol.Cell(tenant, base)
+	if req, ok := v.g.Shape().RequestedTTL(ev.EventID); ok {
+		// The event asked for its own TTL: within its tenant's bounds.
+		ttl, _ := pol.EventTTL(tenant, req)
+		cell = pol.CellTTL(ttl, base)
+	}
+	if ev.Timestamp != cell.Timestamp {
+		c.wrongTimestamp = append(c.wrongTimestamp, seq)
+	}
+	if !ev.WrittenAt.IsZero() {
+		c.Latencies = append(c.Latencies, ev.WrittenAt.Sub(base))
+	}
+}
+
+// versions reads every version of every cell of tenant's rows, unfiltered:
+// redelivery must not have added any.
+func (v *verifier) versions(ctx context.Context, tenant string) error {
+	return v.tbl.ReadRows(ctx, bigtable.PrefixRange(rowkey.TenantPrefix(tenant)), func(row bigtable.Row) bool {
+		key := row.Key()
+		id := key[strings.LastIndexByte(key, '#')+1:]
+		if !strings.HasPrefix(id, v.prefix) {
+			return true
+		}
+		perColumn := map[string]int{}
+		for _, it := range row[v.family] {
+			perColumn[it.Column]++
+		}
+		for _, n := range perColumn {
+			if n > 1 {
+				seq, _ := strconv.Atoi(id[len(v.prefix):])
+				v.c.duplicateVersions = append(v.c.duplicateVersions, seq)
+				break
+			}
+		}
+		return true
+	}, bigtable.RowFilter(bigtable.StripValueFilter()))
 }
 
 // deadLetterSeqs reads the dead-letter topic to its end and returns the

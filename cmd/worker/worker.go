@@ -1,0 +1,230 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"cloud.google.com/go/bigtable"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/codes"
+
+	"github.com/cellttl/cellttl/admin"
+	"github.com/cellttl/cellttl/erasure"
+	"github.com/cellttl/cellttl/ingest"
+	"github.com/cellttl/cellttl/internal/duration"
+	"github.com/cellttl/cellttl/pipeline"
+	"github.com/cellttl/cellttl/sink"
+	"github.com/cellttl/cellttl/tenants"
+)
+
+// worker is a running worker's parts: the consumer, the dead-letter
+// writer, the Bigtable writer and the pipeline between them.
+type worker struct {
+	o            *runOptions
+	cfg          *tenants.Config
+	rules        *sink.RuleWatch
+	erasures     *erasure.Watch
+	log          *slog.Logger
+	dlq          *ingest.DeadLetterWriter
+	times        *ingest.RecordTimeWatch
+	consumer     *ingest.Consumer
+	writer       *sink.Writer
+	reloader     *tenants.Reloader
+	pipeline     *pipeline.Pipeline
+	lastWriteErr lastError
+}
+
+// newWorker builds the parts, checks the dead-letter topic and joins the
+// consumer group. The parts record their metrics through mp and their
+// spans through tp (nothing when nil).
+func newWorker(ctx context.Context, o *runOptions, cfg *tenants.Config, dc *bigtable.Client, ac *bigtable.AdminClient, mp metric.MeterProvider, tp trace.TracerProvider, log *slog.Logger) (*worker, error) {
+	if mp == nil {
+		mp = noop.NewMeterProvider()
+	}
+	w := &worker{o: o, cfg: cfg, log: log}
+	// The rule the cells are computed for never changes while the worker
+	// runs (a reload that would change it is refused): checked at start-up,
+	// then watched.
+	w.rules = sink.NewRuleWatch(ac, o.table.Target(), cfg.Policy.GCMaxAge(),
+		fmt.Sprintf("set it back (`worker setup --update-gc-policy` with the tenants file this worker runs, %s), or restart the workers with the tenants file that matches the new rule", describePolicy(cfg.Policy)), log)
+	// Before anything is consumed: an event of an erased user must never
+	// be written, so the worker knows who was erased before it writes.
+	w.erasures = erasure.NewWatch(erasure.NewStore(dc, o.table.ErasureTable()), o.erasureRefresh, log)
+	lctx, cancel := context.WithTimeout(ctx, o.startupTimeout)
+	err := w.erasures.Start(lctx)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	if err := w.openKafka(ctx, mp); err != nil {
+		return nil, err
+	}
+	wcfg := o.writer
+	wcfg.OnRetry = func(rows int, code codes.Code, err error) { w.lastWriteErr.set(err) }
+	wcfg.Held = func() error { return cmp.Or(w.rules.Held(), w.erasures.Held()) }
+	wcfg.Gate = w.erasures
+	if w.writer, err = sink.NewWriter(dc, o.table.Target(), wcfg, mp, log); err != nil {
+		_ = errors.Join(w.consumer.Close(), w.dlq.Close())
+		return nil, err
+	}
+	w.reloader = tenants.NewReloader(o.tenants.Path, cfg, o.tenants.ReloadInterval, log)
+	if err := errors.Join(w.reloader.RegisterMetrics(mp.Meter(meterName)), w.erasures.RegisterMetrics(mp.Meter(meterName))); err != nil {
+		_ = errors.Join(w.consumer.Close(), w.dlq.Close())
+		return nil, err
+	}
+	pcfg := o.pipe
+	pcfg.Erasures = w.erasures.Current
+	w.pipeline = pipeline.New(pcfg, w.consumer, w.writer, w.dlq, w.reloader.Current, mp, tp, log)
+	return w, nil
+}
+
+// openKafka builds the Kafka parts: the dead-letter writer, checked before
+// the group is joined, the watch of the input topic's record times, and
+// the consumer, which joins the group. On an error, what it opened is
+// closed.
+func (w *worker) openKafka(ctx context.Context, mp metric.MeterProvider) error {
+	o, log := w.o, w.log
+	brokers, sec := o.kafka.Brokers, o.kafka.Security
+	dialer, err := sec.Dialer()
+	if err != nil {
+		return err
+	}
+	fetchTransport, err := sec.Transport()
+	if err != nil {
+		return err
+	}
+	if w.dlq, err = ingest.NewDeadLetterWriter(brokers, o.kafka.DeadLetterTopics(), sec, mp, log); err != nil {
+		return err
+	}
+	// Before joining the group: a dead-letter topic that cannot take dead
+	// letters is said at once, not at the first bad event. The worker runs
+	// anyway (good events flow); /readyz answers 503 until it is fixed.
+	rs, err := w.dlq.Check(ctx)
+	if err != nil {
+		log.Error("dead-letter topics cannot take dead letters; the letters bound for them will wait, uncommitted, until they can", "err", err)
+	}
+	logDeadLetterTopics(rs, w.cfg.Policy, log)
+	if w.times, err = ingest.NewRecordTimeWatch(brokers, o.kafka.Topic, sec, o.pipe.Decoder.MaxClockSkew, o.strictRetention, log); err != nil {
+		_ = w.dlq.Close()
+		return err
+	}
+	if _, err := w.times.Check(ctx); o.strictRetention && (err != nil || w.times.Problem() != nil) {
+		_ = w.dlq.Close()
+		w.times.Close()
+		return fmt.Errorf("refusing to start (--strict-retention): %w", cmp.Or(err, w.times.Problem()))
+	}
+	w.consumer, err = ingest.NewConsumer(ingest.ConsumerConfig{
+		Brokers:          brokers,
+		Topic:            o.kafka.Topic,
+		Group:            o.kafka.Group,
+		CommitInterval:   o.kafka.CommitInterval,
+		SessionTimeout:   o.kafka.SessionTimeout,
+		StallTimeout:     o.kafka.StallTimeout,
+		MaxInflightBytes: o.pipe.FetchBudget(),
+		MaxEventBytes:    o.pipe.Decoder.MaxBytes,
+		OffsetReset:      o.kafka.OffsetReset,
+		Dialer:           dialer,
+		Transport:        fetchTransport,
+	}, mp, log)
+	if err != nil {
+		_ = w.dlq.Close()
+		return err
+	}
+	return nil
+}
+
+// meterName scopes the metrics the command registers: the tenants
+// reloader's.
+const meterName = "github.com/cellttl/cellttl"
+
+// serve runs the pipeline until ctx ends and it has drained, with the
+// admin server beside it when --admin-addr is set, and closes the parts.
+func (w *worker) serve(ctx context.Context, metrics http.Handler) error {
+	o, log := w.o, w.log
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	bg, stopBackground := context.WithCancel(ctx)
+	defer stopBackground()
+	wg.Go(func() { w.dlq.Run(bg, o.kafka.DeadLetterCheck) })
+	wg.Go(func() { w.times.Run(bg, o.kafka.DeadLetterCheck) })
+	defer w.times.Close()
+	wg.Go(func() { w.rules.Run(bg, o.writer.RuleCheckInterval) })
+	wg.Go(func() { w.erasures.Run(bg) })
+	if o.tenants.Path != "" {
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		wg.Go(func() { w.reloader.Run(bg, hup) })
+	}
+	if o.admin.Addr != "" {
+		st := &statusSource{w: w, started: time.Now()}
+		srv := admin.New(o.admin, metrics, st.status, w.readinessChecks(), log)
+		addr, err := srv.Start()
+		if err != nil {
+			return errors.Join(err, w.consumer.Close(), w.dlq.Close())
+		}
+		log.Info("admin server listening", "addr", addr.String())
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+		}()
+	}
+	if host := os.Getenv("BIGTABLE_EMULATOR_HOST"); host != "" {
+		// The client library sends every request there, unauthenticated:
+		// right for tests, never for production.
+		log.Warn("BIGTABLE_EMULATOR_HOST is set: every Bigtable request goes to that address, without credentials (an emulator), not to Google Cloud", "emulator", host)
+	}
+	log.Info("worker started", "topic", o.kafka.Topic, "group", o.kafka.Group, "dlq_topic", o.kafka.DeadLetterTopic(),
+		"table", o.table.Table, "family", o.table.Family, "strategy", w.cfg.Policy.Strategy.String(),
+		"default_ttl", duration.Format(w.cfg.Policy.DefaultTTL), "tenants", len(w.cfg.Policy.Tenants), "config_version", w.cfg.Version)
+	runErr := w.pipeline.Run(ctx)
+	closeErr := w.consumer.Close() // the final commit, then leave the group
+	t := w.pipeline.Stats().Totals()
+	log.Info("worker stopping", "consumed", t.Consumed, "written", t.Written, "expired", t.Expired, "dead_lettered", t.DeadLettered, "clamped", t.Clamped, "erased", t.Erased, "committed", w.consumer.Committed())
+	return errors.Join(runErr, closeErr, w.dlq.Close())
+}
+
+// readinessChecks: in the consumer group, Bigtable answering and taking
+// writes, the dead-letter topic taking dead letters, a config loaded.
+func (w *worker) readinessChecks() []admin.Check {
+	return []admin.Check{
+		{Name: "kafka", Fn: func(context.Context) error {
+			s := w.consumer.Status()
+			if !s.Joined {
+				if s.LastError != "" {
+					return fmt.Errorf("not in the consumer group: %s", s.LastError)
+				}
+				return errors.New("not in the consumer group")
+			}
+			return errors.Join(w.consumer.Problem(), w.times.Problem())
+		}},
+		{Name: "bigtable", Fn: func(ctx context.Context) error {
+			if err := w.writer.Reachable(ctx); err != nil {
+				return err
+			}
+			// Reads can pass while every write is refused (an app profile
+			// that routes nowhere, missing write permission), or held (the
+			// family's GC rule changed under the worker).
+			return errors.Join(w.rules.Problem(), w.writer.Outage(), w.erasures.Held())
+		}},
+		{Name: "dead-letter", Fn: func(context.Context) error { return w.dlq.Problem() }},
+		{Name: "config", Fn: func(context.Context) error {
+			if w.reloader.Current() == nil {
+				return errors.New("no tenants config loaded")
+			}
+			return nil
+		}},
+	}
+}

@@ -1,0 +1,287 @@
+// Package forget is the erasure protocol that `worker forget` runs: count
+// each user's rows, record the erasure in the ledger before any row goes,
+// delete, wait for every worker to be past its bound, delete again, and
+// say which stores it could not erase from and how long the ledger record
+// must therefore live.
+//
+// It is not part of package erasure: erasure is the ledger (its records,
+// its table, the watch the workers hold), which the hot path and package
+// retention import; the protocol uses both the ledger and retention's row
+// deletion and store lives, so inside erasure it would make an import
+// cycle, and a package of two jobs.
+package forget
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"cloud.google.com/go/bigtable"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/cellttl/cellttl/erasure"
+	"github.com/cellttl/cellttl/internal/duration"
+	"github.com/cellttl/cellttl/retention"
+)
+
+// Request says whose events to erase, and what the protocol needs to know
+// of the workers and of the stores it cannot reach.
+type Request struct {
+	Tenant string
+	// Users are the ids, as row keys hold them, each once.
+	Users []string
+	// RequestedBy is who asked (the audit log and the ledger); Operator,
+	// who runs the command (the audit log).
+	RequestedBy, Operator string
+	// Now is when forget began, to the millisecond.
+	Now time.Time
+	// Before, when set, erases only the events before it; zero erases
+	// every event, up to Now + MaxClockSkew.
+	Before       time.Time
+	MaxClockSkew time.Duration
+	// DryRun counts the rows; it records and deletes nothing.
+	DryRun bool
+	// AllowEmpty records the erasure of a user even when no row matches.
+	AllowEmpty bool
+	// SecondPassAfter is the wait between the two deletions; zero waits
+	// the workers' bound, erasure.Bound(Refresh, WriteTimeout).
+	SecondPassAfter, Refresh, WriteTimeout time.Duration
+	// Table names the events' table for the receipt.
+	Table string
+	// Facts say how long the topics keep copies; LongestTTL is the
+	// tenant's longest TTL. Backups, when positive, is how long a backup
+	// of the table is kept, set by BackupsDecidedBy.
+	Facts            retention.Facts
+	LongestTTL       time.Duration
+	Backups          time.Duration
+	BackupsDecidedBy string
+	// Tracers records the spans of the deletions (nil: none).
+	Tracers trace.TracerProvider
+}
+
+// Receipt is what forget did, for the operator who asked.
+type Receipt struct {
+	Tenant      string    `json:"tenant"`
+	RequestedBy string    `json:"requested_by"`
+	DryRun      bool      `json:"dry_run"`
+	ErasedUpTo  time.Time `json:"erased_up_to"`
+	Table       string    `json:"table"`
+	Ledger      string    `json:"ledger_table"`
+	// SecondPassAfter is the wait between the passes.
+	SecondPassAfter string        `json:"second_pass_after"`
+	Users           []UserReceipt `json:"users"`
+	// NotFound counts the users with no row and nothing recorded.
+	NotFound int `json:"not_found"`
+	// Unreachable are the stores forget cannot erase from, and the
+	// longest a copy of the users' events can remain in each.
+	Unreachable []retention.StoreLife `json:"unreachable_stores"`
+
+	begun bool
+}
+
+// Begun reports whether forget got as far as counting the users: the
+// receipt then says what it did, even when Forget returns an error.
+func (rc Receipt) Begun() bool { return rc.begun }
+
+// UserReceipt is what forget did for one user.
+type UserReceipt struct {
+	User string `json:"user"` // as given
+	// Rows deleted by each pass (counted, for a dry run).
+	RowsPerPass []int64 `json:"rows_per_pass"`
+	Bytes       int64   `json:"bytes"`
+	// Record is the ledger record written, nil when none was (a dry run,
+	// or no row and no AllowEmpty).
+	Record *erasure.Record `json:"ledger_record"`
+}
+
+// ErasedUpTo is the erased_up_to of a request. Without Before, an event
+// produced before now may carry a time up to maxClockSkew ahead of it (its
+// occurred_at is kept up to that far past the record's time): erased too,
+// or a replay would bring it back as if the user had come back. Before is
+// exclusive: the last millisecond wholly before it.
+func ErasedUpTo(now, before time.Time, maxClockSkew time.Duration) time.Time {
+	if before.IsZero() {
+		return now.Add(maxClockSkew)
+	}
+	return before.Add(-time.Nanosecond).Truncate(time.Millisecond)
+}
+
+// Forget erases r's users from rows, recording each erasure in ledger
+// first, and logs one audit line per user. The receipt says what was done
+// even with an error, once it has begun (Receipt.Begun).
+//
+// The first pass deletes every row of the user (with Before, those before
+// it), events stamped later than now included; the second, the rows up to
+// erased_up_to, which a batch in flight may have written: not the user's
+// events after it, written since by right.
+func Forget(ctx context.Context, rows *bigtable.Table, ledger *erasure.Store, r Request, log *slog.Logger) (Receipt, error) {
+	wait := r.SecondPassAfter
+	if wait == 0 {
+		wait = erasure.Bound(r.Refresh, r.WriteTimeout)
+	}
+	e := &eraser{r: &r, log: log, rows: rows, store: ledger,
+		rc: Receipt{Tenant: r.Tenant, DryRun: r.DryRun, RequestedBy: r.RequestedBy, ErasedUpTo: ErasedUpTo(r.Now, r.Before, r.MaxClockSkew),
+			SecondPassAfter: wait.String(), Table: r.Table, Ledger: ledger.Table()}}
+	e.rc.Unreachable, e.keep = unreachable(r.Facts, r.Backups, r.BackupsDecidedBy, r.LongestTTL)
+	// Who is erased already: a forget run again after it was interrupted
+	// finds no row left, and must still record and make both passes.
+	var err error
+	if e.erased, _, err = ledger.LoadLedger(ctx, r.Now); err != nil {
+		return Receipt{}, err
+	}
+	e.rc.begun = true
+	err = e.run(ctx, wait)
+	return e.rc, err
+}
+
+// eraser runs one forget.
+type eraser struct {
+	r      *Request
+	log    *slog.Logger
+	rows   *bigtable.Table
+	store  *erasure.Store
+	erased *erasure.Ledger // as it stood when forget began
+	keep   time.Duration   // how long a ledger record lives; <0 forever
+	rc     Receipt
+}
+
+// run records, deletes, waits and deletes again.
+func (e *eraser) run(ctx context.Context, wait time.Duration) error {
+	var first time.Time // every row
+	if !e.r.Before.IsZero() {
+		first = e.rc.ErasedUpTo.Add(time.Millisecond)
+	}
+	second := e.rc.ErasedUpTo.Add(time.Millisecond)
+	if err := e.record(ctx, first); err != nil {
+		return err
+	}
+	if e.r.DryRun {
+		e.audit()
+		return nil
+	}
+	if err := e.pass(ctx, first); err != nil {
+		return err
+	}
+	// Rows written by batches decided before the workers loaded the
+	// records: gone once every worker is past its bound.
+	if e.recorded() > 0 {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("interrupted before the second pass (run the same forget again: the users are in the ledger): %w", ctx.Err())
+		case <-time.After(wait):
+		}
+		if err := e.pass(ctx, second); err != nil {
+			return err
+		}
+	}
+	e.audit()
+	return nil
+}
+
+// record counts each user's rows before first and records the erasure of
+// the users found. A user with no row is most often a typo, and gets no
+// record unless AllowEmpty, or erased before (a run again).
+func (e *eraser) record(ctx context.Context, first time.Time) error {
+	r := e.r
+	for _, u := range r.Users {
+		rep, err := retention.Forget(ctx, e.rows, retention.ForgetOptions{Tenant: r.Tenant, User: u, Before: first, DryRun: true, Tracers: r.Tracers})
+		if err != nil {
+			return err
+		}
+		ur := UserReceipt{User: u, Bytes: rep.Bytes, RowsPerPass: []int64{rep.Rows}}
+		_, erasedBefore := e.erased.UpTo(r.Tenant, u)
+		if rep.Rows == 0 && !r.AllowEmpty && !erasedBefore {
+			e.rc.NotFound++
+			ur.RowsPerPass = []int64{0}
+		} else if !r.DryRun {
+			rec := erasure.Record{Tenant: r.Tenant, User: u, UpTo: e.rc.ErasedUpTo, RecordedAt: r.Now, RequestedBy: r.RequestedBy}
+			if e.keep >= 0 {
+				rec.Expires = r.Now.Add(e.keep)
+			}
+			// The record before the rows: a crash between the two leaves
+			// the user erased to the workers, and running again deletes.
+			if err := e.store.Put(ctx, rec); err != nil {
+				return err
+			}
+			ur.Record, ur.RowsPerPass = &rec, nil
+		}
+		e.rc.Users = append(e.rc.Users, ur)
+	}
+	return nil
+}
+
+// pass deletes the rows of every recorded user.
+func (e *eraser) pass(ctx context.Context, before time.Time) error {
+	for i := range e.rc.Users {
+		ur := &e.rc.Users[i]
+		if ur.Record == nil {
+			continue
+		}
+		rep, err := retention.Forget(ctx, e.rows, retention.ForgetOptions{Tenant: e.r.Tenant, User: ur.User, Before: before, Tracers: e.r.Tracers})
+		if err != nil {
+			return err
+		}
+		ur.RowsPerPass = append(ur.RowsPerPass, rep.Rows)
+	}
+	return nil
+}
+
+func (e *eraser) recorded() int {
+	n := 0
+	for _, u := range e.rc.Users {
+		if u.Record != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// audit logs one line per user: who asked, a hash of the user id (the log
+// outlives every TTL), what went.
+func (e *eraser) audit() {
+	for _, u := range e.rc.Users {
+		e.log.Info("forget", "requested_by", e.r.RequestedBy, "operator", e.r.Operator, "user", retention.UserRef(e.r.Tenant, u.User),
+			"erased_up_to", e.rc.ErasedUpTo, "rows_per_pass", u.RowsPerPass, "recorded", u.Record != nil, "dry_run", e.r.DryRun,
+			"table", e.rc.Table, "ledger", e.rc.Ledger)
+	}
+}
+
+// unreachable lists the stores forget cannot erase from, with the longest
+// a copy can remain there from now, and returns how long a ledger record
+// must live: as long as any of them, and as long as the tenant's TTL (past
+// it, every event the record covers has expired, and is never written
+// whatever its source). Forever (-1) when a store keeps copies forever or
+// cannot be read.
+func unreachable(f retention.Facts, backups time.Duration, backupsDecidedBy string, longestTTL time.Duration) ([]retention.StoreLife, time.Duration) {
+	keep := longestTTL
+	var out []retention.StoreLife
+	add := func(store string, k retention.TopicKeep) {
+		line := retention.StoreLife{Store: store + " " + k.Topic, DecidedBy: k.Settings}
+		switch {
+		case k.Missing:
+			line.Longest, line.DecidedBy = "0", "the topic does not exist"
+		case k.Unknown != "":
+			line.Longest, line.DecidedBy, keep = "unknown", k.Unknown, retention.Forever
+		case k.Keeps == retention.Forever:
+			line.Longest, keep = "forever", retention.Forever
+		default:
+			line.Longest = duration.Format(k.Keeps)
+			if keep >= 0 {
+				keep = max(keep, k.Keeps)
+			}
+		}
+		out = append(out, line)
+	}
+	add("input topic", f.Input)
+	for _, d := range f.DeadLetters {
+		add("dead-letter topic", d)
+	}
+	if backups > 0 {
+		out = append(out, retention.StoreLife{Store: "backups of the table", Longest: duration.Format(backups), DecidedBy: backupsDecidedBy})
+		if keep >= 0 {
+			keep = max(keep, backups)
+		}
+	}
+	return out, keep
+}
