@@ -274,8 +274,10 @@ func DefaultConfig() Config { return Config{Addr: ":8080", ReadinessInterval: 5 
 // RegisterFlags declares the flags that fill c, with c's values as their
 // defaults.
 func (c *Config) RegisterFlags(f *envflag.FlagSet) {
+	f.Section("Admin server")
 	f.String(&c.Addr, "admin-addr", "ADMIN_ADDR", c.Addr, "address of /healthz, /readyz, /status and /metrics (empty: off); unauthenticated: reachable by the scraper and the probes only (docs/security.md)")
 	f.String(&c.PprofAddr, "pprof-addr", "PPROF_ADDR", c.PprofAddr, "serve Go's profiles (/debug/pprof/) on this address of their own; a port alone (:6060) is the loopback interface (empty: off)")
+	f.Advanced()
 	f.Duration(&c.ReadinessInterval, "readiness-interval", "READINESS_INTERVAL", c.ReadinessInterval, "how often the readiness checks run (Bigtable probe included); /readyz answers from the last run")
 }
 

@@ -56,21 +56,32 @@ func DefaultConfig() Config {
 // RegisterFlags declares the flags that fill c, with c's values as their
 // defaults.
 func (c *Config) RegisterFlags(f *envflag.FlagSet) {
+	c.RegisterMappingFlags(f)
+	f.Section("Dead letters")
+	f.Duration(&c.UnlistedDeadLetterTTL, "dlq-unlisted-retention", "DLQ_UNLISTED_RETENTION", c.UnlistedDeadLetterTTL, "how long a dead letter of an event without a listed tenant may keep its payload, from the record's time (0: default_ttl)")
+	f.Section("Batching")
+	f.Advanced()
 	f.Int(&c.FlushRows, "flush-rows", "FLUSH_ROWS", c.FlushRows, "flush a batch at this many rows")
 	f.BytesInt(&c.FlushBytes, "flush-bytes", "FLUSH_BYTES", c.FlushBytes, "flush a batch at this many bytes of event values")
 	f.Duration(&c.FlushInterval, "flush-interval", "FLUSH_INTERVAL", c.FlushInterval, "flush a batch when its first row is this old")
 	f.Int(&c.Writers, "writers", "WRITERS", c.Writers, "batches written to Bigtable concurrently")
 	f.Bytes(&c.MaxInflightBytes, "max-inflight-bytes", "MAX_INFLIGHT_BYTES", c.MaxInflightBytes, "bytes of events fetched and not yet settled, over all partitions; fetching pauses beyond")
 	f.Duration(&c.DrainTimeout, "drain-timeout", "DRAIN_TIMEOUT", c.DrainTimeout, "on SIGTERM, time allowed to flush, commit and leave the group")
-	f.BytesInt(&c.Decoder.MaxBytes, "max-event-bytes", "MAX_EVENT_BYTES", c.Decoder.MaxBytes, "larger events go to the dead-letter topic")
-	f.Duration(&c.UnlistedDeadLetterTTL, "dlq-unlisted-retention", "DLQ_UNLISTED_RETENTION", c.UnlistedDeadLetterTTL, "how long a dead letter of an event without a listed tenant may keep its payload, from the record's time (0: default_ttl)")
-	f.Duration(&c.Decoder.MaxClockSkew, "max-clock-skew", "MAX_CLOCK_SKEW", c.Decoder.MaxClockSkew, "an occurred_at further after the Kafka record timestamp is replaced by the record timestamp")
+}
+
+// RegisterMappingFlags declares the flags that say how a record becomes an
+// event: for the commands that decide as the worker does, or that must
+// know how far ahead an event's time may lie.
+func (c *Config) RegisterMappingFlags(f *envflag.FlagSet) {
+	f.Section("Input mapping")
 	f.String(&c.Fields.Tenant, "tenant-from", "TENANT_FROM", c.Fields.Tenant, "where the tenant id comes from: json:PATH (a dotted path), header:NAME or key")
 	f.String(&c.Fields.EventID, "event-id-from", "EVENT_ID_FROM", c.Fields.EventID, "where the event id comes from: json:PATH, header:NAME or key")
 	f.String(&c.Fields.User, "user-from", "USER_FROM", c.Fields.User, "where the optional user id comes from: json:PATH, header:NAME or key")
 	f.String(&c.Fields.Time, "event-time-from", "EVENT_TIME_FROM", c.Fields.Time, "where the optional event time comes from: json:PATH or header:NAME; the record timestamp when absent")
 	f.String(&c.Fields.TimeFormat, "event-time-format", "EVENT_TIME_FORMAT", c.Fields.TimeFormat, "how the event time is written: rfc3339, unix-ms, unix-s or auto")
 	f.String(&c.Fields.TTL, "ttl-from", "TTL_FROM", c.Fields.TTL, "where an event may give its own TTL (json:PATH or header:NAME; a duration such as 90m or 2d, or whole seconds), clamped to its tenant's min_ttl and max_ttl; unset: every event keeps its tenant's TTL")
+	f.Duration(&c.Decoder.MaxClockSkew, "max-clock-skew", "MAX_CLOCK_SKEW", c.Decoder.MaxClockSkew, "an occurred_at further after the Kafka record timestamp is replaced by the record timestamp")
+	f.BytesInt(&c.Decoder.MaxBytes, "max-event-bytes", "MAX_EVENT_BYTES", c.Decoder.MaxBytes, "larger events go to the dead-letter topic")
 }
 
 // fieldFlags name the members of Fields by the flags that fill them, in

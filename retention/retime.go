@@ -73,6 +73,7 @@ type RetimeOptions struct {
 // RegisterFlags declares the flags that fill o and that retime and migrate
 // share, with o's values as their defaults.
 func (o *RetimeOptions) RegisterFlags(f *envflag.FlagSet) {
+	f.Section("Re-timing")
 	f.Int(&o.RowsPerSecond, "rows-per-second", "", o.RowsPerSecond, "rows scanned per second at most (0: no limit)")
 	f.String(&o.Checkpoint, "checkpoint", "", o.Checkpoint, "file recording the pass and the last row done, to --resume from after an interruption")
 	f.Bool(&o.Resume, "resume", "", o.Resume, "go on where the --checkpoint file says (from the start when there is no file yet)")

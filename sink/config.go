@@ -27,6 +27,7 @@ func DefaultTableConfig() TableConfig { return TableConfig{Table: "clicks", Fami
 // RegisterFlags declares the flags that fill c, with c's values as their
 // defaults.
 func (c *TableConfig) RegisterFlags(f *envflag.FlagSet) {
+	f.Section("Bigtable")
 	f.String(&c.Project, "project", "BIGTABLE_PROJECT", c.Project, "Google Cloud project of the Bigtable instance (default \"local\" with BIGTABLE_EMULATOR_HOST)")
 	f.String(&c.Instance, "instance", "BIGTABLE_INSTANCE", c.Instance, "Bigtable instance (default \"local\" with BIGTABLE_EMULATOR_HOST)")
 	f.String(&c.Table, "table", "BIGTABLE_TABLE", c.Table, "Bigtable table")
@@ -102,6 +103,8 @@ func (c TableConfig) Clients(ctx context.Context) (*bigtable.Client, *bigtable.A
 // RegisterFlags declares the flags that fill c, with c's values as their
 // defaults.
 func (c *WriterConfig) RegisterFlags(f *envflag.FlagSet) {
+	f.Section("Bigtable")
+	f.Advanced()
 	f.Duration(&c.AttemptTimeout, "write-timeout", "WRITE_TIMEOUT", c.AttemptTimeout, "bound on one Bigtable bulk write attempt before it is retried")
 	f.Duration(&c.RuleCheckInterval, "gc-rule-check-interval", "GC_RULE_CHECK_INTERVAL", c.RuleCheckInterval, "how often the family's GC rule is read again: writes wait while it disagrees with the tenants file")
 }

@@ -20,6 +20,7 @@ func DefaultLogConfig() LogConfig { return LogConfig{Format: "json", Level: "inf
 // RegisterFlags declares the flags that fill c, with c's values as their
 // defaults.
 func (c *LogConfig) RegisterFlags(f *envflag.FlagSet) {
+	f.Section("Log")
 	// Choices, so that a wrong value stops every command at its start,
 	// including those that log nothing before they fail.
 	f.Choice(&c.Format, "log-format", "LOG_FORMAT", c.Format, "log format: json or text", "json", "text")

@@ -22,11 +22,14 @@ func DefaultFileConfig() FileConfig {
 // RegisterFlags declares --tenants, which every command that reads the
 // file takes.
 func (c *FileConfig) RegisterFlags(f *envflag.FlagSet) {
+	f.Section("Tenants")
 	f.String(&c.Path, "tenants", "TENANTS_FILE", c.Path, "per-tenant TTL file")
 }
 
 // RegisterReloadFlags declares the flags of a worker that reloads the file.
 func (c *FileConfig) RegisterReloadFlags(f *envflag.FlagSet) {
+	f.Section("Tenants")
+	f.Advanced()
 	f.Duration(&c.ReloadInterval, "tenants-reload-interval", "TENANTS_RELOAD_INTERVAL", c.ReloadInterval, "how often the tenants file is checked for changes (SIGHUP checks at once)")
 }
 
