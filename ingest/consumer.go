@@ -18,6 +18,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/cellttl/cellttl/ingest/kwire"
 	"github.com/cellttl/cellttl/internal/retry"
 )
 
@@ -268,7 +269,7 @@ func (c *Consumer) generations(ctx context.Context) {
 				out: c.fetched, chunks: c.chunks, log: c.log, m: c.m, parts: parts,
 				// A batch may decompress to as much as the budget holds:
 				// beyond, it costs more time than any legitimate batch.
-				records: newRecordReader(newInflater(c.cfg.MaxInflightBytes), partMax),
+				records: kwire.NewReader(c.cfg.MaxInflightBytes, partMax),
 			}
 			if err := f.run(gctx); err != nil {
 				c.setErr(err)

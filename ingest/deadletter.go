@@ -13,11 +13,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cellttl/cellttl/internal/duration"
-	"github.com/cellttl/cellttl/internal/tick"
 	"github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/cellttl/cellttl/internal/duration"
+	"github.com/cellttl/cellttl/internal/tick"
 )
 
 // Headers set on every dead-lettered message. The original key, value and
