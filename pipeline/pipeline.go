@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/cellttl/cellttl/deadletter"
 	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/event"
 	"github.com/cellttl/cellttl/expiry"
@@ -48,7 +49,7 @@ type RowWriter interface {
 
 // DeadLetterer produces rejected messages to the dead-letter topic.
 type DeadLetterer interface {
-	Write(ctx context.Context, dls []ingest.DeadLetter) error
+	Write(ctx context.Context, dls []deadletter.Letter) error
 }
 
 // Pipeline moves events from a Source to a RowWriter.
@@ -298,7 +299,7 @@ func (p *Pipeline) route(f *ingest.Fetched, now time.Time, cfg *tenants.Config, 
 			b, _ := cfg.Policy.TenantBounds(ev.Tenant)
 			keep = earliest(keep, ev.Base.Add(b.Min))
 		}
-		p.deadLetter(b, dead, deadItem{dl: ingest.DeadLetter{Msg: *msg, Reason: dec.Err.Error(), Field: dec.Field, Cut: f.Cut, Undecodable: f.Undecodable,
+		p.deadLetter(b, dead, deadItem{dl: deadletter.Letter{Msg: *msg, Reason: dec.Err.Error(), Field: dec.Field, Cut: f.Cut, Undecodable: f.Undecodable,
 			Class: dec.Class, KeepUntil: keep}, ack: f.Ack, tenant: ts, reason: dec.Class})
 		return
 	case UnlistedDeadLetter:
@@ -312,7 +313,7 @@ func (p *Pipeline) route(f *ingest.Fetched, now time.Time, cfg *tenants.Config, 
 			ttl, _ := cfg.Policy.EventTTL(ev.Tenant, ev.TTL)
 			keep = earliest(keep, ev.Base.Add(ttl))
 		}
-		p.deadLetter(b, dead, deadItem{dl: ingest.DeadLetter{Msg: *msg, Reason: dec.Err.Error(), Field: dec.Field,
+		p.deadLetter(b, dead, deadItem{dl: deadletter.Letter{Msg: *msg, Reason: dec.Err.Error(), Field: dec.Field,
 			Class: dec.Class, Tenant: ev.Tenant, KeepUntil: keep}, ack: f.Ack, tenant: ts, reason: dec.Class})
 		return
 	}

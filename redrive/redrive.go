@@ -27,9 +27,11 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
 
+	"github.com/cellttl/cellttl/deadletter"
 	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/event"
 	"github.com/cellttl/cellttl/ingest"
+	"github.com/cellttl/cellttl/internal/kafkaconn"
 	"github.com/cellttl/cellttl/pipeline"
 	"github.com/cellttl/cellttl/sink"
 	"github.com/cellttl/cellttl/tenants"
@@ -38,7 +40,7 @@ import (
 // Options say which letters to redrive and how.
 type Options struct {
 	Brokers  []string
-	Security ingest.Security
+	Security kafkaconn.Security
 	// Topics are the dead-letter topics to read (the base and its classes).
 	Topics []string
 	// Partition, when not negative, reads that partition only; From and To
@@ -298,7 +300,7 @@ func (r *run) partition(ctx context.Context, topic string, part int, from, to in
 
 // decide turns a letter back into its record and decides it.
 func (r *run) decide(ctx context.Context, letter ingest.Message) (sink.Row, string, error) {
-	if header(letter, ingest.HeaderSourceOffsetLast) != "" {
+	if header(letter, deadletter.HeaderSourceOffsetLast) != "" {
 		return sink.Row{}, Undecodable, nil // a batch: its records are in the input topic, as they were
 	}
 	src, ok, err := r.original(ctx, letter)
@@ -328,15 +330,15 @@ func (r *run) decide(ctx context.Context, letter ingest.Message) (sink.Row, stri
 // kept none or only part of it, the record read again from the input
 // topic. ok is false when that is gone.
 func (r *run) original(ctx context.Context, letter ingest.Message) (ingest.Message, bool, error) {
-	topic := header(letter, ingest.HeaderSourceTopic)
-	part, perr := strconv.Atoi(header(letter, ingest.HeaderSourcePartition))
-	off, oerr := strconv.ParseInt(header(letter, ingest.HeaderSourceOffset), 10, 64)
+	topic := header(letter, deadletter.HeaderSourceTopic)
+	part, perr := strconv.Atoi(header(letter, deadletter.HeaderSourcePartition))
+	off, oerr := strconv.ParseInt(header(letter, deadletter.HeaderSourceOffset), 10, 64)
 	if topic == "" || perr != nil || oerr != nil {
 		return ingest.Message{}, false, nil // not a letter of cellttl's
 	}
-	if header(letter, ingest.HeaderTruncated) != "true" {
+	if header(letter, deadletter.HeaderTruncated) != "true" {
 		m := ingest.Message{Topic: topic, Partition: part, Offset: off, Key: letter.Key, Value: letter.Value}
-		if ts := header(letter, ingest.HeaderSourceTimestamp); ts != "" {
+		if ts := header(letter, deadletter.HeaderSourceTimestamp); ts != "" {
 			t, err := time.Parse(time.RFC3339Nano, ts)
 			if err != nil {
 				return ingest.Message{}, false, nil // not a letter cellttl wrote: its record cannot be known
@@ -376,7 +378,7 @@ func (r *run) original(ctx context.Context, letter ingest.Message) (ingest.Messa
 			}
 			// The offset may name another record since (the topic was
 			// made again): only the record whose hash the letter kept.
-			if want := header(letter, ingest.HeaderOriginalSHA256); want != "" {
+			if want := header(letter, deadletter.HeaderOriginalSHA256); want != "" {
 				sum := sha256.Sum256(m.Value)
 				if hex.EncodeToString(sum[:]) != want {
 					return m, false, nil
@@ -410,11 +412,11 @@ func message(rec *kafka.Record) (ingest.Message, error) {
 // letterClass is a letter's reason class: its own header, or the reason
 // of a letter without payload (which is the class), else "unknown".
 func letterClass(m ingest.Message) string {
-	if c := header(m, ingest.HeaderReasonClass); c != "" {
+	if c := header(m, deadletter.HeaderReasonClass); c != "" {
 		return c
 	}
-	if header(m, ingest.HeaderPayload) == "omitted" || header(m, ingest.HeaderSourceOffsetLast) != "" {
-		return header(m, ingest.HeaderReason)
+	if header(m, deadletter.HeaderPayload) == "omitted" || header(m, deadletter.HeaderSourceOffsetLast) != "" {
+		return header(m, deadletter.HeaderReason)
 	}
 	return "unknown"
 }

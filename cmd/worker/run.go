@@ -23,11 +23,13 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/cellttl/cellttl/admin"
+	"github.com/cellttl/cellttl/deadletter"
 	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/expiry"
 	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/cellttl/cellttl/internal/envflag"
+	"github.com/cellttl/cellttl/internal/kafkaconn"
 	"github.com/cellttl/cellttl/pipeline"
 	"github.com/cellttl/cellttl/sink"
 	"github.com/cellttl/cellttl/telemetry"
@@ -45,6 +47,7 @@ type runOptions struct {
 	// erasureRefresh is how often the erasure ledger is read again.
 	erasureRefresh time.Duration
 	kafka          ingest.Config
+	dlq            deadletter.Config
 	pipe           pipeline.Config
 	writer         sink.WriterConfig
 	admin          admin.Config
@@ -54,6 +57,7 @@ func defaultRunOptions() runOptions {
 	return runOptions{
 		tableOptions:   defaultTableOptions(),
 		kafka:          ingest.DefaultConfig(),
+		dlq:            deadletter.DefaultConfig(),
 		pipe:           pipeline.DefaultConfig(),
 		writer:         sink.DefaultWriterConfig(),
 		admin:          admin.DefaultConfig(),
@@ -77,6 +81,7 @@ func (o *runOptions) register(f *envflag.FlagSet) {
 	o.tableOptions.register(f)
 	o.tenants.RegisterReloadFlags(f)
 	o.kafka.RegisterFlags(f)
+	o.dlq.RegisterFlags(f)
 	o.admin.RegisterFlags(f)
 	o.writer.RegisterFlags(f)
 	o.pipe.RegisterFlags(f)
@@ -96,7 +101,7 @@ func (o *runOptions) resolve() error {
 	if o.startupTimeout <= 0 {
 		return usageError(fmt.Errorf("--startup-timeout %s: must be positive", o.startupTimeout))
 	}
-	if err := errors.Join(o.kafka.Validate(), o.tenants.Validate(), o.writer.Validate(), o.pipe.Resolve(), o.admin.Validate()); err != nil {
+	if err := errors.Join(o.kafka.Validate(), o.dlq.Validate(o.kafka.Topic), o.tenants.Validate(), o.writer.Validate(), o.pipe.Resolve(), o.admin.Validate()); err != nil {
 		return usageError(err)
 	}
 	return nil
@@ -190,8 +195,8 @@ type worker struct {
 	rules        *sink.RuleWatch
 	erasures     *erasure.Watch
 	log          *slog.Logger
-	dlq          *ingest.DeadLetterWriter
-	times        *ingest.RecordTimeWatch
+	dlq          *deadletter.Writer
+	times        *kafkaconn.RecordTimeWatch
 	consumer     *ingest.Consumer
 	writer       *sink.Writer
 	reloader     *tenants.Reloader
@@ -222,15 +227,11 @@ func newWorker(ctx context.Context, o *runOptions, cfg *tenants.Config, dc *bigt
 		return nil, err
 	}
 	brokers, sec := o.kafka.Brokers, o.kafka.Security
-	dialer, err := sec.Dialer()
+	ccfg, err := o.kafka.ConsumerConfig(o.pipe.FetchBudget(), o.pipe.Decoder.MaxBytes)
 	if err != nil {
 		return nil, err
 	}
-	fetchTransport, err := sec.Transport()
-	if err != nil {
-		return nil, err
-	}
-	if w.dlq, err = ingest.NewDeadLetterWriter(brokers, o.kafka.DeadLetterTopics(), sec, mp, log); err != nil {
+	if w.dlq, err = deadletter.NewWriter(brokers, o.dlq.Topics(o.kafka.Topic), sec, mp, log); err != nil {
 		return nil, err
 	}
 	// Before joining the group: a dead-letter topic that cannot take dead
@@ -241,7 +242,7 @@ func newWorker(ctx context.Context, o *runOptions, cfg *tenants.Config, dc *bigt
 		log.Error("dead-letter topics cannot take dead letters; the letters bound for them will wait, uncommitted, until they can", "err", err)
 	}
 	logDeadLetterTopics(rs, cfg.Policy, log)
-	if w.times, err = ingest.NewRecordTimeWatch(brokers, o.kafka.Topic, sec, o.pipe.Decoder.MaxClockSkew, o.strictRetention, log); err != nil {
+	if w.times, err = kafkaconn.NewRecordTimeWatch(brokers, o.kafka.Topic, sec, o.pipe.Decoder.MaxClockSkew, o.strictRetention, log); err != nil {
 		_ = w.dlq.Close()
 		return nil, err
 	}
@@ -250,19 +251,7 @@ func newWorker(ctx context.Context, o *runOptions, cfg *tenants.Config, dc *bigt
 		w.times.Close()
 		return nil, fmt.Errorf("refusing to start (--strict-retention): %w", cmp.Or(err, w.times.Problem()))
 	}
-	w.consumer, err = ingest.NewConsumer(ingest.ConsumerConfig{
-		Brokers:          brokers,
-		Topic:            o.kafka.Topic,
-		Group:            o.kafka.Group,
-		CommitInterval:   o.kafka.CommitInterval,
-		SessionTimeout:   o.kafka.SessionTimeout,
-		StallTimeout:     o.kafka.StallTimeout,
-		MaxInflightBytes: o.pipe.FetchBudget(),
-		MaxEventBytes:    o.pipe.Decoder.MaxBytes,
-		OffsetReset:      o.kafka.OffsetReset,
-		Dialer:           dialer,
-		Transport:        fetchTransport,
-	}, mp, log)
+	w.consumer, err = ingest.NewConsumer(ccfg, mp, log)
 	if err != nil {
 		_ = w.dlq.Close()
 		return nil, err
@@ -298,8 +287,8 @@ func (w *worker) serve(ctx context.Context, metrics http.Handler) error {
 	defer wg.Wait()
 	bg, stopBackground := context.WithCancel(ctx)
 	defer stopBackground()
-	wg.Go(func() { w.dlq.Run(bg, o.kafka.DeadLetterCheck) })
-	wg.Go(func() { w.times.Run(bg, o.kafka.DeadLetterCheck) })
+	wg.Go(func() { w.dlq.Run(bg, o.dlq.CheckInterval) })
+	wg.Go(func() { w.times.Run(bg, o.dlq.CheckInterval) })
 	defer w.times.Close()
 	wg.Go(func() { w.rules.Run(bg, o.writer.RuleCheckInterval) })
 	wg.Go(func() { w.erasures.Run(bg) })
@@ -328,7 +317,7 @@ func (w *worker) serve(ctx context.Context, metrics http.Handler) error {
 		// right for tests, never for production.
 		log.Warn("BIGTABLE_EMULATOR_HOST is set: every Bigtable request goes to that address, without credentials (an emulator), not to Google Cloud", "emulator", host)
 	}
-	log.Info("worker started", "topic", o.kafka.Topic, "group", o.kafka.Group, "dlq_topic", o.kafka.DeadLetterTopic(),
+	log.Info("worker started", "topic", o.kafka.Topic, "group", o.kafka.Group, "dlq_topic", o.dlq.Base(o.kafka.Topic),
 		"table", o.table.Table, "family", o.table.Family, "strategy", w.cfg.Policy.Strategy.String(),
 		"default_ttl", duration.Format(w.cfg.Policy.DefaultTTL), "tenants", len(w.cfg.Policy.Tenants), "config_version", w.cfg.Version)
 	runErr := w.pipeline.Run(ctx)
@@ -377,7 +366,7 @@ func (w *worker) readinessChecks() []admin.Check {
 // logDeadLetterTopics says, topic by topic, how long a dead letter's
 // payload can stay there, and which tenants' letters no topic can keep
 // with their payload.
-func logDeadLetterTopics(rs []ingest.TopicRetention, p *expiry.Policy, log *slog.Logger) {
+func logDeadLetterTopics(rs []deadletter.TopicRetention, p *expiry.Policy, log *slog.Logger) {
 	shortest := time.Duration(0)
 	for _, r := range rs {
 		if r.Problem != nil {
