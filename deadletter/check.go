@@ -43,35 +43,75 @@ func (d *Writer) check(ctx context.Context) ([]TopicRetention, error) {
 		}
 		return d.failAll(rs, fmt.Errorf("dead-letter topics: %w", err))
 	}
+	d.createMissing(ctx, md, rs)
+	d.readSettings(ctx, md, rs, prev)
+	limit := int64(0)
+	for i := range rs {
+		r := &rs[i]
+		if r.Problem != nil {
+			continue
+		}
+		if r.MaxMessageBytes > recordBatchOverhead && (limit == 0 || r.MaxMessageBytes < limit) {
+			limit = r.MaxMessageBytes
+		}
+		d.judge(ctx, r)
+	}
+	if limit == 0 {
+		limit = d.currentLimit()
+		d.log.Warn("could not read the dead-letter topics' max.message.bytes; dead letters are cut to the last known limit", "limit", limit)
+	}
+	d.setLimit(limit)
+	var problems []error
+	for _, r := range rs {
+		if r.Problem != nil {
+			problems = append(problems, r.Problem)
+		}
+	}
+	return rs, errors.Join(problems...)
+}
+
+// createMissing creates the topics of rs the metadata does not have, each
+// with cleanup.policy=delete, its retention and a segment.ms to match; a
+// topic that cannot be created gets its problem.
+func (d *Writer) createMissing(ctx context.Context, md *kafka.MetadataResponse, rs []TopicRetention) {
 	create := d.topics.creation()
 	var missing []kafka.TopicConfig
-	for _, n := range names {
-		if !d.known(md, n) {
-			keep := create[n]
-			missing = append(missing, kafka.TopicConfig{Topic: n, NumPartitions: -1, ReplicationFactor: -1, ConfigEntries: []kafka.ConfigEntry{
+	for _, r := range rs {
+		if !d.known(md, r.Topic) {
+			keep := create[r.Topic]
+			missing = append(missing, kafka.TopicConfig{Topic: r.Topic, NumPartitions: -1, ReplicationFactor: -1, ConfigEntries: []kafka.ConfigEntry{
 				{ConfigName: "cleanup.policy", ConfigValue: "delete"},
 				{ConfigName: "retention.ms", ConfigValue: strconv.FormatInt(keep.Milliseconds(), 10)},
 				{ConfigName: "segment.ms", ConfigValue: strconv.FormatInt(segmentFor(keep).Milliseconds(), 10)},
 			}})
 		}
 	}
-	if len(missing) > 0 {
-		res, err := d.client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: missing})
-		for _, tc := range missing {
-			i := slices.Index(names, tc.Topic)
-			cerr := err
-			if cerr == nil {
-				cerr = res.Errors[tc.Topic]
-			}
-			switch {
-			case cerr == nil:
-				rs[i].Created = true
-			case !errors.Is(cerr, kafka.TopicAlreadyExists):
-				rs[i].Problem = &ProduceError{Err: fmt.Errorf("dead-letter topic %s does not exist and could not be created: %w", tc.Topic, cerr),
-					Fix: fmt.Sprintf("create topic %s with cleanup.policy=delete and retention.ms=%d, or allow this worker to create topics", tc.Topic, create[tc.Topic].Milliseconds()), Permanent: true}
-			}
+	if len(missing) == 0 {
+		return
+	}
+	res, err := d.client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: missing})
+	for _, tc := range missing {
+		i := slices.IndexFunc(rs, func(r TopicRetention) bool { return r.Topic == tc.Topic })
+		cerr := err
+		if cerr == nil {
+			cerr = res.Errors[tc.Topic]
+		}
+		switch {
+		case cerr == nil:
+			rs[i].Created = true
+		case !errors.Is(cerr, kafka.TopicAlreadyExists):
+			rs[i].Problem = &ProduceError{Err: fmt.Errorf("dead-letter topic %s does not exist and could not be created: %w", tc.Topic, cerr),
+				Fix: fmt.Sprintf("create topic %s with cleanup.policy=delete and retention.ms=%d, or allow this worker to create topics", tc.Topic, create[tc.Topic].Milliseconds()), Permanent: true}
 		}
 	}
+}
+
+// readSettings reads the topics' retention settings and the brokers'
+// retention check into rs. A topic whose settings cannot be read keeps its
+// reading of prev, the last check; one never read gets a problem (its
+// letters keep no payload). A topic whose keep changed since prev is
+// recorded (keepChanged).
+func (d *Writer) readSettings(ctx context.Context, md *kafka.MetadataResponse, rs, prev []TopicRetention) {
 	check, assumed := retentionCheck(ctx, d.client, md.Brokers)
 	if assumed && (len(prev) == 0 || prev[0].Policy == "" || !prev[0].RetentionCheckAssumed) { // said once, not every check
 		d.log.Warn("could not read every broker's log.retention.check.interval.ms; assuming at least Kafka's default", "assumed", duration.Format(check))
@@ -96,47 +136,32 @@ func (d *Writer) check(ctx context.Context) ([]TopicRetention, error) {
 			}
 		}
 	}
-	limit := int64(0)
-	for i := range rs {
-		r := &rs[i]
-		if r.Problem != nil {
-			continue
-		}
-		if r.MaxMessageBytes > recordBatchOverhead && (limit == 0 || r.MaxMessageBytes < limit) {
-			limit = r.MaxMessageBytes
-		}
-		// A compacted topic refuses letters without a key: accepting it
-		// would only wedge their partitions.
-		if why := r.unbounded(); why != "" && (!d.topics.AcceptUnbounded || strings.Contains(r.Policy, "compact")) {
-			r.refused = true
-			r.Problem = &ProduceError{Err: fmt.Errorf("dead-letter topic %s: %s, past every tenant's TTL", r.Topic, why),
-				Fix:       fmt.Sprintf("kafka-configs.sh --alter --entity-type topics --entity-name %s --add-config cleanup.policy=delete,retention.ms=%d; or, for retention.ms=-1 only, accept it with --dlq-accept-unbounded (it then gets letters without their payload)", r.Topic, create[r.Topic].Milliseconds()),
-				Permanent: true}
-			continue
-		}
-		ok, known, err := d.security.MayWrite(ctx, d.brokers, r.Topic)
-		switch {
-		case err != nil:
-			d.log.Warn("could not ask the broker whether a dead-letter topic is writable", "topic", r.Topic, "err", err)
-		case known && !ok:
-			r.Problem = &ProduceError{Err: fmt.Errorf("dead-letter topic %s is not writable by this worker: %w", r.Topic, kafka.TopicAuthorizationFailed),
-				Fix: fmt.Sprintf("grant this worker's principal WRITE on topic %s", r.Topic), Permanent: true}
-		case known:
-			r.Writable = "yes"
-		}
+}
+
+// judge decides whether r, read without a problem, may take letters: a
+// topic that keeps records forever is refused (unless accepted, and never
+// when compacted), and one the broker says this worker may not write to
+// gets that problem.
+func (d *Writer) judge(ctx context.Context, r *TopicRetention) {
+	// A compacted topic refuses letters without a key: accepting it would
+	// only wedge their partitions.
+	if why := r.unbounded(); why != "" && (!d.topics.AcceptUnbounded || strings.Contains(r.Policy, "compact")) {
+		r.refused = true
+		r.Problem = &ProduceError{Err: fmt.Errorf("dead-letter topic %s: %s, past every tenant's TTL", r.Topic, why),
+			Fix:       fmt.Sprintf("kafka-configs.sh --alter --entity-type topics --entity-name %s --add-config cleanup.policy=delete,retention.ms=%d; or, for retention.ms=-1 only, accept it with --dlq-accept-unbounded (it then gets letters without their payload)", r.Topic, d.topics.creation()[r.Topic].Milliseconds()),
+			Permanent: true}
+		return
 	}
-	if limit == 0 {
-		limit = d.currentLimit()
-		d.log.Warn("could not read the dead-letter topics' max.message.bytes; dead letters are cut to the last known limit", "limit", limit)
+	ok, known, err := d.security.MayWrite(ctx, d.brokers, r.Topic)
+	switch {
+	case err != nil:
+		d.log.Warn("could not ask the broker whether a dead-letter topic is writable", "topic", r.Topic, "err", err)
+	case known && !ok:
+		r.Problem = &ProduceError{Err: fmt.Errorf("dead-letter topic %s is not writable by this worker: %w", r.Topic, kafka.TopicAuthorizationFailed),
+			Fix: fmt.Sprintf("grant this worker's principal WRITE on topic %s", r.Topic), Permanent: true}
+	case known:
+		r.Writable = "yes"
 	}
-	d.setLimit(limit)
-	var problems []error
-	for _, r := range rs {
-		if r.Problem != nil {
-			problems = append(problems, r.Problem)
-		}
-	}
-	return rs, errors.Join(problems...)
 }
 
 // keepReading gives r the last reading of its topic, if any: a check that

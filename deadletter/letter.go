@@ -94,35 +94,7 @@ type Letter struct {
 // instead of its sentence.
 func letterMessage(dl Letter, max int64, payload bool) (m kafka.Message, truncated bool) {
 	src := dl.Msg
-	var ts []byte
-	if !src.Time.IsZero() {
-		ts = src.Time.UTC().AppendFormat(nil, time.RFC3339Nano)
-	}
-	// A letter without its payload says the reason's class: the sentence
-	// may quote the value. An undecodable batch's sentence quotes none.
-	reason := dl.Reason
-	if !payload && dl.Undecodable == nil && dl.Class != "" {
-		reason = dl.Class
-	}
-	ours := []kafka.Header{
-		{Key: HeaderReason, Value: []byte(reason)},
-		{Key: HeaderSourceTopic, Value: []byte(src.Topic)},
-		{Key: HeaderSourcePartition, Value: strconv.AppendInt(nil, int64(src.Partition), 10)},
-		{Key: HeaderSourceOffset, Value: strconv.AppendInt(nil, src.Offset, 10)},
-		{Key: HeaderSourceTimestamp, Value: ts},
-	}
-	if dl.Field != "" {
-		ours = append(ours, kafka.Header{Key: HeaderField, Value: []byte(dl.Field)})
-	}
-	if dl.Class != "" {
-		ours = append(ours, kafka.Header{Key: HeaderReasonClass, Value: []byte(dl.Class)})
-	}
-	if dl.Tenant != "" {
-		ours = append(ours, kafka.Header{Key: HeaderTenant, Value: []byte(dl.Tenant)})
-	}
-	if !dl.ExpiresAt.IsZero() {
-		ours = append(ours, kafka.Header{Key: HeaderExpiresAt, Value: dl.ExpiresAt.UTC().AppendFormat(nil, "2006-01-02T15:04:05.000Z07:00")})
-	}
+	ours := ourHeaders(dl, payload)
 	if u := dl.Undecodable; u != nil {
 		return kafka.Message{Headers: append(ours,
 			kafka.Header{Key: HeaderSourceOffsetLast, Value: strconv.AppendInt(nil, u.Last, 10)},
@@ -175,6 +147,42 @@ func letterMessage(dl Letter, max int64, payload bool) (m kafka.Message, truncat
 		}
 	}
 	return m, true // our own headers alone are larger than the topic allows: the broker will say so
+}
+
+// ourHeaders are the cellttl.* headers of dl's letter, with its payload
+// or without, the undecodable batch's and the truncation's aside.
+func ourHeaders(dl Letter, payload bool) []kafka.Header {
+	src := dl.Msg
+	var ts []byte
+	if !src.Time.IsZero() {
+		ts = src.Time.UTC().AppendFormat(nil, time.RFC3339Nano)
+	}
+	// A letter without its payload says the reason's class: the sentence
+	// may quote the value. An undecodable batch's sentence quotes none.
+	reason := dl.Reason
+	if !payload && dl.Undecodable == nil && dl.Class != "" {
+		reason = dl.Class
+	}
+	ours := []kafka.Header{
+		{Key: HeaderReason, Value: []byte(reason)},
+		{Key: HeaderSourceTopic, Value: []byte(src.Topic)},
+		{Key: HeaderSourcePartition, Value: strconv.AppendInt(nil, int64(src.Partition), 10)},
+		{Key: HeaderSourceOffset, Value: strconv.AppendInt(nil, src.Offset, 10)},
+		{Key: HeaderSourceTimestamp, Value: ts},
+	}
+	if dl.Field != "" {
+		ours = append(ours, kafka.Header{Key: HeaderField, Value: []byte(dl.Field)})
+	}
+	if dl.Class != "" {
+		ours = append(ours, kafka.Header{Key: HeaderReasonClass, Value: []byte(dl.Class)})
+	}
+	if dl.Tenant != "" {
+		ours = append(ours, kafka.Header{Key: HeaderTenant, Value: []byte(dl.Tenant)})
+	}
+	if !dl.ExpiresAt.IsZero() {
+		ours = append(ours, kafka.Header{Key: HeaderExpiresAt, Value: dl.ExpiresAt.UTC().AppendFormat(nil, "2006-01-02T15:04:05.000Z07:00")})
+	}
+	return ours
 }
 
 // droppedParts is the HeaderDropped value for what the fetcher and the
