@@ -125,23 +125,7 @@ func (f *fetcher) run(ctx context.Context) error {
 			looking = f.lookUp(ctx, &wg, lookups)
 		}
 		ready, wake := f.ready(ctx, busy)
-		var freed <-chan struct{}
-		for broker, parts := range ready {
-			var n int64
-			if n, freed = f.budget.TryReserve(min(minFetchBytes, f.budget.Limit()/4), f.requestMax); n == 0 {
-				break
-			}
-			busy[broker] = true
-			req := f.request(parts, n, f.flowing[broker])
-			wg.Go(func() {
-				res, err := f.roundTrip(ctx, req)
-				select {
-				case results <- fetchResult{broker: broker, parts: parts, reserved: n, res: res, err: err}:
-				case <-ctx.Done():
-					f.budget.Fill(n, 0)
-				}
-			})
-		}
+		freed := f.send(ctx, &wg, ready, busy, results)
 		timer.Reset(time.Until(wake))
 		select {
 		case r := <-results:
@@ -158,33 +142,39 @@ func (f *fetcher) run(ctx context.Context) error {
 		case <-freed:
 		case <-timer.C:
 		case <-lagTick.C:
-			if ids := f.quiet(); len(ids) > 0 && !refreshing {
-				refreshing = true
-				wg.Go(func() {
-					hw := f.highWatermarks(ctx, ids)
-					select {
-					case watermarks <- hw:
-					case <-ctx.Done():
-					}
-				})
+			if !refreshing {
+				refreshing = f.refreshLag(ctx, &wg, watermarks)
 			}
 		case hw := <-watermarks:
 			refreshing = false
-			for _, p := range f.parts {
-				if w, ok := hw[p.id]; ok {
-					p.hw.Store(w)
-					if p.want == wantNothing {
-						p.lag.Store(max(0, w-p.next))
-						if w <= p.next {
-							p.moved() // at the log's end: nothing to fetch is no stall
-						}
-					}
-				}
-			}
+			f.watermarks(hw)
 		case <-ctx.Done():
 			return nil
 		}
 	}
+}
+
+// send starts a round trip to each broker of ready, marking it busy, with
+// as much of the budget as it can reserve, while the budget has room. When
+// it has none, freed is closed when bytes next come back.
+func (f *fetcher) send(ctx context.Context, wg *sync.WaitGroup, ready map[int][]*partition, busy map[int]bool, results chan<- fetchResult) (freed <-chan struct{}) {
+	for broker, parts := range ready {
+		var n int64
+		if n, freed = f.budget.TryReserve(min(minFetchBytes, f.budget.Limit()/4), f.requestMax); n == 0 {
+			break
+		}
+		busy[broker] = true
+		req := f.request(parts, n, f.flowing[broker])
+		wg.Go(func() {
+			res, err := f.roundTrip(ctx, req)
+			select {
+			case results <- fetchResult{broker: broker, parts: parts, reserved: n, res: res, err: err}:
+			case <-ctx.Done():
+				f.budget.Fill(n, 0)
+			}
+		})
+	}
+	return freed
 }
 
 // ready groups the partitions that may be fetched now by their leader,

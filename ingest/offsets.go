@@ -146,6 +146,40 @@ func (f *fetcher) quiet() []int {
 	return ids
 }
 
+// refreshLag starts, beside the loop, a reading of the log's end of the
+// partitions no fetch has answered for lagEvery, and reports whether it
+// did: a stalled pipeline must show its lag growing.
+func (f *fetcher) refreshLag(ctx context.Context, wg *sync.WaitGroup, out chan<- map[int]int64) bool {
+	ids := f.quiet()
+	if len(ids) == 0 {
+		return false
+	}
+	wg.Go(func() {
+		hw := f.highWatermarks(ctx, ids)
+		select {
+		case out <- hw:
+		case <-ctx.Done():
+		}
+	})
+	return true
+}
+
+// watermarks applies the log ends refreshLag read: each partition's lag,
+// and progress for one found at the log's end.
+func (f *fetcher) watermarks(hw map[int]int64) {
+	for _, p := range f.parts {
+		if w, ok := hw[p.id]; ok {
+			p.hw.Store(w)
+			if p.want == wantNothing {
+				p.lag.Store(max(0, w-p.next))
+				if w <= p.next {
+					p.moved() // at the log's end: nothing to fetch is no stall
+				}
+			}
+		}
+	}
+}
+
 // highWatermarks reads the end of each partition's log, in one call that
 // kafka-go splits by leader over the shared connections.
 func (f *fetcher) highWatermarks(ctx context.Context, ids []int) map[int]int64 {
