@@ -1,7 +1,8 @@
 // Package ingest reads click events from Kafka and settles their offsets: a
 // consumer-group member whose fetcher reads every assigned partition within
-// one byte budget, a tracker of what is done, a committer that commits only
-// that, and a dead-letter producer. It knows nothing of Bigtable.
+// one byte budget (reading the responses with package kwire), a tracker of
+// what is done, and a committer that commits only that. It knows nothing of
+// Bigtable, nor of dead letters (package deadletter).
 package ingest
 
 import (
