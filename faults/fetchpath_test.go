@@ -14,7 +14,7 @@ import (
 	"cloud.google.com/go/bigtable"
 	"github.com/segmentio/kafka-go"
 
-	"github.com/cellttl/cellttl/ingest"
+	"github.com/cellttl/cellttl/deadletter"
 	"github.com/cellttl/cellttl/internal/testenv"
 )
 
@@ -193,20 +193,20 @@ func TestCompressedBatchesPastTheBound(t *testing.T) {
 			byCodec, offsets := map[string]int{}, 0
 			seen := map[string]bool{}
 			for _, m := range testenv.ReadToEnd(t, s.brokers, s.dlq) {
-				if header(m, ingest.HeaderSourceOffsetLast) == "" {
+				if header(m, deadletter.HeaderSourceOffsetLast) == "" {
 					continue
 				}
-				first, _ := strconv.Atoi(header(m, ingest.HeaderSourceOffset))
-				last, _ := strconv.Atoi(header(m, ingest.HeaderSourceOffsetLast))
-				at := header(m, ingest.HeaderSourcePartition) + "/" + strconv.Itoa(first)
+				first, _ := strconv.Atoi(header(m, deadletter.HeaderSourceOffset))
+				last, _ := strconv.Atoi(header(m, deadletter.HeaderSourceOffsetLast))
+				at := header(m, deadletter.HeaderSourcePartition) + "/" + strconv.Itoa(first)
 				if seen[at] {
 					t.Errorf("batch at %s dead-lettered twice", at)
 				}
 				seen[at] = true
-				byCodec[header(m, ingest.HeaderBatchCodec)]++
+				byCodec[header(m, deadletter.HeaderBatchCodec)]++
 				offsets += last - first + 1
-				if m.Value != nil || len(header(m, ingest.HeaderBatchSHA256)) != 64 || header(m, ingest.HeaderBatchSize) == "" ||
-					!strings.Contains(header(m, ingest.HeaderReason), "decompresses to more than") {
+				if m.Value != nil || len(header(m, deadletter.HeaderBatchSHA256)) != 64 || header(m, deadletter.HeaderBatchSize) == "" ||
+					!strings.Contains(header(m, deadletter.HeaderReason), "decompresses to more than") {
 					t.Errorf("dead letter of batch %s: value of %d bytes, headers %v", at, len(m.Value), m.Headers)
 				}
 			}

@@ -13,7 +13,7 @@ import (
 	"cloud.google.com/go/bigtable"
 	"github.com/segmentio/kafka-go"
 
-	"github.com/cellttl/cellttl/ingest"
+	"github.com/cellttl/cellttl/deadletter"
 	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/rowkey"
 	"github.com/cellttl/cellttl/tenants"
@@ -197,22 +197,22 @@ func (s *suite) judge(o observed) verdict {
 			}
 			if inDLQ {
 				v.Misrouted++
-				v.problem("seq %d valid but dead-lettered: %s", seq, header(dl, ingest.HeaderReason))
+				v.problem("seq %d valid but dead-lettered: %s", seq, header(dl, deadletter.HeaderReason))
 			}
 		case invalid:
 			switch {
 			case !inDLQ:
 				v.Lost++
 				v.problem("seq %d (poison) not in the dead-letter topic", seq)
-			case header(dl, ingest.HeaderReason) == "":
+			case header(dl, deadletter.HeaderReason) == "":
 				v.Misrouted++
 				v.problem("seq %d dead-lettered without a reason", seq)
-			case header(dl, ingest.HeaderTruncated) == "true":
+			case header(dl, deadletter.HeaderTruncated) == "true":
 				v.Truncated++
-				if header(dl, ingest.HeaderOriginalSize) != strconv.Itoa(ev.size) || header(dl, ingest.HeaderOriginalSHA256) != ev.sha256 {
+				if header(dl, deadletter.HeaderOriginalSize) != strconv.Itoa(ev.size) || header(dl, deadletter.HeaderOriginalSHA256) != ev.sha256 {
 					v.Misrouted++
 					v.problem("seq %d: truncated dead letter says size %s sha256 %s, want %d %s", seq,
-						header(dl, ingest.HeaderOriginalSize), header(dl, ingest.HeaderOriginalSHA256), ev.size, ev.sha256)
+						header(dl, deadletter.HeaderOriginalSize), header(dl, deadletter.HeaderOriginalSHA256), ev.size, ev.sha256)
 				}
 			}
 			if len(rows) > 0 {

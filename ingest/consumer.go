@@ -1,7 +1,8 @@
 // Package ingest reads click events from Kafka and settles their offsets: a
 // consumer-group member whose fetcher reads every assigned partition within
-// one byte budget, a tracker of what is done, a committer that commits only
-// that, and a dead-letter producer. It knows nothing of Bigtable.
+// one byte budget (reading the responses with package kwire), a tracker of
+// what is done, and a committer that commits only that. It knows nothing of
+// Bigtable, nor of dead letters (package deadletter).
 package ingest
 
 import (
@@ -9,16 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/otel/metric"
-
-	"github.com/cellttl/cellttl/internal/retry"
 )
 
 // ConsumerConfig configures a Consumer.
@@ -84,10 +81,6 @@ type Consumer struct {
 	stop      context.CancelFunc
 	consumed  atomic.Int64 // messages returned by Poll, for the metrics
 
-	// Fetch's own: it has one caller.
-	batch []Fetched
-	next  int
-
 	mu       sync.Mutex
 	gen      *kafka.Generation // nil between generations
 	parts    []*partition      // of the current generation, for Status
@@ -95,9 +88,6 @@ type Consumer struct {
 	joinedAt time.Time
 	final    map[int]int64 // the committed offsets Close left, once closed
 }
-
-// generationRetry paces generations that end as soon as they start.
-var generationRetry = retry.Policy{Initial: time.Second, Max: 10 * time.Second}
 
 // DefaultStallTimeout is how long a partition may make no progress before
 // readiness names it, unless --partition-stall-timeout says otherwise:
@@ -115,10 +105,9 @@ const (
 	DefaultFetchMaxBytes = 4 << 20
 )
 
-// NewConsumer starts joining the group. Settings left at zero take the
-// defaults of the flags: DefaultConfig, and the byte bounds above (the
-// worker always gives those, split by pipeline.Config).
-func NewConsumer(cfg ConsumerConfig, mp metric.MeterProvider, log *slog.Logger) (*Consumer, error) {
+// withDefaults is cfg with the settings left at zero given the defaults
+// of the flags: DefaultConfig, and the byte bounds above.
+func (cfg ConsumerConfig) withDefaults() ConsumerConfig {
 	def := DefaultConfig()
 	if cfg.CommitInterval <= 0 {
 		cfg.CommitInterval = def.CommitInterval
@@ -138,6 +127,14 @@ func NewConsumer(cfg ConsumerConfig, mp metric.MeterProvider, log *slog.Logger) 
 	if cfg.FetchMaxBytes <= 0 {
 		cfg.FetchMaxBytes = DefaultFetchMaxBytes
 	}
+	return cfg
+}
+
+// NewConsumer starts joining the group. Settings left at zero take the
+// defaults of the flags: DefaultConfig, and the byte bounds above (the
+// worker always gives those, split by pipeline.Config).
+func NewConsumer(cfg ConsumerConfig, mp metric.MeterProvider, log *slog.Logger) (*Consumer, error) {
+	cfg = cfg.withDefaults()
 	transport := cfg.Transport
 	if transport == nil {
 		transport = &kafka.Transport{}
@@ -199,170 +196,6 @@ func NewConsumer(cfg ConsumerConfig, mp metric.MeterProvider, log *slog.Logger) 
 	return c, nil
 }
 
-// generations follows the group from generation to generation.
-func (c *Consumer) generations(ctx context.Context) {
-	var started time.Time
-	pauses := generationRetry.Curve()
-	for {
-		// Generations that end as soon as they start (the input topic is
-		// missing: kafka-go's partition watcher ends each at once) would
-		// spin: pause before taking the next, from 1s to 10s. kafka-go
-		// holds the next generation meanwhile, heartbeating.
-		if !started.IsZero() && time.Since(started) < time.Second {
-			select {
-			case <-time.After(pauses.Next()):
-			case <-ctx.Done():
-				return
-			}
-		} else {
-			pauses.Reset()
-		}
-		gen, err := c.group.Next(ctx)
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, kafka.ErrGroupClosed) {
-				return
-			}
-			c.setErr(err)
-			c.log.Warn("joining consumer group", "group", c.cfg.Group, "err", err)
-			continue
-		}
-		started = time.Now()
-		assigned := gen.Assignments[c.cfg.Topic]
-		if len(assigned) == 0 {
-			c.noPartitions(ctx)
-		}
-		offsets := make(map[int]int64, len(assigned))
-		for _, a := range assigned {
-			offsets[a.ID] = a.Offset
-		}
-		// Commits of each partition start over from where the group stands,
-		// never from what this member knew before.
-		epochs := c.committer.begin(gen, offsets)
-		parts := make([]*partition, 0, len(assigned))
-		for _, a := range assigned {
-			parts = append(parts, newPartition(a.ID, epochs[a.ID], a.Offset))
-		}
-		sort.Slice(parts, func(i, j int) bool { return parts[i].id < parts[j].id })
-		ids := make([]int, len(parts))
-		for i, p := range parts {
-			ids[i] = p.id
-		}
-		c.mu.Lock()
-		c.gen, c.parts, c.joinedAt = gen, parts, time.Now()
-		if len(parts) > 0 {
-			c.lastErr = nil
-		}
-		c.mu.Unlock()
-		c.log.Info("joined consumer group", "group", c.cfg.Group, "generation", gen.ID, "member", gen.MemberID, "partitions", ids)
-		if len(parts) == 0 {
-			gen.Start(c.watchEmptyAssignment)
-		}
-		// The fetcher runs until the group ends the generation; errors of a
-		// partition never end it (a returning function would).
-		gen.Start(func(gctx context.Context) {
-			partMax := max(1<<20, c.cfg.MaxEventBytes+64<<10)
-			f := &fetcher{
-				transport: c.rt, client: c.client, topic: c.cfg.Topic,
-				budget: c.budget, tracker: c.tracker, restart: c.committer.restart, reset: c.cfg.OffsetReset,
-				requestMax: c.cfg.FetchMaxBytes, partMax: int64(partMax),
-				out: c.fetched, chunks: c.chunks, log: c.log, m: c.m, parts: parts,
-				// A batch may decompress to as much as the budget holds:
-				// beyond, it costs more time than any legitimate batch.
-				records: newRecordReader(newInflater(c.cfg.MaxInflightBytes), partMax),
-			}
-			if err := f.run(gctx); err != nil {
-				c.setErr(err)
-				select {
-				case c.fatal <- err:
-				default:
-				}
-				c.failOnce.Do(func() { close(c.failed) })
-				<-gctx.Done()
-			}
-			// Forget the generation, so that nothing is committed through
-			// it or for its partitions.
-			c.committer.end(gen)
-			c.mu.Lock()
-			if c.gen == gen {
-				c.gen, c.parts = nil, nil
-			}
-			c.mu.Unlock()
-		})
-	}
-}
-
-// noPartitions says why a generation assigned nothing, when the reason is
-// the input topic missing (more members than partitions is no problem).
-func (c *Consumer) noPartitions(ctx context.Context) {
-	md, err := c.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{c.cfg.Topic}})
-	if err != nil || len(md.Topics) != 1 || !errors.Is(md.Topics[0].Error, kafka.UnknownTopicOrPartition) {
-		return
-	}
-	missing := fmt.Errorf("input topic %s does not exist: create it, or check --topic", c.cfg.Topic)
-	c.mu.Lock()
-	said := c.lastErr != nil && c.lastErr.Error() == missing.Error()
-	c.mu.Unlock()
-	if !said {
-		c.log.Error("waiting for the input topic", "topic", c.cfg.Topic, "err", missing)
-	}
-	c.setErr(missing)
-}
-
-// emptyCheckInterval is how often a member with no partitions checks that
-// it should have none.
-var emptyCheckInterval = 5 * time.Second
-
-// watchEmptyAssignment ends a generation that gave this member nothing
-// although the input topic has at least as many partitions as the group has
-// members: an assignment the leader computed before the topic existed (a
-// broker that creates topics on demand creates it in the middle of the
-// join). kafka-go's partition watcher cannot see it, since the topic
-// already has its partitions when the watcher starts. Returning ends the
-// generation, and the next assignment sees the topic.
-func (c *Consumer) watchEmptyAssignment(ctx context.Context) {
-	t := time.NewTicker(emptyCheckInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		partitions, members, err := c.groupShape(ctx)
-		if err != nil || partitions == 0 || members == 0 || members > partitions {
-			continue // nothing to tell, or more members than partitions: none is right
-		}
-		c.log.Warn("no partitions assigned although the input topic has enough for every member; rejoining",
-			"topic", c.cfg.Topic, "partitions", partitions, "members", members)
-		return
-	}
-}
-
-// groupShape counts the input topic's partitions and the group's members.
-func (c *Consumer) groupShape(ctx context.Context) (partitions, members int, err error) {
-	md, err := c.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{c.cfg.Topic}})
-	if err != nil {
-		return 0, 0, err
-	}
-	if len(md.Topics) != 1 || md.Topics[0].Error != nil {
-		return 0, 0, nil
-	}
-	dg, err := c.client.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{c.cfg.Group}})
-	if err != nil {
-		return 0, 0, err
-	}
-	if len(dg.Groups) != 1 || dg.Groups[0].Error != nil {
-		return 0, 0, nil
-	}
-	return len(md.Topics[0].Partitions), len(dg.Groups[0].Members), nil
-}
-
-func (c *Consumer) setErr(err error) {
-	c.mu.Lock()
-	c.lastErr = err
-	c.mu.Unlock()
-}
-
 // Poll returns the next messages fetched, of any owned partitions, each
 // with the Ack that settles it, waiting for some until ctx ends: at most a
 // chunk of a fetch response. Every message returned must be settled (Done
@@ -413,28 +246,6 @@ func (c *Consumer) fresh(b []Fetched) []Fetched {
 // returns why.
 func (c *Consumer) Failed() <-chan struct{} { return c.failed }
 
-// Fetch returns the next message, as Poll does one at a time: for callers
-// that want messages one by one.
-func (c *Consumer) Fetch(ctx context.Context) (Message, Ack, error) {
-	if c.next == len(c.batch) {
-		b, err := c.Poll(ctx, c.batch)
-		if err != nil {
-			c.batch, c.next = nil, 0
-			return Message{}, Ack{}, err
-		}
-		c.batch, c.next = b, 0
-	}
-	f := c.batch[c.next]
-	c.next++
-	if f.Ack.a.Stale() {
-		// Went stale since it was polled (a rebalance between two calls):
-		// as Poll does, settle it and go on.
-		c.Done(f.Ack)
-		return c.Fetch(ctx)
-	}
-	return f.Msg, f.Ack, nil
-}
-
 // Done settles a message: written, dead-lettered or deliberately skipped.
 // Its bytes go back to the budget.
 func (c *Consumer) Done(a Ack) {
@@ -447,14 +258,6 @@ func (c *Consumer) Done(a Ack) {
 func (c *Consumer) Settle(acks []Ack) {
 	c.budget.Release(c.tracker.DoneAll(acks))
 }
-
-// Commit commits, through the current generation, every owned partition's
-// settled prefix that moved since the last commit. The consumer also does
-// so every CommitInterval, and once more in Close.
-func (c *Consumer) Commit(ctx context.Context) error { return c.committer.Commit(ctx) }
-
-// InflightBytes is the bytes of fetched messages not yet settled.
-func (c *Consumer) InflightBytes() int64 { return c.budget.Held() }
 
 // finalCommitTimeout bounds Close's commit: a coordinator that does not
 // answer must not hold the worker's exit.
@@ -485,144 +288,4 @@ func (c *Consumer) Close() error {
 		err = fmt.Errorf("leave consumer group: %w", err)
 	}
 	return errors.Join(commitErr, err)
-}
-
-// PartitionStatus is what the consumer knows of one owned partition.
-type PartitionStatus struct {
-	Partition int `json:"partition"`
-	// Lag is the messages between the next to fetch and the log's end.
-	Lag       int64 `json:"lag"`
-	Committed int64 `json:"committed"` // -1 when neither the group nor this member committed yet
-	// CommittedLag is the messages between the committed offset (the
-	// log's start when none is) and the log's end: what a restart would
-	// read again or still has to read. -1 while the log's end is unknown.
-	CommittedLag int64  `json:"committed_lag"`
-	Error        string `json:"error,omitempty"`
-	// Stalled says, when the partition has made no progress for longer
-	// than the stall timeout, for how long and why.
-	Stalled string `json:"stalled,omitempty"`
-}
-
-// Status is the consumer's view of its membership.
-type Status struct {
-	Joined     bool              `json:"joined"`
-	Generation int32             `json:"generation"`
-	Member     string            `json:"member,omitempty"`
-	Partitions []PartitionStatus `json:"partitions"`
-	LastError  string            `json:"last_error,omitempty"`
-}
-
-// Status returns the current membership and per-partition lag.
-func (c *Consumer) Status() Status {
-	floors := c.tracker.Floors()
-	held := c.budget.Held()
-	now := time.Now()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	s := Status{Joined: c.gen != nil, Partitions: []PartitionStatus{}}
-	if c.gen != nil {
-		s.Generation, s.Member = c.gen.ID, c.gen.MemberID
-	}
-	if c.lastErr != nil {
-		s.LastError = c.lastErr.Error()
-	}
-	for _, p := range c.parts {
-		ps := PartitionStatus{Partition: p.id, Lag: p.lag.Load(), Committed: -1, CommittedLag: -1}
-		if f, ok := floors[p.id]; ok {
-			ps.Committed = f
-		}
-		if hw := p.hw.Load(); hw >= 0 {
-			from := ps.Committed
-			if from < 0 {
-				from = max(p.logStart.Load(), 0)
-			}
-			ps.CommittedLag = max(0, hw-from)
-		}
-		if e := p.lastErr.Load(); e != nil {
-			ps.Error = *e
-		}
-		if still := now.Sub(time.Unix(0, p.movedAt.Load())); still > c.cfg.StallTimeout {
-			why := ps.Error
-			if why == "" {
-				why = fmt.Sprintf("nothing new fetched while %d bytes of the byte budget are held by events not yet settled (Bigtable or the dead-letter topic is behind)", held)
-			}
-			ps.Stalled = fmt.Sprintf("no progress for %s: %s", still.Round(time.Second), why)
-		}
-		s.Partitions = append(s.Partitions, ps)
-	}
-	return s
-}
-
-// Problem names the owned partitions that have made no progress for longer
-// than the stall timeout, nil when none has.
-func (c *Consumer) Problem() error {
-	var errs []error
-	for _, p := range c.Status().Partitions {
-		if p.Stalled != "" {
-			errs = append(errs, fmt.Errorf("partition %d of %s: %s", p.Partition, c.cfg.Topic, p.Stalled))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// Committed returns the committed offset of each owned partition as this
-// consumer knows it; after Close, as the final commit left them.
-func (c *Consumer) Committed() map[int]int64 {
-	c.mu.Lock()
-	final := c.final
-	c.mu.Unlock()
-	if final != nil {
-		return final
-	}
-	return c.tracker.Floors()
-}
-
-// connSet dials the fetch transport's connections and remembers them, so
-// that Close can end them: a Kafka request cannot be cancelled, and a long
-// poll in flight would keep its connection for up to maxFetchWait.
-type connSet struct {
-	dial func(context.Context, string, string) (net.Conn, error)
-
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
-}
-
-func (s *connSet) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	dial := s.dial
-	if dial == nil {
-		dial = (&net.Dialer{Timeout: 5 * time.Second}).DialContext
-	}
-	c, err := dial(ctx, network, addr)
-	if err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.conns == nil {
-		s.conns = map[net.Conn]struct{}{}
-	}
-	s.conns[c] = struct{}{}
-	return &trackedConn{Conn: c, set: s}, nil
-}
-
-func (s *connSet) closeAll() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for c := range s.conns {
-		_ = c.Close()
-	}
-	clear(s.conns)
-}
-
-// trackedConn leaves the set when it is closed.
-type trackedConn struct {
-	net.Conn
-	set *connSet
-}
-
-func (c *trackedConn) Close() error {
-	c.set.mu.Lock()
-	delete(c.set.conns, c.Conn)
-	c.set.mu.Unlock()
-	return c.Conn.Close()
 }

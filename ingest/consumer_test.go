@@ -8,9 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/cellttl/cellttl/internal/testenv"
 )
 
 func owned(c *Consumer) []int {
@@ -62,7 +63,7 @@ func TestConsumerGroupSharesAndCommits(t *testing.T) {
 	defer cancel()
 	var held Ack
 	for i := range 20 {
-		m, ack, err := c1.Fetch(ctx)
+		m, ack, err := fetch(ctx, c1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,7 +74,7 @@ func TestConsumerGroupSharesAndCommits(t *testing.T) {
 		}
 		c1.Done(ack)
 	}
-	if err := c1.Commit(ctx); err != nil {
+	if err := c1.committer.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
 	committed, end := testenv.Offsets(t, brokers, group, topic, 4)
@@ -90,7 +91,7 @@ func TestConsumerGroupSharesAndCommits(t *testing.T) {
 		t.Errorf("every partition committed to the end with a message in flight: %v", committed)
 	}
 	c1.Done(held)
-	if err := c1.Commit(ctx); err != nil {
+	if err := c1.committer.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
 	committed, end = testenv.Offsets(t, brokers, group, topic, 4)

@@ -269,7 +269,7 @@ func TestFetchDropsMessagesOfAStaleEpoch(t *testing.T) {
 	cur := tr.Assign(map[int]int64{0: 100})[0]
 	c.budget.Fill(0, 200)
 	c.fetched <- []Fetched{{Msg: Message{Offset: 100}, Ack: tr.Track(cur, 100, 200)}}
-	m, a, err := c.Fetch(context.Background())
+	m, a, err := fetch(context.Background(), c)
 	if err != nil || m.Offset != 100 {
 		t.Fatalf("fetched offset %d (%v), want 100: the stale 150 must be dropped", m.Offset, err)
 	}
@@ -291,15 +291,15 @@ func TestFetchDropsMessagesThatWentStale(t *testing.T) {
 	old := assign(tr, 0)[0]
 	c.budget.Fill(0, 300)
 	c.fetched <- []Fetched{{Msg: Message{Offset: 10}, Ack: tr.Track(old, 10, 100)}, {Msg: Message{Offset: 11}, Ack: tr.Track(old, 11, 200)}}
-	if m, _, err := c.Fetch(context.Background()); err != nil || m.Offset != 10 {
+	if m, _, err := fetch(context.Background(), c); err != nil || m.Offset != 10 {
 		t.Fatalf("fetched offset %d (%v), want 10", m.Offset, err)
 	}
 	cur := tr.Assign(map[int]int64{0: 11})[0] // the rebalance
 	c.budget.Fill(0, 50)
 	c.fetched <- []Fetched{{Msg: Message{Offset: 11}, Ack: tr.Track(cur, 11, 50)}}
-	m, _, err := c.Fetch(context.Background())
-	if err != nil || m.Offset != 11 || m.Offset == 11 && c.next != 1 {
-		t.Fatalf("fetched offset %d (%v) from chunk position %d, want 11 of the new epoch", m.Offset, err, c.next)
+	m, _, err := fetch(context.Background(), c)
+	if err != nil || m.Offset != 11 || m.Offset == 11 && streamOf(c).next != 1 {
+		t.Fatalf("fetched offset %d (%v) from chunk position %d, want 11 of the new epoch", m.Offset, err, streamOf(c).next)
 	}
 	if got := c.budget.Held(); got != 150 {
 		t.Errorf("budget holds %d bytes, want 150: the stale message's 200 come back", got)

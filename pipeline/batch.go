@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/cellttl/cellttl/deadletter"
 	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/sink"
@@ -169,7 +170,7 @@ func (p *Pipeline) write(ctx context.Context, b *batch, dead chan<- deadItem) {
 	for i := 0; refused > 0; i++ {
 		if rerr := results[i]; rerr != nil && rerr != sink.ErrWithdrawn {
 			it := &b.items[i]
-			dead <- deadItem{dl: ingest.DeadLetter{Msg: it.msg, Reason: rerr.Error(), Class: reasonBigtableRefused, Tenant: it.id, ExpiresAt: it.expires, KeepUntil: it.keep},
+			dead <- deadItem{dl: deadletter.Letter{Msg: it.msg, Reason: rerr.Error(), Class: reasonBigtableRefused, Tenant: it.id, ExpiresAt: it.expires, KeepUntil: it.keep},
 				ack: it.ack, tenant: it.tenant, reason: reasonBigtableRefused}
 			refused--
 		}

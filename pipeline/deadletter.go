@@ -10,13 +10,14 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/cellttl/cellttl/deadletter"
 	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/internal/retry"
 )
 
 // deadItem is a message on its way to the dead-letter topic.
 type deadItem struct {
-	dl     ingest.DeadLetter
+	dl     deadletter.Letter
 	ack    ingest.Ack
 	tenant *TenantStats
 	// reason is the cellttl.dead_letters label: one of deadLetterReasons.
@@ -62,7 +63,7 @@ func (p *Pipeline) deadLetterLoop(ctx context.Context, dead <-chan deadItem) {
 // produceDeadLetters produces items through the retry loop; false when
 // the drain deadline cut it short.
 func (p *Pipeline) produceDeadLetters(ctx context.Context, items []deadItem) bool {
-	dls := make([]ingest.DeadLetter, len(items))
+	dls := make([]deadletter.Letter, len(items))
 	for i, d := range items {
 		dls[i] = d.dl
 	}
@@ -73,7 +74,7 @@ func (p *Pipeline) produceDeadLetters(ctx context.Context, items []deadItem) boo
 		}
 		// Letters produced in a write that failed elsewhere are not sent
 		// again: only those still missing are retried.
-		var pe *ingest.ProduceError
+		var pe *deadletter.ProduceError
 		if errors.As(err, &pe) && len(pe.Delivered) == len(dls) {
 			left := dls[:0]
 			for i, dl := range dls {
@@ -104,7 +105,7 @@ func newDeadLetterLoop(mp metric.MeterProvider, log *slog.Logger) (*retry.Loop, 
 	if err != nil {
 		return nil, err
 	}
-	l.Permanent = ingest.IsPermanent
+	l.Permanent = deadletter.IsPermanent
 	l.OnFailure = func(_ context.Context, f retry.Failure) {
 		if f.Permanent {
 			log.Error("dead letters cannot be produced until this is fixed; their offsets and every later one of their partitions wait, uncommitted",

@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/cellttl/cellttl/deadletter"
 	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/event"
 	"github.com/cellttl/cellttl/expiry"
@@ -48,7 +49,7 @@ type RowWriter interface {
 
 // DeadLetterer produces rejected messages to the dead-letter topic.
 type DeadLetterer interface {
-	Write(ctx context.Context, dls []ingest.DeadLetter) error
+	Write(ctx context.Context, dls []deadletter.Letter) error
 }
 
 // Pipeline moves events from a Source to a RowWriter.
@@ -268,14 +269,14 @@ func (p *Pipeline) route(f *ingest.Fetched, now time.Time, cfg *tenants.Config, 
 	case Rejected:
 		ts := p.stats.Tenant(ev.Tenant)
 		ts.Consumed.Add(1)
-		p.deadLetter(b, dead, deadItem{dl: ingest.DeadLetter{Msg: *msg, Reason: dec.Err.Error(), Field: dec.Field, Cut: f.Cut, Undecodable: f.Undecodable,
+		p.deadLetter(b, dead, deadItem{dl: deadletter.Letter{Msg: *msg, Reason: dec.Err.Error(), Field: dec.Field, Cut: f.Cut, Undecodable: f.Undecodable,
 			Class: dec.Class, KeepUntil: dec.KeepUntil(cfg, p.cfg.UnlistedDeadLetterTTL, msg.Time, now)}, ack: f.Ack, tenant: ts, reason: dec.Class})
 		return
 	case UnlistedDeadLetter:
 		p.stats.Unlisted(ev.Tenant)
 		ts := p.stats.Tenant(OtherTenants)
 		ts.Consumed.Add(1)
-		p.deadLetter(b, dead, deadItem{dl: ingest.DeadLetter{Msg: *msg, Reason: dec.Err.Error(), Field: dec.Field,
+		p.deadLetter(b, dead, deadItem{dl: deadletter.Letter{Msg: *msg, Reason: dec.Err.Error(), Field: dec.Field,
 			Class: dec.Class, Tenant: ev.Tenant, KeepUntil: dec.KeepUntil(cfg, p.cfg.UnlistedDeadLetterTTL, msg.Time, now)}, ack: f.Ack, tenant: ts, reason: dec.Class})
 		return
 	}

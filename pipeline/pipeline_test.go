@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"google.golang.org/grpc/codes"
 
+	"github.com/cellttl/cellttl/deadletter"
 	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/sink"
@@ -136,10 +137,10 @@ func (w *fakeWriter) sizes() []int {
 type fakeDLQ struct {
 	mu      sync.Mutex
 	failing bool
-	got     []ingest.DeadLetter
+	got     []deadletter.Letter
 }
 
-func (d *fakeDLQ) Write(_ context.Context, dls []ingest.DeadLetter) error {
+func (d *fakeDLQ) Write(_ context.Context, dls []deadletter.Letter) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.failing {
@@ -156,7 +157,7 @@ type partialDLQ struct {
 	failed bool
 }
 
-func (d *partialDLQ) Write(_ context.Context, dls []ingest.DeadLetter) error {
+func (d *partialDLQ) Write(_ context.Context, dls []deadletter.Letter) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.failed || len(dls) < 2 {
@@ -167,7 +168,7 @@ func (d *partialDLQ) Write(_ context.Context, dls []ingest.DeadLetter) error {
 	d.got = append(d.got, dls[0])
 	delivered := make([]bool, len(dls))
 	delivered[0] = true
-	return &ingest.ProduceError{Err: errors.New("one partition has no leader"), Delivered: delivered}
+	return &deadletter.ProduceError{Err: errors.New("one partition has no leader"), Delivered: delivered}
 }
 
 // Regression (review): a write of letters to several topics that failed

@@ -27,9 +27,11 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
 
+	"github.com/cellttl/cellttl/deadletter"
 	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/event"
 	"github.com/cellttl/cellttl/ingest"
+	"github.com/cellttl/cellttl/internal/kafkaconn"
 	"github.com/cellttl/cellttl/pipeline"
 	"github.com/cellttl/cellttl/sink"
 	"github.com/cellttl/cellttl/tenants"
@@ -38,7 +40,7 @@ import (
 // Options say which letters to redrive and how.
 type Options struct {
 	Brokers  []string
-	Security ingest.Security
+	Security kafkaconn.Security
 	// Topics are the dead-letter topics to read (the base and its classes).
 	Topics []string
 	// Partition, when not negative, reads that partition only; From and To
@@ -201,104 +203,141 @@ func (r *run) partitions(ctx context.Context, topic string) ([]kafka.OffsetReque
 	return out, nil
 }
 
+// pending are the rows of a partition's letters to be written, not yet
+// written, with each letter's reason class; key names the partition in
+// the checkpoint.
+type pending struct {
+	key     string
+	rows    []sink.Row
+	reasons []string
+}
+
 // partition redrives the letters of one partition in [from, to).
 func (r *run) partition(ctx context.Context, topic string, part int, from, to int64, cpKey string) error {
-	var rows []sink.Row
-	var rowReasons []string
-	flush := func(next int64) error {
-		if len(rows) > 0 && r.o.Apply {
-			wctx, cancel := ctx, context.CancelFunc(func() {})
-			if r.o.WriteBound > 0 {
-				wctx, cancel = context.WithTimeout(ctx, r.o.WriteBound)
-			}
-			res, err := r.w.Write(wctx, rows)
-			cancel()
-			if err != nil && ctx.Err() == nil && wctx.Err() != nil {
-				err = fmt.Errorf("not written within %s, Bigtable refusing the writes as a whole (the log says why; run again to resume): %w", r.o.WriteBound, err)
-			}
-			if err != nil {
-				return fmt.Errorf("write %d rows: %w", len(rows), err)
-			}
-			for i, e := range res {
-				outcome := Written
-				switch {
-				case errors.Is(e, sink.ErrWithdrawn):
-					outcome = Erased // erased while the run went on
-				case e != nil:
-					outcome = Refused
-				}
-				r.rep.count(rowReasons[i], outcome)
-			}
-		} else {
-			for _, reason := range rowReasons {
-				r.rep.count(reason, Written)
-			}
-		}
-		rows, rowReasons = rows[:0], rowReasons[:0]
-		if !r.o.Apply {
-			return nil // a dry run moves no checkpoint: the real run must see every letter
-		}
-		r.cp[cpKey] = next
-		return saveCheckpoint(r.o.Checkpoint, checkpoint{Filters: r.o.Filters, Next: r.cp})
-	}
+	p := &pending{key: cpKey}
 	for off := from; off < to; {
-		res, err := r.client.Fetch(ctx, &kafka.FetchRequest{Topic: topic, Partition: part, Offset: off, MaxBytes: 8 << 20, MaxWait: time.Second})
-		if err == nil {
-			err = res.Error
-		}
+		read, next, err := r.fetch(ctx, topic, part, off, to, p)
 		if err != nil {
-			return fmt.Errorf("read %s/%d at %d: %w", topic, part, off, err)
-		}
-		read := 0
-		for {
-			rec, err := res.Records.ReadRecord()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				return fmt.Errorf("read %s/%d at %d: %w", topic, part, off, err)
-			}
-			if rec.Offset < off {
-				continue // the batch began before the offset asked for
-			}
-			if rec.Offset >= to {
-				break
-			}
-			read++
-			off = rec.Offset + 1
-			letter, err := message(rec)
-			if err != nil {
-				return fmt.Errorf("read %s/%d at %d: %w", topic, part, rec.Offset, err)
-			}
-			reason := letterClass(letter)
-			if len(r.o.Reasons) > 0 && !slices.Contains(r.o.Reasons, reason) {
-				continue
-			}
-			row, outcome, err := r.decide(ctx, letter)
-			if err != nil {
-				return err
-			}
-			if outcome != Written {
-				r.rep.count(reason, outcome)
-				continue
-			}
-			rows, rowReasons = append(rows, row), append(rowReasons, reason)
-			if len(rows) == batchRows {
-				if err := flush(off); err != nil {
-					return err
-				}
-			}
+			return err
 		}
 		if read == 0 {
-			return flush(off) // nothing more below to, as far as the log says now
+			return r.flush(ctx, p, off) // nothing more below to, as far as the log says now
+		}
+		off = next
+	}
+	return r.flush(ctx, p, to)
+}
+
+// fetch redrives the letters of one fetch of topic/part from off, below
+// to: read counts them, next is the offset after the last.
+func (r *run) fetch(ctx context.Context, topic string, part int, off, to int64, p *pending) (read int, next int64, err error) {
+	res, err := r.client.Fetch(ctx, &kafka.FetchRequest{Topic: topic, Partition: part, Offset: off, MaxBytes: 8 << 20, MaxWait: time.Second})
+	if err == nil {
+		err = res.Error
+	}
+	if err != nil {
+		return 0, off, fmt.Errorf("read %s/%d at %d: %w", topic, part, off, err)
+	}
+	for {
+		rec, err := res.Records.ReadRecord()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return read, off, fmt.Errorf("read %s/%d at %d: %w", topic, part, off, err)
+		}
+		if rec.Offset < off {
+			continue // the batch began before the offset asked for
+		}
+		if rec.Offset >= to {
+			break
+		}
+		read++
+		off = rec.Offset + 1
+		if err := r.letter(ctx, topic, part, rec, p); err != nil {
+			return read, off, err
 		}
 	}
-	return flush(to)
+	return read, off, nil
+}
+
+// letter redrives the letter rec of topic/part: decided and counted, or,
+// to be written, added to p, which is written when full.
+func (r *run) letter(ctx context.Context, topic string, part int, rec *kafka.Record, p *pending) error {
+	letter, err := message(rec)
+	if err != nil {
+		return fmt.Errorf("read %s/%d at %d: %w", topic, part, rec.Offset, err)
+	}
+	reason := letterClass(letter)
+	if len(r.o.Reasons) > 0 && !slices.Contains(r.o.Reasons, reason) {
+		return nil
+	}
+	row, outcome, err := r.decide(ctx, letter)
+	if err != nil {
+		return err
+	}
+	if outcome != Written {
+		r.rep.count(reason, outcome)
+		return nil
+	}
+	p.rows, p.reasons = append(p.rows, row), append(p.reasons, reason)
+	if len(p.rows) == batchRows {
+		return r.flush(ctx, p, rec.Offset+1)
+	}
+	return nil
+}
+
+// flush writes p's rows (a dry run counts them as written) and, when
+// applying, moves p's partition's checkpoint to next.
+func (r *run) flush(ctx context.Context, p *pending, next int64) error {
+	if len(p.rows) > 0 && r.o.Apply {
+		if err := r.write(ctx, p); err != nil {
+			return err
+		}
+	} else {
+		for _, reason := range p.reasons {
+			r.rep.count(reason, Written)
+		}
+	}
+	p.rows, p.reasons = p.rows[:0], p.reasons[:0]
+	if !r.o.Apply {
+		return nil // a dry run moves no checkpoint: the real run must see every letter
+	}
+	r.cp[p.key] = next
+	return saveCheckpoint(r.o.Checkpoint, checkpoint{Filters: r.o.Filters, Next: r.cp})
+}
+
+// write writes p's rows, within WriteBound when set, and counts each
+// letter's outcome.
+func (r *run) write(ctx context.Context, p *pending) error {
+	wctx, cancel := ctx, context.CancelFunc(func() {})
+	if r.o.WriteBound > 0 {
+		wctx, cancel = context.WithTimeout(ctx, r.o.WriteBound)
+	}
+	res, err := r.w.Write(wctx, p.rows)
+	cancel()
+	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+		err = fmt.Errorf("not written within %s, Bigtable refusing the writes as a whole (the log says why; run again to resume): %w", r.o.WriteBound, err)
+	}
+	if err != nil {
+		return fmt.Errorf("write %d rows: %w", len(p.rows), err)
+	}
+	for i, e := range res {
+		outcome := Written
+		switch {
+		case errors.Is(e, sink.ErrWithdrawn):
+			outcome = Erased // erased while the run went on
+		case e != nil:
+			outcome = Refused
+		}
+		r.rep.count(p.reasons[i], outcome)
+	}
+	return nil
 }
 
 // decide turns a letter back into its record and decides it.
 func (r *run) decide(ctx context.Context, letter ingest.Message) (sink.Row, string, error) {
-	if header(letter, ingest.HeaderSourceOffsetLast) != "" {
+	if header(letter, deadletter.HeaderSourceOffsetLast) != "" {
 		return sink.Row{}, Undecodable, nil // a batch: its records are in the input topic, as they were
 	}
 	src, ok, err := r.original(ctx, letter)
@@ -328,15 +367,15 @@ func (r *run) decide(ctx context.Context, letter ingest.Message) (sink.Row, stri
 // kept none or only part of it, the record read again from the input
 // topic. ok is false when that is gone.
 func (r *run) original(ctx context.Context, letter ingest.Message) (ingest.Message, bool, error) {
-	topic := header(letter, ingest.HeaderSourceTopic)
-	part, perr := strconv.Atoi(header(letter, ingest.HeaderSourcePartition))
-	off, oerr := strconv.ParseInt(header(letter, ingest.HeaderSourceOffset), 10, 64)
+	topic := header(letter, deadletter.HeaderSourceTopic)
+	part, perr := strconv.Atoi(header(letter, deadletter.HeaderSourcePartition))
+	off, oerr := strconv.ParseInt(header(letter, deadletter.HeaderSourceOffset), 10, 64)
 	if topic == "" || perr != nil || oerr != nil {
 		return ingest.Message{}, false, nil // not a letter of cellttl's
 	}
-	if header(letter, ingest.HeaderTruncated) != "true" {
+	if header(letter, deadletter.HeaderTruncated) != "true" {
 		m := ingest.Message{Topic: topic, Partition: part, Offset: off, Key: letter.Key, Value: letter.Value}
-		if ts := header(letter, ingest.HeaderSourceTimestamp); ts != "" {
+		if ts := header(letter, deadletter.HeaderSourceTimestamp); ts != "" {
 			t, err := time.Parse(time.RFC3339Nano, ts)
 			if err != nil {
 				return ingest.Message{}, false, nil // not a letter cellttl wrote: its record cannot be known
@@ -376,7 +415,7 @@ func (r *run) original(ctx context.Context, letter ingest.Message) (ingest.Messa
 			}
 			// The offset may name another record since (the topic was
 			// made again): only the record whose hash the letter kept.
-			if want := header(letter, ingest.HeaderOriginalSHA256); want != "" {
+			if want := header(letter, deadletter.HeaderOriginalSHA256); want != "" {
 				sum := sha256.Sum256(m.Value)
 				if hex.EncodeToString(sum[:]) != want {
 					return m, false, nil
@@ -410,11 +449,11 @@ func message(rec *kafka.Record) (ingest.Message, error) {
 // letterClass is a letter's reason class: its own header, or the reason
 // of a letter without payload (which is the class), else "unknown".
 func letterClass(m ingest.Message) string {
-	if c := header(m, ingest.HeaderReasonClass); c != "" {
+	if c := header(m, deadletter.HeaderReasonClass); c != "" {
 		return c
 	}
-	if header(m, ingest.HeaderPayload) == "omitted" || header(m, ingest.HeaderSourceOffsetLast) != "" {
-		return header(m, ingest.HeaderReason)
+	if header(m, deadletter.HeaderPayload) == "omitted" || header(m, deadletter.HeaderSourceOffsetLast) != "" {
+		return header(m, deadletter.HeaderReason)
 	}
 	return "unknown"
 }

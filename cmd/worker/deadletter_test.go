@@ -13,7 +13,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/cellttl/cellttl/ingest"
+	"github.com/cellttl/cellttl/deadletter"
 	"github.com/cellttl/cellttl/internal/testenv"
 )
 
@@ -68,11 +68,11 @@ func TestDeadLetterAlwaysFits(t *testing.T) {
 			orig = notJSON
 		}
 		sum := sha256.Sum256(orig)
-		if headerOf(m, ingest.HeaderTruncated) != "true" || headerOf(m, ingest.HeaderOriginalSize) != strconv.Itoa(len(orig)) ||
-			headerOf(m, ingest.HeaderOriginalSHA256) != hex.EncodeToString(sum[:]) || !strings.HasPrefix(string(orig), string(m.Value)) {
+		if headerOf(m, deadletter.HeaderTruncated) != "true" || headerOf(m, deadletter.HeaderOriginalSize) != strconv.Itoa(len(orig)) ||
+			headerOf(m, deadletter.HeaderOriginalSHA256) != hex.EncodeToString(sum[:]) || !strings.HasPrefix(string(orig), string(m.Value)) {
 			t.Errorf("dead letter of a %d-byte value: %d bytes, headers %v", len(orig), len(m.Value), m.Headers)
 		}
-		if headerOf(m, ingest.HeaderReason) == "" {
+		if headerOf(m, deadletter.HeaderReason) == "" {
 			t.Error("dead letter without a reason")
 		}
 	}

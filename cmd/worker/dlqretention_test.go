@@ -13,7 +13,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"google.golang.org/grpc/codes"
 
-	"github.com/cellttl/cellttl/ingest"
+	"github.com/cellttl/cellttl/deadletter"
 	"github.com/cellttl/cellttl/internal/testenv"
 )
 
@@ -43,7 +43,7 @@ func TestDeadLettersLiveNoLongerThanTheirTenant(t *testing.T) {
 		}}
 	})
 	stop, logs := e.startWorker(t, "--dlq-classes", "4s", "--dlq-unlisted-retention", "20s", "--dlq-check-interval", "1s")
-	class := ingest.ClassTopic(e.topic+".dlq", 4*time.Second)
+	class := deadletter.ClassTopic(e.topic+".dlq", 4*time.Second)
 	values := [][]byte{
 		click{EventID: "a-1", TenantID: "acme", UserID: "u-1"}.bytes(),
 		[]byte("not json"),
@@ -66,33 +66,33 @@ func TestDeadLettersLiveNoLongerThanTheirTenant(t *testing.T) {
 			t.Errorf("letter %q in %s without its payload", m.Value, class)
 		}
 		if strings.Contains(string(m.Value), `"acme"`) {
-			ts := headerOf(m, ingest.HeaderSourceTimestamp)
+			ts := headerOf(m, deadletter.HeaderSourceTimestamp)
 			src, err := time.Parse(time.RFC3339Nano, ts)
 			if err != nil {
 				t.Fatalf("source timestamp %q: %v", ts, err)
 			}
 			want := src.Truncate(time.Millisecond).Add(20 * time.Second).UTC().Format("2006-01-02T15:04:05.000Z07:00")
-			if headerOf(m, ingest.HeaderTenant) != "acme" || headerOf(m, ingest.HeaderExpiresAt) != want {
-				t.Errorf("acme's letter: tenant %q, expires_at %q, want acme, %s", headerOf(m, ingest.HeaderTenant), headerOf(m, ingest.HeaderExpiresAt), want)
+			if headerOf(m, deadletter.HeaderTenant) != "acme" || headerOf(m, deadletter.HeaderExpiresAt) != want {
+				t.Errorf("acme's letter: tenant %q, expires_at %q, want acme, %s", headerOf(m, deadletter.HeaderTenant), headerOf(m, deadletter.HeaderExpiresAt), want)
 			}
 		}
 	}
 	var tiny, notJSON kafka.Message
 	for _, m := range testenv.ReadToEnd(t, e.brokers, e.topic+".dlq") {
 		switch {
-		case headerOf(m, ingest.HeaderTenant) == "tiny":
+		case headerOf(m, deadletter.HeaderTenant) == "tiny":
 			tiny = m
-		case headerOf(m, ingest.HeaderReason) == "not_json":
+		case headerOf(m, deadletter.HeaderReason) == "not_json":
 			notJSON = m
 		default:
 			t.Errorf("letter in the base topic: %q, headers %v", m.Value, m.Headers)
 		}
 	}
-	if notJSON.Value != nil || headerOf(notJSON, ingest.HeaderPayload) != "omitted" {
+	if notJSON.Value != nil || headerOf(notJSON, deadletter.HeaderPayload) != "omitted" {
 		t.Errorf("the malformed event's letter: value %q, headers %v; want no payload", notJSON.Value, notJSON.Headers)
 	}
-	if tiny.Value != nil || tiny.Key != nil || headerOf(tiny, ingest.HeaderPayload) != "omitted" || headerOf(tiny, ingest.HeaderReason) != "bigtable_refused" ||
-		headerOf(tiny, ingest.HeaderOriginalSHA256) == "" || headerOf(tiny, ingest.HeaderExpiresAt) == "" {
+	if tiny.Value != nil || tiny.Key != nil || headerOf(tiny, deadletter.HeaderPayload) != "omitted" || headerOf(tiny, deadletter.HeaderReason) != "bigtable_refused" ||
+		headerOf(tiny, deadletter.HeaderOriginalSHA256) == "" || headerOf(tiny, deadletter.HeaderExpiresAt) == "" {
 		t.Errorf("tiny's letter: value %q, headers %v; want no payload, the reason's class, the hash and expires_at", tiny.Value, tiny.Headers)
 	}
 	// The promise: unreadable by the time the events expire.
@@ -187,7 +187,7 @@ func TestDeadLetterTopicsThatKeepForeverAreRefused(t *testing.T) {
 		testenv.Produce(t, e.brokers, e.topic, []byte("not json"))
 		e.waitCommitted(t, 30*time.Second)
 		got := testenv.ReadToEnd(t, e.brokers, dlq)
-		if len(got) != 1 || got[0].Value != nil || headerOf(got[0], ingest.HeaderPayload) != "omitted" {
+		if len(got) != 1 || got[0].Value != nil || headerOf(got[0], deadletter.HeaderPayload) != "omitted" {
 			t.Errorf("letters %v, want one without payload", got)
 		}
 		testenv.Eventually(t, 5*time.Second, func() (bool, string) {
@@ -212,7 +212,7 @@ func TestDeadLetterTopicsCreatedWithTheirRetention(t *testing.T) {
 	}
 	dlq := e.topic + ".made"
 	stop, logs := e.startWorker(t, "--dlq-topic", dlq, "--dlq-retention", "45m", "--dlq-classes", "12s,2h")
-	want := map[string]string{dlq: "2700000", ingest.ClassTopic(dlq, 12*time.Second): "12000", ingest.ClassTopic(dlq, 2*time.Hour): "7200000"}
+	want := map[string]string{dlq: "2700000", deadletter.ClassTopic(dlq, 12*time.Second): "12000", deadletter.ClassTopic(dlq, 2*time.Hour): "7200000"}
 	testenv.Eventually(t, 20*time.Second, func() (bool, string) {
 		for topic := range want {
 			if !strings.Contains(logs.String(), `msg="dead-letter topic ready" topic=`+topic+" created=true") {

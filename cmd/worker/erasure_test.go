@@ -11,9 +11,10 @@ import (
 
 	"cloud.google.com/go/bigtable"
 
+	"github.com/segmentio/kafka-go"
+
 	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/rowkey"
-	"github.com/segmentio/kafka-go"
 )
 
 // A user forgotten stays forgotten, through every way cellttl has of

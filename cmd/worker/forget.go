@@ -69,7 +69,7 @@ func runForget(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return usageError(err)
 	}
-	if err := errors.Join(checkFormat(fo.format), o.kafka.Validate()); err != nil {
+	if err := errors.Join(checkFormat(fo.format), o.kafka.Validate(), o.dlq.Validate(o.kafka.Topic)); err != nil {
 		return usageError(err)
 	}
 	if fo.requestedBy == "" {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/cellttl/cellttl/ingest"
+	"github.com/cellttl/cellttl/deadletter"
 	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/rowkey"
 )
@@ -121,7 +121,7 @@ func TestMappedEventsLandPerContract(t *testing.T) {
 				for _, d := range dead {
 					if string(d.Value) == string(b.msg.Value) {
 						found = true
-						if f, why := headerOf(d, ingest.HeaderField), headerOf(d, ingest.HeaderReason); f != b.field || !strings.Contains(why, b.why) {
+						if f, why := headerOf(d, deadletter.HeaderField), headerOf(d, deadletter.HeaderReason); f != b.field || !strings.Contains(why, b.why) {
 							t.Errorf("dead letter of %s: field %q, reason %q; want %q and a reason containing %q", b.msg.Value, f, why, b.field, b.why)
 						}
 					}

@@ -10,7 +10,7 @@ import (
 	"slices"
 	"text/tabwriter"
 
-	"github.com/cellttl/cellttl/ingest"
+	"github.com/cellttl/cellttl/deadletter"
 	"github.com/cellttl/cellttl/internal/envflag"
 	"github.com/cellttl/cellttl/redrive"
 	"github.com/cellttl/cellttl/sink"
@@ -41,7 +41,7 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := checkFormat(format); err != nil {
 		return err
 	}
-	if err := errors.Join(o.kafka.Validate(), o.pipe.Resolve()); err != nil {
+	if err := errors.Join(o.kafka.Validate(), o.dlq.Validate(o.kafka.Topic), o.pipe.Resolve()); err != nil {
 		return usageError(err)
 	}
 	ro.Brokers, ro.Security, ro.Reasons, ro.MaxEventBytes = o.kafka.Brokers, o.kafka.Security, splitList(reasons), o.pipe.Decoder.MaxBytes
@@ -53,11 +53,11 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if ro.Topics = []string{topic}; topic == "" {
 		// Every dead-letter topic the broker has: the classes the flags
 		// name and those earlier flags named.
-		if ro.Topics, err = ingest.DeadLetterTopicsOn(ctx, o.kafka.Brokers, o.kafka.Security, o.kafka.DeadLetterTopic()); err != nil {
+		if ro.Topics, err = deadletter.TopicsOn(ctx, o.kafka.Brokers, o.kafka.Security, o.dlq.Base(o.kafka.Topic)); err != nil {
 			return err
 		}
 		if len(ro.Topics) == 0 {
-			return fmt.Errorf("no dead-letter topic %s (nor %s.<class>) on the brokers", o.kafka.DeadLetterTopic(), o.kafka.DeadLetterTopic())
+			return fmt.Errorf("no dead-letter topic %s (nor %s.<class>) on the brokers", o.dlq.Base(o.kafka.Topic), o.dlq.Base(o.kafka.Topic))
 		}
 	}
 	// A checkpoint belongs to one selection of letters under one tenants

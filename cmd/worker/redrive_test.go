@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/cellttl/cellttl/ingest"
+	"github.com/cellttl/cellttl/deadletter"
 	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/redrive"
 )
@@ -57,7 +57,7 @@ func testRedrive(t *testing.T, unlistedBound string) {
 		t.Fatalf("%d rows before the redrive, want acme's", n)
 	}
 	for _, m := range testenv.ReadToEnd(t, e.brokers, e.topic+".dlq") {
-		if omitted := headerOf(m, ingest.HeaderPayload) == "omitted"; omitted != (unlistedBound == "20m") {
+		if omitted := headerOf(m, deadletter.HeaderPayload) == "omitted"; omitted != (unlistedBound == "20m") {
 			t.Fatalf("letter %q: payload omitted %t with an unlisted bound of %s", m.Value, omitted, unlistedBound)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cellttl/cellttl/admin"
+	"github.com/cellttl/cellttl/deadletter"
 	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/expiry"
 	"github.com/cellttl/cellttl/ingest"
@@ -34,6 +35,7 @@ type runOptions struct {
 	// erasureRefresh is how often the erasure ledger is read again.
 	erasureRefresh time.Duration
 	kafka          ingest.Config
+	dlq            deadletter.Config
 	pipe           pipeline.Config
 	writer         sink.WriterConfig
 	admin          admin.Config
@@ -43,6 +45,7 @@ func defaultRunOptions() runOptions {
 	return runOptions{
 		tableOptions:   defaultTableOptions(),
 		kafka:          ingest.DefaultConfig(),
+		dlq:            deadletter.DefaultConfig(),
 		pipe:           pipeline.DefaultConfig(),
 		writer:         sink.DefaultWriterConfig(),
 		admin:          admin.DefaultConfig(),
@@ -66,6 +69,7 @@ func (o *runOptions) register(f *envflag.FlagSet) {
 	o.tableOptions.register(f)
 	o.tenants.RegisterReloadFlags(f)
 	o.kafka.RegisterFlags(f)
+	o.dlq.RegisterFlags(f)
 	o.admin.RegisterFlags(f)
 	o.writer.RegisterFlags(f)
 	o.pipe.RegisterFlags(f)
@@ -85,7 +89,7 @@ func (o *runOptions) resolve() error {
 	if o.startupTimeout <= 0 {
 		return usageError(fmt.Errorf("--startup-timeout %s: must be positive", o.startupTimeout))
 	}
-	if err := errors.Join(o.kafka.Validate(), o.tenants.Validate(), o.writer.Validate(), o.pipe.Resolve(), o.admin.Validate()); err != nil {
+	if err := errors.Join(o.kafka.Validate(), o.dlq.Validate(o.kafka.Topic), o.tenants.Validate(), o.writer.Validate(), o.pipe.Resolve(), o.admin.Validate()); err != nil {
 		return usageError(err)
 	}
 	return nil
@@ -173,7 +177,7 @@ func limitMemory(maxInflight int64, log *slog.Logger) {
 // logDeadLetterTopics says, topic by topic, how long a dead letter's
 // payload can stay there, and which tenants' letters no topic can keep
 // with their payload.
-func logDeadLetterTopics(rs []ingest.TopicRetention, p *expiry.Policy, log *slog.Logger) {
+func logDeadLetterTopics(rs []deadletter.TopicRetention, p *expiry.Policy, log *slog.Logger) {
 	shortest := time.Duration(0)
 	for _, r := range rs {
 		if r.Problem != nil {

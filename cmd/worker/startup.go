@@ -12,7 +12,7 @@ import (
 
 	"cloud.google.com/go/bigtable"
 
-	"github.com/cellttl/cellttl/ingest"
+	"github.com/cellttl/cellttl/internal/kafkaconn"
 	"github.com/cellttl/cellttl/internal/retry"
 	"github.com/cellttl/cellttl/sink"
 )
@@ -92,7 +92,7 @@ func checkBigtable(ctx context.Context, ac *bigtable.AdminClient, tc sink.TableC
 
 // checkKafka checks that a broker of the list takes a connection the way
 // the consumer will make it with sec: TCP and, when sec has TLS, the
-// handshake and a first request (ingest.Security.CheckBroker). The error
+// handshake and a first request (kafkaconn.Security.CheckBroker). The error
 // names each broker and why it did not.
 //
 // A broker that turns the TLS settings down (a certificate that does not
@@ -100,7 +100,7 @@ func checkBigtable(ctx context.Context, ac *bigtable.AdminClient, tc sink.TableC
 // does not fix itself while the worker waits, and the brokers of a cluster
 // share their CA, so one refusal stands for all. Anything else, a refused
 // connection or a timeout, is waited for.
-func checkKafka(ctx context.Context, brokers []string, s ingest.Security) error {
+func checkKafka(ctx context.Context, brokers []string, s kafkaconn.Security) error {
 	var errs brokerErrors
 	permanent := false
 	for _, b := range brokers {
@@ -108,7 +108,7 @@ func checkKafka(ctx context.Context, brokers []string, s ingest.Security) error 
 		if err == nil {
 			return nil
 		}
-		permanent = permanent || ingest.BrokerRefused(err)
+		permanent = permanent || kafkaconn.BrokerRefused(err)
 		errs = append(errs, brokerError{addr: b, err: err})
 	}
 	if len(brokers) == 1 {

@@ -9,9 +9,10 @@ import (
 	"slices"
 	"text/tabwriter"
 
-	"github.com/cellttl/cellttl/ingest"
+	"github.com/cellttl/cellttl/deadletter"
 	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/cellttl/cellttl/internal/envflag"
+	"github.com/cellttl/cellttl/internal/kafkaconn"
 	"github.com/cellttl/cellttl/retention"
 	"github.com/cellttl/cellttl/sink"
 	"github.com/cellttl/cellttl/tenants"
@@ -38,7 +39,7 @@ func runRetention(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err := checkFormat(format); err != nil {
 		return err
 	}
-	if err := o.kafka.Validate(); err != nil {
+	if err := errors.Join(o.kafka.Validate(), o.dlq.Validate(o.kafka.Topic)); err != nil {
 		return usageError(err)
 	}
 	s, _, done, err := o.openJob(ctx, stderr)
@@ -112,8 +113,8 @@ func gatherFacts(ctx context.Context, o *runOptions, cfg *tenants.Config, s *ses
 	f.FamilyMaxAge, f.FamilyHasMaxAge = sink.MaxAge(fam.Rule)
 	// The dead-letter topics the flags name, and any other class the broker
 	// still has (named by earlier flags: its letters are there).
-	dlqs := o.kafka.DeadLetterTopics().Names()
-	onBroker, err := ingest.DeadLetterTopicsOn(ctx, o.kafka.Brokers, o.kafka.Security, o.kafka.DeadLetterTopic())
+	dlqs := o.dlq.Topics(o.kafka.Topic).Names()
+	onBroker, err := deadletter.TopicsOn(ctx, o.kafka.Brokers, o.kafka.Security, o.dlq.Base(o.kafka.Topic))
 	if err != nil {
 		return f, err
 	}
@@ -123,7 +124,7 @@ func gatherFacts(ctx context.Context, o *runOptions, cfg *tenants.Config, s *ses
 		}
 	}
 	topics := append([]string{o.kafka.Topic}, dlqs...)
-	rs, err := ingest.ReadTopics(ctx, o.kafka.Brokers, o.kafka.Security, topics)
+	rs, err := deadletter.ReadTopics(ctx, o.kafka.Brokers, o.kafka.Security, topics)
 	if rs == nil {
 		return f, fmt.Errorf("read the topics' settings: %w", err)
 	}
@@ -135,7 +136,7 @@ func gatherFacts(ctx context.Context, o *runOptions, cfg *tenants.Config, s *ses
 			f.DeadLetters = append(f.DeadLetters, k)
 		}
 	}
-	rt, err := ingest.ReadRecordTimes(ctx, o.kafka.Brokers, o.kafka.Security, o.kafka.Topic, o.pipe.Decoder.MaxClockSkew)
+	rt, err := kafkaconn.ReadRecordTimes(ctx, o.kafka.Brokers, o.kafka.Security, o.kafka.Topic, o.pipe.Decoder.MaxClockSkew)
 	if err != nil && !errors.Is(err, context.Canceled) {
 		f.RecordTimes = err.Error()
 	} else {
@@ -145,9 +146,9 @@ func gatherFacts(ctx context.Context, o *runOptions, cfg *tenants.Config, s *ses
 }
 
 // topicKeep is a topic's reading for the statement.
-func topicKeep(r ingest.TopicRetention) retention.TopicKeep {
+func topicKeep(r deadletter.TopicRetention) retention.TopicKeep {
 	k := retention.TopicKeep{Topic: r.Topic, Keeps: r.Keeps}
-	if errors.Is(r.Problem, ingest.ErrTopicMissing) {
+	if errors.Is(r.Problem, deadletter.ErrTopicMissing) {
 		k.Missing = true
 		return k
 	}

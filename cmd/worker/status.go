@@ -10,6 +10,7 @@ import (
 	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/internal/duration"
+	"github.com/cellttl/cellttl/internal/kafkaconn"
 	"github.com/cellttl/cellttl/pipeline"
 	"github.com/cellttl/cellttl/tenants"
 )
@@ -104,7 +105,7 @@ type statusPage struct {
 	DeadLetterTopics []deadLetterTopic `json:"dead_letter_topics"`
 	Kafka            ingest.Status     `json:"kafka"`
 	// RecordTimestamps says whether producers can stamp the future.
-	RecordTimestamps ingest.RecordTimes `json:"record_timestamps"`
+	RecordTimestamps kafkaconn.RecordTimes `json:"record_timestamps"`
 	// Erasures is the erasure ledger in force: a record written before
 	// loaded_at is obeyed.
 	Erasures erasure.Status `json:"erasures"`

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cellttl/cellttl/ingest"
+	"github.com/cellttl/cellttl/internal/kafkaconn"
 	"github.com/cellttl/cellttl/internal/testenv"
 )
 
@@ -65,7 +65,7 @@ func TestFutureRecordTimestamps(t *testing.T) {
 		{map[string]string{"message.timestamp.type": "LogAppendTime"}, false, "message.timestamp.after.max.ms"},
 	} {
 		alterTopic(t, e.brokers, e.topic, tt.configs)
-		rt, err := ingest.ReadRecordTimes(context.Background(), e.brokers, ingest.Security{}, e.topic, 5*time.Minute)
+		rt, err := kafkaconn.ReadRecordTimes(context.Background(), e.brokers, kafkaconn.Security{}, e.topic, 5*time.Minute)
 		if err != nil || rt.Bounded != tt.bounded || rt.Setting != tt.setting {
 			t.Errorf("%v: %+v, %v; want bounded %t by %s", tt.configs, rt, err, tt.bounded, tt.setting)
 		}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/cellttl/cellttl/ingest"
+	"github.com/cellttl/cellttl/deadletter"
 	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/rowkey"
@@ -129,7 +129,7 @@ func testOwnTTLs(t *testing.T, strategy, from string) {
 		field = from
 	}
 	d := dead[0]
-	if f, class, payload, off := headerOf(d, ingest.HeaderField), headerOf(d, ingest.HeaderReasonClass), headerOf(d, ingest.HeaderPayload), headerOf(d, ingest.HeaderSourceOffset); f != field || class != "invalid_ttl" ||
+	if f, class, payload, off := headerOf(d, deadletter.HeaderField), headerOf(d, deadletter.HeaderReasonClass), headerOf(d, deadletter.HeaderPayload), headerOf(d, deadletter.HeaderSourceOffset); f != field || class != "invalid_ttl" ||
 		payload != "omitted" || len(d.Value) != 0 || off == "" {
 		t.Errorf("dead letter: field %q, class %q, payload %q (%d bytes), source offset %q; want %q, invalid_ttl, omitted, an offset", f, class, payload, len(d.Value), off, field)
 	}

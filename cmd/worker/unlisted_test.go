@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cellttl/cellttl/ingest"
+	"github.com/cellttl/cellttl/deadletter"
 	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/pipeline"
 )
@@ -70,8 +70,8 @@ func testUnlisted(t *testing.T, policy string) {
 			t.Fatalf("%d rows and %d dead letters, want acme's 2 rows and %d letters", len(rows), len(letters), unlisted)
 		}
 		for _, m := range letters {
-			if c := headerOf(m, ingest.HeaderReasonClass); c != "unlisted_tenant" || headerOf(m, ingest.HeaderTenant) == "" {
-				t.Errorf("letter %q: reason class %q, tenant %q; want unlisted_tenant and its id", m.Value, c, headerOf(m, ingest.HeaderTenant))
+			if c := headerOf(m, deadletter.HeaderReasonClass); c != "unlisted_tenant" || headerOf(m, deadletter.HeaderTenant) == "" {
+				t.Errorf("letter %q: reason class %q, tenant %q; want unlisted_tenant and its id", m.Value, c, headerOf(m, deadletter.HeaderTenant))
 			}
 		}
 	}

@@ -20,9 +20,11 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/cellttl/cellttl/admin"
+	"github.com/cellttl/cellttl/deadletter"
 	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/internal/duration"
+	"github.com/cellttl/cellttl/internal/kafkaconn"
 	"github.com/cellttl/cellttl/pipeline"
 	"github.com/cellttl/cellttl/sink"
 	"github.com/cellttl/cellttl/tenants"
@@ -36,8 +38,8 @@ type worker struct {
 	rules        *sink.RuleWatch
 	erasures     *erasure.Watch
 	log          *slog.Logger
-	dlq          *ingest.DeadLetterWriter
-	times        *ingest.RecordTimeWatch
+	dlq          *deadletter.Writer
+	times        *kafkaconn.RecordTimeWatch
 	consumer     *ingest.Consumer
 	writer       *sink.Writer
 	reloader     *tenants.Reloader
@@ -96,15 +98,11 @@ func newWorker(ctx context.Context, o *runOptions, cfg *tenants.Config, dc *bigt
 func (w *worker) openKafka(ctx context.Context, mp metric.MeterProvider) error {
 	o, log := w.o, w.log
 	brokers, sec := o.kafka.Brokers, o.kafka.Security
-	dialer, err := sec.Dialer()
+	ccfg, err := o.kafka.ConsumerConfig(o.pipe.FetchBudget(), o.pipe.Decoder.MaxBytes)
 	if err != nil {
 		return err
 	}
-	fetchTransport, err := sec.Transport()
-	if err != nil {
-		return err
-	}
-	if w.dlq, err = ingest.NewDeadLetterWriter(brokers, o.kafka.DeadLetterTopics(), sec, mp, log); err != nil {
+	if w.dlq, err = deadletter.NewWriter(brokers, o.dlq.Topics(o.kafka.Topic), sec, mp, log); err != nil {
 		return err
 	}
 	// Before joining the group: a dead-letter topic that cannot take dead
@@ -115,7 +113,7 @@ func (w *worker) openKafka(ctx context.Context, mp metric.MeterProvider) error {
 		log.Error("dead-letter topics cannot take dead letters; the letters bound for them will wait, uncommitted, until they can", "err", err)
 	}
 	logDeadLetterTopics(rs, w.cfg.Policy, log)
-	if w.times, err = ingest.NewRecordTimeWatch(brokers, o.kafka.Topic, sec, o.pipe.Decoder.MaxClockSkew, o.strictRetention, log); err != nil {
+	if w.times, err = kafkaconn.NewRecordTimeWatch(brokers, o.kafka.Topic, sec, o.pipe.Decoder.MaxClockSkew, o.strictRetention, log); err != nil {
 		_ = w.dlq.Close()
 		return err
 	}
@@ -124,19 +122,7 @@ func (w *worker) openKafka(ctx context.Context, mp metric.MeterProvider) error {
 		w.times.Close()
 		return fmt.Errorf("refusing to start (--strict-retention): %w", cmp.Or(err, w.times.Problem()))
 	}
-	w.consumer, err = ingest.NewConsumer(ingest.ConsumerConfig{
-		Brokers:          brokers,
-		Topic:            o.kafka.Topic,
-		Group:            o.kafka.Group,
-		CommitInterval:   o.kafka.CommitInterval,
-		SessionTimeout:   o.kafka.SessionTimeout,
-		StallTimeout:     o.kafka.StallTimeout,
-		MaxInflightBytes: o.pipe.FetchBudget(),
-		MaxEventBytes:    o.pipe.Decoder.MaxBytes,
-		OffsetReset:      o.kafka.OffsetReset,
-		Dialer:           dialer,
-		Transport:        fetchTransport,
-	}, mp, log)
+	w.consumer, err = ingest.NewConsumer(ccfg, mp, log)
 	if err != nil {
 		_ = w.dlq.Close()
 		return err
@@ -156,8 +142,8 @@ func (w *worker) serve(ctx context.Context, metrics http.Handler) error {
 	defer wg.Wait()
 	bg, stopBackground := context.WithCancel(ctx)
 	defer stopBackground()
-	wg.Go(func() { w.dlq.Run(bg, o.kafka.DeadLetterCheck) })
-	wg.Go(func() { w.times.Run(bg, o.kafka.DeadLetterCheck) })
+	wg.Go(func() { w.dlq.Run(bg, o.dlq.CheckInterval) })
+	wg.Go(func() { w.times.Run(bg, o.dlq.CheckInterval) })
 	defer w.times.Close()
 	wg.Go(func() { w.rules.Run(bg, o.writer.RuleCheckInterval) })
 	wg.Go(func() { w.erasures.Run(bg) })
@@ -186,7 +172,7 @@ func (w *worker) serve(ctx context.Context, metrics http.Handler) error {
 		// right for tests, never for production.
 		log.Warn("BIGTABLE_EMULATOR_HOST is set: every Bigtable request goes to that address, without credentials (an emulator), not to Google Cloud", "emulator", host)
 	}
-	log.Info("worker started", "topic", o.kafka.Topic, "group", o.kafka.Group, "dlq_topic", o.kafka.DeadLetterTopic(),
+	log.Info("worker started", "topic", o.kafka.Topic, "group", o.kafka.Group, "dlq_topic", o.dlq.Base(o.kafka.Topic),
 		"table", o.table.Table, "family", o.table.Family, "strategy", w.cfg.Policy.Strategy.String(),
 		"default_ttl", duration.Format(w.cfg.Policy.DefaultTTL), "tenants", len(w.cfg.Policy.Tenants), "config_version", w.cfg.Version)
 	runErr := w.pipeline.Run(ctx)

@@ -13,7 +13,7 @@ import (
 
 	"cloud.google.com/go/bigtable"
 
-	"github.com/cellttl/cellttl/ingest"
+	"github.com/cellttl/cellttl/deadletter"
 	"github.com/cellttl/cellttl/internal/testenv"
 )
 
@@ -246,11 +246,11 @@ func TestBadEventsGoToDeadLetterTopic(t *testing.T) {
 			t.Errorf("dead letter with a value that was not sent bad: %q", m.Value)
 			continue
 		}
-		if !strings.Contains(h[ingest.HeaderReason], want) {
-			t.Errorf("value %.30q: reason %q, want it to say %q", m.Value, h[ingest.HeaderReason], want)
+		if !strings.Contains(h[deadletter.HeaderReason], want) {
+			t.Errorf("value %.30q: reason %q, want it to say %q", m.Value, h[deadletter.HeaderReason], want)
 		}
-		off, err := strconv.ParseInt(h[ingest.HeaderSourceOffset], 10, 64)
-		if h[ingest.HeaderSourceTopic] != e.topic || h[ingest.HeaderSourcePartition] == "" || err != nil || off < 0 {
+		off, err := strconv.ParseInt(h[deadletter.HeaderSourceOffset], 10, 64)
+		if h[deadletter.HeaderSourceTopic] != e.topic || h[deadletter.HeaderSourcePartition] == "" || err != nil || off < 0 {
 			t.Errorf("source headers %v", h)
 		}
 	}

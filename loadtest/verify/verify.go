@@ -17,7 +17,7 @@ import (
 	"cloud.google.com/go/bigtable"
 	"github.com/segmentio/kafka-go"
 
-	"github.com/cellttl/cellttl/ingest"
+	"github.com/cellttl/cellttl/deadletter"
 	"github.com/cellttl/cellttl/internal/inproc"
 	"github.com/cellttl/cellttl/loadtest/synth"
 	"github.com/cellttl/cellttl/reader"
@@ -288,15 +288,15 @@ func sourceHeaders(ctx context.Context, brokers []string, m kafka.Message) ([]ka
 	for _, x := range m.Headers {
 		h[x.Key] = string(x.Value)
 	}
-	if h[ingest.HeaderPayload] != "omitted" {
+	if h[deadletter.HeaderPayload] != "omitted" {
 		return nil, false
 	}
-	part, perr := strconv.Atoi(h[ingest.HeaderSourcePartition])
-	off, oerr := strconv.ParseInt(h[ingest.HeaderSourceOffset], 10, 64)
+	part, perr := strconv.Atoi(h[deadletter.HeaderSourcePartition])
+	off, oerr := strconv.ParseInt(h[deadletter.HeaderSourceOffset], 10, 64)
 	if perr != nil || oerr != nil {
 		return nil, false
 	}
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: h[ingest.HeaderSourceTopic], Partition: part, MaxBytes: 10 << 20, MaxWait: 200 * time.Millisecond})
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: h[deadletter.HeaderSourceTopic], Partition: part, MaxBytes: 10 << 20, MaxWait: 200 * time.Millisecond})
 	defer r.Close()
 	if err := r.SetOffset(off); err != nil {
 		return nil, false

@@ -1,4 +1,9 @@
-package ingest
+// Package kafkaconn is how cellttl connects to Kafka: TLS, SASL and the
+// password file (Security, with its flags), a check of a broker's TLS
+// settings, the ACL probe of a topic's write permission, and the admin
+// reads of the input topic's record-timestamp settings. The consumer
+// (ingest), the dead-letter writer (deadletter) and redrive share it.
+package kafkaconn
 
 import (
 	"context"
@@ -306,13 +311,26 @@ func (s Security) Dialer() (*kafka.Dialer, error) {
 	return &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, TLS: t, SASLMechanism: m}, nil
 }
 
-// Transport returns the transport of the dead-letter producer.
+// Transport returns a transport with the TLS and SASL settings: the
+// consumer's fetches, the dead-letter producer, admin reads.
 func (s Security) Transport() (*kafka.Transport, error) {
 	t, m, err := s.parts()
 	if err != nil {
 		return nil, err
 	}
 	return &kafka.Transport{TLS: t, SASL: m}, nil
+}
+
+// AdminClient is a client for one-off reads of topic settings, its
+// transport's metadata limited to topics (all when nil); done closes its
+// connections.
+func (s Security) AdminClient(brokers, topics []string) (client *kafka.Client, done func(), err error) {
+	transport, err := s.Transport()
+	if err != nil {
+		return nil, nil, err
+	}
+	transport.MetadataTopics = topics
+	return &kafka.Client{Addr: kafka.TCP(brokers...), Transport: transport, Timeout: 10 * time.Second}, transport.CloseIdleConnections, nil
 }
 
 // RegisterFlags declares the flags that fill s.

@@ -1,4 +1,4 @@
-package ingest
+package kwire
 
 import (
 	"bufio"
@@ -7,147 +7,22 @@ import (
 	"errors"
 	"fmt"
 	"hash"
-	"hash/crc32"
 	"io"
 )
 
-// The record formats a partition's fetched bytes hold: record batches
-// (magic 2, Kafka 0.11+) and the legacy messages of magic 0 and 1, which
-// brokers since Kafka 3.0 no longer write but may still hold from before.
-// The magic byte sits at the same place in all three.
-const (
-	magicOffset = 16
-	// batchHeader is a v2 record batch's header, up to its records.
-	batchHeader = 61
-	// keptPart is the most of a key, or of headers, that a record too
-	// large to hold keeps.
-	keptPart = 64 << 10
-)
-
-// recordBatch is one record batch of a partition's fetched bytes, or one
-// legacy message (which may wrap a compressed set of messages).
-type recordBatch struct {
-	magic int8
-	// first and last are the offsets it holds. A legacy wrapper message's
-	// own offset is that of the last message inside it: first is known
-	// once the batch is opened.
-	first, last int64
-	attrs       int16
-	// raw is the batch as it came from the broker.
-	raw []byte
-	// v2: the base timestamp and the records, compressed or not.
-	baseTime int64
-	records  []byte
-	count    int32
-	// Legacy: the message's timestamp, key and value.
-	time       int64
-	key, value []byte
-}
-
-func (b *recordBatch) codec() int8 { return int8(b.attrs & 0x07) }
-
-// control reports a batch of transaction markers: nothing to deliver.
-func (b *recordBatch) control() bool { return b.magic == 2 && b.attrs&0x20 != 0 }
-
-// errCorrupt is a batch whose checksum or framing is wrong: a broker or
-// disk fault, not something a producer can send (the broker checks every
-// batch it takes). It is fetched again, with backoff, and said.
-var errCorrupt = errors.New("corrupt record batch")
-
-// nextBatch splits the first batch off b. ok is false when b does not hold
-// a whole one: the response's size limit cut it, and it is fetched again.
-func nextBatch(b []byte) (batch recordBatch, rest []byte, ok bool, err error) {
-	if len(b) < magicOffset+1 {
-		return batch, nil, false, nil
-	}
-	size := int64(int32(binary.BigEndian.Uint32(b[8:])))
-	if size < magicOffset-12+1 {
-		return batch, nil, false, fmt.Errorf("%w: length %d at offset %d", errCorrupt, size, int64(binary.BigEndian.Uint64(b)))
-	}
-	end := 12 + size
-	if end > int64(len(b)) {
-		return batch, nil, false, nil
-	}
-	raw := b[:end:end]
-	batch.raw, batch.magic = raw, int8(raw[magicOffset])
-	switch batch.magic {
-	case 2:
-		err = batch.parseV2()
-	case 0, 1:
-		err = batch.parseLegacy()
-	default:
-		err = fmt.Errorf("%w: magic %d at offset %d", errCorrupt, batch.magic, int64(binary.BigEndian.Uint64(raw)))
-	}
-	if err != nil {
-		return batch, nil, false, err
-	}
-	return batch, b[end:], true, nil
-}
-
-func (b *recordBatch) parseV2() error {
-	raw := b.raw
-	b.first = int64(binary.BigEndian.Uint64(raw))
-	if len(raw) < batchHeader {
-		return fmt.Errorf("%w: batch of %d bytes at offset %d", errCorrupt, len(raw), b.first)
-	}
-	if crc := binary.BigEndian.Uint32(raw[17:]); crc32.Checksum(raw[21:], castagnoli) != crc {
-		return fmt.Errorf("%w: checksum mismatch at offset %d", errCorrupt, b.first)
-	}
-	b.attrs = int16(binary.BigEndian.Uint16(raw[21:]))
-	b.last = b.first + int64(int32(binary.BigEndian.Uint32(raw[23:])))
-	b.baseTime = int64(binary.BigEndian.Uint64(raw[27:]))
-	b.count = int32(binary.BigEndian.Uint32(raw[57:]))
-	b.records = raw[batchHeader:]
-	return nil
-}
-
-func (b *recordBatch) parseLegacy() error {
-	raw := b.raw
-	b.first = int64(binary.BigEndian.Uint64(raw))
-	b.last = b.first
-	d := wire{b: raw[12:]}
-	crc := uint32(d.int32())
-	if d.err == nil && crc32.ChecksumIEEE(d.b) != crc {
-		return fmt.Errorf("%w: checksum mismatch at offset %d", errCorrupt, b.first)
-	}
-	d.skip(1) // magic
-	if attrs := d.bytes(1); attrs != nil {
-		b.attrs = int16(attrs[0])
-	}
-	b.time = -1
-	if b.magic == 1 {
-		b.time = d.int64()
-	}
-	b.key = d.nullableBytes()
-	b.value = d.nullableBytes()
-	if d.err != nil {
-		return fmt.Errorf("%w: message at offset %d: %w", errCorrupt, b.first, d.err)
-	}
-	return nil
-}
-
-// nullableBytes reads bytes after an int32 length, nil when it is -1.
-func (d *wire) nullableBytes() []byte {
-	n := d.int32()
-	if n < 0 {
-		return nil
-	}
-	return d.bytes(int(n))
-}
-
-// record is one record of a batch, its fields pointing into the batch or
+// Record is one record of a batch, its fields pointing into the batch or
 // into the reader's buffers: valid until the next record is read.
-type record struct {
-	offset int64
-	time   int64 // milliseconds; -1 when the record has none
-	// key and value are nil when the record has none.
-	key, value []byte
-	// headers is the record's headers as encoded, n of them (a legacy
-	// message has none).
-	headers  []byte
-	nheaders int
-	// cut is set when the record was too large to hold whole.
-	cut *Cut
+type Record struct {
+	Offset int64
+	Time   int64 // milliseconds; -1 when the record has none
+	// Key and Value are nil when the record has none.
+	Key, Value []byte
+	// Headers is the record's headers as encoded, NumHeaders of them (a
+	// legacy message has none): see ReadHeaders.
+	Headers    []byte
+	NumHeaders int
+	// Cut is set when the record was too large to hold whole.
+	Cut *Cut
 }
 
 // Cut describes a record too large to hold whole: the value handed on is
@@ -161,32 +36,39 @@ type Cut struct {
 	Dropped string
 }
 
-// recordReader reads the records of one batch at a time. A v2 batch's
+// Reader reads the records of one batch at a time. A v2 batch's
 // uncompressed records are read where they lie; compressed ones from the
 // inflater's stream, one record at a time into a buffer, so memory does not
 // grow with the batch. A record larger than maxRecord is never held whole:
 // it is handed on cut (see Cut).
-type recordReader struct {
+type Reader struct {
 	inflate   *inflater
 	maxRecord int
 
-	b       *recordBatch
+	b       *Batch
 	left    int32         // records still to read, by the batch's count
 	src     []byte        // uncompressed records not yet read
 	stream  *bufio.Reader // decompressed records of a compressed batch
 	scratch []byte        // the record being read from stream
-	legacy  []record      // a legacy batch's messages, read at open
+	legacy  []Record      // a legacy batch's messages, read at open
 	inner   []byte        // a legacy wrapper's messages, decompressed
 	hash    hash.Hash
 }
 
-func newRecordReader(inflate *inflater, maxRecord int) *recordReader {
-	return &recordReader{inflate: inflate, maxRecord: maxRecord, stream: bufio.NewReaderSize(nil, 64<<10), hash: sha256.New()}
+// NewReader returns a reader of batches that may each decompress to at
+// most limit bytes (past it, reading fails) and whose
+// records larger than maxRecord bytes are cut. A Reader belongs to one
+// goroutine; Close lets go of its decompressors.
+func NewReader(limit int64, maxRecord int) *Reader {
+	return &Reader{inflate: newInflater(limit), maxRecord: maxRecord, stream: bufio.NewReaderSize(nil, 64<<10), hash: sha256.New()}
 }
 
-// open starts reading b. A legacy wrapper message is decompressed here;
+// Close lets go of the decompressors' hold on the last batch.
+func (r *Reader) Close() { r.inflate.close() }
+
+// Open starts reading b. A legacy wrapper message is decompressed here;
 // its first offset is then known.
-func (r *recordReader) open(b *recordBatch) error {
+func (r *Reader) Open(b *Batch) error {
 	r.b, r.left, r.src, r.legacy = b, b.count, nil, r.legacy[:0]
 	if b.magic < 2 {
 		return r.openLegacy()
@@ -203,8 +85,8 @@ func (r *recordReader) open(b *recordBatch) error {
 	return nil
 }
 
-// next reads the next record; ok is false at the batch's end.
-func (r *recordReader) next(rec *record) (ok bool, err error) {
+// Next reads the next record into rec; ok is false at the batch's end.
+func (r *Reader) Next(rec *Record) (ok bool, err error) {
 	if r.b.magic < 2 {
 		if len(r.legacy) == 0 {
 			return false, nil
@@ -252,42 +134,42 @@ func (r *recordReader) next(rec *record) (ok bool, err error) {
 }
 
 // parse reads the fields of a v2 record of body.
-func (r *recordReader) parse(body []byte, rec *record) error {
+func (r *Reader) parse(body []byte, rec *Record) error {
 	d := varints{b: body}
 	d.skip(1) // attributes
 	ts := d.varint()
 	off := d.varint()
-	rec.key = d.bytes()
-	rec.value = d.bytes()
+	rec.Key = d.bytes()
+	rec.Value = d.bytes()
 	n := d.varint()
-	rec.headers, rec.nheaders, rec.cut = d.b, int(n), nil
+	rec.Headers, rec.NumHeaders, rec.Cut = d.b, int(n), nil
 	if d.err != nil || n < 0 {
 		return fmt.Errorf("record at offset delta %d: %w", off, errShort)
 	}
-	rec.offset = r.b.first + off
-	rec.time = r.b.baseTime + ts
+	rec.Offset = r.b.First + off
+	rec.Time = r.b.baseTime + ts
 	return nil
 }
 
 // cutInMemory cuts a record that lies whole in the response, as readCut
 // does one read from a stream.
-func (r *recordReader) cutInMemory(rec *record) {
-	c := &Cut{Size: int64(len(rec.value)), SHA256: sha256.Sum256(rec.value)}
-	rec.value = rec.value[:min(len(rec.value), r.maxRecord)]
-	if len(rec.key) > keptPart {
-		rec.key, c.Dropped = nil, "key"
+func (r *Reader) cutInMemory(rec *Record) {
+	c := &Cut{Size: int64(len(rec.Value)), SHA256: sha256.Sum256(rec.Value)}
+	rec.Value = rec.Value[:min(len(rec.Value), r.maxRecord)]
+	if len(rec.Key) > keptPart {
+		rec.Key, c.Dropped = nil, "key"
 	}
-	if len(rec.headers) > keptPart {
-		rec.headers, rec.nheaders = nil, 0
+	if len(rec.Headers) > keptPart {
+		rec.Headers, rec.NumHeaders = nil, 0
 		c.Dropped = join(c.Dropped, "headers")
 	}
-	rec.cut = c
+	rec.Cut = c
 }
 
 // readCut reads a record of size bytes, more than maxRecord, from rd: its
 // key if it is at most keptPart, the first maxRecord bytes of its value and
 // the hash of all of it, its headers if they are at most keptPart.
-func (r *recordReader) readCut(rd io.Reader, size int64, rec *record) error {
+func (r *Reader) readCut(rd io.Reader, size int64, rec *Record) error {
 	br := byteReader{r: rd}
 	var one [1]byte
 	if _, err := io.ReadFull(rd, one[:]); err != nil { // attributes
@@ -362,7 +244,7 @@ func (r *recordReader) readCut(rd io.Reader, size int64, rec *record) error {
 		}
 		c.Dropped = join(c.Dropped, "headers")
 	}
-	*rec = record{offset: r.b.first + off, time: r.b.baseTime + ts, key: key, value: value, headers: headers, nheaders: nheaders, cut: c}
+	*rec = Record{Offset: r.b.First + off, Time: r.b.baseTime + ts, Key: key, Value: value, Headers: headers, NumHeaders: nheaders, Cut: c}
 	return nil
 }
 
@@ -377,10 +259,10 @@ func join(dropped, what string) string {
 // the messages a compressed one wraps, decompressed whole (within
 // inflateWindow: brokers since Kafka 3.0 write no such batches, so they are
 // old and few).
-func (r *recordReader) openLegacy() error {
+func (r *Reader) openLegacy() error {
 	b := r.b
 	if b.codec() == codecNone {
-		r.legacy = append(r.legacy, record{offset: b.first, time: b.time, key: b.key, value: b.value})
+		r.legacy = append(r.legacy, Record{Offset: b.First, Time: b.time, Key: b.key, Value: b.value})
 		return r.cutLegacy()
 	}
 	if b.value == nil {
@@ -398,26 +280,26 @@ func (r *recordReader) openLegacy() error {
 		return fmt.Errorf("a legacy compressed message of more than %d bytes, the most one may: %w", inflateWindow, errBatchTooLarge)
 	}
 	for rest := r.inner; len(rest) > 0; {
-		m, next, ok, err := nextBatch(rest)
+		m, next, ok, err := NextBatch(rest)
 		if err != nil {
 			return err
 		}
 		if !ok || m.magic > 1 {
-			return fmt.Errorf("legacy compressed message at offset %d: %w", b.first, errShort)
+			return fmt.Errorf("legacy compressed message at offset %d: %w", b.First, errShort)
 		}
 		rest = next
-		r.legacy = append(r.legacy, record{offset: m.first, time: m.time, key: m.key, value: m.value})
+		r.legacy = append(r.legacy, Record{Offset: m.First, Time: m.time, Key: m.key, Value: m.value})
 	}
 	if b.magic == 1 && len(r.legacy) > 0 {
 		// Magic 1 numbers the wrapped messages from 0; the wrapper holds
 		// the offset of the last.
-		lastRel := r.legacy[len(r.legacy)-1].offset
+		lastRel := r.legacy[len(r.legacy)-1].Offset
 		for i := range r.legacy {
-			r.legacy[i].offset = b.last - lastRel + r.legacy[i].offset
+			r.legacy[i].Offset = b.Last - lastRel + r.legacy[i].Offset
 		}
 	}
 	if len(r.legacy) > 0 {
-		b.first = r.legacy[0].offset
+		b.First = r.legacy[0].Offset
 	}
 	return r.cutLegacy()
 }
@@ -444,9 +326,9 @@ func readAtMost(r io.Reader, buf []byte, n int) ([]byte, error) {
 }
 
 // cutLegacy cuts the legacy messages too large to hold.
-func (r *recordReader) cutLegacy() error {
+func (r *Reader) cutLegacy() error {
 	for i := range r.legacy {
-		if len(r.legacy[i].key)+len(r.legacy[i].value) > r.maxRecord {
+		if len(r.legacy[i].Key)+len(r.legacy[i].Value) > r.maxRecord {
 			r.cutInMemory(&r.legacy[i])
 		}
 	}
@@ -520,4 +402,23 @@ func (b byteReader) ReadByte() (byte, error) {
 	var one [1]byte
 	_, err := io.ReadFull(b.r, one[:])
 	return one[0], err
+}
+
+// ReadHeaders calls fn with the key and value of each of the record's
+// headers, in order. They point into the record (valid until the next
+// record is read); a header's value is nil when it is null.
+func (rec *Record) ReadHeaders(fn func(key, value []byte)) error {
+	if rec.NumHeaders > len(rec.Headers) { // each takes at least two bytes
+		return errShort
+	}
+	d := varints{b: rec.Headers}
+	for range rec.NumHeaders {
+		k := d.bytes()
+		v := d.bytes()
+		if d.err != nil {
+			return d.err
+		}
+		fn(k, v)
+	}
+	return nil
 }

@@ -1,8 +1,7 @@
-package ingest
+package kwire
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -12,8 +11,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/segmentio/kafka-go/compress"
 	"github.com/segmentio/kafka-go/protocol"
@@ -45,36 +42,76 @@ func encodeBatch(t testing.TB, version int8, codec compress.Compression, base in
 	return b
 }
 
+// msg is a record as the worker's messages hold it.
+type msg struct {
+	Offset     int64
+	Key, Value []byte
+	Headers    []hdr
+	Time       time.Time
+}
+
+type hdr struct {
+	Key   string
+	Value []byte
+}
+
+// toMsg copies a record out as the worker's fetcher does.
+func toMsg(rec *Record) (msg, error) {
+	m := msg{Offset: rec.Offset}
+	if rec.Key != nil {
+		m.Key = bytes.Clone(rec.Key)
+	}
+	if rec.Value != nil {
+		m.Value = bytes.Clone(rec.Value)
+	}
+	if rec.NumHeaders > 0 {
+		err := rec.ReadHeaders(func(k, v []byte) {
+			h := hdr{Key: string(k)}
+			if v != nil {
+				h.Value = bytes.Clone(v)
+			}
+			m.Headers = append(m.Headers, h)
+		})
+		if err != nil {
+			return m, fmt.Errorf("headers of the record at offset %d: %w", rec.Offset, err)
+		}
+	}
+	if rec.Time != -1 {
+		m.Time = time.UnixMilli(rec.Time).UTC()
+	}
+	return m, nil
+}
+
 // decodeOurs reads every message of data as the fetcher does.
-func decodeOurs(t testing.TB, data []byte, maxRecord int) ([]Message, []*Cut) {
+func decodeOurs(t testing.TB, data []byte, maxRecord int) ([]msg, []*Cut) {
 	t.Helper()
-	r := newRecordReader(newInflater(1<<30), maxRecord)
-	defer r.inflate.close()
-	var msgs []Message
+	r := NewReader(1<<30, maxRecord)
+	defer r.Close()
+	var msgs []msg
 	var cuts []*Cut
 	for len(data) > 0 {
-		b, rest, ok, err := nextBatch(data)
+		b, rest, ok, err := NextBatch(data)
 		if err != nil || !ok {
 			t.Fatalf("batch: ok %v, %v", ok, err)
 		}
 		data = rest
-		if err := r.open(&b); err != nil {
+		if err := r.Open(&b); err != nil {
 			t.Fatalf("open: %v", err)
 		}
-		var rec record
+		var rec Record
 		for {
-			ok, err := r.next(&rec)
+			ok, err := r.Next(&rec)
 			if err != nil {
 				t.Fatalf("record: %v", err)
 			}
 			if !ok {
 				break
 			}
-			m, err := message("t", 0, &rec)
+			m, err := toMsg(&rec)
 			if err != nil {
 				t.Fatal(err)
 			}
-			msgs, cuts = append(msgs, m), append(cuts, rec.cut)
+			msgs, cuts = append(msgs, m), append(cuts, rec.Cut)
 		}
 	}
 	return msgs, cuts
@@ -82,14 +119,14 @@ func decodeOurs(t testing.TB, data []byte, maxRecord int) ([]Message, []*Cut) {
 
 // decodeKafkaGo reads data with kafka-go's decoder, which the worker used
 // before it read responses itself, into messages as the worker made them.
-func decodeKafkaGo(t testing.TB, data []byte) []Message {
+func decodeKafkaGo(t testing.TB, data []byte) []msg {
 	t.Helper()
 	framed := binary.BigEndian.AppendUint32(nil, uint32(len(data)))
 	var rs protocol.RecordSet
 	if _, err := rs.ReadFrom(bytes.NewReader(append(framed, data...))); err != nil {
 		t.Fatal(err)
 	}
-	var out []Message
+	var out []msg
 	for {
 		rec, err := rs.Records.ReadRecord()
 		if errors.Is(err, io.EOF) {
@@ -98,9 +135,9 @@ func decodeKafkaGo(t testing.TB, data []byte) []Message {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m := Message{Topic: "t", Offset: rec.Offset}
+		m := msg{Offset: rec.Offset}
 		for _, h := range rec.Headers {
-			m.Headers = append(m.Headers, Header{Key: h.Key, Value: h.Value})
+			m.Headers = append(m.Headers, hdr{Key: h.Key, Value: h.Value})
 		}
 		if rec.Key != nil {
 			m.Key, _ = io.ReadAll(rec.Key)
@@ -121,7 +158,7 @@ func decodeKafkaGo(t testing.TB, data []byte) []Message {
 	}
 }
 
-func sameMessage(a, b Message) error {
+func sameMessage(a, b msg) error {
 	switch {
 	case a.Offset != b.Offset:
 		return fmt.Errorf("offset %d, want %d", a.Offset, b.Offset)
@@ -253,19 +290,19 @@ func TestBatchPastTheLimit(t *testing.T) {
 				recs[i] = protocol.Record{Time: time.UnixMilli(1), Value: protocol.NewBytes(make([]byte, 256<<10))}
 			}
 			data := encodeBatch(t, 2, codec, 0, recs...)
-			r := newRecordReader(newInflater(1<<20), 2<<20)
-			defer r.inflate.close()
-			b, _, ok, err := nextBatch(data)
+			r := NewReader(1<<20, 2<<20)
+			defer r.Close()
+			b, _, ok, err := NextBatch(data)
 			if !ok || err != nil {
 				t.Fatal(ok, err)
 			}
-			if err := r.open(&b); err != nil {
+			if err := r.Open(&b); err != nil {
 				t.Fatal(err)
 			}
 			n := 0
-			var rec record
+			var rec Record
 			for {
-				ok, err := r.next(&rec)
+				ok, err := r.Next(&rec)
 				if err != nil {
 					if !errors.Is(err, errBatchTooLarge) {
 						t.Fatalf("after %d records: %v, want errBatchTooLarge", n, err)
@@ -310,17 +347,17 @@ func TestSnappyBlockLengthIsChecked(t *testing.T) {
 // loudly), the second is the normal end of a response.
 func TestCorruptAndTruncatedBatches(t *testing.T) {
 	data := encodeBatch(t, 2, compress.None, 0, sampleRecords(true)...)
-	if _, _, ok, err := nextBatch(data[:len(data)-1]); ok || err != nil {
+	if _, _, ok, err := NextBatch(data[:len(data)-1]); ok || err != nil {
 		t.Errorf("truncated: ok %v, err %v; want neither", ok, err)
 	}
 	bad := bytes.Clone(data)
 	bad[len(bad)-1] ^= 0xff
-	if _, _, _, err := nextBatch(bad); !errors.Is(err, errCorrupt) {
+	if _, _, _, err := NextBatch(bad); !errors.Is(err, errCorrupt) {
 		t.Errorf("corrupt: %v, want errCorrupt", err)
 	}
 	negative := bytes.Clone(data)
 	binary.BigEndian.PutUint32(negative[8:], 0xfffffff0)
-	if _, _, _, err := nextBatch(negative); !errors.Is(err, errCorrupt) {
+	if _, _, _, err := NextBatch(negative); !errors.Is(err, errCorrupt) {
 		t.Errorf("negative length: %v, want errCorrupt", err)
 	}
 }
@@ -342,7 +379,7 @@ func TestShortLegacyMessage(t *testing.T) {
 	binary.BigEndian.PutUint32(msg[8:], 5)
 	msg[16] = 1
 	binary.BigEndian.PutUint32(msg[12:], crc32.ChecksumIEEE(msg[16:]))
-	if _, _, _, err := nextBatch(msg); !errors.Is(err, errCorrupt) {
+	if _, _, _, err := NextBatch(msg); !errors.Is(err, errCorrupt) {
 		t.Errorf("%v, want errCorrupt", err)
 	}
 }
@@ -385,50 +422,26 @@ func FuzzBatchesChecksummed(f *testing.F) {
 // decodeAll reads every batch and record of data as the fetcher does,
 // stopping at the first error.
 func decodeAll(data []byte) {
-	r := newRecordReader(newInflater(4<<20), 64<<10)
-	defer r.inflate.close()
+	r := NewReader(4<<20, 64<<10)
+	defer r.Close()
 	for len(data) > 0 {
-		b, rest, ok, err := nextBatch(data)
+		b, rest, ok, err := NextBatch(data)
 		if err != nil || !ok {
 			return
 		}
 		data = rest
-		if err := r.open(&b); err != nil {
+		if err := r.Open(&b); err != nil {
 			continue
 		}
-		var rec record
+		var rec Record
 		for range 1 << 16 {
-			ok, err := r.next(&rec)
+			ok, err := r.Next(&rec)
 			if err != nil || !ok {
 				break
 			}
-			if _, err := message("t", 0, &rec); err != nil {
+			if _, err := toMsg(&rec); err != nil {
 				break
 			}
 		}
-	}
-}
-
-// Regression (review): a legacy compressed message that cannot be opened
-// was dead-lettered as its own offset alone, which is its last inner
-// message's, while the commit moved past the ones before it. It stands for
-// every offset from the partition's position to it.
-func TestUndecodableLegacyWrapperCoversItsMessages(t *testing.T) {
-	data := encodeBatch(t, 1, compress.Zstd, 100, sampleRecords(false)[:3]...)
-	data[len(data)-3] ^= 0xff // break the compressed value...
-	fixChecksums(data)        // ...behind a valid checksum
-	tr := NewTracker()
-	p := newPartition(0, tr.Assign(map[int]int64{0: 100})[0], 100)
-	f := &fetcher{topic: "t", tracker: tr, chunks: newChunks(), log: quiet, records: newRecordReader(newInflater(1<<20), 1<<20),
-		m: &consumerMetrics{undecodable: noop.Int64Counter{}, fetchErrors: noop.Int64Counter{}}}
-	rs := readState{reserved: 1 << 20}
-	if err := f.read(context.Background(), p, data, &rs); err != nil {
-		t.Fatal(err)
-	}
-	if len(rs.batch) != 1 || rs.batch[0].Undecodable == nil {
-		t.Fatalf("read %+v, want one undecodable message", rs.batch)
-	}
-	if m, u := rs.batch[0].Msg, rs.batch[0].Undecodable; m.Offset != 100 || u.Last != 102 || p.next != 103 {
-		t.Errorf("undecodable offsets %d to %d, next %d; want 100 to 102, next 103", m.Offset, u.Last, p.next)
 	}
 }

@@ -1,4 +1,4 @@
-package ingest
+package deadletter
 
 import (
 	"context"
@@ -14,9 +14,10 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/cellttl/cellttl/internal/duration"
+	"github.com/cellttl/cellttl/internal/kafkaconn"
 )
 
-// DeadLetterTopics says where dead letters go, and so how long each copy of
+// Topics says where dead letters go, and so how long each copy of
 // an event's payload can live there.
 //
 // Kafka deletes by segment: a record is gone once the newest record of its
@@ -27,7 +28,7 @@ import (
 //	keeps = retention.ms + segment.ms + log.retention.check.interval.ms
 //
 // (its segment takes appends for at most segment.ms). Each dead letter knows
-// when its payload must be gone (DeadLetter.ExpiresAt: when the event
+// when its payload must be gone (Letter.ExpiresAt: when the event
 // expires in Bigtable, or the bound for events without a valid tenant), and
 // goes to the topic with the longest keeps that ends before then, payload
 // and all. When no topic's keeps is short enough, the letter goes to Base
@@ -36,7 +37,7 @@ import (
 // So the promise holds by construction, for topics the worker created and
 // for topics an operator made, whatever their settings: the settings decide
 // only how many letters keep their payload.
-type DeadLetterTopics struct {
+type Topics struct {
 	// Base gets payload-free letters and undecodable batches, and keeps
 	// payloads like a class.
 	Base string
@@ -54,7 +55,7 @@ type DeadLetterTopics struct {
 
 // Names are the dead-letter topics: Base first, then the classes, shortest
 // first.
-func (t DeadLetterTopics) Names() []string {
+func (t Topics) Names() []string {
 	names := []string{t.Base}
 	for _, c := range t.sortedClasses() {
 		names = append(names, ClassTopic(t.Base, c))
@@ -67,14 +68,14 @@ func ClassTopic(base string, class time.Duration) string {
 	return base + "." + duration.Format(class)
 }
 
-func (t DeadLetterTopics) sortedClasses() []time.Duration {
+func (t Topics) sortedClasses() []time.Duration {
 	cs := slices.Clone(t.Classes)
 	slices.Sort(cs)
 	return slices.Compact(cs)
 }
 
 // creation is the retention each topic is created with, by name.
-func (t DeadLetterTopics) creation() map[string]time.Duration {
+func (t Topics) creation() map[string]time.Duration {
 	m := map[string]time.Duration{t.Base: t.Retention}
 	for _, c := range t.Classes {
 		m[ClassTopic(t.Base, c)] = c
@@ -190,9 +191,9 @@ func describeTopics(ctx context.Context, client *kafka.Client, rs []TopicRetenti
 				r.Policy = strings.ReplaceAll(e.ConfigValue, " ", "")
 			case perr != nil:
 			case e.ConfigName == "retention.ms":
-				r.Retention, _ = msDuration(e.ConfigValue) // -1: forever, past a Duration too
+				r.Retention, _ = kafkaconn.Millis(e.ConfigValue) // -1: forever, past a Duration too
 			case e.ConfigName == "segment.ms":
-				r.Segment, _ = msDuration(e.ConfigValue)
+				r.Segment, _ = kafkaconn.Millis(e.ConfigValue)
 				r.Segment = max(r.Segment, 0) // unreadable: no keep
 			case e.ConfigName == "max.message.bytes":
 				r.MaxMessageBytes = n
@@ -240,8 +241,8 @@ func place(rs []TopicRetention, now, expires time.Time) (topic string, payload b
 // check interval) for a retention statement: the same reading the
 // dead-letter writer makes. A topic whose settings cannot be read has its
 // Problem set.
-func ReadTopics(ctx context.Context, brokers []string, security Security, topics []string) ([]TopicRetention, error) {
-	client, done, err := adminClient(brokers, security, topics)
+func ReadTopics(ctx context.Context, brokers []string, security kafkaconn.Security, topics []string) ([]TopicRetention, error) {
+	client, done, err := security.AdminClient(brokers, topics)
 	if err != nil {
 		return nil, err
 	}
@@ -279,25 +280,15 @@ func ReadTopics(ctx context.Context, brokers []string, security Security, topics
 	return rs, describeErr
 }
 
-// adminClient is a client for one-off reads of topic settings.
-func adminClient(brokers []string, security Security, topics []string) (*kafka.Client, func(), error) {
-	transport, err := security.Transport()
-	if err != nil {
-		return nil, nil, err
-	}
-	transport.MetadataTopics = topics
-	return &kafka.Client{Addr: kafka.TCP(brokers...), Transport: transport, Timeout: 10 * time.Second}, transport.CloseIdleConnections, nil
-}
-
 // ErrTopicMissing is ReadTopics' problem for a topic that does not exist.
 var ErrTopicMissing = errors.New("does not exist")
 
-// DeadLetterTopicsOn lists the dead-letter topics the broker has: base and
+// TopicsOn lists the dead-letter topics the broker has: base and
 // every topic named base.<something>, the classes the flags name now and
 // those they named before (their letters are there until their retention
 // takes them), sorted, base first when it exists.
-func DeadLetterTopicsOn(ctx context.Context, brokers []string, security Security, base string) ([]string, error) {
-	client, done, err := adminClient(brokers, security, nil)
+func TopicsOn(ctx context.Context, brokers []string, security kafkaconn.Security, base string) ([]string, error) {
+	client, done, err := security.AdminClient(brokers, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package ingest
+package kafkaconn
 
 import (
 	"context"
@@ -26,13 +26,13 @@ const (
 	opsUnknown = -2147483648
 )
 
-// mayWrite asks a broker whether this principal may write to topic, from
+// MayWrite asks a broker whether this principal may write to topic, from
 // the topic's authorized operations (Metadata v8, KIP-430). It answers
 // known=false when the broker does not say. The Transport serves metadata
 // from its cache and never asks for these, so this opens one connection of
 // its own, set up the way the Transport sets up its own: TLS, API
 // versions, SASL.
-func (s Security) mayWrite(ctx context.Context, brokers []string, topic string) (ok, known bool, err error) {
+func (s Security) MayWrite(ctx context.Context, brokers []string, topic string) (ok, known bool, err error) {
 	pc, err := s.rawConn(ctx, brokers)
 	if err != nil {
 		return false, false, err

@@ -1,4 +1,17 @@
-package ingest
+// Package kwire reads what a Kafka broker sends in answer to a Fetch
+// request: the response's frame and partitions, each partition's record
+// batches (magic 2, and the legacy messages of magic 0 and 1), decompressed
+// one batch at a time, as streams, within a bound, and their records, cut
+// when too large to hold whole.
+//
+// It is byte parsing alone: it sends nothing and imports no Kafka client
+// and nothing else of cellttl, so that the client the worker sends its
+// requests with can change without touching it. A client decodes a whole
+// response before returning it, decompressing every record batch in full
+// into memory: a response of many small batches, each a few kilobytes of
+// zstd on the wire, could hold gigabytes. The worker sends its fetch
+// requests through its client and reads the responses with this package.
+package kwire
 
 import (
 	"encoding/binary"
@@ -6,98 +19,62 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
-	"sync/atomic"
-
-	"github.com/segmentio/kafka-go/protocol"
-	fetchAPI "github.com/segmentio/kafka-go/protocol/fetch"
 )
 
-// The fetcher reads Fetch responses itself. kafka-go would decode a whole
-// response before returning it, decompressing every record batch in full
-// into memory: a response of many small batches, each a few kilobytes of
-// zstd on the wire, could hold gigabytes. So a fetch request is sent through
-// the Transport (its connection, TLS, SASL and routing to the leader), but
-// its response is read as bytes, by RawExchange, and its batches are walked
-// and decompressed one at a time, as streams, by the fetcher (batches.go).
-
-// minFetchVersion is the oldest Fetch version the fetcher reads: v4 (Kafka
+// MinFetchVersion is the oldest Fetch version the package reads: v4 (Kafka
 // 0.11) brought record batches and the log's last stable offset.
-const minFetchVersion = 4
+const MinFetchVersion = 4
 
 // maxResponseBytes is a sanity bound on a response's size prefix: a broker
 // answers within the request's MaxBytes, plus one record batch larger than
 // that to make progress.
 const maxResponseBytes = 1 << 30
 
-// fetchRequest is a Fetch request whose response is read as bytes.
-type fetchRequest struct {
-	*fetchAPI.Request
-	version int16
-	// buf, when large enough, holds the response: a buffer of an earlier
-	// response, reused.
-	buf []byte
-}
-
-// correlations numbers the requests the fetcher sends itself.
-var correlations atomic.Int32
-
-// Required is called on the connection with the versions it negotiated:
-// the response is always read here.
-func (r *fetchRequest) Required(versions map[protocol.ApiKey]int16) bool {
-	r.version = versions[protocol.Fetch]
-	return true
-}
-
-// RawExchange writes the request and reads its whole response, then parses
-// its frame: topics and partitions, each partition's records left as bytes.
-func (r *fetchRequest) RawExchange(rw io.ReadWriter) (protocol.Message, error) {
-	if r.version < minFetchVersion {
-		return nil, fmt.Errorf("the broker speaks Fetch v%d; cellttl needs v%d or later (Kafka 0.11+)", r.version, minFetchVersion)
-	}
-	id := correlations.Add(1)
-	if err := protocol.WriteRequest(rw, r.version, id, "cellttl", r.Request); err != nil {
-		return nil, fmt.Errorf("write fetch request: %w", err)
-	}
+// ReadFetchResponse reads the response to the Fetch request of version and
+// correlation id from r, into buf when it is large enough (a buffer of an
+// earlier response, reused), and parses its frame: topics and partitions,
+// each partition's records left as bytes.
+func ReadFetchResponse(r io.Reader, version int16, id int32, buf []byte) (*FetchResponse, error) {
 	var size [4]byte
-	if _, err := io.ReadFull(rw, size[:]); err != nil {
+	if _, err := io.ReadFull(r, size[:]); err != nil {
 		return nil, fmt.Errorf("read fetch response: %w", err)
 	}
 	n := int32(binary.BigEndian.Uint32(size[:]))
 	if n < 4 || n > maxResponseBytes {
 		return nil, fmt.Errorf("fetch response of %d bytes", n)
 	}
-	buf := r.buf
 	if cap(buf) < int(n) {
 		buf = make([]byte, n)
 	}
 	buf = buf[:n]
-	if _, err := io.ReadFull(rw, buf); err != nil {
+	if _, err := io.ReadFull(r, buf); err != nil {
 		return nil, fmt.Errorf("read fetch response: %w", err)
 	}
 	if got := int32(binary.BigEndian.Uint32(buf)); got != id {
 		return nil, fmt.Errorf("fetch response for request %d, want %d", got, id)
 	}
-	res, err := parseFetchResponse(buf[4:], r.version)
+	res, err := parseFetchResponse(buf[4:], version)
 	if err != nil {
-		return nil, fmt.Errorf("fetch response v%d: %w", r.version, err)
+		return nil, fmt.Errorf("fetch response v%d: %w", version, err)
 	}
 	res.buf = buf
 	return res, nil
 }
 
-// fetchResponse is a Fetch response as read from the wire.
-type fetchResponse struct {
+// FetchResponse is a Fetch response as read from the wire.
+type FetchResponse struct {
 	ErrorCode  int16
-	Partitions []fetchPartition
+	Partitions []FetchPartition
 	// buf holds the response, which Records point into.
 	buf []byte
 }
 
-// ApiKey makes it a protocol.Message.
-func (*fetchResponse) ApiKey() protocol.ApiKey { return protocol.Fetch }
+// Buffer is the buffer the response was read into: once nothing points
+// into the response, it may be given to the next ReadFetchResponse.
+func (r *FetchResponse) Buffer() []byte { return r.buf }
 
-// fetchPartition is one partition of a Fetch response.
-type fetchPartition struct {
+// FetchPartition is one partition of a Fetch response.
+type FetchPartition struct {
 	Topic          string
 	Partition      int32
 	ErrorCode      int16
@@ -111,9 +88,9 @@ type fetchPartition struct {
 // parseFetchResponse parses the body of a Fetch response, v4 to v11 (the
 // versions before the flexible encoding of v12, which kafka-go does not
 // negotiate).
-func parseFetchResponse(b []byte, version int16) (*fetchResponse, error) {
+func parseFetchResponse(b []byte, version int16) (*FetchResponse, error) {
 	d := wire{b: b}
-	res := &fetchResponse{}
+	res := &FetchResponse{}
 	d.int32() // throttle_time_ms
 	if version >= 7 {
 		res.ErrorCode = d.int16()
@@ -124,7 +101,7 @@ func parseFetchResponse(b []byte, version int16) (*fetchResponse, error) {
 		topic := d.string()
 		parts := d.arrayLen()
 		for range parts {
-			p := fetchPartition{Topic: topic, LogStartOffset: -1}
+			p := FetchPartition{Topic: topic, LogStartOffset: -1}
 			p.Partition = d.int32()
 			p.ErrorCode = d.int16()
 			p.HighWatermark = d.int64()

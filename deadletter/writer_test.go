@@ -1,10 +1,11 @@
-package ingest
+package deadletter
 
 import (
 	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"log/slog"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/cellttl/cellttl/ingest"
+	"github.com/cellttl/cellttl/internal/kafkaconn"
 	"github.com/cellttl/cellttl/internal/testenv"
 )
 
@@ -28,22 +31,22 @@ func header(m kafka.Message, key string) (string, bool) {
 // to fit, with its size and SHA-256; if the original headers or key alone
 // do not leave room, they go too, and a header says so.
 func TestDeadLetterFitsAtTheEdge(t *testing.T) {
-	src := Message{Topic: "clicks", Partition: 3, Offset: 77, Key: []byte("user-9"), Time: time.UnixMilli(1_777_000_000_123),
-		Headers: []Header{{Key: "traceparent", Value: []byte("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")}}}
-	dl := func(value []byte) DeadLetter {
+	src := ingest.Message{Topic: "clicks", Partition: 3, Offset: 77, Key: []byte("user-9"), Time: time.UnixMilli(1_777_000_000_123),
+		Headers: []ingest.Header{{Key: "traceparent", Value: []byte("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")}}}
+	dl := func(value []byte) Letter {
 		m := src
 		m.Value = value
-		return DeadLetter{Msg: m, Reason: "value is too large", Field: ""}
+		return Letter{Msg: m, Reason: "value is too large", Field: ""}
 	}
 	const max = 20000
-	whole, _ := deadLetterMessage(dl(nil), max, true)
+	whole, _ := letterMessage(dl(nil), max, true)
 	exact := bytes.Repeat([]byte("v"), int(max-messageSize(whole)))
-	m, cut := deadLetterMessage(dl(exact), max, true)
+	m, cut := letterMessage(dl(exact), max, true)
 	if cut || !bytes.Equal(m.Value, exact) || messageSize(m) != max {
 		t.Fatalf("a dead letter of exactly %d bytes: cut %t, size %d", max, cut, messageSize(m))
 	}
 	over := append(exact, 'w')
-	m, cut = deadLetterMessage(dl(over), max, true)
+	m, cut = letterMessage(dl(over), max, true)
 	if !cut || messageSize(m) > max {
 		t.Fatalf("one byte over: cut %t, size %d", cut, messageSize(m))
 	}
@@ -66,14 +69,14 @@ func TestDeadLetterFitsAtTheEdge(t *testing.T) {
 
 	// Original headers that leave no room: dropped, and said so.
 	big := src
-	big.Headers = []Header{{Key: "huge", Value: bytes.Repeat([]byte("h"), max)}}
-	m, _ = deadLetterMessage(DeadLetter{Msg: big, Reason: "r"}, max, true)
+	big.Headers = []ingest.Header{{Key: "huge", Value: bytes.Repeat([]byte("h"), max)}}
+	m, _ = letterMessage(Letter{Msg: big, Reason: "r"}, max, true)
 	if v, _ := header(m, HeaderDropped); v != "headers" || messageSize(m) > max || !bytes.Equal(m.Key, src.Key) {
 		t.Errorf("huge headers: dropped %q, size %d, key %q", v, messageSize(m), m.Key)
 	}
 	// A key that leaves no room: the key goes too.
 	big.Key = bytes.Repeat([]byte("k"), max)
-	m, _ = deadLetterMessage(DeadLetter{Msg: big, Reason: "r"}, max, true)
+	m, _ = letterMessage(Letter{Msg: big, Reason: "r"}, max, true)
 	if v, _ := header(m, HeaderDropped); v != "headers,key" || m.Key != nil || messageSize(m) > max {
 		t.Errorf("huge key: dropped %q, size %d", v, messageSize(m))
 	}
@@ -92,7 +95,7 @@ func TestDeadLettersFitTheBroker(t *testing.T) {
 	topic := testenv.Name("dlq")
 	const limit = 20000
 	testenv.CreateTopicWith(t, brokers, topic, 1, map[string]string{"max.message.bytes": strconv.Itoa(limit), "retention.ms": "3600000", "segment.ms": "300000"})
-	d, err := NewDeadLetterWriter(brokers, DeadLetterTopics{Base: topic, Retention: time.Hour}, Security{}, nil, quiet)
+	d, err := NewWriter(brokers, Topics{Base: topic, Retention: time.Hour}, kafkaconn.Security{}, nil, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,11 +106,11 @@ func TestDeadLettersFitTheBroker(t *testing.T) {
 	}
 	// Every letter has days to live: each keeps its payload.
 	expires := time.Now().Add(72 * time.Hour)
-	base, _ := deadLetterMessage(DeadLetter{Msg: Message{Topic: "in", Offset: 1}, Reason: "r"}, limit, true)
+	base, _ := letterMessage(Letter{Msg: ingest.Message{Topic: "in", Offset: 1}, Reason: "r"}, limit, true)
 	room := int(limit - recordBatchOverhead - messageSize(base))
-	var dls []DeadLetter
+	var dls []Letter
 	for i, n := range []int{room - 1, room, room + 1, 2 * limit, 10 * limit} {
-		dls = append(dls, DeadLetter{Msg: Message{Topic: "in", Offset: int64(i), Value: bytes.Repeat([]byte{'a' + byte(i)}, n)}, Reason: "r", KeepUntil: expires})
+		dls = append(dls, Letter{Msg: ingest.Message{Topic: "in", Offset: int64(i), Value: bytes.Repeat([]byte{'a' + byte(i)}, n)}, Reason: "r", KeepUntil: expires})
 	}
 	if err := d.Write(context.Background(), dls); err != nil {
 		t.Fatalf("the broker refused dead letters fitted to its limit: %v", err)
@@ -132,7 +135,7 @@ func TestDeadLettersFitTheBroker(t *testing.T) {
 // come back); one time does not heal is reported at once; a produce that
 // goes through clears both.
 func TestDeadLetterProblemsBecomeLoud(t *testing.T) {
-	d := &DeadLetterWriter{topics: DeadLetterTopics{Base: "dlq"}, log: quiet}
+	d := &Writer{topics: Topics{Base: "dlq"}, log: quiet}
 	clock := time.Unix(1_800_000_000, 0)
 	d.now = func() time.Time { return clock }
 	transient := func() *ProduceError { return &ProduceError{Err: kafka.NotEnoughReplicas} }
@@ -165,14 +168,14 @@ func TestDeadLetterProblemsBecomeLoud(t *testing.T) {
 // original goes in a header.
 func TestDeadLetterKeepsTheOriginalTimestampInAHeader(t *testing.T) {
 	orig := time.UnixMilli(10_000_000_000_000)
-	m, _ := deadLetterMessage(DeadLetter{Msg: Message{Topic: "in", Value: []byte("v"), Time: orig}, Reason: "r"}, 1<<20, true)
+	m, _ := letterMessage(Letter{Msg: ingest.Message{Topic: "in", Value: []byte("v"), Time: orig}, Reason: "r"}, 1<<20, true)
 	if !m.Time.IsZero() {
 		t.Errorf("dead letter stamped %s, want the produce time (zero: the producer's clock)", m.Time)
 	}
 	if v, _ := header(m, HeaderSourceTimestamp); v != "2286-11-20T17:46:40Z" {
 		t.Errorf("source timestamp header %q", v)
 	}
-	m, _ = deadLetterMessage(DeadLetter{Msg: Message{Topic: "in", Value: []byte("v")}, Reason: "r"}, 1<<20, true)
+	m, _ = letterMessage(Letter{Msg: ingest.Message{Topic: "in", Value: []byte("v")}, Reason: "r"}, 1<<20, true)
 	if v, ok := header(m, HeaderSourceTimestamp); !ok || v != "" {
 		t.Errorf("a record without a timestamp: header %q (present %t), want empty", v, ok)
 	}
@@ -183,9 +186,9 @@ func TestDeadLetterKeepsTheOriginalTimestampInAHeader(t *testing.T) {
 // what the fetcher left out; an undecodable batch is one dead letter with
 // no key or value that says which offsets it stands for and what it was.
 func TestDeadLetterOfACutRecordAndAnUndecodableBatch(t *testing.T) {
-	src := Message{Topic: "clicks", Partition: 2, Offset: 10, Value: []byte("first bytes"), Headers: []Header{{Key: "h", Value: []byte("v")}}}
-	cut := &Cut{Size: 5 << 20, SHA256: sha256.Sum256([]byte("all of it")), Dropped: "key"}
-	m, truncated := deadLetterMessage(DeadLetter{Msg: src, Reason: "too large", Cut: cut}, 1<<20, true)
+	src := ingest.Message{Topic: "clicks", Partition: 2, Offset: 10, Value: []byte("first bytes"), Headers: []ingest.Header{{Key: "h", Value: []byte("v")}}}
+	cut := &ingest.Cut{Size: 5 << 20, SHA256: sha256.Sum256([]byte("all of it")), Dropped: "key"}
+	m, truncated := letterMessage(Letter{Msg: src, Reason: "too large", Cut: cut}, 1<<20, true)
 	if !truncated || string(m.Value) != "first bytes" {
 		t.Errorf("cut record: truncated %v, value %q", truncated, m.Value)
 	}
@@ -196,14 +199,14 @@ func TestDeadLetterOfACutRecordAndAnUndecodableBatch(t *testing.T) {
 		}
 	}
 	// Cut by the fetcher, then again to fit: both said.
-	m, _ = deadLetterMessage(DeadLetter{Msg: Message{Value: bytes.Repeat([]byte("x"), 5000), Headers: []Header{{Key: "big", Value: make([]byte, 4000)}}},
+	m, _ = letterMessage(Letter{Msg: ingest.Message{Value: bytes.Repeat([]byte("x"), 5000), Headers: []ingest.Header{{Key: "big", Value: make([]byte, 4000)}}},
 		Reason: "too large", Cut: cut}, 4000, true)
 	if v, _ := header(m, HeaderDropped); v != "headers,key" || messageSize(m) > 4000 {
 		t.Errorf("cut twice: dropped %q, size %d", v, messageSize(m))
 	}
 
-	u := &Undecodable{Last: 66, Codec: "zstd", Size: 2508, SHA256: sha256.Sum256([]byte("batch")), Reason: "cannot be decoded"}
-	m, truncated = deadLetterMessage(DeadLetter{Msg: Message{Topic: "clicks", Partition: 0, Offset: 6}, Reason: u.Reason, Undecodable: u}, 1<<20, true)
+	u := &ingest.Undecodable{Last: 66, Codec: "zstd", Size: 2508, SHA256: sha256.Sum256([]byte("batch")), Reason: "cannot be decoded"}
+	m, truncated = letterMessage(Letter{Msg: ingest.Message{Topic: "clicks", Partition: 0, Offset: 6}, Reason: u.Reason, Undecodable: u}, 1<<20, true)
 	if truncated || m.Key != nil || m.Value != nil {
 		t.Errorf("undecodable batch: truncated %v, key %q, %d bytes of value", truncated, m.Key, len(m.Value))
 	}
@@ -214,3 +217,5 @@ func TestDeadLetterOfACutRecordAndAnUndecodableBatch(t *testing.T) {
 		}
 	}
 }
+
+var quiet = slog.New(slog.DiscardHandler)

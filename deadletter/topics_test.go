@@ -1,9 +1,11 @@
-package ingest
+package deadletter
 
 import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/cellttl/cellttl/ingest"
 )
 
 // A letter goes to the topic that keeps its payload longest without
@@ -43,10 +45,10 @@ func TestPlaceKeepsNoPayloadPastItsEvent(t *testing.T) {
 // and says the reason's class, never the sentence that quotes the value;
 // it still points at the source and carries the value's size and hash.
 func TestLetterWithoutPayload(t *testing.T) {
-	src := Message{Topic: "clicks", Partition: 1, Offset: 9, Key: []byte("user-42"), Value: []byte(`{"user_id":"bob#1"}`),
-		Headers: []Header{{Key: "x-user", Value: []byte("bob")}}, Time: time.UnixMilli(1_800_000_000_000)}
+	src := ingest.Message{Topic: "clicks", Partition: 1, Offset: 9, Key: []byte("user-42"), Value: []byte(`{"user_id":"bob#1"}`),
+		Headers: []ingest.Header{{Key: "x-user", Value: []byte("bob")}}, Time: time.UnixMilli(1_800_000_000_000)}
 	expires := time.UnixMilli(1_800_003_600_000)
-	m, truncated := deadLetterMessage(DeadLetter{Msg: src, Reason: `user_id "bob#1" contains '#'`, Field: "user_id", Class: "invalid_id",
+	m, truncated := letterMessage(Letter{Msg: src, Reason: `user_id "bob#1" contains '#'`, Field: "user_id", Class: "invalid_id",
 		Tenant: "acme", ExpiresAt: expires, KeepUntil: expires}, 1<<20, false)
 	if !truncated || m.Key != nil || m.Value != nil {
 		t.Fatalf("payload kept: truncated %t, key %q, value %q", truncated, m.Key, m.Value)
@@ -63,7 +65,7 @@ func TestLetterWithoutPayload(t *testing.T) {
 		}
 	}
 	// With its payload, the same letter says the sentence and the tenant.
-	m, _ = deadLetterMessage(DeadLetter{Msg: src, Reason: "r", Class: "invalid_id", Tenant: "acme", ExpiresAt: expires}, 1<<20, true)
+	m, _ = letterMessage(Letter{Msg: src, Reason: "r", Class: "invalid_id", Tenant: "acme", ExpiresAt: expires}, 1<<20, true)
 	if got, _ := header(m, HeaderReason); got != "r" || string(m.Value) != string(src.Value) {
 		t.Errorf("with payload: reason %q, value %q", got, m.Value)
 	}

@@ -1,4 +1,4 @@
-package ingest
+package kafkaconn
 
 import (
 	"context"
@@ -39,9 +39,9 @@ type RecordTimes struct {
 	Summary string `json:"summary"`
 }
 
-// msDuration reads a setting in milliseconds: Kafka's Long.MAX_VALUE, or
+// Millis reads a setting in milliseconds: Kafka's Long.MAX_VALUE, or
 // anything past what a time.Duration holds, is -1 (no bound).
-func msDuration(v string) (time.Duration, error) {
+func Millis(v string) (time.Duration, error) {
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil {
 		return 0, err
@@ -85,12 +85,12 @@ func readRecordTimes(ctx context.Context, client *kafka.Client, topic string, sk
 	// both ways.
 	rt.Setting = "message.timestamp.after.max.ms"
 	if after != "" {
-		if rt.AheadMax, err = msDuration(after); err != nil {
+		if rt.AheadMax, err = Millis(after); err != nil {
 			return rt, fmt.Errorf("timestamp settings of %s: %s: %w", topic, rt.Setting, err)
 		}
 	}
 	if rt.AheadMax < 0 && difference != "" {
-		d, err := msDuration(difference)
+		d, err := Millis(difference)
 		if err != nil {
 			return rt, fmt.Errorf("timestamp settings of %s: message.timestamp.difference.max.ms: %w", topic, err)
 		}
@@ -195,7 +195,7 @@ func (w *RecordTimeWatch) Close() { w.transport.CloseIdleConnections() }
 
 // ReadRecordTimes reads the input topic's timestamp settings once.
 func ReadRecordTimes(ctx context.Context, brokers []string, security Security, topic string, skew time.Duration) (RecordTimes, error) {
-	client, done, err := adminClient(brokers, security, []string{topic})
+	client, done, err := security.AdminClient(brokers, []string{topic})
 	if err != nil {
 		return RecordTimes{}, err
 	}

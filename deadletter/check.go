@@ -1,0 +1,261 @@
+package deadletter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/cellttl/cellttl/internal/duration"
+)
+
+// Check makes sure the dead-letter topics can take dead letters: each
+// exists, or is created (with the broker's default partitions and
+// replication, cleanup.policy=delete and its retention); its settings are
+// read, and a topic that keeps records forever is refused unless accepted;
+// max.message.bytes is learned; and the broker says this worker may write.
+// It returns what it found, topic by topic; the error, also kept for
+// Problem, joins every topic's problem and says the fix.
+func (d *Writer) Check(ctx context.Context) ([]TopicRetention, error) {
+	rs, err := d.check(ctx)
+	d.mu.Lock()
+	d.state, d.checkProblem = rs, err
+	d.mu.Unlock()
+	return rs, err
+}
+
+func (d *Writer) check(ctx context.Context) ([]TopicRetention, error) {
+	names := d.topics.Names()
+	prev := d.Topics()
+	rs := make([]TopicRetention, len(names))
+	for i, n := range names {
+		rs[i] = TopicRetention{Topic: n, Writable: "unknown"}
+	}
+	md, err := d.client.Metadata(ctx, &kafka.MetadataRequest{Topics: names})
+	if err != nil {
+		for i := range rs {
+			keepReading(&rs[i], prev)
+		}
+		return d.failAll(rs, fmt.Errorf("dead-letter topics: %w", err))
+	}
+	d.createMissing(ctx, md, rs)
+	d.readSettings(ctx, md, rs, prev)
+	limit := int64(0)
+	for i := range rs {
+		r := &rs[i]
+		if r.Problem != nil {
+			continue
+		}
+		if r.MaxMessageBytes > recordBatchOverhead && (limit == 0 || r.MaxMessageBytes < limit) {
+			limit = r.MaxMessageBytes
+		}
+		d.judge(ctx, r)
+	}
+	if limit == 0 {
+		limit = d.currentLimit()
+		d.log.Warn("could not read the dead-letter topics' max.message.bytes; dead letters are cut to the last known limit", "limit", limit)
+	}
+	d.setLimit(limit)
+	var problems []error
+	for _, r := range rs {
+		if r.Problem != nil {
+			problems = append(problems, r.Problem)
+		}
+	}
+	return rs, errors.Join(problems...)
+}
+
+// createMissing creates the topics of rs the metadata does not have, each
+// with cleanup.policy=delete, its retention and a segment.ms to match; a
+// topic that cannot be created gets its problem.
+func (d *Writer) createMissing(ctx context.Context, md *kafka.MetadataResponse, rs []TopicRetention) {
+	create := d.topics.creation()
+	var missing []kafka.TopicConfig
+	for _, r := range rs {
+		if !d.known(md, r.Topic) {
+			keep := create[r.Topic]
+			missing = append(missing, kafka.TopicConfig{Topic: r.Topic, NumPartitions: -1, ReplicationFactor: -1, ConfigEntries: []kafka.ConfigEntry{
+				{ConfigName: "cleanup.policy", ConfigValue: "delete"},
+				{ConfigName: "retention.ms", ConfigValue: strconv.FormatInt(keep.Milliseconds(), 10)},
+				{ConfigName: "segment.ms", ConfigValue: strconv.FormatInt(segmentFor(keep).Milliseconds(), 10)},
+			}})
+		}
+	}
+	if len(missing) == 0 {
+		return
+	}
+	res, err := d.client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: missing})
+	for _, tc := range missing {
+		i := slices.IndexFunc(rs, func(r TopicRetention) bool { return r.Topic == tc.Topic })
+		cerr := err
+		if cerr == nil {
+			cerr = res.Errors[tc.Topic]
+		}
+		switch {
+		case cerr == nil:
+			rs[i].Created = true
+		case !errors.Is(cerr, kafka.TopicAlreadyExists):
+			rs[i].Problem = &ProduceError{Err: fmt.Errorf("dead-letter topic %s does not exist and could not be created: %w", tc.Topic, cerr),
+				Fix: fmt.Sprintf("create topic %s with cleanup.policy=delete and retention.ms=%d, or allow this worker to create topics", tc.Topic, create[tc.Topic].Milliseconds()), Permanent: true}
+		}
+	}
+}
+
+// readSettings reads the topics' retention settings and the brokers'
+// retention check into rs. A topic whose settings cannot be read keeps its
+// reading of prev, the last check; one never read gets a problem (its
+// letters keep no payload). A topic whose keep changed since prev is
+// recorded (keepChanged).
+func (d *Writer) readSettings(ctx context.Context, md *kafka.MetadataResponse, rs, prev []TopicRetention) {
+	check, assumed := retentionCheck(ctx, d.client, md.Brokers)
+	if assumed && (len(prev) == 0 || prev[0].Policy == "" || !prev[0].RetentionCheckAssumed) { // said once, not every check
+		d.log.Warn("could not read every broker's log.retention.check.interval.ms; assuming at least Kafka's default", "assumed", duration.Format(check))
+	}
+	if describeErr := describeTopics(ctx, d.client, rs, check, assumed); describeErr != nil {
+		d.log.Warn("could not read every dead-letter topic's settings; a topic keeps its last reading, and one never read gets letters without their payload", "err", describeErr)
+	}
+	for i := range rs {
+		r := &rs[i]
+		if r.Policy == "" {
+			keepReading(r, prev)
+		}
+		if r.Policy == "" && r.Problem == nil {
+			// Never read: letters go there without payload, and that is
+			// said, not left to a warning.
+			r.Problem = &ProduceError{Err: fmt.Errorf("the settings of dead-letter topic %s could not be read: its letters keep no payload", r.Topic),
+				Fix: fmt.Sprintf("grant this worker's principal DESCRIBE_CONFIGS on topic %s", r.Topic)}
+		}
+		for _, p := range prev {
+			if p.Topic == r.Topic && p.Policy != "" {
+				d.keepChanged(r.Topic, p.Keeps, r.Keeps)
+			}
+		}
+	}
+}
+
+// judge decides whether r, read without a problem, may take letters: a
+// topic that keeps records forever is refused (unless accepted, and never
+// when compacted), and one the broker says this worker may not write to
+// gets that problem.
+func (d *Writer) judge(ctx context.Context, r *TopicRetention) {
+	// A compacted topic refuses letters without a key: accepting it would
+	// only wedge their partitions.
+	if why := r.unbounded(); why != "" && (!d.topics.AcceptUnbounded || strings.Contains(r.Policy, "compact")) {
+		r.refused = true
+		r.Problem = &ProduceError{Err: fmt.Errorf("dead-letter topic %s: %s, past every tenant's TTL", r.Topic, why),
+			Fix:       fmt.Sprintf("kafka-configs.sh --alter --entity-type topics --entity-name %s --add-config cleanup.policy=delete,retention.ms=%d; or, for retention.ms=-1 only, accept it with --dlq-accept-unbounded (it then gets letters without their payload)", r.Topic, d.topics.creation()[r.Topic].Milliseconds()),
+			Permanent: true}
+		return
+	}
+	ok, known, err := d.security.MayWrite(ctx, d.brokers, r.Topic)
+	switch {
+	case err != nil:
+		d.log.Warn("could not ask the broker whether a dead-letter topic is writable", "topic", r.Topic, "err", err)
+	case known && !ok:
+		r.Problem = &ProduceError{Err: fmt.Errorf("dead-letter topic %s is not writable by this worker: %w", r.Topic, kafka.TopicAuthorizationFailed),
+			Fix: fmt.Sprintf("grant this worker's principal WRITE on topic %s", r.Topic), Permanent: true}
+	case known:
+		r.Writable = "yes"
+	}
+}
+
+// keepReading gives r the last reading of its topic, if any: a check that
+// could not read the settings (a broker restarting) leaves the placement
+// as it was rather than taking every letter's payload.
+func keepReading(r *TopicRetention, prev []TopicRetention) {
+	for _, p := range prev {
+		if p.Topic == r.Topic && p.Policy != "" {
+			r.Retention, r.Segment, r.Policy, r.Keeps, r.RetentionCheck, r.MaxMessageBytes = p.Retention, p.Segment, p.Policy, p.Keeps, p.RetentionCheck, p.MaxMessageBytes
+			r.refused = p.refused
+		}
+	}
+}
+
+// failAll gives every topic the same problem.
+func (d *Writer) failAll(rs []TopicRetention, err error) ([]TopicRetention, error) {
+	for i := range rs {
+		rs[i].Problem = err
+	}
+	return rs, err
+}
+
+// known reports whether the metadata has the topic.
+func (d *Writer) known(md *kafka.MetadataResponse, topic string) bool {
+	for _, t := range md.Topics {
+		if t.Name == topic {
+			return t.Error == nil
+		}
+	}
+	return false
+}
+
+// learnLimit reads the topics' max.message.bytes again, keeping the last
+// known one when it cannot.
+func (d *Writer) learnLimit(ctx context.Context) int64 {
+	d.mu.Lock()
+	rs := slices.Clone(d.state)
+	d.mu.Unlock()
+	check, assumed := time.Duration(0), true
+	if len(rs) > 0 {
+		check, assumed = rs[0].RetentionCheck, rs[0].RetentionCheckAssumed
+	}
+	if err := describeTopics(ctx, d.client, rs, check, assumed); err != nil {
+		d.log.Debug("re-reading the dead-letter topics' settings", "err", err)
+	}
+	limit := int64(0)
+	for _, r := range rs {
+		if r.MaxMessageBytes > recordBatchOverhead && (limit == 0 || r.MaxMessageBytes < limit) {
+			limit = r.MaxMessageBytes
+		}
+	}
+	if limit == 0 {
+		return d.currentLimit()
+	}
+	d.setLimit(limit)
+	return limit
+}
+
+// growth is a topic's keep grown under the worker: letters placed before
+// at, for a keep of from, are kept up to to since.
+type growth struct {
+	at       time.Time
+	from, to time.Duration
+}
+
+// keepChanged records a topic's keep going from was to now. Kafka applies
+// new settings to the records already there: letters placed for the old
+// keep outlive their events until the new keep has passed over them,
+// unless the keep comes back.
+func (d *Writer) keepChanged(topic string, was, now time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	g, had := d.grown[topic]
+	switch {
+	case had && (now <= g.from && now > 0):
+		delete(d.grown, topic)
+		d.log.Info("a dead-letter topic keeps its letters no longer than they were placed for again", "topic", topic, "keeps_up_to", duration.Format(now))
+	case was > 0 && (now > was || now <= 0) && !had:
+		if d.grown == nil {
+			d.grown = map[string]growth{}
+		}
+		d.grown[topic] = growth{at: d.now(), from: was, to: now}
+		d.log.Error("a dead-letter topic now keeps records longer than when letters were placed there with their payload: they outlive their events by up to the difference",
+			"topic", topic, "keeps_up_to", keepText(now), "was", duration.Format(was),
+			"fix", "set retention.ms and segment.ms back, or delete the records placed before the change (kafka-delete-records.sh)")
+	case had:
+		g.to = now
+		d.grown[topic] = g
+	}
+}
+
+func keepText(d time.Duration) string {
+	if d <= 0 {
+		return "forever"
+	}
+	return duration.Format(d)
+}

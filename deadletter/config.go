@@ -1,0 +1,100 @@
+package deadletter
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/cellttl/cellttl/internal/duration"
+	"github.com/cellttl/cellttl/internal/envflag"
+)
+
+// Config is where dead letters go, as the worker's flags give it.
+type Config struct {
+	Topic string // the dead-letter topic; <input topic>.dlq when empty
+	// Retention, Classes and AcceptUnbounded fill Topics.
+	Retention       time.Duration
+	Classes         Durations
+	AcceptUnbounded bool
+	// CheckInterval is how often the dead-letter topics' settings are
+	// read again.
+	CheckInterval time.Duration
+}
+
+// DefaultConfig returns the defaults the worker's flags document.
+func DefaultConfig() Config {
+	return Config{Retention: 24 * time.Hour, CheckInterval: 30 * time.Second}
+}
+
+// RegisterFlags declares the flags that fill c, with c's values as their
+// defaults.
+func (c *Config) RegisterFlags(f *envflag.FlagSet) {
+	f.String(&c.Topic, "dlq-topic", "KAFKA_DLQ_TOPIC", c.Topic, "dead-letter topic (default <topic>.dlq)")
+	f.Duration(&c.Retention, "dlq-retention", "DLQ_RETENTION", c.Retention, "retention.ms the dead-letter topic is created with; a letter keeps its payload only where it is gone before its event expires")
+	f.Value(&c.Classes, "dlq-classes", "DLQ_CLASSES", "retention classes, e.g. 1h,1d,7d: topics <dlq-topic>.<class> created with that retention, so that letters of short TTLs keep their payload too")
+	f.Bool(&c.AcceptUnbounded, "dlq-accept-unbounded", "", false, "use a dead-letter topic that keeps records forever (retention.ms -1) for letters without payload, instead of refusing it (a compacted topic is refused all the same: it refuses letters without a key)")
+	f.Duration(&c.CheckInterval, "dlq-check-interval", "DLQ_CHECK_INTERVAL", c.CheckInterval, "how often the dead-letter topics' retention settings, and the input topic's timestamp settings, are read again (a topic changed to keep records forever is refused within this)")
+}
+
+// Base is the dead-letter topic of input, the default filled in.
+func (c Config) Base(input string) string {
+	if c.Topic == "" {
+		return input + ".dlq"
+	}
+	return c.Topic
+}
+
+// Topics are the dead-letter topics the flags give for input.
+func (c Config) Topics(input string) Topics {
+	return Topics{Base: c.Base(input), Retention: c.Retention, Classes: c.Classes, AcceptUnbounded: c.AcceptUnbounded}
+}
+
+// Validate checks the settings for input, naming the flag at fault.
+func (c Config) Validate(input string) error {
+	var errs []error
+	if c.Base(input) == input {
+		errs = append(errs, fmt.Errorf("--dlq-topic %q is the input topic", c.Base(input)))
+	}
+	if c.Retention < time.Second {
+		errs = append(errs, fmt.Errorf("--dlq-retention %s: must be at least 1s", c.Retention))
+	}
+	for _, d := range c.Classes {
+		if d < time.Second {
+			errs = append(errs, fmt.Errorf("--dlq-classes %s: each class must be at least 1s", duration.Format(d)))
+		}
+	}
+	if c.CheckInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--dlq-check-interval %s: must be positive", c.CheckInterval))
+	}
+	return errors.Join(errs...)
+}
+
+// Durations is a comma-separated list of durations as tenants.yaml writes
+// them ("1h,1d,7d").
+type Durations []time.Duration
+
+func (d *Durations) String() string {
+	s := make([]string, len(*d))
+	for i, v := range *d {
+		s[i] = duration.Format(v)
+	}
+	return strings.Join(s, ",")
+}
+
+// Set parses the list; blanks between commas are ignored.
+func (d *Durations) Set(s string) error {
+	var out Durations
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		v, err := duration.Parse(f)
+		if err != nil {
+			return err
+		}
+		out = append(out, v)
+	}
+	*d = out
+	return nil
+}

@@ -1,0 +1,202 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/cellttl/cellttl/ingest/kwire"
+	"github.com/cellttl/cellttl/internal/retry"
+)
+
+// generationRetry paces generations that end as soon as they start.
+var generationRetry = retry.Policy{Initial: time.Second, Max: 10 * time.Second}
+
+// generations follows the group from generation to generation.
+func (c *Consumer) generations(ctx context.Context) {
+	var started time.Time
+	pauses := generationRetry.Curve()
+	for {
+		if !pace(ctx, started, pauses) {
+			return
+		}
+		gen, err := c.group.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, kafka.ErrGroupClosed) {
+				return
+			}
+			c.setErr(err)
+			c.log.Warn("joining consumer group", "group", c.cfg.Group, "err", err)
+			continue
+		}
+		started = time.Now()
+		parts := c.joined(ctx, gen)
+		if len(parts) == 0 {
+			gen.Start(c.watchEmptyAssignment)
+		}
+		// The fetcher runs until the group ends the generation; errors of a
+		// partition never end it (a returning function would).
+		gen.Start(func(gctx context.Context) { c.fetchGeneration(gctx, gen, parts) })
+	}
+}
+
+// pace pauses before the next generation when the last, which started at
+// started, ended as soon as it started, and reports whether ctx is still
+// going. Generations that end at once (the input topic is missing:
+// kafka-go's partition watcher ends each at once) would spin: pauses go
+// from 1s to 10s. kafka-go holds the next generation meanwhile,
+// heartbeating.
+func pace(ctx context.Context, started time.Time, pauses *retry.Curve) bool {
+	if started.IsZero() || time.Since(started) >= time.Second {
+		pauses.Reset()
+		return true
+	}
+	select {
+	case <-time.After(pauses.Next()):
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// joined takes up generation gen: the epochs of its partitions, from where
+// the group committed them, and the partitions as the fetcher reads them,
+// in partition order.
+func (c *Consumer) joined(ctx context.Context, gen *kafka.Generation) []*partition {
+	assigned := gen.Assignments[c.cfg.Topic]
+	if len(assigned) == 0 {
+		c.noPartitions(ctx)
+	}
+	offsets := make(map[int]int64, len(assigned))
+	for _, a := range assigned {
+		offsets[a.ID] = a.Offset
+	}
+	// Commits of each partition start over from where the group stands,
+	// never from what this member knew before.
+	epochs := c.committer.begin(gen, offsets)
+	parts := make([]*partition, 0, len(assigned))
+	for _, a := range assigned {
+		parts = append(parts, newPartition(a.ID, epochs[a.ID], a.Offset))
+	}
+	sort.Slice(parts, func(i, j int) bool { return parts[i].id < parts[j].id })
+	ids := make([]int, len(parts))
+	for i, p := range parts {
+		ids[i] = p.id
+	}
+	c.mu.Lock()
+	c.gen, c.parts, c.joinedAt = gen, parts, time.Now()
+	if len(parts) > 0 {
+		c.lastErr = nil
+	}
+	c.mu.Unlock()
+	c.log.Info("joined consumer group", "group", c.cfg.Group, "generation", gen.ID, "member", gen.MemberID, "partitions", ids)
+	return parts
+}
+
+// fetchGeneration reads parts until the group ends generation gen (gctx
+// ends), or the fetcher must stop the worker; then it forgets the
+// generation, so that nothing is committed through it or for its
+// partitions.
+func (c *Consumer) fetchGeneration(gctx context.Context, gen *kafka.Generation, parts []*partition) {
+	partMax := max(1<<20, c.cfg.MaxEventBytes+64<<10)
+	f := &fetcher{
+		transport: c.rt, client: c.client, topic: c.cfg.Topic,
+		budget: c.budget, tracker: c.tracker, restart: c.committer.restart, reset: c.cfg.OffsetReset,
+		requestMax: c.cfg.FetchMaxBytes, partMax: int64(partMax),
+		out: c.fetched, chunks: c.chunks, log: c.log, m: c.m, parts: parts,
+		// A batch may decompress to as much as the budget holds:
+		// beyond, it costs more time than any legitimate batch.
+		records: kwire.NewReader(c.cfg.MaxInflightBytes, partMax),
+	}
+	if err := f.run(gctx); err != nil {
+		c.setErr(err)
+		select {
+		case c.fatal <- err:
+		default:
+		}
+		c.failOnce.Do(func() { close(c.failed) })
+		<-gctx.Done()
+	}
+	c.committer.end(gen)
+	c.mu.Lock()
+	if c.gen == gen {
+		c.gen, c.parts = nil, nil
+	}
+	c.mu.Unlock()
+}
+
+// noPartitions says why a generation assigned nothing, when the reason is
+// the input topic missing (more members than partitions is no problem).
+func (c *Consumer) noPartitions(ctx context.Context) {
+	md, err := c.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{c.cfg.Topic}})
+	if err != nil || len(md.Topics) != 1 || !errors.Is(md.Topics[0].Error, kafka.UnknownTopicOrPartition) {
+		return
+	}
+	missing := fmt.Errorf("input topic %s does not exist: create it, or check --topic", c.cfg.Topic)
+	c.mu.Lock()
+	said := c.lastErr != nil && c.lastErr.Error() == missing.Error()
+	c.mu.Unlock()
+	if !said {
+		c.log.Error("waiting for the input topic", "topic", c.cfg.Topic, "err", missing)
+	}
+	c.setErr(missing)
+}
+
+// emptyCheckInterval is how often a member with no partitions checks that
+// it should have none.
+var emptyCheckInterval = 5 * time.Second
+
+// watchEmptyAssignment ends a generation that gave this member nothing
+// although the input topic has at least as many partitions as the group has
+// members: an assignment the leader computed before the topic existed (a
+// broker that creates topics on demand creates it in the middle of the
+// join). kafka-go's partition watcher cannot see it, since the topic
+// already has its partitions when the watcher starts. Returning ends the
+// generation, and the next assignment sees the topic.
+func (c *Consumer) watchEmptyAssignment(ctx context.Context) {
+	t := time.NewTicker(emptyCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		partitions, members, err := c.groupShape(ctx)
+		if err != nil || partitions == 0 || members == 0 || members > partitions {
+			continue // nothing to tell, or more members than partitions: none is right
+		}
+		c.log.Warn("no partitions assigned although the input topic has enough for every member; rejoining",
+			"topic", c.cfg.Topic, "partitions", partitions, "members", members)
+		return
+	}
+}
+
+// groupShape counts the input topic's partitions and the group's members.
+func (c *Consumer) groupShape(ctx context.Context) (partitions, members int, err error) {
+	md, err := c.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{c.cfg.Topic}})
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(md.Topics) != 1 || md.Topics[0].Error != nil {
+		return 0, 0, nil
+	}
+	dg, err := c.client.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{c.cfg.Group}})
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(dg.Groups) != 1 || dg.Groups[0].Error != nil {
+		return 0, 0, nil
+	}
+	return len(md.Topics[0].Partitions), len(dg.Groups[0].Members), nil
+}
+
+func (c *Consumer) setErr(err error) {
+	c.mu.Lock()
+	c.lastErr = err
+	c.mu.Unlock()
+}

@@ -1,0 +1,244 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// OffsetReset is what to do when a partition's committed offset lies
+// outside its log: the topic was recreated, or retention passed the offset.
+type OffsetReset int
+
+const (
+	// ResetEarliest reads from the first offset still in the log, like
+	// auto.offset.reset=earliest: nothing that is still there is skipped.
+	ResetEarliest OffsetReset = iota
+	// ResetLatest reads from the end of the log: what lies between is
+	// skipped, deliberately.
+	ResetLatest
+	// ResetFail stops the worker with an error naming the partition and the
+	// offsets, for an operator to decide.
+	ResetFail
+)
+
+func (r OffsetReset) String() string {
+	return [...]string{"earliest", "latest", "fail"}[r]
+}
+
+// Set accepts earliest, latest and fail, as a flag.
+func (r *OffsetReset) Set(s string) error {
+	switch s {
+	case "earliest":
+		*r = ResetEarliest
+	case "latest":
+		*r = ResetLatest
+	case "fail":
+		*r = ResetFail
+	default:
+		return errors.New("want earliest, latest or fail")
+	}
+	return nil
+}
+
+// lookup is an offset lookup's outcome: each partition's log bounds, or
+// why they could not be read.
+type lookup struct {
+	parts  []*partition
+	bounds map[int][2]int64 // first offset and end, by partition
+	errs   map[int]error
+	err    error // of the whole request
+}
+
+// lookUp starts, beside the loop, one lookup of the log bounds of every
+// partition that waits for them (kafka-go splits it by leader), and
+// reports whether it did.
+func (f *fetcher) lookUp(ctx context.Context, wg *sync.WaitGroup, out chan<- lookup) bool {
+	now := time.Now()
+	var parts []*partition
+	var reqs []kafka.OffsetRequest
+	for _, p := range f.parts {
+		if p.want == wantNothing || p.inFlight || now.Before(p.retryAt) {
+			continue
+		}
+		p.inFlight = true
+		parts = append(parts, p)
+		reqs = append(reqs, kafka.FirstOffsetOf(p.id), kafka.LastOffsetOf(p.id))
+	}
+	if len(parts) == 0 {
+		return false
+	}
+	wg.Go(func() {
+		l := lookup{parts: parts, bounds: map[int][2]int64{}, errs: map[int]error{}}
+		res, err := f.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{f.topic: reqs}})
+		if err != nil {
+			l.err = err
+		} else {
+			for _, po := range res.Topics[f.topic] {
+				if po.Error != nil {
+					l.errs[po.Partition] = po.Error
+				} else {
+					l.bounds[po.Partition] = [2]int64{po.FirstOffset, po.LastOffset}
+				}
+			}
+		}
+		select {
+		case out <- l:
+		case <-ctx.Done():
+		}
+	})
+	return true
+}
+
+// looked applies a lookup: the partitions' positions, or their failures.
+func (f *fetcher) looked(ctx context.Context, l lookup) error {
+	for _, p := range l.parts {
+		p.inFlight = false
+		b, found := l.bounds[p.id]
+		var err error
+		switch {
+		case l.err != nil:
+			err = fmt.Errorf("look up the offsets of partition %d of %s: %w", p.id, f.topic, l.err)
+		case l.errs[p.id] != nil:
+			err = fmt.Errorf("look up the offsets of partition %d of %s: %w", p.id, f.topic, l.errs[p.id])
+		case !found:
+			err = fmt.Errorf("look up the offsets of partition %d of %s: not in the answer", p.id, f.topic)
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				f.fail(ctx, p, err)
+			}
+			continue
+		}
+		first, end := b[0], b[1]
+		p.logStart.Store(first)
+		p.hw.Store(end)
+		switch p.want {
+		case wantFirst:
+			p.next, p.want = first, wantNothing
+		case wantLast:
+			p.next, p.want = end, wantNothing
+		case wantBounds:
+			if err := f.outOfRange(ctx, p, first, end); err != nil {
+				return err
+			}
+			continue
+		}
+		p.lag.Store(max(0, end-p.next))
+		f.ok(p)
+	}
+	return nil
+}
+
+// quiet returns the partitions no fetch has answered for lagEvery.
+func (f *fetcher) quiet() []int {
+	var ids []int
+	cutoff := time.Now().Add(-lagEvery)
+	for _, p := range f.parts {
+		if p.answered.Before(cutoff) {
+			ids = append(ids, p.id)
+		}
+	}
+	return ids
+}
+
+// refreshLag starts, beside the loop, a reading of the log's end of the
+// partitions no fetch has answered for lagEvery, and reports whether it
+// did: a stalled pipeline must show its lag growing.
+func (f *fetcher) refreshLag(ctx context.Context, wg *sync.WaitGroup, out chan<- map[int]int64) bool {
+	ids := f.quiet()
+	if len(ids) == 0 {
+		return false
+	}
+	wg.Go(func() {
+		hw := f.highWatermarks(ctx, ids)
+		select {
+		case out <- hw:
+		case <-ctx.Done():
+		}
+	})
+	return true
+}
+
+// watermarks applies the log ends refreshLag read: each partition's lag,
+// and progress for one found at the log's end.
+func (f *fetcher) watermarks(hw map[int]int64) {
+	for _, p := range f.parts {
+		if w, ok := hw[p.id]; ok {
+			p.hw.Store(w)
+			if p.want == wantNothing {
+				p.lag.Store(max(0, w-p.next))
+				if w <= p.next {
+					p.moved() // at the log's end: nothing to fetch is no stall
+				}
+			}
+		}
+	}
+}
+
+// highWatermarks reads the end of each partition's log, in one call that
+// kafka-go splits by leader over the shared connections.
+func (f *fetcher) highWatermarks(ctx context.Context, ids []int) map[int]int64 {
+	reqs := make([]kafka.OffsetRequest, len(ids))
+	for i, id := range ids {
+		reqs[i] = kafka.LastOffsetOf(id)
+	}
+	res, err := f.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{f.topic: reqs}})
+	if err != nil {
+		return nil
+	}
+	out := map[int]int64{}
+	for _, po := range res.Topics[f.topic] {
+		if po.Error == nil {
+			out[po.Partition] = po.LastOffset
+		}
+	}
+	return out
+}
+
+// partitionError handles an error the broker returned for one partition.
+func (f *fetcher) partitionError(ctx context.Context, p *partition, err error) {
+	if errors.Is(err, kafka.OffsetOutOfRange) {
+		// The log's bounds decide what comes next: looked up beside the
+		// loop, like any other offset lookup.
+		p.want, p.retryAt = wantBounds, time.Time{}
+		return
+	}
+	f.fail(ctx, p, fmt.Errorf("fetch partition %d of %s: %w", p.id, f.topic, err))
+}
+
+// outOfRange applies --offset-out-of-range to a partition whose next offset
+// the broker said is not in its log, which holds first to end.
+func (f *fetcher) outOfRange(ctx context.Context, p *partition, first, end int64) error {
+	if p.next >= first && p.next <= end {
+		// In range again (a new leader caught up): try again.
+		p.want = wantNothing
+		f.fail(ctx, p, fmt.Errorf("offset %d out of range, now within [%d, %d]", p.next, first, end))
+		return nil
+	}
+	if f.reset == ResetFail {
+		return fmt.Errorf("partition %d of %s: offset %d is outside the log, which holds offsets %d to %d (the topic was recreated, or retention passed it), and --offset-out-of-range is fail: "+
+			"reset the group's offset (kafka-consumer-groups --reset-offsets) or run with --offset-out-of-range earliest or latest",
+			p.id, f.topic, p.next, first, end-1)
+	}
+	to := first
+	if f.reset == ResetLatest {
+		to = end
+	}
+	a := f.restart(ctx, p.a, to)
+	if a == nil {
+		return nil // the generation is over
+	}
+	f.log.Warn("committed offset outside the log; reading on from --offset-out-of-range", "topic", f.topic, "partition", p.id,
+		"offset", p.next, "log_start", first, "log_end", end, "policy", f.reset.String(), "from", to, "skipped", max(0, to-p.next))
+	f.m.offsetResets.Add(ctx, 1)
+	p.a, p.next, p.want = a, to, wantNothing
+	p.lag.Store(max(0, end-to))
+	p.moved()
+	f.ok(p)
+	return nil
+}

@@ -1,0 +1,287 @@
+package ingest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go/protocol/listoffsets"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	"github.com/cellttl/cellttl/internal/inproc"
+	"github.com/cellttl/cellttl/internal/testenv"
+)
+
+// commitBeyond commits, for a group with no member, an offset per
+// partition: what the group would hold after its topic was recreated.
+func commitBeyond(t *testing.T, brokers []string, group, topic string, offsets map[int]int64) {
+	t.Helper()
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	c := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: tr, Timeout: 10 * time.Second}
+	var commits []kafka.OffsetCommit
+	for p, o := range offsets {
+		commits = append(commits, kafka.OffsetCommit{Partition: p, Offset: o})
+	}
+	res, err := c.OffsetCommit(context.Background(), &kafka.OffsetCommitRequest{GroupID: group, GenerationID: -1, Topics: map[string][]kafka.OffsetCommit{topic: commits}})
+	if err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	for _, ps := range res.Topics[topic] {
+		if ps.Error != nil {
+			t.Fatalf("commit partition %d: %v", ps.Partition, ps.Error)
+		}
+	}
+}
+
+// A committed offset outside the log does not stall: earliest reads what
+// the log holds, latest skips it, fail stops with the partition and the
+// offsets named. The group's commit follows the new log, even downwards.
+func TestCommittedOffsetOutsideTheLog(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	for _, policy := range []OffsetReset{ResetEarliest, ResetLatest, ResetFail} {
+		t.Run(policy.String(), func(t *testing.T) {
+			topic, group := testenv.Name("oor"), testenv.Name("group")
+			testenv.CreateTopic(t, brokers, topic, 1)
+			testenv.Produce(t, brokers, topic, values(10, 100)...)
+			commitBeyond(t, brokers, group, topic, map[int]int64{0: 500})
+			c := newTestConsumer(t, ConsumerConfig{Brokers: brokers, Topic: topic, Group: group, OffsetReset: policy, CommitInterval: 100 * time.Millisecond})
+			switch policy {
+			case ResetFail:
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				_, _, err := fetch(ctx, c)
+				if err == nil || !strings.Contains(err.Error(), "offset 500 is outside the log, which holds offsets 0 to 9") {
+					t.Fatalf("fetch: %v", err)
+				}
+				return
+			case ResetLatest:
+				// Assigned at the group's 500, then reset to the end: the
+				// reset offset is committed at once, so a restart before
+				// the next event does not meet offset 500 again.
+				testenv.Eventually(t, 20*time.Second, func() (bool, string) {
+					s := c.Status()
+					return s.Joined && len(s.Partitions) == 1 && s.Partitions[0].Committed == 10, fmt.Sprintf("%+v", s)
+				})
+				if committed, _ := testenv.Offsets(t, brokers, group, topic, 1); committed[0] != 10 {
+					t.Fatalf("group's offset after the reset: %d, want 10", committed[0])
+				}
+				testenv.Produce(t, brokers, topic, values(3, 100)...)
+			}
+			var got []int64
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			want := map[OffsetReset]int{ResetEarliest: 10, ResetLatest: 3}[policy]
+			for len(got) < want {
+				m, a, err := fetch(ctx, c)
+				if err != nil {
+					t.Fatalf("fetched offsets %v: %v", got, err)
+				}
+				got = append(got, m.Offset)
+				c.Done(a)
+			}
+			if policy == ResetLatest && got[0] != 10 {
+				t.Errorf("latest read from offset %d, want 10 (the end when it started)", got[0])
+			}
+			if policy == ResetEarliest && got[0] != 0 {
+				t.Errorf("earliest read from offset %d, want 0", got[0])
+			}
+			if err := c.committer.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			committed, _ := testenv.Offsets(t, brokers, group, topic, 1)
+			if want := got[len(got)-1] + 1; committed[0] != want {
+				t.Errorf("committed %d, want %d: the commit follows the new log", committed[0], want)
+			}
+		})
+	}
+}
+
+// countingHandler counts the log records with one message.
+type countingHandler struct {
+	msg string
+	n   atomic.Int64
+}
+
+func (h *countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.n.Add(1)
+	}
+	return nil
+}
+
+func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+
+func (h *countingHandler) WithGroup(string) slog.Handler { return h }
+
+// Regression (review): with --offset-out-of-range fail and partitions led
+// by two brokers, the fetcher waited for the other broker's request, whose
+// result no one would take: the member froze, in the group, with no error.
+// It must stop with the error. (Two brokers: in-process kfake.)
+func TestResetFailStopsWithPartitionsOnTwoBrokers(t *testing.T) {
+	cluster, err := inproc.StartKafka(inproc.KafkaOptions{Brokers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	brokers := cluster.Brokers()
+	topic, group := testenv.Name("oor"), testenv.Name("group")
+	testenv.CreateTopic(t, brokers, topic, 4)
+	testenv.Produce(t, brokers, topic, values(8, 100)...)
+	commitBeyond(t, brokers, group, topic, map[int]int64{0: 500, 1: 0, 2: 0, 3: 0})
+	c := newTestConsumer(t, ConsumerConfig{Brokers: brokers, Topic: topic, Group: group, OffsetReset: ResetFail})
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+	defer cancel()
+	for {
+		_, a, err := fetch(ctx, c)
+		if err != nil {
+			if !strings.Contains(err.Error(), "offset 500 is outside the log") {
+				t.Fatalf("fetch: %v; status %+v", err, c.Status())
+			}
+			return
+		}
+		c.Done(a)
+	}
+}
+
+// lookupFault makes the offset lookups of the partitions in fail fail,
+// and those of the partitions in hang wait for their context's end.
+type lookupFault struct {
+	kafka.RoundTripper
+	mu         sync.Mutex
+	fail, hang map[int32]bool
+}
+
+func (l *lookupFault) set(fail, hang map[int32]bool) {
+	l.mu.Lock()
+	l.fail, l.hang = fail, hang
+	l.mu.Unlock()
+}
+
+func (l *lookupFault) RoundTrip(ctx context.Context, addr net.Addr, req protocol.Message) (protocol.Message, error) {
+	if q, ok := req.(*listoffsets.Request); ok {
+		l.mu.Lock()
+		fail, hang := l.fail, l.hang
+		l.mu.Unlock()
+		for _, t := range q.Topics {
+			for _, p := range t.Partitions {
+				if hang[p.Partition] {
+					<-ctx.Done()
+					return nil, ctx.Err()
+				}
+				if fail[p.Partition] {
+					return nil, fmt.Errorf("injected: offsets of partition %d unavailable", p.Partition)
+				}
+			}
+		}
+	}
+	return l.RoundTripper.RoundTrip(ctx, addr, req)
+}
+
+// Regression (issue 20): a partition whose start offset could not be looked
+// up was silent: no log line, no count, /readyz 200, lag 0. And lookups ran
+// on the fetch goroutine, one partition at a time, up to 10 s each, holding
+// back every other partition. Now a lookup runs beside the fetching, its
+// failure is logged (once per cause and 30 s, not per retry) and counted,
+// and a partition that has not moved for the stall timeout is named by
+// Problem, with the cause, until it moves again.
+func TestOffsetLookupFailuresAreLoud(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	topic, group := testenv.Name("lookup"), testenv.Name("group")
+	testenv.CreateTopic(t, brokers, topic, 2)
+	// Partition 0 has a committed offset: it needs no lookup.
+	commitBeyond(t, brokers, group, topic, map[int]int64{0: 0})
+	lf := &lookupFault{}
+	lf.set(map[int32]bool{1: true}, nil)
+	logs := &countingHandler{msg: "kafka partition cannot be read; retrying it with backoff"}
+	reader := sdkmetric.NewManualReader()
+	// A stall timeout of ten long polls: an idle partition is never near it.
+	c, err := NewConsumer(ConsumerConfig{Brokers: brokers, Topic: topic, Group: group, SessionTimeout: 6 * time.Second, StallTimeout: 5 * time.Second,
+		wrap: func(rt kafka.RoundTripper) kafka.RoundTripper { lf.RoundTripper = rt; return lf }},
+		sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), slog.New(logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		err := c.Problem()
+		return err != nil && strings.Contains(err.Error(), "partition 1 of "+topic) && strings.Contains(err.Error(), "offsets of partition 1 unavailable"),
+			fmt.Sprintf("problem %v", err)
+	})
+	time.Sleep(3 * time.Second) // retries, with backoff to 5 s
+	if n := logs.n.Load(); n != 1 {
+		t.Errorf("%d log lines for one lasting cause, want 1 (rate-limited)", n)
+	}
+	// Every retry is counted, though one is logged: the stall timeout and
+	// the sleep hold at least 8 s of failures, and a backoff from 100 ms
+	// growing by half fails at least 5 times in them, even jittered long.
+	if n := counted(t, reader, "cellttl.kafka.fetch_errors"); n < 5 {
+		t.Errorf("cellttl.kafka.fetch_errors %d after 8 s of failing lookups, want every retry counted", n)
+	}
+	for _, p := range c.Status().Partitions {
+		if p.Partition == 0 && p.Stalled != "" {
+			t.Errorf("partition 0, at the log's end, reported stalled: %s", p.Stalled)
+		}
+	}
+
+	// A lookup that hangs holds back no other partition.
+	lf.set(nil, map[int32]bool{1: true})
+	start := time.Now()
+	got := map[int]int{}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for got[0] == 0 {
+		testenv.ProduceTo(t, brokers, topic, 0, []byte("p0"))
+		b, err := c.Poll(ctx, nil)
+		if err != nil {
+			t.Fatalf("no message of partition 0 while partition 1's lookup hangs: %v", err)
+		}
+		for _, f := range b {
+			got[f.Msg.Partition]++
+			c.Done(f.Ack)
+		}
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("partition 0's message took %s while partition 1's lookup hung", took)
+	}
+
+	lf.set(nil, nil)
+	testenv.ProduceTo(t, brokers, topic, 1, []byte("p1"))
+	for got[1] == 0 {
+		b, err := c.Poll(ctx, nil)
+		if err != nil {
+			t.Fatalf("partition 1 once its lookups work: %v; status %+v", err, c.Status())
+		}
+		for _, f := range b {
+			got[f.Msg.Partition]++
+			c.Done(f.Ack)
+		}
+	}
+	testenv.Eventually(t, 10*time.Second, func() (bool, string) {
+		err := c.Problem()
+		return err == nil, fmt.Sprintf("problem %v once partition 1 moves", err)
+	})
+}
+
+// Regression (review): a partition waiting for its offsets to be looked
+// up woke the fetch loop at once, again and again, while another lookup
+// was under way (up to the client's 10 s timeout): a spin. The lookup's
+// end wakes the loop; nothing else needs to.
+func TestReadyDoesNotSpinOnLookups(t *testing.T) {
+	f := &fetcher{parts: []*partition{newPartition(0, nil, -1)}} // its lookup not yet started, no backoff
+	f.parts[0].want = wantBounds
+	if _, wake := f.ready(context.Background(), map[int]bool{}); time.Until(wake) < time.Minute {
+		t.Errorf("the loop wakes in %s for a partition only a lookup can move", time.Until(wake))
+	}
+}

@@ -1,0 +1,97 @@
+package ingest
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// PartitionStatus is what the consumer knows of one owned partition.
+type PartitionStatus struct {
+	Partition int `json:"partition"`
+	// Lag is the messages between the next to fetch and the log's end.
+	Lag       int64 `json:"lag"`
+	Committed int64 `json:"committed"` // -1 when neither the group nor this member committed yet
+	// CommittedLag is the messages between the committed offset (the
+	// log's start when none is) and the log's end: what a restart would
+	// read again or still has to read. -1 while the log's end is unknown.
+	CommittedLag int64  `json:"committed_lag"`
+	Error        string `json:"error,omitempty"`
+	// Stalled says, when the partition has made no progress for longer
+	// than the stall timeout, for how long and why.
+	Stalled string `json:"stalled,omitempty"`
+}
+
+// Status is the consumer's view of its membership.
+type Status struct {
+	Joined     bool              `json:"joined"`
+	Generation int32             `json:"generation"`
+	Member     string            `json:"member,omitempty"`
+	Partitions []PartitionStatus `json:"partitions"`
+	LastError  string            `json:"last_error,omitempty"`
+}
+
+// Status returns the current membership and per-partition lag.
+func (c *Consumer) Status() Status {
+	floors := c.tracker.Floors()
+	held := c.budget.Held()
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := Status{Joined: c.gen != nil, Partitions: []PartitionStatus{}}
+	if c.gen != nil {
+		s.Generation, s.Member = c.gen.ID, c.gen.MemberID
+	}
+	if c.lastErr != nil {
+		s.LastError = c.lastErr.Error()
+	}
+	for _, p := range c.parts {
+		ps := PartitionStatus{Partition: p.id, Lag: p.lag.Load(), Committed: -1, CommittedLag: -1}
+		if f, ok := floors[p.id]; ok {
+			ps.Committed = f
+		}
+		if hw := p.hw.Load(); hw >= 0 {
+			from := ps.Committed
+			if from < 0 {
+				from = max(p.logStart.Load(), 0)
+			}
+			ps.CommittedLag = max(0, hw-from)
+		}
+		if e := p.lastErr.Load(); e != nil {
+			ps.Error = *e
+		}
+		if still := now.Sub(time.Unix(0, p.movedAt.Load())); still > c.cfg.StallTimeout {
+			why := ps.Error
+			if why == "" {
+				why = fmt.Sprintf("nothing new fetched while %d bytes of the byte budget are held by events not yet settled (Bigtable or the dead-letter topic is behind)", held)
+			}
+			ps.Stalled = fmt.Sprintf("no progress for %s: %s", still.Round(time.Second), why)
+		}
+		s.Partitions = append(s.Partitions, ps)
+	}
+	return s
+}
+
+// Problem names the owned partitions that have made no progress for longer
+// than the stall timeout, nil when none has.
+func (c *Consumer) Problem() error {
+	var errs []error
+	for _, p := range c.Status().Partitions {
+		if p.Stalled != "" {
+			errs = append(errs, fmt.Errorf("partition %d of %s: %s", p.Partition, c.cfg.Topic, p.Stalled))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Committed returns the committed offset of each owned partition as this
+// consumer knows it; after Close, as the final commit left them.
+func (c *Consumer) Committed() map[int]int64 {
+	c.mu.Lock()
+	final := c.final
+	c.mu.Unlock()
+	if final != nil {
+		return final
+	}
+	return c.tracker.Floors()
+}
