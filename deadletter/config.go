@@ -30,11 +30,21 @@ func DefaultConfig() Config {
 // RegisterFlags declares the flags that fill c, with c's values as their
 // defaults.
 func (c *Config) RegisterFlags(f *envflag.FlagSet) {
+	c.RegisterTopicFlags(f)
+	f.Section("Dead letters")
+	f.Advanced()
+	f.Duration(&c.CheckInterval, "dlq-check-interval", "DLQ_CHECK_INTERVAL", c.CheckInterval, "how often the dead-letter topics' retention settings, and the input topic's timestamp settings, are read again (a topic changed to keep records forever is refused within this)")
+}
+
+// RegisterTopicFlags declares the dead-letter topics and their retention,
+// without the watch of a running worker: for the commands that read the
+// letters or their topics' settings.
+func (c *Config) RegisterTopicFlags(f *envflag.FlagSet) {
+	f.Section("Dead letters")
 	f.String(&c.Topic, "dlq-topic", "KAFKA_DLQ_TOPIC", c.Topic, "dead-letter topic (default <topic>.dlq)")
 	f.Duration(&c.Retention, "dlq-retention", "DLQ_RETENTION", c.Retention, "retention.ms the dead-letter topic is created with; a letter keeps its payload only where it is gone before its event expires")
 	f.Value(&c.Classes, "dlq-classes", "DLQ_CLASSES", "retention classes, e.g. 1h,1d,7d: topics <dlq-topic>.<class> created with that retention, so that letters of short TTLs keep their payload too")
 	f.Bool(&c.AcceptUnbounded, "dlq-accept-unbounded", "", false, "use a dead-letter topic that keeps records forever (retention.ms -1) for letters without payload, instead of refusing it (a compacted topic is refused all the same: it refuses letters without a key)")
-	f.Duration(&c.CheckInterval, "dlq-check-interval", "DLQ_CHECK_INTERVAL", c.CheckInterval, "how often the dead-letter topics' retention settings, and the input topic's timestamp settings, are read again (a topic changed to keep records forever is refused within this)")
 }
 
 // Base is the dead-letter topic of input, the default filled in.

@@ -67,7 +67,7 @@ func TestStuckOffsetMemory(t *testing.T) {
 	s.workerBrokers = []string{saslBrokers}
 	user := os.Getenv("TESTENV_SASL_USERNAME")
 	s.workerArgs = []string{"--kafka-sasl-mechanism", "SCRAM-SHA-256", "--kafka-sasl-username", user}
-	s.env = []string{"KAFKA_SASL_PASSWORD=" + os.Getenv("TESTENV_SASL_PASSWORD")}
+	s.env = []string{"CELLTTL_KAFKA_SASL_PASSWORD=" + os.Getenv("TESTENV_SASL_PASSWORD")}
 	// One poison event in 5,000 (the dead-letter queue holds 1,524 before
 	// fetching waits: millions of events).
 	s.event = func(r *rand.Rand, seq int) ([]byte, produced) {

@@ -205,7 +205,7 @@ func TestDeadLetterTopicUnwritableForAWhile(t *testing.T) {
 	s.workerBrokers = []string{saslBrokers}
 	user := os.Getenv("TESTENV_SASL_USERNAME")
 	s.workerArgs = []string{"--kafka-sasl-mechanism", "SCRAM-SHA-256", "--kafka-sasl-username", user}
-	s.env = []string{"KAFKA_SASL_PASSWORD=" + os.Getenv("TESTENV_SASL_PASSWORD")}
+	s.env = []string{"CELLTTL_KAFKA_SASL_PASSWORD=" + os.Getenv("TESTENV_SASL_PASSWORD")}
 	s.start()
 	s.start()
 	ctx, stop := context.WithCancel(context.Background())

@@ -61,13 +61,23 @@ func (c Config) ConsumerConfig(maxInflightBytes int64, maxEventBytes int) (Consu
 // RegisterFlags declares the flags that fill c, with c's values as their
 // defaults.
 func (c *Config) RegisterFlags(f *envflag.FlagSet) {
-	f.Value(&c.Brokers, "brokers", "KAFKA_BROKERS", "comma-separated Kafka bootstrap brokers (required)")
-	f.String(&c.Topic, "topic", "KAFKA_TOPIC", c.Topic, "topic of click events")
+	c.RegisterConnectionFlags(f)
+	f.Section("Kafka")
 	f.String(&c.Group, "group", "KAFKA_GROUP", c.Group, "consumer group; workers in one group share the topic's partitions")
+	f.Value(&c.OffsetReset, "offset-out-of-range", "OFFSET_OUT_OF_RANGE", "when a committed offset lies outside the log (topic recreated, retention passed it): earliest, latest or fail")
+	f.Advanced()
 	f.Duration(&c.CommitInterval, "commit-interval", "COMMIT_INTERVAL", c.CommitInterval, "how often settled offsets are committed")
 	f.Duration(&c.SessionTimeout, "session-timeout", "KAFKA_SESSION_TIMEOUT", c.SessionTimeout, "how long the group waits for a silent member before reassigning its partitions (the broker allows 6s..5m by default)")
-	f.Value(&c.OffsetReset, "offset-out-of-range", "OFFSET_OUT_OF_RANGE", "when a committed offset lies outside the log (topic recreated, retention passed it): earliest, latest or fail")
 	f.Duration(&c.StallTimeout, "partition-stall-timeout", "PARTITION_STALL_TIMEOUT", c.StallTimeout, "how long an owned partition may make no progress (not at the log's end, position not moving) before /readyz names it")
+}
+
+// RegisterConnectionFlags declares where the input topic is and how to
+// connect: for the commands that read Kafka without consuming as a group
+// member (forget, retention, redrive).
+func (c *Config) RegisterConnectionFlags(f *envflag.FlagSet) {
+	f.Section("Kafka")
+	f.Value(&c.Brokers, "brokers", "KAFKA_BROKERS", "comma-separated Kafka bootstrap brokers (required)")
+	f.String(&c.Topic, "topic", "KAFKA_TOPIC", c.Topic, "topic of click events")
 	c.Security.RegisterFlags(f)
 }
 

@@ -231,10 +231,13 @@ start_emulator() {
 }
 
 print_env() {
+	# KAFKA_BROKERS for the tests and loadtest, CELLTTL_BROKERS for the
+	# worker's --brokers.
 	echo "export KAFKA_BROKERS=$(cat "$dir/kafka.addr")"
+	echo "export CELLTTL_BROKERS=$(cat "$dir/kafka.addr")"
 	echo "export BIGTABLE_EMULATOR_HOST=$(cat "$dir/emulator.addr")"
 	echo "export TESTENV_KAFKA_LIB='$kafka_lib'"
-	# Not KAFKA_SASL_*: those configure the worker itself.
+	# Not CELLTTL_*: those configure the worker itself.
 	echo "export TESTENV_SASL_BROKERS=$(cat "$dir/kafka-sasl.addr")"
 	echo "export TESTENV_SASL_USERNAME=$sasl_user"
 	echo "export TESTENV_SASL_PASSWORD=$sasl_password"

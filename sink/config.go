@@ -103,10 +103,16 @@ func (c TableConfig) Clients(ctx context.Context) (*bigtable.Client, *bigtable.A
 // RegisterFlags declares the flags that fill c, with c's values as their
 // defaults.
 func (c *WriterConfig) RegisterFlags(f *envflag.FlagSet) {
+	c.RegisterTimeoutFlag(f)
+	f.Duration(&c.RuleCheckInterval, "gc-rule-check-interval", "GC_RULE_CHECK_INTERVAL", c.RuleCheckInterval, "how often the family's GC rule is read again: writes wait while it disagrees with the tenants file")
+}
+
+// RegisterTimeoutFlag declares --write-timeout alone: for worker forget,
+// whose wait between its passes is the workers' bound, which it includes.
+func (c *WriterConfig) RegisterTimeoutFlag(f *envflag.FlagSet) {
 	f.Section("Bigtable")
 	f.Advanced()
 	f.Duration(&c.AttemptTimeout, "write-timeout", "WRITE_TIMEOUT", c.AttemptTimeout, "bound on one Bigtable bulk write attempt before it is retried")
-	f.Duration(&c.RuleCheckInterval, "gc-rule-check-interval", "GC_RULE_CHECK_INTERVAL", c.RuleCheckInterval, "how often the family's GC rule is read again: writes wait while it disagrees with the tenants file")
 }
 
 // Validate checks the settings, naming the flag at fault.

@@ -14,23 +14,35 @@ import (
 	"github.com/cellttl/cellttl/retention"
 )
 
+// auditOptions are the flags of worker audit.
+type auditOptions struct {
+	tableOptions
+	audit                     retention.AuditOptions
+	tenantList, format, shard string
+}
+
+func (o *auditOptions) flags(out io.Writer) *envflag.FlagSet {
+	f := envflag.New("worker audit", "worker audit: per tenant, live and expired-but-stored rows, cells that break the rule, when the live data leaves.\n"+
+		"Exit status: 0 every cell follows the rule and no erased user has a row, 1 otherwise (or an error), 2 bad flags.", out)
+	o.register(f)
+	f.Section("Audit")
+	f.String(&o.tenantList, "tenant", "", "", "comma-separated tenants (default: the whole table)")
+	f.Int64(&o.audit.Sample, "sample", "", 0, "read at most this many rows per tenant (0: all)")
+	f.String(&o.shard, "shard", "", "0/1", "this process's part I/N of each tenant's rows, I from 0 (a Kubernetes Indexed Job's completion index): N processes share the work without overlap")
+	f.String(&o.format, "format", "", "text", "output: text or json")
+	return f
+}
+
 // runAudit is worker audit: every cell against the rule of the current
 // tenants file. Exit status 1 when any breaks it, for scheduled jobs.
 func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	o := defaultTableOptions()
-	var ao retention.AuditOptions
-	var tenantList, format, shard string
-	var err error
-	f := envflag.New("worker audit", "worker audit: per tenant, live and expired-but-stored rows, cells that break the rule, when the live data leaves.\n"+
-		"Exit status: 0 every cell follows the rule and no erased user has a row, 1 otherwise (or an error), 2 bad flags.", stderr)
-	o.register(f)
-	f.String(&tenantList, "tenant", "", "", "comma-separated tenants (default: the whole table)")
-	f.Int64(&ao.Sample, "sample", "", 0, "read at most this many rows per tenant (0: all)")
-	f.String(&shard, "shard", "", "0/1", "this process's part I/N of each tenant's rows, I from 0 (a Kubernetes Indexed Job's completion index): N processes share the work without overlap")
-	f.String(&format, "format", "", "text", "output: text or json")
-	if err := parse(f, args); err != nil {
+	o := auditOptions{tableOptions: defaultTableOptions()}
+	if err := parse(o.flags(stderr), args); err != nil {
 		return err
 	}
+	ao, tenantList, format := o.audit, o.tenantList, o.format
+	var err error
+	shard := o.shard
 	if ao.Shard, err = retention.ParseShard(shard); err != nil {
 		return usageError(err)
 	}

@@ -103,21 +103,32 @@ type comparison struct {
 	Notes []string `json:"notes"`
 }
 
+// checkOptions are the flags of worker check.
+type checkOptions struct {
+	tableOptions
+	against, format string
+	offline         bool
+}
+
+func (o *checkOptions) flags(out io.Writer) *envflag.FlagSet {
+	f := envflag.New("worker check", "worker check: validate a tenants file and explain what loading it would change.\n"+
+		"Exit status: 0 valid and safe to reload, 1 valid but needs `worker setup --update-gc-policy` and a restart, 2 invalid, 3 valid but the table could not be read.", out)
+	o.register(f)
+	f.Section("Check")
+	f.String(&o.against, "against", "TENANTS_AGAINST", "", "the previous tenants file, to list what the edit changes")
+	f.String(&o.format, "format", "CHECK_FORMAT", "text", "output: text or json")
+	f.Bool(&o.offline, "offline", "CHECK_OFFLINE", false, "do not read the table's GC rule")
+	return f
+}
+
 // runCheck is worker check: validate a tenants file, and explain what
 // loading it changes, against the table's GC rule and an earlier file.
 func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	o := defaultTableOptions()
-	var against, format string
-	var offline bool
-	f := envflag.New("worker check", "worker check: validate a tenants file and explain what loading it would change.\n"+
-		"Exit status: 0 valid and safe to reload, 1 valid but needs `worker setup --update-gc-policy` and a restart, 2 invalid, 3 valid but the table could not be read.", stderr)
-	o.register(f)
-	f.String(&against, "against", "TENANTS_AGAINST", "", "the previous tenants file, to list what the edit changes")
-	f.String(&format, "format", "CHECK_FORMAT", "text", "output: text or json")
-	f.Bool(&offline, "offline", "CHECK_OFFLINE", false, "do not read the table's GC rule")
-	if err := parse(f, args); err != nil {
+	o := checkOptions{tableOptions: defaultTableOptions()}
+	if err := parse(o.flags(stderr), args); err != nil {
 		return err
 	}
+	against, format, offline := o.against, o.format, o.offline
 	if err := checkFormat(format); err != nil {
 		return err
 	}
@@ -210,83 +221,4 @@ func verdict(rep *checkReport) (int, string) {
 		return checkUnchecked, "valid, but the table's GC rule could not be read: " + rep.Table.Error
 	}
 	return checkSafe, "valid and safe: a running worker loads it once it has read it unchanged for --tenants-reload-interval, or at once on SIGHUP"
-}
-
-func printCheck(w io.Writer, rep *checkReport) {
-	if !rep.Valid {
-		fmt.Fprintf(w, "%s is not valid:\n", rep.File)
-		for _, e := range rep.Errors {
-			fmt.Fprintf(w, "  %s\n", e)
-		}
-		fmt.Fprintf(w, "\n%s\n", rep.Verdict)
-		return
-	}
-	fmt.Fprintf(w, "%s is valid (version %s): strategy %s, default_ttl %s, %d tenants listed.\n", rep.File, rep.Version, rep.Strategy, rep.Default, rep.Tenants)
-	if rep.Unlisted == string(tenants.UnlistedDeadLetter) {
-		fmt.Fprintf(w, "Events of tenants it does not list are dead-lettered (unlisted_tenants: dead-letter, reason unlisted_tenant).\n")
-	} else {
-		fmt.Fprintf(w, "Events of tenants it does not list live default_ttl, %s (unlisted_tenants: default_ttl).\n", rep.Default)
-	}
-	if o := rep.OwnTTLs; o != nil {
-		fmt.Fprintf(w, "With --ttl-from, an event's own TTL is clamped to its tenant's min_ttl..max_ttl (unlisted tenants: %s).", o.Unlisted)
-		if len(o.Longer) == 0 {
-			fmt.Fprintf(w, " No event outlives its tenant's TTL.\n")
-		} else {
-			fmt.Fprintf(w, " Events may outlive their tenant's TTL for: %s.\n", listSome(o.Longer))
-		}
-		if len(o.Shorter) > 0 {
-			fmt.Fprintf(w, "Events may not be kept shorter than: %s.\n", listSome(o.Shorter))
-		}
-	}
-	if rep.TableNote != "" {
-		fmt.Fprintf(w, "\nTable: %s.\n", rep.TableNote)
-	}
-	if t := rep.Table; t != nil {
-		switch {
-		case t.Error != "":
-			fmt.Fprintf(w, "\nTable %s: could not be read: %s\n", t.Target, t.Error)
-		case !t.Exists:
-			fmt.Fprintf(w, "\nTable %s: does not exist yet; `worker setup` creates it with GC rule %q.\n", t.Target, t.Wanted)
-		case t.Matches:
-			fmt.Fprintf(w, "\nTable %s: GC rule %q matches.\n", t.Target, t.Rule)
-		default:
-			fmt.Fprintf(w, "\nTable %s: GC rule %q, this file needs %q.\n", t.Target, t.Rule, t.Wanted)
-		}
-	}
-	if a := rep.Against; a != nil {
-		fmt.Fprintf(w, "\nCompared with %s (version %s):\n", a.File, a.Version)
-		if len(a.Tenants) == 0 && !a.GCRuleChange && len(a.Notes) == 0 {
-			fmt.Fprintln(w, "  no change to any TTL.")
-		}
-		for _, c := range a.Tenants {
-			switch c.Kind() {
-			case "added":
-				fmt.Fprintf(w, "  %-16s added:   %s (was the default, %s)\n", c.Tenant, duration.Format(c.NewTTL), duration.Format(c.OldTTL))
-			case "removed":
-				fmt.Fprintf(w, "  %-16s removed: %s → the default, %s\n", c.Tenant, duration.Format(c.OldTTL), duration.Format(c.NewTTL))
-			default:
-				fmt.Fprintf(w, "  %-16s %s → %s", c.Tenant, duration.Format(c.OldTTL), duration.Format(c.NewTTL))
-				if c.BoundsSaid() {
-					fmt.Fprintf(w, ", own TTLs %s → %s", tenants.FormatBounds(c.OldBounds), tenants.FormatBounds(c.NewBounds))
-				}
-				fmt.Fprintln(w)
-			}
-		}
-		for _, n := range a.Notes {
-			fmt.Fprintf(w, "  Note: %s.\n", n)
-		}
-		if a.GCRuleChange {
-			fmt.Fprintf(w, "  The family's GC rule must change, which moves the expiry of every cell already written.\n")
-			if sh := a.ExpiryShift; sh != 0 {
-				fmt.Fprintf(w, "  Cells already written expire %s %s: right for unlisted tenants, which follow the default, but the cells of", sh.Size(), sh.Direction())
-				fmt.Fprintf(w, " every listed tenant (%s) then expire %s %s than their TTL promised, until they age out.\n", strings.Join(a.ShiftedTenants, ", "), sh.Size(), sh.Direction())
-			} else {
-				fmt.Fprintf(w, "  The strategy changes: cells written under the old one no longer mean what they did; plan a migration.\n")
-			}
-			if a.ReplicatedSteps {
-				fmt.Fprintf(w, "  On a replicated table the GC max-age can grow by at most 90 days at a time: raise it in steps.\n")
-			}
-		}
-	}
-	fmt.Fprintf(w, "\n%s\n", rep.Verdict)
 }

@@ -45,20 +45,31 @@ type demoOptions struct {
 	logLevel   string
 }
 
-// runDemo runs the real worker against in-process Kafka and Bigtable
-// (internal/inproc), fed with synthetic clicks.
-func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// demoFlags are worker demo's flags, for the table of commands.
+func demoFlags(out io.Writer) *envflag.FlagSet {
 	var o demoOptions
+	return o.flags(out)
+}
+
+func (o *demoOptions) flags(out io.Writer) *envflag.FlagSet {
 	f := envflag.New("worker demo", "worker demo: the whole pipeline in one process, with in-process Kafka and Bigtable emulator and synthetic clicks.\n"+
 		"Tenants (TTL): flash 5s, brief 15s, walk-in (unlisted: default 30s), keeper 45s. It ends when every tenant's cells are gone\n"+
-		"(about a minute), unless --watch; Ctrl-C stops it.", stderr)
+		"(about a minute), unless --watch; Ctrl-C stops it.", out)
+	f.Section("Demo")
 	f.Int(&o.rate, "rate", "DEMO_RATE", 200, "synthetic clicks per second")
 	f.Duration(&o.produceFor, "produce-for", "DEMO_PRODUCE_FOR", 10*time.Second, "produce for this long, then watch the cells expire")
 	f.Duration(&o.every, "every", "DEMO_EVERY", 5*time.Second, "print the per-tenant summary this often")
 	f.Duration(&o.runFor, "duration", "DEMO_DURATION", 0, "stop after this long (0: until every tenant's cells are gone, or Ctrl-C)")
 	f.Bool(&o.watch, "watch", "DEMO_WATCH", false, "keep running once every tenant's cells are gone, until Ctrl-C")
-	f.String(&o.logLevel, "log-level", "LOG_LEVEL", "warn", "log level of the worker's own logs")
-	if err := parse(f, args); err != nil {
+	f.Choice(&o.logLevel, "log-level", "LOG_LEVEL", "warn", "log level of the worker's own logs", "debug", "info", "warn", "error")
+	return f
+}
+
+// runDemo runs the real worker against in-process Kafka and Bigtable
+// (internal/inproc), fed with synthetic clicks.
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var o demoOptions
+	if err := parse(o.flags(stderr), args); err != nil {
 		return err
 	}
 	if o.rate < 1 || o.every <= 0 {

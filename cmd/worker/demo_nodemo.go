@@ -6,7 +6,12 @@ import (
 	"context"
 	"errors"
 	"io"
+
+	"github.com/cellttl/cellttl/internal/envflag"
 )
+
+// demoFlags: a build without the demo has none of its flags.
+func demoFlags(io.Writer) *envflag.FlagSet { return nil }
 
 // runDemo in a build without the demo (-tags nodemo, the production image):
 // the in-process Kafka and Bigtable emulator stay out of the binary.

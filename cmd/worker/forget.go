@@ -22,8 +22,11 @@ import (
 // erasure was recorded for it: most often a mistyped id.
 const exitNothingFound = 3
 
-// forgetOptions are forget's own flags; it takes the worker's too.
+// forgetOptions are forget's flags: its own, and those of the worker's it
+// needs (the workers' bound, how far ahead an event's time may lie, and
+// the topics whose retention a ledger record must outlive).
 type forgetOptions struct {
+	runOptions
 	tenant      string
 	users       userList
 	usersFrom   string
@@ -42,16 +45,13 @@ type userList []string
 func (u *userList) String() string     { return strings.Join(*u, ",") }
 func (u *userList) Set(v string) error { *u = append(*u, v); return nil }
 
-// runForget is worker forget: erase users' rows, and record the erasure in
-// the ledger every worker obeys, so that no replay brings them back.
-func runForget(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	o := defaultRunOptions()
-	var fo forgetOptions
+func (fo *forgetOptions) flags(out io.Writer) *envflag.FlagSet {
 	f := envflag.New("worker forget", "worker forget: erase users of a tenant. It records each erasure in the erasure ledger (which every worker obeys: "+
 		"no event of the user at or before erased_up_to is written again, from a backlog, a replay or a redrive), deletes the rows, waits for the workers' "+
-		"bound, deletes again, and prints a receipt. It takes the worker's flags and environment (the bound and the topics' retention come from them).\n"+
-		"Exit status: 0 done, 1 an error, 2 bad flags, 3 a user had no row and nothing was recorded for it (see --allow-empty).", stderr)
-	o.register(f)
+		"bound, deletes again, and prints a receipt. It takes the worker's settings that decide the bound and the topics' retention, from the same flags and environment.\n"+
+		"Exit status: 0 done, 1 an error, 2 bad flags, 3 a user had no row and nothing was recorded for it (see --allow-empty).", out)
+	o := &fo.runOptions
+	f.Section("Erasure")
 	f.String(&fo.tenant, "tenant", "", "", "the users' tenant (required)")
 	f.Value(&fo.users, "user", "", "a user to erase, matched exactly as the row key holds it; may be given several times")
 	f.String(&fo.usersFrom, "users-from", "", "", "a file of users to erase, one per line (blank lines and lines starting with # are skipped)")
@@ -62,9 +62,22 @@ func runForget(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	f.Duration(&fo.secondPass, "second-pass-after", "", 0, fmt.Sprintf("wait between the two deletions (default: the workers' bound, %d × --erasure-refresh + --write-timeout)", erasure.StaleAfter))
 	f.Duration(&fo.backups, "backup-retention", "BACKUP_RETENTION", 0, "the longest a backup of the table is kept, when backups are taken: listed on the receipt, and the ledger record lives at least as long")
 	f.String(&fo.format, "format", "", "text", "output: text or json")
-	if err := parse(f, args); err != nil {
+	o.tableOptions.register(f)
+	o.kafka.RegisterConnectionFlags(f)
+	o.dlq.RegisterTopicFlags(f)
+	o.pipe.RegisterClockFlags(f)
+	o.registerErasureBound(f)
+	return f
+}
+
+// runForget is worker forget: erase users' rows, and record the erasure in
+// the ledger every worker obeys, so that no replay brings them back.
+func runForget(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fo := forgetOptions{runOptions: defaultRunOptions()}
+	if err := parse(fo.flags(stderr), args); err != nil {
 		return err
 	}
+	o := &fo.runOptions
 	users, err := fo.userIDs()
 	if err != nil {
 		return usageError(err)
@@ -91,7 +104,7 @@ func runForget(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer done()
-	facts, err := gatherFacts(ctx, &o, s.cfg, s)
+	facts, err := gatherFacts(ctx, o, s.cfg, s)
 	if err != nil {
 		return fmt.Errorf("read how long the topics keep copies (the ledger record must live as long): %w", err)
 	}

@@ -84,39 +84,89 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-':
 		cmd, args = args[0], args[1:]
 	}
-	switch cmd {
-	case "run":
-		return runWorker(ctx, args, stderr)
-	case "setup":
-		return runSetup(ctx, args, stdout, stderr)
-	case "read":
-		return runRead(ctx, args, stdout, stderr)
-	case "check":
-		return runCheck(ctx, args, stdout, stderr)
-	case "retime":
-		return runRetime(ctx, args, stdout, stderr)
-	case "migrate":
-		return runMigrate(ctx, args, stdout, stderr)
-	case "forget":
-		return runForget(ctx, args, stdout, stderr)
-	case "audit":
-		return runAudit(ctx, args, stdout, stderr)
-	case "retention":
-		return runRetention(ctx, args, stdout, stderr)
-	case "redrive":
-		return runRedrive(ctx, args, stdout, stderr)
-	case "demo":
-		return runDemo(ctx, args, stdout, stderr)
-	case "help":
+	if cmd == "help" {
 		fmt.Fprintln(stdout, usage)
 		return nil
 	}
-	return &exitError{code: 2, err: fmt.Errorf("unknown command %q\n\n%s", cmd, usage)}
+	c, ok := commandTable()[cmd]
+	if !ok {
+		return &exitError{code: 2, err: fmt.Errorf("unknown command %q\n\n%s", cmd, usage)}
+	}
+	return c.run(ctx, args, stdout, stderr)
+}
+
+// command is one of the worker's commands.
+type command struct {
+	run func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+	// flags makes the command's flag set, with its defaults: parse reads
+	// every command's variables from them, so that one environment (a
+	// Deployment's, a shell's) serves every command.
+	flags func(out io.Writer) *envflag.FlagSet
+}
+
+// commandTable is the worker's commands by name. A function, not a
+// variable: the commands call parse, which reads the table.
+func commandTable() map[string]command {
+	return map[string]command{
+		"run": {func(ctx context.Context, args []string, _, stderr io.Writer) error {
+			return runWorker(ctx, args, stderr)
+		}, func(w io.Writer) *envflag.FlagSet { o := defaultRunOptions(); return o.flags(w) }},
+		"setup": {runSetup, func(w io.Writer) *envflag.FlagSet {
+			o := setupOptions{tableOptions: defaultTableOptions()}
+			return o.flags(w)
+		}},
+		"read": {runRead, func(w io.Writer) *envflag.FlagSet {
+			o := readOptions{tableOptions: defaultTableOptions()}
+			return o.flags(w)
+		}},
+		"check": {runCheck, func(w io.Writer) *envflag.FlagSet {
+			o := checkOptions{tableOptions: defaultTableOptions()}
+			return o.flags(w)
+		}},
+		"retime": {runRetime, func(w io.Writer) *envflag.FlagSet {
+			o := retimeOptions{tableOptions: defaultTableOptions()}
+			return o.flags(w)
+		}},
+		"migrate": {runMigrate, func(w io.Writer) *envflag.FlagSet {
+			o := migrateOptions{tableOptions: defaultTableOptions()}
+			return o.flags(w)
+		}},
+		"forget": {runForget, func(w io.Writer) *envflag.FlagSet {
+			o := forgetOptions{runOptions: defaultRunOptions()}
+			return o.flags(w)
+		}},
+		"audit": {runAudit, func(w io.Writer) *envflag.FlagSet {
+			o := auditOptions{tableOptions: defaultTableOptions()}
+			return o.flags(w)
+		}},
+		"retention": {runRetention, func(w io.Writer) *envflag.FlagSet {
+			o := retentionOptions{runOptions: defaultRunOptions()}
+			return o.flags(w)
+		}},
+		"redrive": {runRedrive, func(w io.Writer) *envflag.FlagSet {
+			o := redriveOptions{runOptions: defaultRunOptions()}
+			return o.flags(w)
+		}},
+		"demo": {runDemo, demoFlags},
+	}
+}
+
+// allVariables are the variables of every command's flags, legacy names
+// included.
+func allVariables() []string {
+	var vs []string
+	for _, c := range commandTable() {
+		if f := c.flags(io.Discard); f != nil {
+			vs = append(vs, f.Variables()...)
+		}
+	}
+	return vs
 }
 
 // parse parses a command's flags, turning --help into a clean exit and
 // any other flag error into exit status 2.
 func parse(f *envflag.FlagSet, args []string) error {
+	f.KnowAlso(allVariables)
 	if err := f.Parse(args); err != nil {
 		if envflag.IsHelp(err) {
 			return errHelp

@@ -19,29 +19,40 @@ import (
 	"github.com/cellttl/cellttl/tenants"
 )
 
+// migrateOptions are the flags of worker migrate.
+type migrateOptions struct {
+	tableOptions
+	against, format        string
+	yes, replicated, force bool
+	only                   int
+	retime                 retention.RetimeOptions
+}
+
+func (o *migrateOptions) flags(out io.Writer) *envflag.FlagSet {
+	f := envflag.New("worker migrate", "worker migrate: move a table written under --against to --tenants, whose default_ttl or strategy differs.\n"+
+		"Without --yes it prints the plan. Stop the workers first; start them with the new file when it is done.\n"+
+		"Exit status: 0 done (or planned), 1 an error, 2 bad flags or files, 3 interrupted (run it again).", out)
+	o.register(f)
+	f.Section("Migration")
+	f.String(&o.against, "against", "", "", "the tenants file the table was written under (required)")
+	f.Bool(&o.yes, "yes", "", false, "apply the plan")
+	f.Bool(&o.replicated, "replicated", "", false, "the table is replicated: raise the GC max-age by at most 90 days at a time")
+	f.Bool(&o.force, "force", "", false, "switch to one-second even though rows outside cellttl's layout would lose their cells")
+	f.Int(&o.only, "step", "", 0, "run this step of the plan alone (1, 2...; 0: every step left): how N processes, each with a --shard, share the re-timing steps")
+	f.String(&o.format, "format", "", "text", "output: text or json")
+	o.retime.RegisterFlags(f)
+	return f
+}
+
 // runMigrate is worker migrate: take a table full of data from one tenants
 // file to another whose GC rule differs (default_ttl, strategy), in the
 // order that keeps every cell's promises.
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	o := defaultTableOptions()
-	var against, format string
-	var yes, replicated, force bool
-	var only int
-	ro := retention.RetimeOptions{Passes: 1}
-	f := envflag.New("worker migrate", "worker migrate: move a table written under --against to --tenants, whose default_ttl or strategy differs.\n"+
-		"Without --yes it prints the plan. Stop the workers first; start them with the new file when it is done.\n"+
-		"Exit status: 0 done (or planned), 1 an error, 2 bad flags or files, 3 interrupted (run it again).", stderr)
-	o.register(f)
-	f.String(&against, "against", "", "", "the tenants file the table was written under (required)")
-	f.Bool(&yes, "yes", "", false, "apply the plan")
-	f.Bool(&replicated, "replicated", "", false, "the table is replicated: raise the GC max-age by at most 90 days at a time")
-	f.Bool(&force, "force", "", false, "switch to one-second even though rows outside cellttl's layout would lose their cells")
-	ro.RegisterFlags(f)
-	f.Int(&only, "step", "", 0, "run this step of the plan alone (1, 2...; 0: every step left): how N processes, each with a --shard, share the re-timing steps")
-	f.String(&format, "format", "", "text", "output: text or json")
-	if err := parse(f, args); err != nil {
+	o := migrateOptions{tableOptions: defaultTableOptions(), retime: retention.RetimeOptions{Passes: 1}}
+	if err := parse(o.flags(stderr), args); err != nil {
 		return err
 	}
+	against, format, yes, replicated, force, only, ro := o.against, o.format, o.yes, o.replicated, o.force, o.only, o.retime
 	if err := ro.Validate(); err != nil {
 		return usageError(err)
 	}
@@ -60,7 +71,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer done()
-	m := &migration{o: &o, s: s, log: log, against: against, oldCfg: oldCfg, ro: ro, only: only, tbl: s.dc.Open(o.table.Table)}
+	m := &migration{o: &o.tableOptions, s: s, log: log, against: against, oldCfg: oldCfg, ro: ro, only: only, tbl: s.dc.Open(o.table.Table)}
 	plan, steps, err := m.steps(ctx, replicated)
 	if err != nil {
 		return err

@@ -17,24 +17,35 @@ import (
 	"github.com/cellttl/cellttl/sink"
 )
 
+// readOptions are the flags of worker read.
+type readOptions struct {
+	tableOptions
+	query                reader.Query
+	since, until, format string
+}
+
+func (o *readOptions) flags(out io.Writer) *envflag.FlagSet {
+	f := envflag.New("worker read", "worker read: a tenant's live events, with their expiry, read with the filter that hides expired cells.", out)
+	o.register(f)
+	f.Section("Read")
+	f.String(&o.query.Tenant, "tenant", "READ_TENANT", "", "tenant to read (required)")
+	f.String(&o.query.User, "user", "READ_USER", "", "only this user's events (one key range)")
+	f.String(&o.since, "since", "READ_SINCE", "", "event time from: RFC 3339, or a duration ago such as 1h or 2d")
+	f.String(&o.until, "until", "READ_UNTIL", "", "event time before: RFC 3339, or a duration ago")
+	f.Int(&o.query.Limit, "limit", "READ_LIMIT", 100, "at most this many events (0: all)")
+	f.Bool(&o.query.IncludeExpired, "include-expired", "READ_INCLUDE_EXPIRED", false, "also show cells GC has not collected yet, marked expired (debugging)")
+	f.String(&o.format, "format", "READ_FORMAT", "text", "output: text or json (one object per line)")
+	return f
+}
+
 // runRead is worker read: a tenant's live events, read as a correct reader
 // reads them.
 func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	o := defaultTableOptions()
-	var q reader.Query
-	var since, until, format string
-	f := envflag.New("worker read", "worker read: a tenant's live events, with their expiry, read with the filter that hides expired cells.", stderr)
-	o.register(f)
-	f.String(&q.Tenant, "tenant", "READ_TENANT", "", "tenant to read (required)")
-	f.String(&q.User, "user", "READ_USER", "", "only this user's events (one key range)")
-	f.String(&since, "since", "READ_SINCE", "", "event time from: RFC 3339, or a duration ago such as 1h or 2d")
-	f.String(&until, "until", "READ_UNTIL", "", "event time before: RFC 3339, or a duration ago")
-	f.Int(&q.Limit, "limit", "READ_LIMIT", 100, "at most this many events (0: all)")
-	f.Bool(&q.IncludeExpired, "include-expired", "READ_INCLUDE_EXPIRED", false, "also show cells GC has not collected yet, marked expired (debugging)")
-	f.String(&format, "format", "READ_FORMAT", "text", "output: text or json (one object per line)")
-	if err := parse(f, args); err != nil {
+	o := readOptions{tableOptions: defaultTableOptions()}
+	if err := parse(o.flags(stderr), args); err != nil {
 		return err
 	}
+	q, since, until, format := o.query, o.since, o.until, o.format
 	if q.Tenant == "" {
 		return usageError(errors.New("--tenant is required"))
 	}

@@ -16,28 +16,46 @@ import (
 	"github.com/cellttl/cellttl/sink"
 )
 
+// redriveOptions are the flags of worker redrive: its own, and the
+// worker's that decide and write an event as the worker does.
+type redriveOptions struct {
+	runOptions
+	redrive                redrive.Options
+	topic, reasons, format string
+}
+
+func (rd *redriveOptions) flags(out io.Writer) *envflag.FlagSet {
+	f := envflag.New("worker redrive", "worker redrive: send dead letters through the worker's decode, expiry and write again, each keyed to its original record, so that it gets exactly the cells it would have got (run twice, the same cells); a dry run unless --apply. The letters of users erased with worker forget are not written (the erasure ledger, read again every --erasure-refresh).\n"+
+		"It takes the worker's settings that decide and write an event, from the same flags and environment. Exit status: 0 done, 1 an error, 2 bad flags.", out)
+	o, ro := &rd.runOptions, &rd.redrive
+	f.Section("Redrive")
+	f.String(&rd.topic, "from-topic", "", "", "the dead-letter topic to read (default: --dlq-topic and its --dlq-classes topics)")
+	f.Int(&ro.Partition, "partition", "", ro.Partition, "read this partition only (default: all)")
+	f.Int64(&ro.From, "from-offset", "", 0, "read from this offset")
+	f.Int64(&ro.To, "to-offset", "", 0, "read up to this offset, excluded (default: the end when the run starts)")
+	f.String(&rd.reasons, "reason", "", "", "comma-separated reason classes to redrive (not_json, invalid_id, unlisted_tenant, bigtable_refused…; default: all)")
+	f.Bool(&ro.Apply, "apply", "", false, "write; without it, say what would be written")
+	f.String(&ro.Checkpoint, "checkpoint", "", "", "a file recording how far an --apply run has come; run again with the same file to go on")
+	f.String(&rd.format, "format", "", "text", "output: text or json")
+	o.tableOptions.register(f)
+	o.kafka.RegisterConnectionFlags(f)
+	o.dlq.RegisterTopicFlags(f)
+	o.pipe.RegisterMappingFlags(f)
+	o.pipe.RegisterClockFlags(f)
+	o.registerErasureBound(f)
+	return f
+}
+
 // runRedrive is worker redrive: dead letters through the worker's path
 // again, under the tenants file and mapping in force now (a tenant added
 // since, a field mapping fixed). It takes the worker's flags, so that the
 // letters are decided as the worker would decide them.
 func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	o := defaultRunOptions()
-	ro := redrive.Options{Partition: -1}
-	var topic, reasons, format string
-	f := envflag.New("worker redrive", "worker redrive: send dead letters through the worker's decode, expiry and write again, each keyed to its original record, so that it gets exactly the cells it would have got (run twice, the same cells); a dry run unless --apply. The letters of users erased with worker forget are not written (the erasure ledger, read again every --erasure-refresh).\n"+
-		"It takes the worker's flags and environment. Exit status: 0 done, 1 an error, 2 bad flags.", stderr)
-	o.register(f)
-	f.String(&topic, "from-topic", "", "", "the dead-letter topic to read (default: --dlq-topic and its --dlq-classes topics)")
-	f.Int(&ro.Partition, "partition", "", ro.Partition, "read this partition only (default: all)")
-	f.Int64(&ro.From, "from-offset", "", 0, "read from this offset")
-	f.Int64(&ro.To, "to-offset", "", 0, "read up to this offset, excluded (default: the end when the run starts)")
-	f.String(&reasons, "reason", "", "", "comma-separated reason classes to redrive (not_json, invalid_id, unlisted_tenant, bigtable_refused…; default: all)")
-	f.Bool(&ro.Apply, "apply", "", false, "write; without it, say what would be written")
-	f.String(&ro.Checkpoint, "checkpoint", "", "", "a file recording how far an --apply run has come; run again with the same file to go on")
-	f.String(&format, "format", "", "text", "output: text or json")
-	if err := parse(f, args); err != nil {
+	rd := redriveOptions{runOptions: defaultRunOptions(), redrive: redrive.Options{Partition: -1}}
+	if err := parse(rd.flags(stderr), args); err != nil {
 		return err
 	}
+	o, ro, topic, reasons, format := &rd.runOptions, rd.redrive, rd.topic, rd.reasons, rd.format
 	if err := checkFormat(format); err != nil {
 		return err
 	}

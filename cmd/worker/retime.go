@@ -19,24 +19,35 @@ import (
 // (with --resume) to finish.
 const exitInterrupted = 3
 
+// retimeOptions are the flags of worker retime.
+type retimeOptions struct {
+	tableOptions
+	tenantList, format string
+	retime             retention.RetimeOptions
+}
+
+func (o *retimeOptions) flags(out io.Writer) *envflag.FlagSet {
+	f := envflag.New("worker retime", "worker retime: apply the tenants file's TTLs to the cells already written for some tenants.\n"+
+		"Exit status: 0 done, 2 bad flags or file, 3 interrupted (run again with --resume), 1 other errors.", out)
+	o.register(f)
+	ro := &o.retime
+	ro.RegisterFlags(f)
+	f.String(&o.tenantList, "tenant", "", "", "comma-separated tenants to re-time (required)")
+	f.Bool(&ro.DryRun, "dry-run", "", false, "print the plan and change nothing")
+	f.Int(&ro.Passes, "passes", "", ro.Passes, "passes at most; a pass that changes nothing ends the run (the second catches rows written meanwhile under the old file)")
+	f.Duration(&ro.PassDelay, "pass-delay", "", ro.PassDelay, "wait between passes")
+	f.String(&o.format, "format", "", "text", "output: text or json")
+	return f
+}
+
 // runRetime is worker retime: move the cells of tenants' rows to the
 // timestamps the current tenants file gives them.
 func runRetime(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	o := defaultTableOptions()
-	var tenantList, format string
-	ro := retention.RetimeOptions{Passes: 2, PassDelay: time.Minute}
-	f := envflag.New("worker retime", "worker retime: apply the tenants file's TTLs to the cells already written for some tenants.\n"+
-		"Exit status: 0 done, 2 bad flags or file, 3 interrupted (run again with --resume), 1 other errors.", stderr)
-	o.register(f)
-	f.String(&tenantList, "tenant", "", "", "comma-separated tenants to re-time (required)")
-	f.Bool(&ro.DryRun, "dry-run", "", false, "print the plan and change nothing")
-	ro.RegisterFlags(f)
-	f.Int(&ro.Passes, "passes", "", ro.Passes, "passes at most; a pass that changes nothing ends the run (the second catches rows written meanwhile under the old file)")
-	f.Duration(&ro.PassDelay, "pass-delay", "", ro.PassDelay, "wait between passes")
-	f.String(&format, "format", "", "text", "output: text or json")
-	if err := parse(f, args); err != nil {
+	o := retimeOptions{tableOptions: defaultTableOptions(), retime: retention.RetimeOptions{Passes: 2, PassDelay: time.Minute}}
+	if err := parse(o.flags(stderr), args); err != nil {
 		return err
 	}
+	tenantList, format, ro := o.tenantList, o.format, o.retime
 	ro.Tenants = splitList(tenantList)
 	if len(ro.Tenants) == 0 {
 		return usageError(errors.New("--tenant is required"))

@@ -62,7 +62,23 @@ const defaultErasureRefresh = 5 * time.Second
 // registerErasureRefresh declares --erasure-refresh, for the commands that
 // write events (the worker and redrive).
 func registerErasureRefresh(f *envflag.FlagSet, d *time.Duration) {
+	f.Section("Erasure")
+	f.Advanced()
 	f.Duration(d, "erasure-refresh", "ERASURE_REFRESH", *d, fmt.Sprintf("how often the erasure ledger is read again; writes wait while the ledger loaded last is older than %d of these, so a user erased at t has no row written after t + %d×this + --write-timeout", erasure.StaleAfter, erasure.StaleAfter))
+}
+
+// registerErasureBound declares the flags of the workers' erasure bound,
+// --erasure-refresh and --write-timeout: for the commands that write events
+// as the worker does (redrive) or wait for the bound (forget).
+func (o *runOptions) registerErasureBound(f *envflag.FlagSet) {
+	o.writer.RegisterTimeoutFlag(f)
+	registerErasureRefresh(f, &o.erasureRefresh)
+}
+
+func (o *runOptions) flags(out io.Writer) *envflag.FlagSet {
+	f := envflag.New("worker run", "worker run: consume click events and write them with per-tenant TTLs.", out)
+	o.register(f)
+	return f
 }
 
 func (o *runOptions) register(f *envflag.FlagSet) {
@@ -74,7 +90,9 @@ func (o *runOptions) register(f *envflag.FlagSet) {
 	o.writer.RegisterFlags(f)
 	o.pipe.RegisterFlags(f)
 	registerErasureRefresh(f, &o.erasureRefresh)
+	f.Section("Worker")
 	f.Bool(&o.strictRetention, "strict-retention", "STRICT_RETENTION", false, "refuse to start (and fail /readyz) while the input topic lets producers stamp records further ahead than --max-clock-skew, which would let them buy retention")
+	f.Advanced()
 	f.Duration(&o.startupTimeout, "startup-timeout", "STARTUP_TIMEOUT", o.startupTimeout, "how long start-up waits for Bigtable and Kafka to answer, trying again, before it gives up")
 }
 
@@ -98,9 +116,7 @@ func (o *runOptions) resolve() error {
 // runWorker is worker run: consume, compute cell timestamps, write.
 func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	o := defaultRunOptions()
-	f := envflag.New("worker run", "worker run: consume click events and write them with per-tenant TTLs.", stderr)
-	o.register(f)
-	if err := parse(f, args); err != nil {
+	if err := parse(o.flags(stderr), args); err != nil {
 		return err
 	}
 	if err := o.resolve(); err != nil {

@@ -12,20 +12,31 @@ import (
 	"github.com/cellttl/cellttl/sink"
 )
 
-// runSetup is worker setup: the table and family with the GC rule the
-// tenants file's strategy needs.
-func runSetup(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	o := defaultTableOptions()
-	var opts sink.SetupOptions
-	f := envflag.New("worker setup", "worker setup: create the table and column family with the GC rule the strategy needs.", stderr)
+// setupOptions are the flags of worker setup.
+type setupOptions struct {
+	tableOptions
+	setup sink.SetupOptions
+}
+
+func (o *setupOptions) flags(out io.Writer) *envflag.FlagSet {
+	f := envflag.New("worker setup", "worker setup: create the table and column family with the GC rule the strategy needs.", out)
 	o.register(f)
 	// Flags only: an environment variable shared by accident (a stray
 	// FORCE=true) must not be able to change or wipe a table.
-	f.Bool(&opts.UpdateGCPolicy, "update-gc-policy", "", false, "replace the family's GC rule when it differs (a flag only: no environment variable)")
-	f.Bool(&opts.Force, "force", "", false, "allow the one-second strategy's 1s max-age on a family that already holds cells, which deletes them (a flag only: no environment variable)")
-	if err := parse(f, args); err != nil {
+	f.Section("Setup")
+	f.Bool(&o.setup.UpdateGCPolicy, "update-gc-policy", "", false, "replace the family's GC rule when it differs (a flag only: no environment variable)")
+	f.Bool(&o.setup.Force, "force", "", false, "allow the one-second strategy's 1s max-age on a family that already holds cells, which deletes them (a flag only: no environment variable)")
+	return f
+}
+
+// runSetup is worker setup: the table and family with the GC rule the
+// tenants file's strategy needs.
+func runSetup(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o := setupOptions{tableOptions: defaultTableOptions()}
+	if err := parse(o.flags(stderr), args); err != nil {
 		return err
 	}
+	opts := o.setup
 	s, err := o.open(ctx)
 	if err != nil {
 		return err

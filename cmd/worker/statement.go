@@ -18,6 +18,29 @@ import (
 	"github.com/cellttl/cellttl/tenants"
 )
 
+// retentionOptions are the flags of worker retention: its own, and the
+// worker's that decide how long a copy lives.
+type retentionOptions struct {
+	runOptions
+	tenantList, format, checkpoints string
+}
+
+func (ro *retentionOptions) flags(out io.Writer) *envflag.FlagSet {
+	f := envflag.New("worker retention", "worker retention: the retention statement, store by store, from the live system: how long each tenant's copies can live in the table, the dead-letter topics and the input topic, and what decides it.\n"+
+		"It takes the worker's settings that decide how long a copy lives, from the same flags and environment. Exit status: 0 no store breaks a TTL, 1 some do (or an error), 2 bad flags.", out)
+	o := &ro.runOptions
+	f.Section("Statement")
+	f.String(&ro.tenantList, "tenant", "", "", "comma-separated tenants, * for the unlisted (default: every tenant and the unlisted)")
+	f.String(&ro.format, "format", "", "text", "output: text or json")
+	f.String(&ro.checkpoints, "checkpoints", "", "", "comma-separated retime and migrate checkpoint files to look at (a checkpoint written before they held positions holds row keys)")
+	o.tableOptions.register(f)
+	o.kafka.RegisterConnectionFlags(f)
+	o.dlq.RegisterTopicFlags(f)
+	o.pipe.RegisterClockFlags(f)
+	o.pipe.RegisterDeadLetterFlags(f)
+	return f
+}
+
 // runRetention is worker retention: for each tenant, every store the
 // system knows and the longest a copy can live there, computed from the
 // live system (the tenants file, the family's GC rule, the topics'
@@ -25,17 +48,11 @@ import (
 // runs with the worker's environment. Exit status 1 when a store breaks a
 // tenant's TTL.
 func runRetention(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	o := defaultRunOptions()
-	var tenantList, format, checkpoints string
-	f := envflag.New("worker retention", "worker retention: the retention statement, store by store, from the live system: how long each tenant's copies can live in the table, the dead-letter topics and the input topic, and what decides it.\n"+
-		"It takes the worker's flags and environment. Exit status: 0 no store breaks a TTL, 1 some do (or an error), 2 bad flags.", stderr)
-	o.register(f)
-	f.String(&tenantList, "tenant", "", "", "comma-separated tenants, * for the unlisted (default: every tenant and the unlisted)")
-	f.String(&format, "format", "", "text", "output: text or json")
-	f.String(&checkpoints, "checkpoints", "", "", "comma-separated retime and migrate checkpoint files to look at (a checkpoint written before they held positions holds row keys)")
-	if err := parse(f, args); err != nil {
+	ro := retentionOptions{runOptions: defaultRunOptions()}
+	if err := parse(ro.flags(stderr), args); err != nil {
 		return err
 	}
+	o, tenantList, format, checkpoints := &ro.runOptions, ro.tenantList, ro.format, ro.checkpoints
 	if err := checkFormat(format); err != nil {
 		return err
 	}
@@ -47,7 +64,7 @@ func runRetention(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	defer done()
-	facts, err := gatherFacts(ctx, &o, s.cfg, s)
+	facts, err := gatherFacts(ctx, o, s.cfg, s)
 	if err != nil {
 		return err
 	}

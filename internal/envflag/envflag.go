@@ -58,7 +58,7 @@ type FlagSet struct {
 	order    []string         // sections in the order they were first declared
 	section  string           // of the flags declared next
 	advanced bool             // the flags declared next are tuning flags
-	known    func(env string) bool
+	known    func() []string
 	given    map[string]bool // flags set on the command line, after Parse
 }
 
@@ -112,9 +112,9 @@ func (f *FlagSet) Section(title string) {
 func (f *FlagSet) Advanced() { f.advanced = true }
 
 // KnowAlso makes Parse accept a prefixed variable that names no flag of
-// this set when known says it names a flag of another command: one
+// this set when known lists it, the variables of the other commands: one
 // environment serves every command of a deployment.
-func (f *FlagSet) KnowAlso(known func(env string) bool) { f.known = known }
+func (f *FlagSet) KnowAlso(known func() []string) { f.known = known }
 
 // Names lists the flags of the set.
 func (f *FlagSet) Names() []string {
@@ -459,20 +459,29 @@ func (f *FlagSet) unknownVariables() error {
 	if !f.prefixed {
 		return nil
 	}
-	own := map[string]bool{}
-	for _, m := range f.meta {
-		if m.env != "" {
-			own[m.env] = true
-		}
+	known := map[string]bool{}
+	for _, v := range f.Variables() {
+		known[v] = true
 	}
 	var errs []error
+	others := false // the other commands' variables are in known
 	for _, kv := range os.Environ() {
 		env, _, _ := strings.Cut(kv, "=")
-		if !strings.HasPrefix(env, Prefix) || own[env] || (f.known != nil && f.known(env)) {
+		if !strings.HasPrefix(env, Prefix) || known[env] {
 			continue
 		}
+		if f.known != nil && !others {
+			// Asked only for a variable that is not the set's own: the
+			// other commands' flag sets are made to answer.
+			for _, v := range f.known() {
+				known[v] = true
+			}
+			if others = true; known[env] {
+				continue
+			}
+		}
 		err := fmt.Errorf("environment variable %s names no flag", env)
-		if near := nearest(env, own); near != "" {
+		if near := nearest(env, known); near != "" {
 			err = fmt.Errorf("%w (did you mean %s?)", err, near)
 		}
 		errs = append(errs, err)

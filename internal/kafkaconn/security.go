@@ -335,6 +335,7 @@ func (s Security) AdminClient(brokers, topics []string) (client *kafka.Client, d
 
 // RegisterFlags declares the flags that fill s.
 func (s *Security) RegisterFlags(f *envflag.FlagSet) {
+	f.Section("Kafka security")
 	f.Bool(&s.TLS, "kafka-tls", "KAFKA_TLS", s.TLS, "connect to Kafka over TLS")
 	f.String(&s.CAFile, "kafka-tls-ca", "KAFKA_TLS_CA_FILE", s.CAFile, "PEM file of the CA that signed the brokers' certificates (default: the system pool)")
 	f.String(&s.CertFile, "kafka-tls-cert", "KAFKA_TLS_CERT_FILE", s.CertFile, "PEM client certificate, for mutual TLS")
