@@ -20,6 +20,8 @@ type Config struct {
 	// CheckInterval is how often the dead-letter topics' settings are
 	// read again.
 	CheckInterval time.Duration
+	// KeyFile holds the letter keys (LoadKeys); "" signs nothing.
+	KeyFile string
 }
 
 // DefaultConfig returns the defaults the worker's flags document.
@@ -31,9 +33,25 @@ func DefaultConfig() Config {
 // defaults.
 func (c *Config) RegisterFlags(f *envflag.FlagSet) {
 	c.RegisterTopicFlags(f)
+	c.RegisterKeyFlags(f)
 	f.Section("Dead letters")
 	f.Advanced()
 	f.Duration(&c.CheckInterval, "dlq-check-interval", "DLQ_CHECK_INTERVAL", c.CheckInterval, "how often the dead-letter topics' retention settings, and the input topic's timestamp settings, are read again (a topic changed to keep records forever is refused within this)")
+}
+
+// RegisterKeyFlags declares the letter key file: for the worker, which
+// signs letters, and redrive, which verifies them.
+func (c *Config) RegisterKeyFlags(f *envflag.FlagSet) {
+	f.Section("Dead letters")
+	f.String(&c.KeyFile, "dlq-signing-key-file", envflag.Env, c.KeyFile, "file of the keys that sign dead letters (one base64 key of at least 32 bytes a line; the first signs, every one verifies): worker redrive trusts only letters signed with one of them (empty: letters unsigned)")
+}
+
+// Keys loads the letter keys, nil when there is no key file.
+func (c Config) Keys() (*Keys, error) {
+	if c.KeyFile == "" {
+		return nil, nil
+	}
+	return LoadKeys(c.KeyFile)
 }
 
 // RegisterTopicFlags declares the dead-letter topics and their retention,

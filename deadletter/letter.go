@@ -103,9 +103,12 @@ func letterMessage(dl Letter, max int64, payload bool) (m kafka.Message, truncat
 			kafka.Header{Key: HeaderBatchSHA256, Value: []byte(hex.EncodeToString(u.SHA256[:]))},
 		)}, false
 	}
-	theirs := make([]kafka.Header, len(src.Headers), len(src.Headers)+len(ours)+4)
+	theirs := make([]kafka.Header, len(src.Headers), len(src.Headers)+len(ours)+5)
 	for i, h := range src.Headers {
 		theirs[i] = kafka.Header{Key: h.Key, Value: h.Value}
+		if strings.HasPrefix(h.Key, "cellttl.") {
+			theirs[i].Key = HeaderProducerPrefix + h.Key
+		}
 	}
 	m = kafka.Message{Key: src.Key, Value: src.Value, Headers: append(theirs, ours...)}
 	if payload && dl.Cut == nil && messageSize(m) <= max {

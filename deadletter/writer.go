@@ -51,6 +51,7 @@ type Writer struct {
 	sent      metric.Int64Counter
 	truncated metric.Int64Counter
 	now       func() time.Time
+	keys      *Keys // sign letters when set
 
 	// wmu guards the writer and the limit it was made for: a new limit
 	// means a new writer (a writer's batch size is not to change in use).
@@ -262,6 +263,25 @@ func IsPermanent(err error) bool {
 	return errors.As(err, &pe) && pe.Permanent
 }
 
+// SignWith makes every letter carry HeaderSignature under keys' first key.
+// Call it before the first Write.
+func (d *Writer) SignWith(keys *Keys) { d.keys = keys }
+
+// letter is dl's message under max bytes, signed when the writer has keys
+// (the signature's room kept).
+func (d *Writer) letter(dl Letter, max int64, payload bool) (kafka.Message, bool) {
+	if d.keys == nil {
+		return letterMessage(dl, max, payload)
+	}
+	m, truncated := letterMessage(dl, max-signatureBytes, payload)
+	hs := make([]signed, len(m.Headers))
+	for i, h := range m.Headers {
+		hs[i] = signed{h.Key, h.Value}
+	}
+	m.Headers = append(m.Headers, kafka.Header{Key: HeaderSignature, Value: d.keys.sign(hs, m.Key, m.Value)})
+	return m, truncated
+}
+
 // Write produces the dead letters, all or nothing as far as the caller is
 // concerned: on error none may be treated as delivered. The error is a
 // *ProduceError.
@@ -283,7 +303,7 @@ func (d *Writer) Write(ctx context.Context, dls []Letter) error {
 			return r.Problem // never written to: the letters wait until it is fixed
 		}
 		var truncated bool
-		msgs[i], truncated = letterMessage(dl, limit-recordBatchOverhead, payload)
+		msgs[i], truncated = d.letter(dl, limit-recordBatchOverhead, payload)
 		// Stamped with the clock that placed it (kafka-go would stamp each
 		// attempt anew, up to its retries later): the topic's keep counts
 		// from this time.

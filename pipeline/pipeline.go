@@ -267,7 +267,13 @@ func (p *Pipeline) route(f *ingest.Fetched, now time.Time, cfg *tenants.Config, 
 	ev := &dec.Event
 	switch dec.Fate {
 	case Rejected:
-		ts := p.stats.Tenant(ev.Tenant)
+		// Under its tenant's row only when the file lists it: the tenant
+		// field of an event that failed is the producer's word alone.
+		row := OtherTenants
+		if _, listed := cfg.Policy.Tenants[ev.Tenant]; listed {
+			row = ev.Tenant
+		}
+		ts := p.stats.Tenant(row)
 		ts.Consumed.Add(1)
 		p.deadLetter(b, dead, deadItem{dl: deadletter.Letter{Msg: *msg, Reason: dec.Err.Error(), Field: dec.Field, Cut: f.Cut, Undecodable: f.Undecodable,
 			Class: dec.Class, KeepUntil: dec.KeepUntil(cfg, p.cfg.UnlistedDeadLetterTTL, msg.Time, now)}, ack: f.Ack, tenant: ts, reason: dec.Class})
@@ -280,7 +286,7 @@ func (p *Pipeline) route(f *ingest.Fetched, now time.Time, cfg *tenants.Config, 
 			Class: dec.Class, Tenant: ev.Tenant, KeepUntil: dec.KeepUntil(cfg, p.cfg.UnlistedDeadLetterTTL, msg.Time, now)}, ack: f.Ack, tenant: ts, reason: dec.Class})
 		return
 	}
-	ts := p.count(&dec)
+	ts := p.count(&dec, cfg.Policy)
 	switch dec.Fate {
 	case Expired:
 		ts.Expired.Add(1)
@@ -321,13 +327,16 @@ func (p *Pipeline) decide(f *ingest.Fetched, now time.Time, cfg *tenants.Config)
 }
 
 // count counts an event of a tenant's (not dead-lettered) under its
-// tenant, and returns the tenant's counts.
-func (p *Pipeline) count(dec *Decision) *TenantStats {
+// tenant, or under UnlistedTenants when the file does not list it, and
+// returns the row's counts.
+func (p *Pipeline) count(dec *Decision, pol *expiry.Policy) *TenantStats {
 	ev := &dec.Event
-	if !dec.Listed {
+	row := ev.Tenant
+	if _, listed := pol.Tenants[ev.Tenant]; !listed {
 		p.stats.Unlisted(ev.Tenant)
+		row = UnlistedTenants
 	}
-	ts := p.stats.Tenant(ev.Tenant)
+	ts := p.stats.Tenant(row)
 	ts.Consumed.Add(1)
 	if ev.Clamped {
 		ts.Clamped.Add(1)

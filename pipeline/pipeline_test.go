@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -459,6 +460,47 @@ func TestUnlistedTenants(t *testing.T) {
 	}
 }
 
+// Tenant ids are the producers' choice: the stats rows that become metric
+// labels are the listed tenants', _unlisted and _other, whatever ids the
+// events carry, valid or not, under either unlisted_tenants policy.
+func TestNoProducerChosenTenantBecomesARow(t *testing.T) {
+	for _, policy := range []string{"unlisted_tenants: default_ttl\n", "unlisted_tenants: dead-letter\n"} {
+		t.Run(strings.TrimSpace(policy), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				cfg, err := tenants.Parse([]byte("default_ttl: 2d\n" + policy + "tenants:\n  acme: 1h\n"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				values := []string{good(0), `{"event_id":"e-bad","tenant_id":"acme","occurred_at":"never"}`}
+				for i := range 50 {
+					values = append(values, fmt.Sprintf(`{"event_id":"u-%d","tenant_id":"chosen-%d"}`, i, i),
+						fmt.Sprintf(`{"event_id":"b-%d","tenant_id":"forged-%d","occurred_at":"never"}`, i, i))
+				}
+				src, w, dlq := newSource(values...), &fakeWriter{}, &fakeDLQ{}
+				stop, p := start(t, DefaultConfig(), src, w, dlq, func() *tenants.Config { return cfg })
+				time.Sleep(time.Second)
+				if err := stop(); err != nil {
+					t.Fatal(err)
+				}
+				rows := map[string]int64{}
+				p.Stats().Each(func(id string, ts *TenantStats) { rows[id] = ts.Consumed.Load() })
+				// An invalid event's ids are not trusted: acme's e-bad is
+				// _other's too.
+				want := map[string]int64{"acme": 1, UnlistedTenants: 50, OtherTenants: 51}
+				if policy == "unlisted_tenants: dead-letter\n" {
+					want = map[string]int64{"acme": 1, OtherTenants: 101}
+				}
+				if !maps.Equal(rows, want) {
+					t.Errorf("stats rows %v, want %v", rows, want)
+				}
+				if n := p.Stats().UnlistedTotal(); n != 50 {
+					t.Errorf("unlisted events %d, want 50", n)
+				}
+			})
+		})
+	}
+}
+
 // Regression (review): while the dead-letter topic is down and its queue
 // full, the fetch loop waits to queue the next bad event. The good rows it
 // holds are written at their interval all the same, and a batch's written
@@ -754,7 +796,7 @@ func TestErasedUsersAreNotWritten(t *testing.T) {
 		if len(dlq.got) != 0 {
 			t.Errorf("dead letters %+v, want none", dlq.got)
 		}
-		acme, zed := p.Stats().Tenant("acme"), p.Stats().Tenant("zed")
+		acme, zed := p.Stats().Tenant("acme"), p.Stats().Tenant(UnlistedTenants)
 		if acme.Erased.Load() != 3 || acme.Written.Load() != 3 || zed.Erased.Load() != 1 || p.Stats().Totals().Erased != 4 {
 			t.Errorf("acme erased %d written %d, unlisted erased %d; want 3, 3, 1", acme.Erased.Load(), acme.Written.Load(), zed.Erased.Load())
 		}

@@ -17,6 +17,12 @@ const MaxTenantsTracked = 1000
 // events too broken to name a tenant.
 const OtherTenants = "_other"
 
+// UnlistedTenants is the stats row of every tenant tenants.yaml does not
+// list: their ids are the producers' choice, and a value a producer chose
+// never becomes a metric label. Unlisted counts them one by one, bounded,
+// for /status.
+const UnlistedTenants = "_unlisted"
+
 // TenantStats counts one tenant's events.
 type TenantStats struct {
 	Consumed     atomic.Int64
@@ -35,6 +41,8 @@ type Stats struct {
 	tenants sync.Map // string -> *TenantStats
 	n       atomic.Int64
 	other   TenantStats
+	// unlistedRow counts the events of every unlisted tenant together.
+	unlistedRow TenantStats
 
 	// Events of tenants tenants.yaml does not list: all counted, the first
 	// MaxUnlistedTracked ids one by one (a producer sending random ids
@@ -101,6 +109,9 @@ func (s *Stats) Tenant(id string) *TenantStats {
 	if v, ok := s.tenants.Load(id); ok {
 		return v.(*TenantStats)
 	}
+	if id == UnlistedTenants {
+		return &s.unlistedRow
+	}
 	if id == "" || id == OtherTenants || s.n.Load() >= MaxTenantsTracked {
 		return &s.other
 	}
@@ -115,12 +126,16 @@ func (s *Stats) Tenant(id string) *TenantStats {
 }
 
 // Each calls f for every tenant counted, in no particular order (its
-// callers fill maps and metrics; /status polls it), OtherTenants last.
+// callers fill maps and metrics; /status polls it), UnlistedTenants and
+// OtherTenants last.
 func (s *Stats) Each(f func(tenant string, t *TenantStats)) {
 	s.tenants.Range(func(k, v any) bool {
 		f(k.(string), v.(*TenantStats))
 		return true
 	})
+	if s.unlistedRow.Consumed.Load() > 0 {
+		f(UnlistedTenants, &s.unlistedRow)
+	}
 	if s.other.Consumed.Load() > 0 {
 		f(OtherTenants, &s.other)
 	}

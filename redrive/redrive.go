@@ -43,6 +43,13 @@ type Options struct {
 	Security kafkaconn.Security
 	// Topics are the dead-letter topics to read (the base and its classes).
 	Topics []string
+	// InputTopic is the worker's input topic: a letter is trusted only for
+	// a record of it, and a record read again from it only when its hash
+	// is the one the letter kept.
+	InputTopic string
+	// Keys, when set, verify each letter's signature: a letter without a
+	// good one is not trusted (outcome Untrusted), whatever it says.
+	Keys *deadletter.Keys
 	// Partition, when not negative, reads that partition only; From and To
 	// bound the offsets read (To exclusive, 0 for the end as it is when
 	// the run starts).
@@ -85,6 +92,10 @@ const (
 	Undecodable   = "undecodable_batch"
 	Refused       = "bigtable_refused" // Bigtable refused the row again
 	Erased        = "erased"           // its user was erased (worker forget) up to or after its time
+	// Untrusted: its signature does not verify (with Keys), or it names a
+	// source other than the input topic, or it was cut and keeps no hash
+	// of the record to check the one read again against.
+	Untrusted = "untrusted"
 )
 
 // Report counts letters by their reason class and by outcome.
@@ -268,6 +279,11 @@ func (r *run) letter(ctx context.Context, topic string, part int, rec *kafka.Rec
 	if err != nil {
 		return fmt.Errorf("read %s/%d at %d: %w", topic, part, rec.Offset, err)
 	}
+	if !r.trusted(topic, part, letter) {
+		// Nothing it says is the worker's word, its reason class neither.
+		r.rep.count("unknown", Untrusted)
+		return nil
+	}
 	reason := letterClass(letter)
 	if len(r.o.Reasons) > 0 && !slices.Contains(r.o.Reasons, reason) {
 		return nil
@@ -333,6 +349,30 @@ func (r *run) write(ctx context.Context, p *pending) error {
 		r.rep.count(p.reasons[i], outcome)
 	}
 	return nil
+}
+
+// trusted reports whether the letter is the worker's word: signed with one
+// of the keys (when there are keys), about a record of the input topic,
+// and, when cut, with the hash of the record to read again.
+func (r *run) trusted(topic string, part int, letter ingest.Message) bool {
+	if r.o.Keys != nil {
+		if err := r.o.Keys.Verify(letter); err != nil {
+			r.log.Warn("letter not trusted", "topic", topic, "partition", part, "offset", letter.Offset, "err", err)
+			return false
+		}
+	}
+	if header(letter, deadletter.HeaderSourceOffsetLast) != "" {
+		return true // an undecodable batch: never written again, its records are in the input topic
+	}
+	if src := header(letter, deadletter.HeaderSourceTopic); r.o.InputTopic != "" && src != r.o.InputTopic {
+		r.log.Warn("letter not trusted: its source is not the input topic", "topic", topic, "partition", part, "offset", letter.Offset, "source_topic", src, "input_topic", r.o.InputTopic)
+		return false
+	}
+	if header(letter, deadletter.HeaderTruncated) == "true" && header(letter, deadletter.HeaderOriginalSHA256) == "" {
+		r.log.Warn("letter not trusted: cut without the hash of its record", "topic", topic, "partition", part, "offset", letter.Offset)
+		return false
+	}
+	return true
 }
 
 // decide turns a letter back into its record and decides it.
@@ -458,10 +498,14 @@ func letterClass(m ingest.Message) string {
 	return "unknown"
 }
 
+// header is the value of a letter's header key: the last of that name,
+// since the worker's own headers follow the record's. (A record's own
+// cellttl.* headers are renamed in letters; this also holds for letters
+// written before they were.)
 func header(m ingest.Message, key string) string {
-	for _, h := range m.Headers {
-		if h.Key == key {
-			return string(h.Value)
+	for i := len(m.Headers) - 1; i >= 0; i-- {
+		if m.Headers[i].Key == key {
+			return string(m.Headers[i].Value)
 		}
 	}
 	return ""

@@ -2,8 +2,6 @@ package retention
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"time"
 
@@ -23,6 +21,8 @@ type ForgetOptions struct {
 	// Tracers records the spans of the erasure and of its batches (nil:
 	// none).
 	Tracers trace.TracerProvider
+	// Pseudonyms name the user in errors (nil: no user named).
+	Pseudonyms *Pseudonyms
 }
 
 // ForgetReport says what Forget erased (or, dry, would erase).
@@ -46,7 +46,7 @@ func Forget(ctx context.Context, tbl *bigtable.Table, o ForgetOptions) (_ Forget
 	}
 	if problem := rowkey.IDProblem(o.User); problem != "" {
 		// Not quoted: the error reaches logs, which outlive every TTL.
-		return ForgetReport{}, fmt.Errorf("%s: the user id %s", UserRef(o.Tenant, o.User), problem)
+		return ForgetReport{}, fmt.Errorf("%s: the user id %s", o.Pseudonyms.Ref(o.Tenant, o.User), problem)
 	}
 	start := rowkey.UserPrefix(o.Tenant, o.User)
 	end := rowkey.PrefixEnd(start)
@@ -83,15 +83,7 @@ func Forget(ctx context.Context, tbl *bigtable.Table, o ForgetOptions) (_ Forget
 		err = applyErr
 	}
 	if err != nil {
-		return rep, fmt.Errorf("forget the rows of %s: %w", UserRef(o.Tenant, o.User), err)
+		return rep, fmt.Errorf("forget the rows of %s: %w", o.Pseudonyms.Ref(o.Tenant, o.User), err)
 	}
 	return rep, nil
-}
-
-// UserRef names a user of a tenant for logs and errors without the user
-// id: the tenant and a short hash of the id (the same hash for the same
-// id, so that an operator holding the id can find its lines).
-func UserRef(tenant, user string) string {
-	sum := sha256.Sum256([]byte(user))
-	return "user sha256:" + hex.EncodeToString(sum[:6]) + " of tenant " + tenant
 }

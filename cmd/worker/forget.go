@@ -15,6 +15,7 @@ import (
 	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/erasure/forget"
 	"github.com/cellttl/cellttl/internal/envflag"
+	"github.com/cellttl/cellttl/retention"
 	"github.com/cellttl/cellttl/rowkey"
 )
 
@@ -37,6 +38,8 @@ type forgetOptions struct {
 	secondPass  time.Duration
 	backups     time.Duration
 	format      string
+	// pseudonymKey is the file of the key that names users in the log.
+	pseudonymKey string
 }
 
 // userList is --user, which may be given several times.
@@ -62,6 +65,7 @@ func (fo *forgetOptions) flags(out io.Writer) *envflag.FlagSet {
 	f.Duration(&fo.secondPass, "second-pass-after", "", 0, fmt.Sprintf("wait between the two deletions (default: the workers' bound, %d × --erasure-refresh + --write-timeout)", erasure.StaleAfter))
 	f.Duration(&fo.backups, "backup-retention", "BACKUP_RETENTION", 0, "the longest a backup of the table is kept, when backups are taken: listed on the receipt, and the ledger record lives at least as long")
 	f.String(&fo.format, "format", "", "text", "output: text or json")
+	f.String(&fo.pseudonymKey, "log-pseudonym-key-file", envflag.Env, "", "file of the key (base64, at least 32 bytes) under which the audit log names each user, by an HMAC of tenant and id; without it the log names no user, only the tenant")
 	o.tableOptions.register(f)
 	o.kafka.RegisterConnectionFlags(f)
 	o.dlq.RegisterTopicFlags(f)
@@ -87,6 +91,12 @@ func runForget(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if fo.requestedBy == "" {
 		return usageError(errors.New("--requested-by is required: the audit log names who asked"))
+	}
+	var names *retention.Pseudonyms
+	if fo.pseudonymKey != "" {
+		if names, err = retention.LoadPseudonyms(fo.pseudonymKey); err != nil {
+			return usageError(err)
+		}
 	}
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	var before time.Time
@@ -115,6 +125,7 @@ func runForget(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		SecondPassAfter: fo.secondPass, Refresh: o.erasureRefresh, WriteTimeout: o.writer.AttemptTimeout,
 		Table: o.table.Target().String(), Facts: facts, LongestTTL: s.cfg.Policy.LongestTTL(fo.tenant),
 		Backups: fo.backups, BackupsDecidedBy: "--backup-retention", Tracers: s.tracers,
+		Pseudonyms: names,
 	}, log)
 	if !rc.Begun() {
 		return err

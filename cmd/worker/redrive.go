@@ -40,6 +40,7 @@ func (rd *redriveOptions) flags(out io.Writer) *envflag.FlagSet {
 	o.tableOptions.register(f)
 	o.kafka.RegisterConnectionFlags(f)
 	o.dlq.RegisterTopicFlags(f)
+	o.dlq.RegisterKeyFlags(f)
 	o.pipe.RegisterMappingFlags(f)
 	o.pipe.RegisterClockFlags(f)
 	o.registerErasureBound(f)
@@ -63,6 +64,12 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return usageError(err)
 	}
 	ro.Brokers, ro.Security, ro.Reasons, ro.MaxEventBytes = o.kafka.Brokers, o.kafka.Security, splitList(reasons), o.pipe.Decoder.MaxBytes
+	ro.InputTopic = o.kafka.Topic
+	keys, err := o.dlq.Keys()
+	if err != nil {
+		return usageError(err)
+	}
+	ro.Keys = keys
 	s, log, done, err := o.openJob(ctx, stderr)
 	if err != nil {
 		return err

@@ -104,7 +104,7 @@ func metricsReference(scrape string) string {
 	slices.Sort(names)
 	var b strings.Builder
 	b.WriteString("# Metrics\n\n")
-	b.WriteString("Generated from a scrape of a running worker's `/metrics` (Prometheus names) by\n`" + updateReference + "=1 go test ./cmd/worker -run TestMetricsAndStatus`; `make test` fails\nwhen this file is stale. The same instruments go over OTLP when it is\nconfigured. Counters exist from start-up, at 0. Per-partition metrics carry\n`messaging_destination_partition_id`, per-tenant ones `cellttl_tenant` (the\nfirst 1000 tenants, then `_other`); the help says which others a metric has.\n\n")
+	b.WriteString("Generated from a scrape of a running worker's `/metrics` (Prometheus names) by\n`" + updateReference + "=1 go test ./cmd/worker -run TestMetricsAndStatus`; `make test` fails\nwhen this file is stale. The same instruments go over OTLP when it is\nconfigured. Counters exist from start-up, at 0. Per-partition metrics carry\n`messaging_destination_partition_id`, per-tenant ones `cellttl_tenant` (the\nfirst 1000 listed tenants, `_unlisted` for every tenant tenants.yaml does not\nlist, `_other` beyond and for events without a listed tenant); the help says which others a metric has.\n\n")
 	b.WriteString("| metric | type | help |\n|---|---|---|\n")
 	for _, n := range names {
 		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", n, families[n].kind, strings.ReplaceAll(families[n].help, "|", "\\|"))

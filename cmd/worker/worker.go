@@ -102,8 +102,17 @@ func (w *worker) openKafka(ctx context.Context, mp metric.MeterProvider) error {
 	if err != nil {
 		return err
 	}
+	keys, err := o.dlq.Keys()
+	if err != nil {
+		return err
+	}
 	if w.dlq, err = deadletter.NewWriter(brokers, o.dlq.Topics(o.kafka.Topic), sec, mp, log); err != nil {
 		return err
+	}
+	if keys != nil {
+		w.dlq.SignWith(keys)
+	} else {
+		log.Info("dead letters are not signed: worker redrive cannot tell them from letters someone else produced to the dead-letter topics (--dlq-signing-key-file)")
 	}
 	// Before joining the group: a dead-letter topic that cannot take dead
 	// letters is said at once, not at the first bad event. The worker runs

@@ -58,6 +58,9 @@ type Request struct {
 	BackupsDecidedBy string
 	// Tracers records the spans of the deletions (nil: none).
 	Tracers trace.TracerProvider
+	// Pseudonyms name each user in the audit log and errors (nil: the
+	// log names no user, only the tenant).
+	Pseudonyms *retention.Pseudonyms
 }
 
 // Receipt is what forget did, for the operator who asked.
@@ -185,7 +188,7 @@ func (e *eraser) run(ctx context.Context, wait time.Duration) error {
 func (e *eraser) record(ctx context.Context, first time.Time) error {
 	r := e.r
 	for _, u := range r.Users {
-		rep, err := retention.Forget(ctx, e.rows, retention.ForgetOptions{Tenant: r.Tenant, User: u, Before: first, DryRun: true, Tracers: r.Tracers})
+		rep, err := retention.Forget(ctx, e.rows, retention.ForgetOptions{Tenant: r.Tenant, User: u, Before: first, DryRun: true, Tracers: r.Tracers, Pseudonyms: r.Pseudonyms})
 		if err != nil {
 			return err
 		}
@@ -218,7 +221,7 @@ func (e *eraser) pass(ctx context.Context, before time.Time) error {
 		if ur.Record == nil {
 			continue
 		}
-		rep, err := retention.Forget(ctx, e.rows, retention.ForgetOptions{Tenant: e.r.Tenant, User: ur.User, Before: before, Tracers: e.r.Tracers})
+		rep, err := retention.Forget(ctx, e.rows, retention.ForgetOptions{Tenant: e.r.Tenant, User: ur.User, Before: before, Tracers: e.r.Tracers, Pseudonyms: e.r.Pseudonyms})
 		if err != nil {
 			return err
 		}
@@ -241,7 +244,7 @@ func (e *eraser) recorded() int {
 // outlives every TTL), what went.
 func (e *eraser) audit() {
 	for _, u := range e.rc.Users {
-		e.log.Info("forget", "requested_by", e.r.RequestedBy, "operator", e.r.Operator, "user", retention.UserRef(e.r.Tenant, u.User),
+		e.log.Info("forget", "requested_by", e.r.RequestedBy, "operator", e.r.Operator, "user", e.r.Pseudonyms.Ref(e.r.Tenant, u.User),
 			"erased_up_to", e.rc.ErasedUpTo, "rows_per_pass", u.RowsPerPass, "recorded", u.Record != nil, "dry_run", e.r.DryRun,
 			"table", e.rc.Table, "ledger", e.rc.Ledger)
 	}

@@ -2,12 +2,29 @@ package envflag
 
 import (
 	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
 )
 
+// isolate hides the CELLTTL_ variables of the environment the tests run in
+// (make test exports CELLTTL_BROKERS) for the length of t: each test sets
+// the ones it means.
+func isolate(t *testing.T) {
+	t.Helper()
+	for _, kv := range os.Environ() {
+		if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, Prefix) {
+			t.Setenv(name, "") // restored after t
+			if err := os.Unsetenv(name); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
 func TestPrecedence(t *testing.T) {
+	isolate(t)
 	t.Setenv("CELLTTL_B", "from-env")
 	t.Setenv("CELLTTL_D", "2d")
 	t.Setenv("CELLTTL_A", "from-env")
@@ -29,6 +46,7 @@ func TestPrecedence(t *testing.T) {
 // A flag's variable is the prefix and its name; the name it had before is
 // read for one release, with a warning, and loses to the new one.
 func TestVariableNames(t *testing.T) {
+	isolate(t)
 	if got := EnvName("kafka-session-timeout"); got != "CELLTTL_KAFKA_SESSION_TIMEOUT" {
 		t.Errorf("EnvName = %s", got)
 	}
@@ -62,6 +80,7 @@ func TestVariableNames(t *testing.T) {
 // A prefixed variable that names no flag stops the command, with the
 // nearest name when it looks misspelt, unless another command has it.
 func TestUnknownVariables(t *testing.T) {
+	isolate(t)
 	t.Setenv("CELLTTL_WRITERZ", "8")
 	t.Setenv("CELLTTL_NO_SUCH_THING", "1")
 	newSet := func() *FlagSet {
@@ -103,6 +122,7 @@ func TestUnknownVariables(t *testing.T) {
 }
 
 func TestChoice(t *testing.T) {
+	isolate(t)
 	parse := func(args ...string) (string, error) {
 		f := New("x", "x", io.Discard)
 		var lv string
@@ -127,6 +147,7 @@ func TestChoice(t *testing.T) {
 // The help lists sections in the order they were declared, the basic tier
 // before the advanced one.
 func TestHelpSections(t *testing.T) {
+	isolate(t)
 	var out strings.Builder
 	f := New("x", "x: a command.", &out)
 	var s string
@@ -165,6 +186,7 @@ Advanced flags (tuning: the defaults suit most deployments):
 }
 
 func TestNoVariable(t *testing.T) {
+	isolate(t)
 	t.Setenv("X", "from-env")
 	f := New("x", "x", io.Discard)
 	var x string
@@ -175,6 +197,7 @@ func TestNoVariable(t *testing.T) {
 }
 
 func TestErrorsNameTheVariable(t *testing.T) {
+	isolate(t)
 	t.Setenv("CELLTTL_N", "many")
 	f := New("x", "x", io.Discard)
 	var n int
@@ -195,6 +218,7 @@ func TestErrorsNameTheVariable(t *testing.T) {
 
 // Sizes take units, as the docs write them, and plain integers as before.
 func TestBytes(t *testing.T) {
+	isolate(t)
 	for in, want := range map[string]int64{"67108864": 64 << 20, "64MiB": 64 << 20, "8MB": 8_000_000, "1 GiB": 1 << 30,
 		"512KiB": 512 << 10, "3kB": 3000, "3KB": 3000, "7B": 7, "0": 0} {
 		if got, err := ParseBytes(in); err != nil || got != want {

@@ -1,0 +1,54 @@
+// Package keyfile reads secret keys from a file, as a Kubernetes Secret
+// mounts them: one key a line, in standard base64; blank lines and lines
+// starting with # are skipped. Its errors name the file and the line,
+// never what the line holds.
+package keyfile
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// MinBytes is the shortest key accepted: the 32 bytes of HMAC-SHA-256's
+// security, as RFC 2104 advises.
+const MinBytes = 32
+
+// Read returns the keys of the file at path, in order, at least one. what
+// names the file in errors ("letter key file").
+func Read(path, what string) ([][]byte, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s %s: not a regular file", what, path)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	var keys [][]byte
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for line := 1; sc.Scan(); line++ {
+		text := strings.TrimSpace(sc.Text())
+		if text == "" || strings.HasPrefix(text, "#") {
+			continue
+		}
+		key, err := base64.StdEncoding.DecodeString(text)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s, line %d: not standard base64", what, path, line)
+		}
+		if len(key) < MinBytes {
+			return nil, fmt.Errorf("%s %s, line %d: a key of %d bytes, want at least %d (head -c 32 /dev/urandom | base64)", what, path, line, len(key), MinBytes)
+		}
+		keys = append(keys, key)
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("%s %s: no key", what, path)
+	}
+	return keys, nil
+}
