@@ -71,7 +71,8 @@ func Decide(d *event.Decoder, cfg *tenants.Config, ledger *erasure.Ledger, msg *
 			at = ev.Base
 		}
 		if ledger.Erased(ev.Tenant, ev.User, at.UnixMilli()) {
-			return Decision{Fate: Erased, Event: ev}
+			_, listed := cfg.Policy.Tenants[ev.Tenant]
+			return Decision{Fate: Erased, Event: ev, Listed: listed}
 		}
 		// The ids of an invalid event are not to be trusted: counted
 		// under no tenant. Those of an event whose own TTL cannot be read
