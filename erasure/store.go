@@ -49,8 +49,11 @@ const (
 const never = bigtable.Timestamp(rowkey.MaxMillis * 1000)
 
 // ErrMissing is Load's error for a ledger table that does not exist:
-// worker setup has not been run since the ledger came in.
-var ErrMissing = errors.New("the erasure ledger table does not exist; run worker setup")
+// worker setup has not been run since the ledger came in, or the ledger
+// was lost. It says what setup will and will not do about it.
+var ErrMissing = errors.New("the erasure ledger table does not exist. `worker setup` creates it, but not beside an event table that holds events: " +
+	"there a missing ledger is a lost one (or a mistyped --erasure-table), and an empty one would let the workers write every erased user's events again. " +
+	"Restore it if you can; `worker setup --new-erasure-ledger` creates an empty one, and every erasure recorded before is then lost until `worker forget` is run again for those users")
 
 // Store reads and writes the ledger table.
 type Store struct {

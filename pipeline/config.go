@@ -93,8 +93,16 @@ func (c *Config) RegisterMappingFlags(f *envflag.FlagSet) {
 	f.String(&c.Fields.User, "user-from", "USER_FROM", c.Fields.User, "where the optional user id comes from: json:PATH, header:NAME or key")
 	f.String(&c.Fields.Time, "event-time-from", "EVENT_TIME_FROM", c.Fields.Time, "where the optional event time comes from: json:PATH or header:NAME; the record timestamp when absent")
 	f.String(&c.Fields.TimeFormat, "event-time-format", "EVENT_TIME_FORMAT", c.Fields.TimeFormat, "how the event time is written: rfc3339, unix-ms, unix-s or auto")
-	f.String(&c.Fields.TTL, "ttl-from", "TTL_FROM", c.Fields.TTL, "where an event may give its own TTL (json:PATH or header:NAME; a duration such as 90m or 2d, or whole seconds), clamped to its tenant's min_ttl and max_ttl; unset: every event keeps its tenant's TTL")
+	c.RegisterTTLFlag(f)
 	f.BytesInt(&c.Decoder.MaxBytes, "max-event-bytes", "MAX_EVENT_BYTES", c.Decoder.MaxBytes, "larger events go to the dead-letter topic")
+}
+
+// RegisterTTLFlag declares --ttl-from: for the commands that decide as the
+// worker does, and the retention statement (an event may then ask for as
+// little as its tenant's min_ttl).
+func (c *Config) RegisterTTLFlag(f *envflag.FlagSet) {
+	f.Section("Input mapping")
+	f.String(&c.Fields.TTL, "ttl-from", "TTL_FROM", c.Fields.TTL, "where an event may give its own TTL (json:PATH or header:NAME; a duration such as 90m or 2d, or whole seconds), clamped to its tenant's min_ttl and max_ttl; unset: every event keeps its tenant's TTL")
 }
 
 // fieldFlags name the members of Fields by the flags that fill them, in

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/expiry"
 	"github.com/cellttl/cellttl/internal/duration"
 )
@@ -44,6 +45,15 @@ type Facts struct {
 	RecordTimes        string
 	// Checkpoints are the retime and migrate checkpoint files to look at.
 	Checkpoints []CheckpointFact
+	// OwnTTLs: events may give their own TTL (--ttl-from), as short as
+	// their tenant's min_ttl.
+	OwnTTLs bool
+	// Ledger names the erasure ledger table; LedgerRecordLife is the rule
+	// by which worker forget sets how long a record lives (package
+	// erasure/forget's RecordLife, handed in: forget imports retention).
+	// Without it, the statement has no ledger line.
+	Ledger           string
+	LedgerRecordLife func(f Facts, longestTTL time.Duration) time.Duration
 }
 
 // CheckpointFact is what a checkpoint file holds.
@@ -126,8 +136,9 @@ func tenantStatement(f Facts, id string) TenantStatement {
 		ttl, name = p.DefaultTTL, "the unlisted tenants'"
 	}
 	// The longest an event of the tenant lives: its TTL, or the max_ttl
-	// its events may ask for.
+	// its events may ask for; the shortest, with --ttl-from, the min_ttl.
 	longest := p.LongestTTL(id)
+	shortest, shortestText := shortestLife(f, id, name, ttl)
 	ts := TenantStatement{Tenant: id, TTL: duration.Format(ttl)}
 	add := func(store string, longest time.Duration, decidedBy, breach string) {
 		ts.Stores = append(ts.Stores, StoreLife{Store: store, Longest: lifeText(longest), DecidedBy: decidedBy, Breach: breach})
@@ -142,6 +153,9 @@ func tenantStatement(f Facts, id string) TenantStatement {
 		}
 		if longest > ttl {
 			decided += fmt.Sprintf(", an event's own TTL (--ttl-from) up to max_ttl %s", duration.Format(longest))
+		}
+		if shortest < ttl {
+			decided += fmt.Sprintf(", down to min_ttl %s (--ttl-from)", duration.Format(shortest))
 		}
 		add("table, live cells", longest, decided+"; every read filters expired cells", "")
 		add("table, expired cells not yet collected", tableStored(f, longest), gcDecided(f), gcBreach(f, name, ttl))
@@ -162,8 +176,8 @@ func tenantStatement(f Facts, id string) TenantStatement {
 		breach = fmt.Sprintf("input topic %s does not exist: its retention cannot be read", in.Topic)
 	case in.Unknown != "":
 		breach = fmt.Sprintf("input topic %s: settings unknown (%s)", in.Topic, in.Unknown)
-	case in.Keeps == Forever || in.Keeps > ttl:
-		breach = fmt.Sprintf("input topic %s keeps records %s; %s TTL is %s", in.Topic, lifeText(in.Keeps), name, duration.Format(ttl))
+	case in.Keeps == Forever || in.Keeps > shortest:
+		breach = fmt.Sprintf("input topic %s keeps records %s; %s", in.Topic, lifeText(in.Keeps), shortestText)
 	}
 	add("input topic "+in.Topic, in.Keeps, in.Settings, breach)
 	breach = ""
@@ -174,7 +188,38 @@ func tenantStatement(f Facts, id string) TenantStatement {
 	for _, cp := range f.Checkpoints {
 		ts.Stores = append(ts.Stores, checkpointLife(cp))
 	}
+	if f.LedgerRecordLife != nil {
+		ts.Stores = append(ts.Stores, ledgerLife(f, name, longest))
+	}
 	return ts
+}
+
+// shortestLife is the shortest an event of tenant id may live, and says
+// it: its TTL, or with --ttl-from as little as its tenant's min_ttl.
+func shortestLife(f Facts, id, name string, ttl time.Duration) (time.Duration, string) {
+	text := fmt.Sprintf("%s TTL is %s", name, duration.Format(ttl))
+	if b, _ := f.Policy.TenantBounds(id); f.OwnTTLs && b.Min < ttl {
+		return b.Min, fmt.Sprintf("%s events may ask for as little as min_ttl %s (--ttl-from; the TTL is %s)", name, duration.Format(b.Min), duration.Format(ttl))
+	}
+	return ttl, text
+}
+
+// ledgerLife is the erasure ledger's line: how long a record of an erased
+// user of the tenant keeps the user's id, by forget's rule, then until
+// Bigtable collects it.
+func ledgerLife(f Facts, name string, longest time.Duration) StoreLife {
+	keep := f.LedgerRecordLife(f, longest)
+	line := StoreLife{Store: fmt.Sprintf("erasure ledger %s, ids of erased users", f.Ledger), Longest: lifeText(Forever)}
+	rule := fmt.Sprintf("worker forget sets each record's expiry: the longest of %s longest TTL %s, the input topic's keep and each dead-letter topic's "+
+		"(and forget's --backup-retention when longer)", name, duration.Format(longest))
+	if keep == Forever {
+		line.DecidedBy = rule + ": forever, as a topic keeps records forever or its settings cannot be read"
+		line.Breach = fmt.Sprintf("erasure ledger %s: a record of %s erased users would keep their ids forever (a topic keeps records forever or its settings cannot be read)", f.Ledger, name)
+		return line
+	}
+	line.Longest = lifeText(keep + GCLag)
+	line.DecidedBy = fmt.Sprintf("%s, %s now; then Bigtable collects the record within about a week (GC rule max-age %s)", rule, duration.Format(keep), duration.Format(erasure.GCMaxAge))
+	return line
 }
 
 // deadLetterLife is a dead-letter topic's line: how long its letters

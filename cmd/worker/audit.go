@@ -23,7 +23,7 @@ type auditOptions struct {
 
 func (o *auditOptions) flags(out io.Writer) *envflag.FlagSet {
 	f := envflag.New("worker audit", "worker audit: per tenant, live and expired-but-stored rows, cells that break the rule, when the live data leaves.\n"+
-		"Exit status: 0 every cell follows the rule and no erased user has a row, 1 otherwise (or an error), 2 bad flags.", out)
+		"Exit status: 0 every cell follows the rule and no erased user has a row, 1 otherwise (or an error, the erasure ledger missing among them), 2 bad flags.", out)
 	o.register(f)
 	f.Section("Audit")
 	f.String(&o.tenantList, "tenant", "", "", "comma-separated tenants (default: the whole table)")
@@ -50,17 +50,19 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	ao.Tenants = splitList(tenantList)
-	s, log, done, err := o.openJob(ctx, stderr)
+	s, _, done, err := o.openJob(ctx, stderr)
 	if err != nil {
 		return err
 	}
 	defer done()
 	// Rows of erased users still present are a finding.
+	// Without the ledger the audit cannot tell them: it fails, as a
+	// missing ledger is not an empty one.
 	records, _, err := erasure.NewStore(s.dc, o.table.ErasureTable()).Load(ctx, time.Now())
-	switch {
-	case errors.Is(err, erasure.ErrMissing):
-		log.Warn("no erasure ledger to audit against", "table", o.table.ErasureTable(), "err", err)
-	case err != nil:
+	if errors.Is(err, erasure.ErrMissing) {
+		return &exitError{code: 1, err: fmt.Errorf("cannot audit the rows of erased users: %w", err)}
+	}
+	if err != nil {
 		return err
 	}
 	ao.Erasures = erasure.NewLedger(records, time.Now())

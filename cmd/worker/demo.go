@@ -14,6 +14,7 @@ import (
 	"cloud.google.com/go/bigtable"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/cellttl/cellttl/internal/envflag"
 	"github.com/cellttl/cellttl/internal/inproc"
@@ -165,7 +166,9 @@ func startDemo(ctx context.Context, stdout io.Writer) (_ *demoEnv, err error) {
 	if _, err := sink.Setup(ctx, env.ac, env.dc, target, env.cfg.Policy.GCMaxAge(), sink.SetupOptions{}); err != nil {
 		return nil, fmt.Errorf("demo setup: %w", err)
 	}
-	if err := setupLedger(ctx, &session{cfg: env.cfg, dc: env.dc, ac: env.ac}, env.ro.table.ErasureTable(), io.Discard); err != nil {
+	// A new emulator: no event yet, no ledger to replace.
+	ledger := sink.Target{Table: env.ro.table.ErasureTable(), Family: erasure.Family}
+	if err := setupLedger(ctx, &session{cfg: env.cfg, dc: env.dc, ac: env.ac}, ledger, target, false, io.Discard); err != nil {
 		return nil, fmt.Errorf("demo setup: %w", err)
 	}
 	fmt.Fprintf(stdout, "cellttl demo: Kafka (in-process) %s, Bigtable emulator (in-process) %s\n", env.brokers[0], env.bt.Addr())

@@ -33,7 +33,7 @@ func (o *readOptions) flags(out io.Writer) *envflag.FlagSet {
 	f.String(&o.since, "since", "READ_SINCE", "", "event time from: RFC 3339, or a duration ago such as 1h or 2d")
 	f.String(&o.until, "until", "READ_UNTIL", "", "event time before: RFC 3339, or a duration ago")
 	f.Int(&o.query.Limit, "limit", "READ_LIMIT", 100, "at most this many events (0: all)")
-	f.Bool(&o.query.IncludeExpired, "include-expired", "READ_INCLUDE_EXPIRED", false, "also show cells GC has not collected yet, marked expired (debugging)")
+	f.Bool(&o.query.IncludeExpired, "include-expired", "", false, "also show cells GC has not collected yet, marked expired (debugging; a flag only: no environment variable)")
 	f.String(&o.format, "format", "READ_FORMAT", "text", "output: text or json (one object per line)")
 	return f
 }

@@ -16,6 +16,9 @@ import (
 type setupOptions struct {
 	tableOptions
 	setup sink.SetupOptions
+	// newLedger allows creating an empty erasure ledger beside an event
+	// table that holds events (the ledger was lost).
+	newLedger bool
 }
 
 func (o *setupOptions) flags(out io.Writer) *envflag.FlagSet {
@@ -26,6 +29,7 @@ func (o *setupOptions) flags(out io.Writer) *envflag.FlagSet {
 	f.Section("Setup")
 	f.Bool(&o.setup.UpdateGCPolicy, "update-gc-policy", "", false, "replace the family's GC rule when it differs (a flag only: no environment variable)")
 	f.Bool(&o.setup.Force, "force", "", false, "allow the one-second strategy's 1s max-age on a family that already holds cells, which deletes them (a flag only: no environment variable)")
+	f.Bool(&o.newLedger, "new-erasure-ledger", "", false, "create an empty erasure ledger although the event table holds events: every erasure recorded in the lost ledger is forgotten, and worker forget must be run again for those users (a flag only: no environment variable)")
 	return f
 }
 
@@ -43,6 +47,12 @@ func runSetup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer s.Close()
 	cfg, target := s.cfg, o.table.Target()
+	ledger := sink.Target{Table: o.table.ErasureTable(), Family: erasure.Family}
+	// Before anything changes: a ledger is never silently replaced.
+	replacing, err := replacesLedger(ctx, s, ledger, target, o.newLedger)
+	if err != nil {
+		return err
+	}
 	want := cfg.Policy.GCMaxAge()
 	res, err := sink.Setup(ctx, s.ac, s.dc, target, want, opts)
 	if err != nil {
@@ -57,15 +67,40 @@ func runSetup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	default:
 		fmt.Fprintf(stdout, "family %s already has GC rule %q for %s; nothing to do\n", target, rule, describePolicy(cfg.Policy))
 	}
-	return setupLedger(ctx, s, o.table.ErasureTable(), stdout)
+	return setupLedger(ctx, s, ledger, target, replacing, stdout)
+}
+
+// replacesLedger reports whether setup is about to create an empty ledger
+// beside an event table that holds events: the ledger was lost (deleted,
+// or --erasure-table mistyped), and an empty one would let the workers
+// write every erased user's events again. It refuses unless newLedger.
+func replacesLedger(ctx context.Context, s *session, ledger, events sink.Target, newLedger bool) (bool, error) {
+	fam, err := sink.ReadFamily(ctx, s.ac, ledger)
+	if err != nil || fam.Exists {
+		return false, err
+	}
+	ev, err := sink.ReadFamily(ctx, s.ac, events)
+	if err != nil || !ev.Exists {
+		return false, err
+	}
+	holds, err := sink.HoldsCells(ctx, s.dc, events)
+	switch {
+	case err != nil || !holds:
+		return false, err
+	case !newLedger:
+		return false, fmt.Errorf("refusing to create the erasure ledger %s: it does not exist, and %s holds events. An empty ledger would forget every erasure recorded in the lost one, "+
+			"and the workers would write those users' events again (from a backlog, a replay or a redrive). Restore the ledger table, or check --erasure-table; "+
+			"if it is lost for good, pass --new-erasure-ledger, then run `worker forget` again for every user erased before", ledger.Table, events)
+	}
+	return true, nil
 }
 
 // setupLedger creates the erasure ledger's table and family. Its rule never
 // changes with the tenants file (each record carries its own expiry as its
 // timestamp), so a family found with another rule is reported for a person
-// to look at, never replaced.
-func setupLedger(ctx context.Context, s *session, table string, stdout io.Writer) error {
-	target := sink.Target{Table: table, Family: erasure.Family}
+// to look at, never replaced. replacing: the event table holds events, and
+// the output warns that the erasures recorded before are lost.
+func setupLedger(ctx context.Context, s *session, target, events sink.Target, replacing bool, stdout io.Writer) error {
 	res, err := sink.Setup(ctx, s.ac, s.dc, target, erasure.GCMaxAge, sink.SetupOptions{})
 	if err != nil {
 		return fmt.Errorf("setup of the erasure ledger: %w", err)
@@ -73,6 +108,10 @@ func setupLedger(ctx context.Context, s *session, table string, stdout io.Writer
 	rule := sink.DescribeGC(bigtable.MaxAgePolicy(erasure.GCMaxAge))
 	if res.CreatedFamily {
 		fmt.Fprintf(stdout, "created erasure ledger %s (table created: %t) with GC rule %q: each record expires at its own timestamp\n", target, res.CreatedTable, rule)
+		if replacing {
+			fmt.Fprintf(stdout, "WARNING: the new erasure ledger is empty, and %s holds events: every erasure recorded before is lost. Until `worker forget` is run again for each user erased before "+
+				"(the erasure requests, the msg=forget lines of the audit log), the workers write those users' events again from a backlog, a replay or a redrive, and `worker audit` does not see their rows\n", events)
+		}
 	} else {
 		fmt.Fprintf(stdout, "erasure ledger %s already has GC rule %q; nothing to do\n", target, rule)
 	}

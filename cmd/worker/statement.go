@@ -8,8 +8,10 @@ import (
 	"io"
 	"slices"
 	"text/tabwriter"
+	"time"
 
 	"github.com/cellttl/cellttl/deadletter"
+	"github.com/cellttl/cellttl/erasure/forget"
 	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/cellttl/cellttl/internal/envflag"
 	"github.com/cellttl/cellttl/internal/kafkaconn"
@@ -26,7 +28,7 @@ type retentionOptions struct {
 }
 
 func (ro *retentionOptions) flags(out io.Writer) *envflag.FlagSet {
-	f := envflag.New("worker retention", "worker retention: the retention statement, store by store, from the live system: how long each tenant's copies can live in the table, the dead-letter topics and the input topic, and what decides it.\n"+
+	f := envflag.New("worker retention", "worker retention: the retention statement, store by store, from the live system: how long each tenant's copies can live in the table, the dead-letter topics, the input topic and the erasure ledger (the ids of erased users), and what decides it.\n"+
 		"It takes the worker's settings that decide how long a copy lives, from the same flags and environment. Exit status: 0 no store breaks a TTL, 1 some do (or an error), 2 bad flags.", out)
 	o := &ro.runOptions
 	f.Section("Statement")
@@ -37,6 +39,7 @@ func (ro *retentionOptions) flags(out io.Writer) *envflag.FlagSet {
 	o.kafka.RegisterConnectionFlags(f)
 	o.dlq.RegisterTopicFlags(f)
 	o.pipe.RegisterClockFlags(f)
+	o.pipe.RegisterTTLFlag(f)
 	o.pipe.RegisterDeadLetterFlags(f)
 	return f
 }
@@ -115,7 +118,8 @@ func runRetention(ctx context.Context, args []string, stdout, stderr io.Writer) 
 // gatherFacts reads what the statement is computed from.
 func gatherFacts(ctx context.Context, o *runOptions, cfg *tenants.Config, s *session) (retention.Facts, error) {
 	f := retention.Facts{Policy: cfg.Policy, UnlistedDeadLettered: cfg.Unlisted == tenants.UnlistedDeadLetter,
-		UnlistedBound: o.pipe.UnlistedDeadLetterTTL, Table: o.table.Target().String()}
+		UnlistedBound: o.pipe.UnlistedDeadLetterTTL, Table: o.table.Target().String(), OwnTTLs: o.pipe.Fields.TTL != "",
+		Ledger: o.table.ErasureTable(), LedgerRecordLife: ledgerRecordLife}
 	if f.UnlistedBound == 0 {
 		f.UnlistedBound = cfg.Policy.DefaultTTL
 	}
@@ -160,6 +164,12 @@ func gatherFacts(ctx context.Context, o *runOptions, cfg *tenants.Config, s *ses
 		f.RecordTimesBounded, f.RecordTimes = rt.Bounded, rt.Summary
 	}
 	return f, ctx.Err()
+}
+
+// ledgerRecordLife is forget's rule for how long a ledger record lives,
+// without backups: the statement does not know them.
+func ledgerRecordLife(f retention.Facts, longestTTL time.Duration) time.Duration {
+	return forget.RecordLife(f, 0, longestTTL)
 }
 
 // topicKeep is a topic's reading for the statement.

@@ -18,7 +18,7 @@ import (
 // reports no breach and exits 0; with one breach planted in each store it
 // can see, it names each one and exits 1.
 func TestRetentionStatement(t *testing.T) {
-	e := newEnv(t, "default_ttl: 2d\ntenants:\n  acme: 1h\n  globex: 3d\n")
+	e := newEnv(t, "default_ttl: 2d\ntenants:\n  acme: 1h\n  globex: {ttl: 3d, min_ttl: 2h}\n")
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)
 	}
@@ -43,6 +43,7 @@ func TestRetentionStatement(t *testing.T) {
 			t.Errorf("clean statement does not say %q:\n%s", want, out)
 		}
 	}
+	statementListsTheLedger(t, e, out)
 
 	// One breach per store.
 	if err := e.ac.SetGCPolicy(context.Background(), e.table, "c", bigtable.MaxAgePolicy(72*time.Hour)); err != nil {
@@ -81,6 +82,7 @@ func TestRetentionStatement(t *testing.T) {
 		"input topic " + e.topic:                                         "keeps records 7d5m1s; acme's TTL is 1h",
 		"record timestamps of " + e.topic:                                "any time ahead",
 		"checkpoint " + keys:                                             "holds row keys",
+		"erasure ledger " + e.table + "-erasures, ids of erased users":   "keep their ids forever",
 	} {
 		if !strings.Contains(breaches[store], want) {
 			t.Errorf("%s: breach %q, want it to say %q", store, breaches[store], want)
@@ -91,5 +93,38 @@ func TestRetentionStatement(t *testing.T) {
 	}
 	if st.Clean || st.Breaches < 5 {
 		t.Errorf("clean %t, %d breaches", st.Clean, st.Breaches)
+	}
+
+	statementCountsMinTTL(t, e, brokers)
+}
+
+// statementListsTheLedger: the ledger's records of acme live acme's 1h
+// (longer than the topics' keeps), by forget's rule, then until Bigtable
+// collects them; globex's its 3d.
+func statementListsTheLedger(t *testing.T, e *env, out string) {
+	t.Helper()
+	ledger := logLines(out, "erasure ledger "+e.table+"-erasures, ids of erased users")
+	if !strings.Contains(logLines(ledger, "acme"), "  7d1h  ") || !strings.Contains(logLines(ledger, "globex"), "  10d  ") {
+		t.Errorf("the ledger's lines:\n%s\nin\n%s", ledger, out)
+	}
+}
+
+// statementCountsMinTTL: with --ttl-from, an event may ask for as little
+// as its tenant's min_ttl: globex's input topic is held to 2h, not to 3d.
+func statementCountsMinTTL(t *testing.T, e *env, brokers []string) {
+	t.Helper()
+	if err := e.ac.SetGCPolicy(context.Background(), e.table, "c", bigtable.MaxAgePolicy(48*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	alterTopic(t, e.brokers, e.topic+".dlq", map[string]string{"retention.ms": "1800000", "segment.ms": "120000"})
+	alterTopic(t, e.brokers, e.topic, map[string]string{"retention.ms": "86400000", "segment.ms": "300000", "message.timestamp.after.max.ms": "300000"})
+	out, err := e.cmd(t, "retention", append(brokers, "--tenant", "globex", "--ttl-from", "json:ttl")...)
+	if codeOf(err) != 1 || !strings.Contains(out, "BREACH globex: input topic "+e.topic+" keeps records 1d") ||
+		!strings.Contains(out, "; globex's events may ask for as little as min_ttl 2h") ||
+		!strings.Contains(out, "down to min_ttl 2h") {
+		t.Errorf("globex with --ttl-from: exit %d\n%s", codeOf(err), out)
+	}
+	if out, err := e.cmd(t, "retention", append(brokers, "--tenant", "globex")...); err != nil {
+		t.Errorf("globex without --ttl-from, an input topic keeping 1d5m1s: %v\n%s", err, out)
 	}
 }

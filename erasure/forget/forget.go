@@ -252,12 +252,8 @@ func (e *eraser) audit() {
 
 // unreachable lists the stores forget cannot erase from, with the longest
 // a copy can remain there from now, and returns how long a ledger record
-// must live: as long as any of them, and as long as the tenant's TTL (past
-// it, every event the record covers has expired, and is never written
-// whatever its source). Forever (-1) when a store keeps copies forever or
-// cannot be read.
+// must live (RecordLife).
 func unreachable(f retention.Facts, backups time.Duration, backupsDecidedBy string, longestTTL time.Duration) ([]retention.StoreLife, time.Duration) {
-	keep := longestTTL
 	var out []retention.StoreLife
 	add := func(store string, k retention.TopicKeep) {
 		line := retention.StoreLife{Store: store + " " + k.Topic, DecidedBy: k.Settings}
@@ -265,14 +261,11 @@ func unreachable(f retention.Facts, backups time.Duration, backupsDecidedBy stri
 		case k.Missing:
 			line.Longest, line.DecidedBy = "0", "the topic does not exist"
 		case k.Unknown != "":
-			line.Longest, line.DecidedBy, keep = "unknown", k.Unknown, retention.Forever
+			line.Longest, line.DecidedBy = "unknown", k.Unknown
 		case k.Keeps == retention.Forever:
-			line.Longest, keep = "forever", retention.Forever
+			line.Longest = "forever"
 		default:
 			line.Longest = duration.Format(k.Keeps)
-			if keep >= 0 {
-				keep = max(keep, k.Keeps)
-			}
 		}
 		out = append(out, line)
 	}
@@ -282,9 +275,28 @@ func unreachable(f retention.Facts, backups time.Duration, backupsDecidedBy stri
 	}
 	if backups > 0 {
 		out = append(out, retention.StoreLife{Store: "backups of the table", Longest: duration.Format(backups), DecidedBy: backupsDecidedBy})
-		if keep >= 0 {
-			keep = max(keep, backups)
+	}
+	return out, RecordLife(f, backups, longestTTL)
+}
+
+// RecordLife is how long a ledger record of a tenant whose longest TTL is
+// longestTTL must live, from when it is recorded: as long as any copy it
+// must suppress can remain (the input topic's keep, each dead-letter
+// topic's, the backups' when positive), and as long as the tenant's
+// longest TTL (past it, every event the record covers has expired, and is
+// never written whatever its source). Forever (-1) when a topic keeps
+// copies forever or its settings cannot be read. The retention statement
+// reports the ledger by this rule.
+func RecordLife(f retention.Facts, backups, longestTTL time.Duration) time.Duration {
+	keep := max(longestTTL, backups)
+	for _, k := range append([]retention.TopicKeep{f.Input}, f.DeadLetters...) {
+		switch {
+		case k.Missing:
+		case k.Unknown != "" || k.Keeps == retention.Forever:
+			return retention.Forever
+		default:
+			keep = max(keep, k.Keeps)
 		}
 	}
-	return out, keep
+	return keep
 }

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/cellttl/cellttl/erasure"
+	"github.com/cellttl/cellttl/sink"
+)
+
+// A lost ledger never becomes an empty one by accident: with the ledger
+// table gone from a table that holds events, audit fails and says why,
+// setup refuses to create a new ledger and names the flag that does, and
+// with that flag it creates one and its output warns that the erasures
+// recorded before are lost and what to do.
+func TestLedgerIsNeverSilentlyReplaced(t *testing.T) {
+	e := newEnv(t, tenantsYAML)
+	if out, err := e.cmd(t, "setup"); err != nil {
+		t.Fatalf("setup: %v\n%s", err, out)
+	}
+	seedRows(t, e, tenantsYAML, "acme", 3)
+	ledger := e.table + "-erasures"
+	if err := e.ac.DeleteTable(context.Background(), ledger); err != nil {
+		t.Fatal(err)
+	}
+
+	out, err := e.cmd(t, "audit")
+	if codeOf(err) != 1 || !strings.Contains(err.Error(), "does not exist") ||
+		!strings.Contains(err.Error(), "--new-erasure-ledger") || !strings.Contains(err.Error(), "holds events") {
+		t.Errorf("audit without a ledger: %v\n%s", err, out)
+	}
+
+	out, err = e.cmd(t, "setup")
+	if err == nil || !strings.Contains(err.Error(), "--new-erasure-ledger") || !strings.Contains(err.Error(), "holds events") {
+		t.Errorf("setup over a table with events and no ledger: %v\n%s", err, out)
+	}
+	fam, ferr := sink.ReadFamily(context.Background(), e.ac, sink.Target{Table: ledger, Family: erasure.Family})
+	if ferr != nil || fam.TableExists {
+		t.Fatalf("setup created the ledger it refused: %v %+v", ferr, fam)
+	}
+
+	out, err = e.cmd(t, "setup", "--new-erasure-ledger")
+	flat := strings.Join(strings.Fields(out), " ")
+	if err != nil || !strings.Contains(flat, "created erasure ledger") || !strings.Contains(flat, "every erasure recorded before is lost") ||
+		!strings.Contains(flat, "worker forget") {
+		t.Errorf("setup --new-erasure-ledger: %v\n%s", err, out)
+	}
+	if out, err := e.cmd(t, "audit"); err != nil {
+		t.Errorf("audit with the new ledger: %v\n%s", err, out)
+	}
+	// A ledger that is there is left alone, flag or not.
+	if out, err := e.cmd(t, "setup"); err != nil || !strings.Contains(out, "already has GC rule") {
+		t.Errorf("setup again: %v\n%s", err, out)
+	}
+}
+
+// On a table without events there is nothing a lost ledger could let
+// back: setup creates the ledger without the flag.
+func TestSetupCreatesLedgerOverEmptyTable(t *testing.T) {
+	e := newEnv(t, tenantsYAML)
+	if out, err := e.cmd(t, "setup"); err != nil {
+		t.Fatalf("setup: %v\n%s", err, out)
+	}
+	if err := e.ac.DeleteTable(context.Background(), e.table+"-erasures"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := e.cmd(t, "setup")
+	if err != nil || !strings.Contains(out, "created erasure ledger") || strings.Contains(out, "lost") {
+		t.Errorf("setup of the ledger beside an empty table: %v\n%s", err, out)
+	}
+}
+
+// The missing-ledger error every command prints says what setup will and
+// will not do, and the flag with its consequence.
+func TestMissingLedgerErrorSaysWhatToDo(t *testing.T) {
+	msg := erasure.ErrMissing.Error()
+	for _, want := range []string{"does not exist", "worker setup", "holds events", "--new-erasure-ledger", "lost", "worker forget"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("ErrMissing does not say %q: %s", want, msg)
+		}
+	}
+}
