@@ -72,6 +72,19 @@ func (c *Consumer) Status() Status {
 	return s
 }
 
+// Ready is the consumer's readiness: in the group, and no owned partition
+// stalled (Problem).
+func (c *Consumer) Ready() error {
+	s := c.Status()
+	if !s.Joined {
+		if s.LastError != "" {
+			return fmt.Errorf("not in the consumer group: %s", s.LastError)
+		}
+		return errors.New("not in the consumer group")
+	}
+	return c.Problem()
+}
+
 // Problem names the owned partitions that have made no progress for longer
 // than the stall timeout, nil when none has.
 func (c *Consumer) Problem() error {

@@ -33,12 +33,13 @@ type RuleWatch struct {
 	read     time.Time // last time the rule was read
 	readErr  error     // why the last read failed, if it did
 	interval time.Duration
+	now      func() time.Time // the clock of the reads and their age
 }
 
 // NewRuleWatch watches t's rule, which must be max-age maxAge; fix says
 // what to do when it is not, for the log and readiness.
 func NewRuleWatch(ac *bigtable.AdminClient, t Target, maxAge time.Duration, fix string, log *slog.Logger) *RuleWatch {
-	return &RuleWatch{ac: ac, target: t, maxAge: maxAge, fix: fix, log: log, read: time.Now()}
+	return &RuleWatch{ac: ac, target: t, maxAge: maxAge, fix: fix, log: log, read: time.Now(), now: time.Now}
 }
 
 // Problem returns why the worker is not ready as far as the rule goes:
@@ -50,8 +51,8 @@ func (r *RuleWatch) Problem() error {
 	if r.held != nil {
 		return r.held
 	}
-	if r.interval > 0 && time.Since(r.read) > 3*r.interval {
-		return fmt.Errorf("the GC rule of family %s has not been read for %s (%v): writes go on under the rule read last", r.target, time.Since(r.read).Round(time.Second), r.readErr)
+	if r.interval > 0 && r.now().Sub(r.read) > 3*r.interval {
+		return fmt.Errorf("the GC rule of family %s has not been read for %s (%v): writes go on under the rule read last", r.target, r.now().Sub(r.read).Round(time.Second), r.readErr)
 	}
 	return nil
 }
@@ -71,7 +72,7 @@ func (r *RuleWatch) Check(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if IsMismatch(err) || errors.Is(err, ErrNotSetUp) || err == nil {
-		r.read, r.readErr = time.Now(), nil
+		r.read, r.readErr = r.now(), nil
 	} else {
 		r.readErr = err
 	}
@@ -89,8 +90,8 @@ func (r *RuleWatch) Check(ctx context.Context) error {
 		}
 		r.held = held
 	default:
-		if time.Since(r.failed) >= time.Minute {
-			r.failed = time.Now()
+		if r.now().Sub(r.failed) >= time.Minute {
+			r.failed = r.now()
 			r.log.Warn("could not read the family's GC rule; checking again", "family", r.target.String(), "err", err)
 		}
 		return err

@@ -195,16 +195,7 @@ func (w *worker) serve(ctx context.Context, metrics http.Handler) error {
 // writes, the dead-letter topic taking dead letters, a config loaded.
 func (w *worker) readinessChecks() []admin.Check {
 	return []admin.Check{
-		{Name: "kafka", Fn: func(context.Context) error {
-			s := w.consumer.Status()
-			if !s.Joined {
-				if s.LastError != "" {
-					return fmt.Errorf("not in the consumer group: %s", s.LastError)
-				}
-				return errors.New("not in the consumer group")
-			}
-			return errors.Join(w.consumer.Problem(), w.times.Problem())
-		}},
+		{Name: "kafka", Fn: func(context.Context) error { return errors.Join(w.consumer.Ready(), w.times.Problem()) }},
 		{Name: "bigtable", Fn: func(ctx context.Context) error {
 			if err := w.writer.Reachable(ctx); err != nil {
 				return err
