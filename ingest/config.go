@@ -85,7 +85,7 @@ func (c *Config) RegisterConnectionFlags(f *envflag.FlagSet) {
 func (c Config) Validate() error {
 	var errs []error
 	if len(c.Brokers) == 0 {
-		errs = append(errs, errors.New("no Kafka brokers given (--brokers or KAFKA_BROKERS)"))
+		errs = append(errs, errors.New("no Kafka brokers given (--brokers or CELLTTL_BROKERS)"))
 	}
 	if c.Topic == "" {
 		errs = append(errs, errors.New("--topic must not be empty"))

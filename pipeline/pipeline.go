@@ -285,7 +285,7 @@ func (p *Pipeline) route(f *ingest.Fetched, now time.Time, cfg *tenants.Config, 
 		return
 	case UnlistedDeadLetter:
 		p.stats.Unlisted(ev.Tenant)
-		ts := p.stats.Tenant(OtherTenants)
+		ts := p.stats.Tenant(UnlistedTenants)
 		ts.Consumed.Add(1)
 		p.deadLetter(b, dead, deadItem{dl: deadletter.Letter{Msg: *msg, Reason: dec.Err.Error(), Field: dec.Field,
 			Class: dec.Class, Tenant: ev.Tenant, KeepUntil: dec.KeepUntil(cfg, p.cfg.UnlistedDeadLetterTTL, msg.Time, now)}, ack: f.Ack, tenant: ts, reason: dec.Class})

@@ -58,10 +58,10 @@ func (c *TableConfig) Resolve() error {
 	}
 	var errs []error
 	if c.Project == "" {
-		errs = append(errs, errors.New("--project is required (or BIGTABLE_PROJECT)"))
+		errs = append(errs, errors.New("--project is required (or CELLTTL_PROJECT)"))
 	}
 	if c.Instance == "" {
-		errs = append(errs, errors.New("--instance is required (or BIGTABLE_INSTANCE)"))
+		errs = append(errs, errors.New("--instance is required (or CELLTTL_INSTANCE)"))
 	}
 	if c.Table == "" {
 		errs = append(errs, errors.New("--table must not be empty"))

@@ -58,10 +58,11 @@ func printSummary(ctx context.Context, w io.Writer, tbl *bigtable.Table, family 
 	tw := tabwriter.NewWriter(w, 2, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "t+%s\ttenant\tttl\twritten\tskipped\tdead-lettered\tstored\tlive\tsample row (expiry)\n", elapsed.Truncate(time.Second))
 	for _, id := range demoTenantIDs {
-		ts := stats.Tenant(id)
+		row := id
 		if _, listed := p.Tenants[id]; !listed {
-			ts = stats.Tenant(pipeline.UnlistedTenants) // walk-in, the one unlisted tenant
+			row = pipeline.UnlistedTenants // walk-in, the one unlisted tenant
 		}
+		ts := stats.Tenant(row)
 		n := countRows(ctx, tbl, id, nil)
 		if n < 0 {
 			stored++ // a count that failed is not "none"

@@ -87,7 +87,15 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	// A checkpoint belongs to one selection of letters under one tenants
 	// file: another run with other filters must not skip what it never read.
-	ro.Filters = fmt.Sprintf("topics=%v partition=%d from=%d to=%d reasons=%v tenants=%s", ro.Topics, ro.Partition, ro.From, ro.To, ro.Reasons, s.cfg.Version)
+	// The key decides which letters are trusted: a run with another key
+	// must not skip the letters this one refused.
+	keyID := "none"
+	if keys != nil {
+		keyID = keys.ID()
+	} else {
+		log.Warn("letters are not verified: without --dlq-signing-key-file, a letter anyone produced to a dead-letter topic is trusted as the worker's")
+	}
+	ro.Filters = fmt.Sprintf("topics=%v partition=%d from=%d to=%d reasons=%v tenants=%s key=%s", ro.Topics, ro.Partition, ro.From, ro.To, ro.Reasons, s.cfg.Version, keyID)
 	// The cells are computed for the tenants file's GC rule: under another
 	// one they would be collected at once, or outlive their TTL.
 	if err := sink.CheckGC(ctx, s.ac, o.table.Target(), s.cfg.Policy.GCMaxAge()); err != nil {

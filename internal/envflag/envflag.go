@@ -18,6 +18,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,8 +43,8 @@ const NoEnv = ""
 // and no other.
 const Env = Prefix
 
-// EnvName is the variable of the flag name: CELLTTL_KAFKA_BROKERS for
-// kafka-brokers.
+// EnvName is the variable of the flag name: CELLTTL_KAFKA_SASL_USERNAME for
+// kafka-sasl-username.
 func EnvName(name string) string {
 	return Prefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 }
@@ -433,7 +434,9 @@ func (f *FlagSet) Parse(args []string) error {
 				env, v, ok = m.legacy, old, true
 				fmt.Fprintf(f.Output(), "%s: WARNING: %s is deprecated and read for this release only: set %s instead\n", f.Name(), m.legacy, m.env)
 			case strings.TrimSpace(old) != strings.TrimSpace(v):
-				fmt.Fprintf(f.Output(), "%s: WARNING: %s=%q is ignored: %s=%q wins (remove the deprecated variable)\n", f.Name(), m.legacy, old, m.env, v)
+				// Names only: a value may be a secret (a password being
+				// rotated while the names change).
+				fmt.Fprintf(f.Output(), "%s: WARNING: %s is ignored: %s is set too, and wins (remove the deprecated variable)\n", f.Name(), m.legacy, m.env)
 			}
 		}
 		if !ok {
@@ -467,7 +470,7 @@ func (f *FlagSet) unknownVariables() error {
 	others := false // the other commands' variables are in known
 	for _, kv := range os.Environ() {
 		env, _, _ := strings.Cut(kv, "=")
-		if !strings.HasPrefix(env, Prefix) || known[env] {
+		if !strings.HasPrefix(env, Prefix) || known[env] || serviceLink.MatchString(env) {
 			continue
 		}
 		if f.known != nil && !others {
@@ -489,6 +492,12 @@ func (f *FlagSet) unknownVariables() error {
 	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
 	return errors.Join(errs...)
 }
+
+// serviceLink matches the variables Kubernetes gives a pod for each
+// Service of its namespace (a Service named cellttl-metrics gives
+// CELLTTL_METRICS_SERVICE_HOST, CELLTTL_METRICS_PORT_8080_TCP_ADDR...):
+// not the operator's words, and no flag's name ends so.
+var serviceLink = regexp.MustCompile(`_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT(_[0-9]+_(TCP|UDP|SCTP)(_(ADDR|PORT|PROTO))?)?)$`)
 
 // nearest is the name of names closest to s by edit distance, if it is
 // close enough to be a misspelling.

@@ -65,7 +65,7 @@ func TestVariableNames(t *testing.T) {
 	}
 	t.Setenv("CELLTTL_WRITERS", "16")
 	w, out, err = parse()
-	if err != nil || w != "16" || !strings.Contains(out, `WRITERS="8" is ignored: CELLTTL_WRITERS="16" wins`) {
+	if err != nil || w != "16" || !strings.Contains(out, "WRITERS is ignored: CELLTTL_WRITERS is set too, and wins") || strings.Contains(out, "8") {
 		t.Errorf("both variables: %q, %v, output %q", w, err, out)
 	}
 	t.Setenv("WRITERS", "16")
@@ -97,6 +97,15 @@ func TestUnknownVariables(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
+	}
+	// Kubernetes' service links of a Service named cellttl-metrics are
+	// not the operator's: never an error.
+	for _, v := range []string{"CELLTTL_METRICS_SERVICE_HOST", "CELLTTL_METRICS_SERVICE_PORT", "CELLTTL_METRICS_SERVICE_PORT_ADMIN", "CELLTTL_METRICS_PORT",
+		"CELLTTL_METRICS_PORT_8080_TCP", "CELLTTL_METRICS_PORT_8080_TCP_ADDR", "CELLTTL_METRICS_PORT_8080_TCP_PORT", "CELLTTL_METRICS_PORT_8080_TCP_PROTO"} {
+		t.Setenv(v, "10.0.0.1")
+	}
+	if err := newSet().Parse(nil); err == nil || strings.Contains(err.Error(), "METRICS") {
+		t.Errorf("with service links set: %v, want the two misspelt variables alone", err)
 	}
 	f := newSet()
 	f.KnowAlso(func() []string { return []string{"CELLTTL_WRITERZ", "CELLTTL_NO_SUCH_THING"} })
