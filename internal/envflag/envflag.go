@@ -11,20 +11,14 @@
 package envflag
 
 import (
-	"cmp"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
-
-	"github.com/cellttl/cellttl/internal/duration"
 )
 
 // ErrHelp is returned by Parse when -h or --help was given.
@@ -124,99 +118,6 @@ func (f *FlagSet) Names() []string {
 	return names
 }
 
-// zeroes are the values whose default the help leaves out, by kind.
-var zeroes = map[string]string{"string": "", "int": "0", "uint": "0", "float": "0", "bool": "false", "duration": duration.Format(0), "size": "0"}
-
-// printDefaults prints the flags by section, the basic tier first, then
-// the advanced one. A set without sections prints one list.
-func (f *FlagSet) printDefaults(out io.Writer) {
-	tiers := []struct {
-		advanced bool
-		title    string
-	}{{false, "Flags"}, {true, "Advanced flags (tuning: the defaults suit most deployments)"}}
-	if f.hasEnv() {
-		fmt.Fprintln(out, "Each flag is also read from the environment variable shown; the command line wins.")
-		fmt.Fprintln(out)
-	}
-	for _, tier := range tiers {
-		var sections []string
-		bySection := map[string][]*flag.Flag{}
-		f.VisitAll(func(fl *flag.Flag) {
-			m := f.meta[fl.Name]
-			if m.advanced != tier.advanced {
-				return
-			}
-			if _, ok := bySection[m.section]; !ok {
-				sections = append(sections, m.section)
-			}
-			bySection[m.section] = append(bySection[m.section], fl)
-		})
-		if len(sections) == 0 {
-			continue
-		}
-		// Sections in the order they were declared; flags by name within.
-		slices.SortStableFunc(sections, func(a, b string) int {
-			return cmp.Compare(slices.Index(f.order, a), slices.Index(f.order, b))
-		})
-		fmt.Fprintf(out, "%s:\n", tier.title)
-		for _, sec := range sections {
-			if sec != "" {
-				fmt.Fprintf(out, "\n  %s:\n", sec)
-			}
-			for _, fl := range bySection[sec] {
-				fmt.Fprint(out, f.describe(fl), "\n")
-			}
-		}
-		fmt.Fprintln(out)
-	}
-}
-
-func (f *FlagSet) hasEnv() bool {
-	for _, m := range f.meta {
-		if m.env != "" {
-			return true
-		}
-	}
-	return false
-}
-
-// describe writes a flag as flag.PrintDefaults does, except that a flag of
-// a type of its own (a broker list, an offset policy) shows the kind it was
-// declared with, and its default.
-func (f *FlagSet) describe(fl *flag.Flag) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "  -%s", fl.Name)
-	name, usage := flag.UnquoteUsage(fl)
-	m := f.meta[fl.Name]
-	kind, known := "", m != nil
-	if known {
-		kind = m.kind
-		// As flag.PrintDefaults shows them: durations of days were
-		// always a flag.Value of their own.
-		name = map[string]string{"bool": "", "duration": "value"}[kind]
-		if name == "" && kind != "bool" {
-			name = kind
-		}
-	}
-	if len(name) > 0 {
-		b.WriteString(" " + name)
-	}
-	if b.Len() <= 4 {
-		b.WriteString("\t")
-	} else {
-		b.WriteString("\n    \t")
-	}
-	b.WriteString(strings.ReplaceAll(usage, "\n", "\n    \t"))
-	switch {
-	case !known || fl.DefValue == zeroes[kind]:
-	case kind == "string":
-		fmt.Fprintf(&b, " (default %q)", fl.DefValue)
-	default:
-		fmt.Fprintf(&b, " (default %v)", fl.DefValue)
-	}
-	return b.String()
-}
-
 // withEnv records how the flag name was declared and returns its usage
 // with its variable. env is NoEnv, Env, or (for the flags of the worker)
 // the variable the flag read before the prefixed names, which it reads for
@@ -297,112 +198,10 @@ func (f *FlagSet) Choice(p *string, name, env, def, usage string, choices ...str
 	f.Var(&choiceValue{p: p, choices: choices}, name, f.withEnv(name, "string", env, usage))
 }
 
-type choiceValue struct {
-	p       *string
-	choices []string
-}
-
-func (c *choiceValue) String() string {
-	if c.p == nil {
-		return ""
-	}
-	return *c.p
-}
-
-func (c *choiceValue) Set(s string) error {
-	for _, ch := range c.choices {
-		if strings.EqualFold(s, ch) {
-			*c.p = ch
-			return nil
-		}
-	}
-	return fmt.Errorf("%q: want %s", s, oneOf(c.choices))
-}
-
-// oneOf writes choices as "a, b or c".
-func oneOf(choices []string) string {
-	if len(choices) < 2 {
-		return strings.Join(choices, "")
-	}
-	return strings.Join(choices[:len(choices)-1], ", ") + " or " + choices[len(choices)-1]
-}
-
 // Value declares a flag of a type of its own, given as text; its current
 // value is the default, and its help shows it as a string.
 func (f *FlagSet) Value(v flag.Value, name, env, usage string) {
 	f.Var(v, name, f.withEnv(name, "string", env, usage))
-}
-
-type durationValue time.Duration
-
-func (d *durationValue) String() string { return duration.Format(time.Duration(*d)) }
-func (d *durationValue) Set(s string) error {
-	v, err := duration.Parse(s)
-	if err != nil {
-		return err
-	}
-	*d = durationValue(v)
-	return nil
-}
-
-// units are the byte units a size may end with.
-var units = []struct {
-	name string
-	n    int64
-}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"GB", 1e9}, {"MB", 1e6}, {"kB", 1e3}, {"KB", 1e3}, {"B", 1}}
-
-// ParseBytes reads a size: a whole number of bytes, optionally followed by
-// a unit, B, kB (or KB), KiB, MB, MiB, GB or GiB; a space may come between.
-func ParseBytes(s string) (int64, error) {
-	num, mul := strings.TrimSpace(s), int64(1)
-	for _, u := range units {
-		if strings.HasSuffix(num, u.name) {
-			num, mul = strings.TrimSpace(strings.TrimSuffix(num, u.name)), u.n
-			break
-		}
-	}
-	n, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || n < 0 || n > math.MaxInt64/mul {
-		return 0, fmt.Errorf("invalid size %q: want a whole number of bytes, with or without B, kB, KiB, MB, MiB, GB or GiB", s)
-	}
-	return n * mul, nil
-}
-
-// FormatBytes writes a size with the largest binary unit that divides it.
-func FormatBytes(n int64) string {
-	for _, u := range units[:3] {
-		if n != 0 && n%u.n == 0 {
-			return strconv.FormatInt(n/u.n, 10) + u.name
-		}
-	}
-	return strconv.FormatInt(n, 10)
-}
-
-type bytesValue int64
-
-func (b *bytesValue) String() string { return FormatBytes(int64(*b)) }
-func (b *bytesValue) Set(s string) error {
-	n, err := ParseBytes(s)
-	if err != nil {
-		return err
-	}
-	*b = bytesValue(n)
-	return nil
-}
-
-type intBytesValue int
-
-func (b *intBytesValue) String() string { return FormatBytes(int64(*b)) }
-func (b *intBytesValue) Set(s string) error {
-	n, err := ParseBytes(s)
-	if err != nil {
-		return err
-	}
-	if n > math.MaxInt {
-		return fmt.Errorf("invalid size %q: too large", s)
-	}
-	*b = intBytesValue(n)
-	return nil
 }
 
 // Parse parses args, then fills every flag not given from its variable.
@@ -447,105 +246,6 @@ func (f *FlagSet) Parse(args []string) error {
 		}
 	}
 	return nil
-}
-
-func (f *FlagSet) lookupLegacy(m *meta) (string, bool) {
-	if m.legacy == "" {
-		return "", false
-	}
-	return os.LookupEnv(m.legacy)
-}
-
-// unknownVariables is the error for the prefixed variables that name no
-// flag, each with the nearest variable that does.
-func (f *FlagSet) unknownVariables() error {
-	if !f.prefixed {
-		return nil
-	}
-	known := map[string]bool{}
-	for _, v := range f.Variables() {
-		known[v] = true
-	}
-	var errs []error
-	others := false // the other commands' variables are in known
-	for _, kv := range os.Environ() {
-		env, _, _ := strings.Cut(kv, "=")
-		if !strings.HasPrefix(env, Prefix) || known[env] || serviceLink.MatchString(env) {
-			continue
-		}
-		if f.known != nil && !others {
-			// Asked only for a variable that is not the set's own: the
-			// other commands' flag sets are made to answer.
-			for _, v := range f.known() {
-				known[v] = true
-			}
-			if others = true; known[env] {
-				continue
-			}
-		}
-		err := fmt.Errorf("environment variable %s names no flag", env)
-		if near := nearest(env, known); near != "" {
-			err = fmt.Errorf("%w (did you mean %s?)", err, near)
-		}
-		errs = append(errs, err)
-	}
-	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
-	return errors.Join(errs...)
-}
-
-// serviceLink matches the variables Kubernetes gives a pod for each
-// Service of its namespace (a Service named cellttl-metrics gives
-// CELLTTL_METRICS_SERVICE_HOST, CELLTTL_METRICS_PORT_8080_TCP_ADDR...):
-// not the operator's words, and no flag's name ends so.
-var serviceLink = regexp.MustCompile(`_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT(_[0-9]+_(TCP|UDP|SCTP)(_(ADDR|PORT|PROTO))?)?)$`)
-
-// nearest is the name of names closest to s by edit distance, if it is
-// close enough to be a misspelling.
-func nearest(s string, names map[string]bool) string {
-	best, bestD := "", 4
-	for n := range names {
-		if d := distance(s, n); d < bestD || (d == bestD && n < best) {
-			best, bestD = n, d
-		}
-	}
-	return best
-}
-
-// distance is the Levenshtein distance of a and b.
-func distance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
-}
-
-// Variables lists the variables the set's flags read, legacy ones
-// included.
-func (f *FlagSet) Variables() []string {
-	var vs []string
-	for _, m := range f.meta {
-		if m.env != "" {
-			vs = append(vs, m.env)
-		}
-		if m.legacy != "" {
-			vs = append(vs, m.legacy)
-		}
-	}
-	slices.Sort(vs)
-	return vs
 }
 
 // OnCommandLine reports whether the flag name was set on the command line
