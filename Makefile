@@ -24,12 +24,14 @@ services-start:
 services-stop:
 	scripts/services.sh stop
 
-# Fuzz the two parsers of outside input for a while each.
+# Fuzz the parsers of outside input for a while each (the ledger's marks
+# are read by every worker).
 FUZZTIME ?= 30s
 fuzz:
 	go test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./tenants
 	go test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./event
 	go test -run '^$$' -fuzz FuzzRFC3339 -fuzztime $(FUZZTIME) ./event
+	go test -run '^$$' -fuzz FuzzDecodeMark -fuzztime $(FUZZTIME) ./erasure
 
 # Per-event Go benchmarks, then the ceilings and the worker measured in one
 # run against the real broker and emulator, with CPU per event and the

@@ -59,11 +59,11 @@ func TestLedgerErases(t *testing.T) {
 		{"acme", "", ms, false},
 		{"acme", "u", ms, false},
 	} {
-		if got := l.Erased(c.tenant, c.user, c.millis); got != c.want {
+		if got := l.Erased(c.tenant, c.user, c.millis, Position{}); got != c.want {
 			t.Errorf("Erased(%s, %s, %d) = %t, want %t", c.tenant, c.user, c.millis-ms, got, c.want)
 		}
 		key := rowkey.Key(c.tenant, c.user, "e1", c.millis)
-		if got := l.ErasedKey(key); got != c.want && c.user != "" {
+		if got := l.ErasedKey(key, Position{}); got != c.want && c.user != "" {
 			t.Errorf("ErasedKey(%s) = %t, want %t", rowkey.Describe(key), got, c.want)
 		}
 	}
@@ -71,7 +71,7 @@ func TestLedgerErases(t *testing.T) {
 		t.Errorf("Len %d, want 2 (u1, u3)", l.Len())
 	}
 	var none *Ledger
-	if none.Erased("acme", "u1", ms) || none.Len() != 0 || none.ErasedKey("x") {
+	if none.Erased("acme", "u1", ms, Position{}) || none.Len() != 0 || none.ErasedKey("x", Position{}) {
 		t.Error("a nil ledger erases")
 	}
 }
@@ -149,7 +149,7 @@ func TestStore(t *testing.T) {
 			t.Errorf("loaded %+v, want %+v", g, want)
 		}
 	}
-	if l, _, err := s.LoadLedger(ctx, now); err != nil || l.Len() != 2 || !l.Erased("acme", "u 1", now.UnixMilli()) {
+	if l, _, err := s.LoadLedger(ctx, now); err != nil || l.Len() != 2 || !l.Erased("acme", "u 1", now.UnixMilli(), Position{}) {
 		t.Errorf("ledger: %v, %d users", err, l.Len())
 	}
 	// The journal: every record recorded since a moment; the expired one
@@ -158,7 +158,7 @@ func TestStore(t *testing.T) {
 	if err != nil || len(entries) != 3 {
 		t.Fatalf("journal: %v %+v", err, entries)
 	}
-	if l := (&Ledger{}).with(entries, now); l.Len() != 2 || l.Erased("acme", "u3", now.UnixMilli()) {
+	if l := (&Ledger{}).with(entries, now); l.Len() != 2 || l.Erased("acme", "u3", now.UnixMilli(), Position{}) {
 		t.Errorf("ledger from the journal: %d users", l.Len())
 	}
 	if entries, err := s.loadSince(ctx, now.Add(time.Millisecond)); err != nil || len(entries) != 0 {
@@ -169,7 +169,7 @@ func TestStore(t *testing.T) {
 	if err := s.Put(ctx, Record{Tenant: "acme", User: "u2", UpTo: now.Add(-24 * time.Hour), RecordedAt: now.Add(time.Millisecond), RequestedBy: "ticket-4"}); err != nil {
 		t.Fatal(err)
 	}
-	if l, _, err := s.LoadLedger(ctx, now); err != nil || !l.Erased("acme", "u2", now.UnixMilli()) {
+	if l, _, err := s.LoadLedger(ctx, now); err != nil || !l.Erased("acme", "u2", now.UnixMilli(), Position{}) {
 		t.Errorf("a second, narrower erasure of u2 undid the first: %v", err)
 	}
 	if got, _, err := s.Load(ctx, now); err != nil || len(got) != 3 {
@@ -182,11 +182,11 @@ func TestStore(t *testing.T) {
 func TestLedgerWith(t *testing.T) {
 	old := NewLedger([]Record{{Tenant: "acme", User: "u1", UpTo: t0}, {Tenant: "globex", User: "u1", UpTo: t0}}, t0)
 	ms := t0.UnixMilli()
-	if old.with([]entry{{tenant: "acme", user: "u1", upTo: ms - 1}}, t0) != old {
+	if old.with([]entry{{tenant: "acme", user: "u1", erased: erased{upTo: ms - 1}}}, t0) != old {
 		t.Error("an entry erasing nothing new made a new ledger")
 	}
-	next := old.with([]entry{{tenant: "acme", user: "u2", upTo: ms}, {tenant: "acme", user: "u3", upTo: ms, expires: ms}}, t0)
-	if next.Len() != 3 || !next.Erased("acme", "u2", ms) || next.Erased("acme", "u3", ms) || old.Erased("acme", "u2", ms) || old.Len() != 2 {
+	next := old.with([]entry{{tenant: "acme", user: "u2", erased: erased{upTo: ms}}, {tenant: "acme", user: "u3", erased: erased{upTo: ms}, expires: ms}}, t0)
+	if next.Len() != 3 || !next.Erased("acme", "u2", ms, Position{}) || next.Erased("acme", "u3", ms, Position{}) || old.Erased("acme", "u2", ms, Position{}) || old.Len() != 2 {
 		t.Errorf("with: %d users, old %d", next.Len(), old.Len())
 	}
 	if fmt.Sprintf("%p", next.users["globex"]) != fmt.Sprintf("%p", old.users["globex"]) {
@@ -224,14 +224,14 @@ func TestWatch(t *testing.T) {
 
 	key := rowkey.Key("acme", "u1", "e1", t0.UnixMilli())
 	gen := w.Generation()
-	if !w.Admits(key) {
+	if !w.Admits(key, "", 0, 0) {
 		t.Fatal("an empty ledger refuses a row")
 	}
 	if err := s.Put(ctx, Record{Tenant: "acme", User: "u1", UpTo: t0, RecordedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 5*time.Second, func() (bool, string) {
-		return !w.Admits(key), "the record is not in force"
+		return !w.Admits(key, "", 0, 0), "the record is not in force"
 	})
 	if w.Generation() <= gen || w.Status().ErasedUsers != 1 || w.Status().State != "loaded" {
 		t.Errorf("after the record: generation %d (was %d), %+v", w.Generation(), gen, w.Status())
@@ -246,7 +246,7 @@ func TestWatch(t *testing.T) {
 	testenv.Eventually(t, 5*time.Second, func() (bool, string) {
 		return w.Held() != nil && w.Status().State == "stale", "writes not held with a stale ledger"
 	})
-	if !w.Current().Erased("acme", "u1", t0.UnixMilli()) {
+	if !w.Current().Erased("acme", "u1", t0.UnixMilli(), Position{}) {
 		t.Error("a failed load dropped the ledger in force")
 	}
 }

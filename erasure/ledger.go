@@ -14,12 +14,15 @@ import (
 )
 
 // Record is one erasure: no event of User of Tenant whose time is at or
-// before UpTo is written again.
+// before UpTo is written again, nor any whose record lies below Below.
 type Record struct {
 	Tenant string `json:"tenant"`
 	User   string `json:"user"`
 	// UpTo is erased_up_to, in milliseconds as row keys hold event times.
 	UpTo time.Time `json:"erased_up_to"`
+	// Below, when set, is the input topic's end offsets read after the
+	// record was first written: the records appended before the erasure.
+	Below *Mark `json:"erased_below,omitempty"`
 	// RecordedAt is when forget wrote the record.
 	RecordedAt time.Time `json:"recorded_at"`
 	// Expires is when the record expires by itself: no copy it must
@@ -32,10 +35,9 @@ type Record struct {
 // Ledger is the set of erasures in force, as loaded at one moment. It is
 // never changed once built: a refresh builds another.
 type Ledger struct {
-	// users maps tenant, then user, to erased_up_to in milliseconds: two
-	// lookups by the event's own strings, so checking an event allocates
-	// nothing.
-	users map[string]map[string]int64
+	// users maps tenant, then user, to the user's erasure: two lookups by
+	// the event's own strings, so checking an event allocates nothing.
+	users map[string]map[string]erased
 	n     int
 	// gen grows whenever a load erases something the previous did not;
 	// rows decided under an older generation are checked again before
@@ -43,33 +45,55 @@ type Ledger struct {
 	gen uint64
 }
 
+// erased is what the ledger holds of one user: the union of the user's
+// records in force.
+type erased struct {
+	upTo  int64 // erased_up_to, Unix milliseconds
+	below *Mark // nil: no record of the user has a mark
+}
+
+// covers reports whether e erases the event at millis read at p.
+func (e erased) covers(millis int64, p Position) bool {
+	return millis <= e.upTo || e.below.covers(p)
+}
+
+// merge is e and o together: the later erased_up_to, the union of marks.
+func (e erased) merge(o erased) erased {
+	return erased{upTo: max(e.upTo, o.upTo), below: union(e.below, o.below)}
+}
+
+// contains reports whether e erases everything o does.
+func (e erased) contains(o erased) bool {
+	return e.upTo >= o.upTo && e.below.contains(o.below)
+}
+
 // NewLedger builds a ledger from records, the latest erased_up_to of a
-// user winning; records expired at now are left out.
+// user winning and the marks joined; records expired at now are left out.
 func NewLedger(records []Record, now time.Time) *Ledger {
-	l := &Ledger{users: map[string]map[string]int64{}}
+	l := &Ledger{users: map[string]map[string]erased{}}
 	for _, r := range records {
 		if !r.Expires.IsZero() && !r.Expires.After(now) {
 			continue
 		}
-		l.add(r.Tenant, r.User, r.UpTo.UnixMilli())
+		l.add(r.Tenant, r.User, erased{upTo: r.UpTo.UnixMilli(), below: r.Below})
 	}
 	return l
 }
 
-func (l *Ledger) add(tenant, user string, upTo int64) {
+func (l *Ledger) add(tenant, user string, e erased) {
 	if l.users == nil {
-		l.users = map[string]map[string]int64{}
+		l.users = map[string]map[string]erased{}
 	}
 	u := l.users[tenant]
 	if u == nil {
-		u = map[string]int64{}
+		u = map[string]erased{}
 		l.users[tenant] = u
 	}
 	if old, ok := u[user]; !ok {
 		l.n++
-		u[user] = upTo
-	} else if upTo > old {
-		u[user] = upTo
+		u[user] = e
+	} else if !old.contains(e) {
+		u[user] = old.merge(e)
 	}
 }
 
@@ -90,23 +114,39 @@ func (l *Ledger) Generation() uint64 {
 }
 
 // Erased reports whether the event of user of tenant at millis (its
-// time, as its row key holds it) is erased. An event without a user is
+// time, as its row key holds it), read at p, is erased: by its time, or by
+// its place in the input topic (see Mark). An event without a user is
 // never erased: erasure is by user.
-func (l *Ledger) Erased(tenant, user string, millis int64) bool {
+func (l *Ledger) Erased(tenant, user string, millis int64, p Position) bool {
 	if l == nil || l.n == 0 || user == "" {
 		return false
 	}
-	upTo, ok := l.users[tenant][user]
-	return ok && millis <= upTo
+	e, ok := l.users[tenant][user]
+	return ok && e.covers(millis, p)
 }
 
-// ErasedKey is Erased for a row key.
-func (l *Ledger) ErasedKey(key string) bool {
+// ErasedKey is Erased for a row key, of a record read at p (the zero
+// Position for a row whose record is not known: by time alone).
+func (l *Ledger) ErasedKey(key string, p Position) bool {
 	if l.Len() == 0 {
 		return false
 	}
-	p, err := rowkey.Parse(key)
-	return err == nil && l.Erased(p.Tenant, p.User, p.Millis)
+	k, err := rowkey.Parse(key)
+	return err == nil && l.Erased(k.Tenant, k.User, k.Millis, p)
+}
+
+// Covers reports whether an erasure in force could cover an event of
+// tenant whose user cannot be read ("" when its tenant cannot be read
+// either): whether the tenant, or for "" any tenant, has an erased user.
+// Its time may be any, as may its user: nothing narrows it further.
+func (l *Ledger) Covers(tenant string) bool {
+	if l.Len() == 0 {
+		return false
+	}
+	if tenant == "" {
+		return true
+	}
+	return len(l.users[tenant]) > 0
 }
 
 // UpTo returns a user's erased_up_to, if the user is erased.
@@ -114,8 +154,8 @@ func (l *Ledger) UpTo(tenant, user string) (time.Time, bool) {
 	if l.Len() == 0 {
 		return time.Time{}, false
 	}
-	ms, ok := l.users[tenant][user]
-	return time.UnixMilli(ms).UTC(), ok
+	e, ok := l.users[tenant][user]
+	return time.UnixMilli(e.upTo).UTC(), ok
 }
 
 // Users calls f for every erased user of tenant.
@@ -123,8 +163,8 @@ func (l *Ledger) Users(tenant string, f func(user string, upTo time.Time)) {
 	if l.Len() == 0 {
 		return
 	}
-	for u, ms := range l.users[tenant] {
-		f(u, time.UnixMilli(ms).UTC())
+	for u, e := range l.users[tenant] {
+		f(u, time.UnixMilli(e.upTo).UTC())
 	}
 }
 
@@ -150,7 +190,7 @@ func (l *Ledger) with(entries []entry, now time.Time) *Ledger {
 		if e.expires != 0 && e.expires <= nowMs {
 			continue
 		}
-		if had, ok := l.users[e.tenant][e.user]; !ok || had < e.upTo {
+		if had, ok := l.users[e.tenant][e.user]; !ok || !had.contains(e.erased) {
 			if touched == nil {
 				touched = map[string]bool{}
 			}
@@ -160,39 +200,39 @@ func (l *Ledger) with(entries []entry, now time.Time) *Ledger {
 	if touched == nil {
 		return l
 	}
-	next := &Ledger{users: make(map[string]map[string]int64, len(l.users)+len(touched)), n: l.n, gen: l.gen}
+	next := &Ledger{users: make(map[string]map[string]erased, len(l.users)+len(touched)), n: l.n, gen: l.gen}
 	for t, u := range l.users {
 		next.users[t] = u
 	}
 	for t := range touched {
-		u := make(map[string]int64, len(l.users[t])+1)
-		for user, upTo := range l.users[t] {
-			u[user] = upTo
+		u := make(map[string]erased, len(l.users[t])+1)
+		for user, e := range l.users[t] {
+			u[user] = e
 		}
 		next.users[t] = u
 	}
 	for _, e := range entries {
 		if touched[e.tenant] && (e.expires == 0 || e.expires > nowMs) {
-			next.add(e.tenant, e.user, e.upTo)
+			next.add(e.tenant, e.user, e.erased)
 		}
 	}
 	return next
 }
 
 // newer reports whether l erases something prev does not: a user prev
-// does not have, or a later erased_up_to. Records that expired do not
-// count: l then erases less, never more.
+// does not have, a later erased_up_to, or a mark prev's does not contain.
+// Records that expired do not count: l then erases less, never more.
 func (l *Ledger) newer(prev *Ledger) bool {
 	if l.Len() == 0 {
 		return false
 	}
 	for t, users := range l.users {
-		var had map[string]int64
+		var had map[string]erased
 		if prev != nil {
 			had = prev.users[t]
 		}
-		for u, upTo := range users {
-			if before, ok := had[u]; !ok || before < upTo {
+		for u, e := range users {
+			if before, ok := had[u]; !ok || !before.contains(e) {
 				return true
 			}
 		}

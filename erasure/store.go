@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -40,6 +41,7 @@ const (
 	colUpTo        = "up_to"        // erased_up_to, Unix milliseconds, 8 bytes big-endian
 	colRecordedAt  = "recorded_at"  // Unix milliseconds, 8 bytes big-endian
 	colRequestedBy = "requested_by" // who asked, as --requested-by gave it
+	colBelow       = "below"        // the Mark, encoded (see Mark.encode)
 
 	journalPrefix = "#j#"
 )
@@ -72,6 +74,8 @@ func (s *Store) Table() string { return s.name }
 // Put writes r: its record row, then its journal row. Each is one row
 // mutation, all there or not at all; a failure between the two leaves a
 // record the next full read finds (and Put fails: forget deletes nothing).
+// Put again with the same RecordedAt, it writes the same cells again: so
+// forget adds the mark to a record it has written (see Mark).
 func (s *Store) Put(ctx context.Context, r Record) error {
 	if err := rowkey.ValidateID("tenant", r.Tenant); err != nil {
 		return err
@@ -90,6 +94,10 @@ func (s *Store) Put(ctx context.Context, r Record) error {
 	m.Set(Family, colRequestedBy+at, ts, []byte(r.RequestedBy))
 	j := bigtable.NewMutation()
 	j.Set(Family, colUpTo, ts, millis(r.UpTo))
+	if r.Below != nil {
+		m.Set(Family, colBelow+at, ts, r.Below.encode())
+		j.Set(Family, colBelow, ts, r.Below.encode())
+	}
 	for _, row := range []struct {
 		key string
 		m   *bigtable.Mutation
@@ -114,6 +122,7 @@ func journalKey(recordedAt time.Time, tenant, user string) string {
 // by forget; they can suppress nothing, and must not stop the workers).
 func (s *Store) Load(ctx context.Context, now time.Time) (_ []Record, ignored int, _ error) {
 	var out []Record
+	ms := marks{}
 	ignored, err := s.scan(ctx, now, nil, func(tenant, user string, cells []bigtable.ReadItem) {
 		// A user's row holds the cells of each forget, named by when it
 		// recorded (see colUpTo). Each still in force is a record.
@@ -135,6 +144,10 @@ func (s *Store) Load(ctx context.Context, now time.Time) (_ []Record, ignored in
 				r.RecordedAt = fromMillis(it.Value)
 			case colRequestedBy:
 				r.RequestedBy = string(it.Value)
+			case colBelow:
+				// A mark that does not decode erases by time alone: the
+				// record still stands.
+				r.Below, _ = ms.decode(it.Value)
 			}
 		}
 		for _, r := range byAt {
@@ -145,14 +158,23 @@ func (s *Store) Load(ctx context.Context, now time.Time) (_ []Record, ignored in
 }
 
 // LoadLedger reads the ledger in force at now, as the workers need it:
-// erased_up_to alone, one cell per record, no Record built.
+// erased_up_to and the mark alone, no Record built.
 func (s *Store) LoadLedger(ctx context.Context, now time.Time) (_ *Ledger, ignored int, _ error) {
-	l := &Ledger{users: map[string]map[string]int64{}}
-	onlyUpTo := bigtable.ColumnFilter("^" + colUpTo + `\..*`)
-	ignored, err := s.scan(ctx, now, onlyUpTo, func(tenant, user string, cells []bigtable.ReadItem) {
+	l := &Ledger{users: map[string]map[string]erased{}}
+	ms := marks{}
+	only := bigtable.ColumnFilter("^(" + colUpTo + "|" + colBelow + `)\..*`)
+	ignored, err := s.scan(ctx, now, only, func(tenant, user string, cells []bigtable.ReadItem) {
 		for _, it := range cells {
-			if len(it.Value) == 8 {
-				l.add(tenant, user, int64(binary.BigEndian.Uint64(it.Value)))
+			name, _, _ := strings.Cut(strings.TrimPrefix(it.Column, Family+":"), ".")
+			switch {
+			case name == colUpTo && len(it.Value) == 8:
+				l.add(tenant, user, erased{upTo: int64(binary.BigEndian.Uint64(it.Value))})
+			case name == colBelow:
+				if m, err := ms.decode(it.Value); err == nil {
+					// Joined with the user's up_to (math.MinInt64: it
+					// erases by the mark alone).
+					l.add(tenant, user, erased{upTo: math.MinInt64, below: m})
+				}
 			}
 		}
 	})
@@ -204,14 +226,16 @@ func (s *Store) scan(ctx context.Context, now time.Time, filter bigtable.Filter,
 
 // entry is a journal row: one record, as a refresh needs it.
 type entry struct {
-	tenant, user  string
-	upTo, expires int64 // Unix milliseconds; expires 0: never
+	tenant, user string
+	erased
+	expires int64 // Unix milliseconds; 0: never
 }
 
 // loadSince reads the journal rows of the records recorded at or after
 // since (by the recording host's clock).
 func (s *Store) loadSince(ctx context.Context, since time.Time) ([]entry, error) {
 	var out []entry
+	known := marks{}
 	from := fmt.Sprintf("%s%013d", journalPrefix, max(0, since.UnixMilli()))
 	rng := bigtable.NewRange(from, rowkey.PrefixEnd(journalPrefix))
 	err := s.tbl.ReadRows(ctx, rng, func(row bigtable.Row) bool {
@@ -221,14 +245,20 @@ func (s *Store) loadSince(ctx context.Context, since time.Time) ([]entry, error)
 		if _, err := strconv.ParseInt(ms, 10, 64); err != nil || !ok || !ok2 {
 			return true
 		}
+		e := entry{tenant: tenant, user: user, erased: erased{upTo: math.MinInt64}}
 		for _, it := range row[Family] {
-			if it.Column == Family+":"+colUpTo && len(it.Value) == 8 {
-				e := entry{tenant: tenant, user: user, upTo: int64(binary.BigEndian.Uint64(it.Value))}
+			switch {
+			case it.Column == Family+":"+colUpTo && len(it.Value) == 8:
+				e.upTo = int64(binary.BigEndian.Uint64(it.Value))
 				if it.Timestamp != never {
 					e.expires = it.Timestamp.Time().UnixMilli()
 				}
-				out = append(out, e)
+			case it.Column == Family+":"+colBelow:
+				e.below, _ = known.decode(it.Value)
 			}
+		}
+		if e.upTo != math.MinInt64 {
+			out = append(out, e)
 		}
 		return true
 	}, bigtable.RowFilter(bigtable.FamilyFilter("^"+Family+"$")))

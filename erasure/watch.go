@@ -183,9 +183,12 @@ func (w *Watch) Current() *Ledger { return w.cur.Load() }
 // Generation is the current ledger's generation.
 func (w *Watch) Generation() uint64 { return w.cur.Load().gen }
 
-// Admits reports whether the row at key may be written under the ledger
-// in force.
-func (w *Watch) Admits(key string) bool { return !w.cur.Load().ErasedKey(key) }
+// Admits reports whether the row at key, of the record read at topic,
+// partition and offset ("" for a row whose record is not known), may be
+// written under the ledger in force.
+func (w *Watch) Admits(key, topic string, partition int, offset int64) bool {
+	return !w.cur.Load().ErasedKey(key, Position{Topic: topic, Partition: partition, Offset: offset})
+}
 
 // Held returns why writes must wait: the ledger in force was loaded more
 // than StaleAfter intervals ago, so an erasure recorded since might not be

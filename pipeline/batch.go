@@ -145,7 +145,7 @@ func (p *Pipeline) write(ctx context.Context, b *batch, dead chan<- deadItem) {
 		ledger = p.cfg.Erasures()
 	}
 	for i := range b.items {
-		if results[i] != nil && results[i] != sink.ErrWithdrawn && ledger.ErasedKey(rows[i].Key) {
+		if results[i] != nil && results[i] != sink.ErrWithdrawn && ledger.ErasedKey(rows[i].Key, position(rows[i].Source)) {
 			// Refused, and its user erased meanwhile: no letter, which
 			// would be a copy of the user's data.
 			results[i] = sink.ErrWithdrawn
@@ -231,4 +231,9 @@ func (h headerCarrier) Keys() []string {
 		keys[i] = x.Key
 	}
 	return keys
+}
+
+// position is a row's source as the erasure ledger takes it.
+func position(s sink.Source) erasure.Position {
+	return erasure.Position{Topic: s.Topic, Partition: s.Partition, Offset: s.Offset}
 }

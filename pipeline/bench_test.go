@@ -101,7 +101,7 @@ func hotPath(b *testing.B, fields event.Fields, msg ingest.Message, ledger *eras
 	}
 	msg.Time = time.Date(2026, 11, 21, 9, 0, 1, 0, time.UTC)
 	want := Write
-	if ledger.Erased("acme", "u-42", msg.Time.UnixMilli()) {
+	if ledger.Erased("acme", "u-42", msg.Time.UnixMilli(), erasure.Position{}) {
 		want = Erased
 	}
 	b.SetBytes(int64(len(msg.Value)))

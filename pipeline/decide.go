@@ -62,15 +62,16 @@ type Decision struct {
 func Decide(d *event.Decoder, cfg *tenants.Config, ledger *erasure.Ledger, msg *ingest.Message, now time.Time) Decision {
 	rec := record(d.Mapping, msg)
 	ev, err := d.DecodeRecord(&rec)
+	at := erasure.Position{Topic: msg.Topic, Partition: msg.Partition, Offset: msg.Offset}
 	if err != nil {
 		// An erased user's event whose time or own TTL cannot be read: its
 		// letter would be a copy of the user's data. Erased by its time
 		// when that was read (a TTL error), else by the record's.
-		at := msg.Time
+		t := msg.Time
 		if !ev.Base.IsZero() {
-			at = ev.Base
+			t = ev.Base
 		}
-		if ledger.Erased(ev.Tenant, ev.User, at.UnixMilli()) {
+		if ledger.Erased(ev.Tenant, ev.User, t.UnixMilli(), at) {
 			_, listed := cfg.Policy.Tenants[ev.Tenant]
 			return Decision{Fate: Erased, Event: ev, Listed: listed}
 		}
@@ -90,7 +91,7 @@ func Decide(d *event.Decoder, cfg *tenants.Config, ledger *erasure.Ledger, msg *
 	pol := cfg.Policy
 	ttl, listed := pol.Tenants[ev.Tenant]
 	dec := Decision{Event: ev, Listed: listed}
-	if ledger.Erased(ev.Tenant, ev.User, ev.Base.UnixMilli()) {
+	if ledger.Erased(ev.Tenant, ev.User, ev.Base.UnixMilli(), at) {
 		dec.Fate = Erased
 		return dec
 	}
@@ -112,7 +113,7 @@ func Decide(d *event.Decoder, cfg *tenants.Config, ledger *erasure.Ledger, msg *
 		return dec
 	}
 	dec.Row = sink.Row{Key: rowkey.Key(ev.Tenant, ev.User, ev.ID, ev.Base.UnixMilli()), Timestamp: dec.Cell.Timestamp, Value: msg.Value,
-		WrittenAt: pol.RecordRealTimestamp, Gen: ledger.Generation()}
+		WrittenAt: pol.RecordRealTimestamp, Gen: ledger.Generation(), Source: sink.Source{Topic: msg.Topic, Partition: msg.Partition, Offset: msg.Offset}}
 	if ev.HasTTL {
 		dec.Row.TTL = sink.TTL{Effective: ttl, Requested: ev.TTL, Own: true}
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/expiry"
 	"github.com/cellttl/cellttl/ingest"
+	"github.com/cellttl/cellttl/sink"
 	"github.com/cellttl/cellttl/tenants"
 )
 
@@ -198,5 +199,37 @@ func TestFlushRowsBoundedWithOwnTTLs(t *testing.T) {
 	pc.FlushRows = 33_333
 	if err := pc.Resolve(); err != nil {
 		t.Errorf("--flush-rows 33333 with --ttl-from: %v", err)
+	}
+}
+
+// Decide erases by the record's place as well as by time: an erased
+// user's event stamped past erased_up_to is erased when its record lies
+// below the erasure's mark (appended before it), valid or not, and written
+// when it lies above. worker redrive decides a letter through Decide with
+// its record's own topic, partition and offset, so a re-driven letter is
+// erased alike.
+func TestDecideErasesByOffset(t *testing.T) {
+	cfg, pc := ownTTLSetup(t, ttlTenants)
+	now := time.Date(2026, 11, 21, 9, 0, 0, 0, time.UTC)
+	ahead := now.Add(30 * time.Minute)
+	ledger := erasure.NewLedger([]erasure.Record{{Tenant: "acme", User: "u1", UpTo: now,
+		Below: &erasure.Mark{Topic: "clicks", Ends: []int64{100}}}}, now)
+	for _, c := range []struct {
+		value  string
+		offset int64
+		want   Fate
+	}{
+		{`{"event_id":"e-1","tenant_id":"acme","user_id":"u1"}`, 99, Erased},
+		{`{"event_id":"e-1","tenant_id":"acme","user_id":"u1"}`, 100, Write},
+		{`{"event_id":"e-1","tenant_id":"acme","user_id":"u2"}`, 99, Write},
+		{`{"event_id":"e-1","tenant_id":"acme","user_id":"u1","ttl":"forever"}`, 99, Erased}, // its letter would copy u1's data
+		{`{"event_id":"e-1","tenant_id":"acme","user_id":"u1","ttl":"forever"}`, 100, Rejected},
+	} {
+		msg := ingest.Message{Topic: "clicks", Offset: c.offset, Value: []byte(c.value), Time: ahead}
+		if dec := Decide(&pc.Decoder, cfg, ledger, &msg, now); dec.Fate != c.want {
+			t.Errorf("%s at offset %d: fate %d, want %d", c.value, c.offset, dec.Fate, c.want)
+		} else if dec.Fate == Write && (dec.Row.Source != sink.Source{Topic: "clicks", Offset: c.offset}) {
+			t.Errorf("%s: the row's source %+v, want its record's (the writer asks the ledger again by it)", c.value, dec.Row.Source)
+		}
 	}
 }

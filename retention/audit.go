@@ -163,7 +163,7 @@ func (a *auditor) visit(r bigtable.Row) {
 		return
 	}
 	t := a.tenant(row.parts.Tenant)
-	if a.erasures.Erased(row.parts.Tenant, row.parts.User, row.parts.Millis) {
+	if a.erasures.Erased(row.parts.Tenant, row.parts.User, row.parts.Millis, erasure.Position{}) {
 		t.ErasedRows++
 	}
 	cell, _, ok := row.cell(a.policy)

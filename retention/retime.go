@@ -422,7 +422,7 @@ func (p *retimer) apply(ctx context.Context) error {
 	}
 	if l := p.o.ledger(); l.Len() > 0 {
 		for i, k := range p.keys {
-			if l.ErasedKey(k) {
+			if l.ErasedKey(k, erasure.Position{}) {
 				p.muts[i] = bigtable.NewMutation()
 				p.muts[i].DeleteRow()
 			}
@@ -478,7 +478,7 @@ func plan(row *row, tenant string, policy, writtenUnder *expiry.Policy, ledger *
 		rep.Foreign++
 		return nil
 	}
-	if ledger.Erased(row.parts.Tenant, row.parts.User, row.parts.Millis) {
+	if ledger.Erased(row.parts.Tenant, row.parts.User, row.parts.Millis, erasure.Position{}) {
 		rep.Deleted++
 		rep.Erased++
 		rep.Bytes += row.bytes

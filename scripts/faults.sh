@@ -10,7 +10,7 @@ fuzztime=${FUZZTIME:-60s}
 trap 'scripts/services.sh stop' EXIT
 eval "$(scripts/services.sh start)"
 go test -count=1 -v -timeout 80m ./faults 2>&1 | tee "${TESTENV_SERVICES_DIR}/faults.log" | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|faults_test.go'
-for target in "FuzzParse ./tenants" "FuzzDecode ./event" "FuzzScanMatchesEncodingJSON ./event" "FuzzRFC3339 ./event"; do
+for target in "FuzzParse ./tenants" "FuzzDecode ./event" "FuzzScanMatchesEncodingJSON ./event" "FuzzRFC3339 ./event" "FuzzDecodeMark ./erasure"; do
 	set -- $target
 	go test -run '^$' -fuzz "^$1\$" -fuzztime "$fuzztime" "$2" 2>&1 | tail -3
 done

@@ -43,6 +43,17 @@ type Row struct {
 	// Gen is the generation of WriterConfig.Gate the row was decided
 	// under: an attempt under a later one asks the gate again.
 	Gen uint64
+	// Source is where the row's record was read, for the Gate: an erasure
+	// covers the records appended before it, whatever time they carry.
+	Source Source
+}
+
+// Source is a record's place in its topic. The zero Source (no topic) is
+// a row whose record is not known.
+type Source struct {
+	Topic     string
+	Partition int
+	Offset    int64
 }
 
 // TTL is what the ttl column of an event that gave its own TTL holds: the
@@ -60,7 +71,9 @@ type TTL struct {
 type Gate interface {
 	// Generation grows whenever Admits may refuse a row it admitted.
 	Generation() uint64
-	Admits(key string) bool
+	// Admits reports whether the row at key, of the record read at topic,
+	// partition and offset, may be written.
+	Admits(key, topic string, partition int, offset int64) bool
 }
 
 // ErrWithdrawn is the result of a row the Gate withdrew: it was not
@@ -252,7 +265,7 @@ func (w *Writer) withdraw(rows []Row, pending []int, results []error) []int {
 	for _, i := range pending {
 		r := &rows[i]
 		if r.Gen < gen {
-			if !w.cfg.Gate.Admits(r.Key) {
+			if !w.cfg.Gate.Admits(r.Key, r.Source.Topic, r.Source.Partition, r.Source.Offset) {
 				results[i] = ErrWithdrawn
 				continue
 			}

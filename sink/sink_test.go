@@ -417,7 +417,7 @@ type gate struct {
 }
 
 func (g *gate) Generation() uint64 { return g.gen.Load() }
-func (g *gate) Admits(key string) bool {
+func (g *gate) Admits(key, _ string, _ int, _ int64) bool {
 	g.asked.Add(1)
 	return g.gen.Load() == 0 || key != g.refused
 }

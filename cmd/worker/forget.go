@@ -15,6 +15,7 @@ import (
 	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/erasure/forget"
 	"github.com/cellttl/cellttl/internal/envflag"
+	"github.com/cellttl/cellttl/internal/kafkaconn"
 	"github.com/cellttl/cellttl/retention"
 	"github.com/cellttl/cellttl/rowkey"
 )
@@ -126,6 +127,10 @@ func runForget(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		Table: o.table.Target().String(), Facts: facts, LongestTTL: s.cfg.Policy.LongestTTL(fo.tenant),
 		Backups: fo.backups, BackupsDecidedBy: "--backup-retention", Tracers: s.tracers,
 		Pseudonyms: names,
+		EndOffsets: func(ctx context.Context) (string, []int64, error) {
+			ends, err := kafkaconn.EndOffsets(ctx, o.kafka.Brokers, o.kafka.Security, o.kafka.Topic)
+			return o.kafka.Topic, ends, err
+		},
 	}, log)
 	if !rc.Begun() {
 		return err
@@ -217,6 +222,7 @@ func printReceipt(w io.Writer, rc forget.Receipt, format string) error {
 		verb = "would erase (dry run)"
 	}
 	fmt.Fprintf(w, "%s users of tenant %s up to %s, requested by %s\n", verb, rc.Tenant, rc.ErasedUpTo.Format(time.RFC3339Nano), rc.RequestedBy)
+	fmt.Fprintf(w, "covers: %s\n", rc.Bound)
 	for _, u := range rc.Users {
 		switch {
 		case u.Record != nil:

@@ -40,6 +40,11 @@ type Request struct {
 	// every event, up to Now + MaxClockSkew.
 	Before       time.Time
 	MaxClockSkew time.Duration
+	// EndOffsets reads the input topic's end offsets, by partition, after
+	// the erasures are recorded: the mark that erases whatever was
+	// appended before them, whatever time it carries (erasure.Mark). Nil
+	// erases by time alone, as does Before.
+	EndOffsets func(context.Context) (topic string, ends []int64, err error)
 	// DryRun counts the rows; it records and deletes nothing.
 	DryRun bool
 	// AllowEmpty records the erasure of a user even when no row matches.
@@ -69,8 +74,12 @@ type Receipt struct {
 	RequestedBy string    `json:"requested_by"`
 	DryRun      bool      `json:"dry_run"`
 	ErasedUpTo  time.Time `json:"erased_up_to"`
-	Table       string    `json:"table"`
-	Ledger      string    `json:"ledger_table"`
+	// ErasedBelow is the mark of the records (nil: by time alone), and
+	// Bound says in a sentence what the erasure covers.
+	ErasedBelow *erasure.Mark `json:"erased_below,omitempty"`
+	Bound       string        `json:"bound"`
+	Table       string        `json:"table"`
+	Ledger      string        `json:"ledger_table"`
 	// SecondPassAfter is the wait between the passes.
 	SecondPassAfter string        `json:"second_pass_after"`
 	Users           []UserReceipt `json:"users"`
@@ -115,9 +124,12 @@ func ErasedUpTo(now, before time.Time, maxClockSkew time.Duration) time.Time {
 // even with an error, once it has begun (Receipt.Begun).
 //
 // The first pass deletes every row of the user (with Before, those before
-// it), events stamped later than now included; the second, the rows up to
-// erased_up_to, which a batch in flight may have written: not the user's
-// events after it, written since by right.
+// it), events stamped later than now included; the second, the rows a
+// batch in flight may have written meanwhile. Without Before that is every
+// row again: an event appended before the erasure may carry a time past
+// erased_up_to, and its row does not say where its record was. So an event
+// of the user appended after the erasure and written between the passes
+// (at most the workers' bound) goes too: the erasure errs on its own side.
 func Forget(ctx context.Context, rows *bigtable.Table, ledger *erasure.Store, r Request, log *slog.Logger) (Receipt, error) {
 	wait := r.SecondPassAfter
 	if wait == 0 {
@@ -155,8 +167,11 @@ func (e *eraser) run(ctx context.Context, wait time.Duration) error {
 	if !e.r.Before.IsZero() {
 		first = e.rc.ErasedUpTo.Add(time.Millisecond)
 	}
-	second := e.rc.ErasedUpTo.Add(time.Millisecond)
+	second := first
 	if err := e.record(ctx, first); err != nil {
+		return err
+	}
+	if err := e.mark(ctx); err != nil {
 		return err
 	}
 	if e.r.DryRun {
@@ -299,4 +314,51 @@ func RecordLife(f retention.Facts, backups, longestTTL time.Duration) time.Durat
 		}
 	}
 	return keep
+}
+
+// mark reads the input topic's end offsets once every user is recorded,
+// and records each erasure again with them (the same cells, and the
+// mark's): whatever was appended before the first record is below them.
+// Read before the records, they would miss what was appended between the
+// read and the write. A failure fails forget before any row is deleted:
+// running it again records the users again.
+func (e *eraser) mark(ctx context.Context) error {
+	r := e.r
+	if r.DryRun || e.recorded() == 0 || !r.Before.IsZero() || r.EndOffsets == nil {
+		e.rc.Bound = bound(e.rc.ErasedUpTo, nil, r.Before)
+		return nil
+	}
+	topic, ends, err := r.EndOffsets(ctx)
+	if err != nil {
+		return fmt.Errorf("read the input topic's end offsets, which erase the records appended before the erasure whatever time they carry "+
+			"(the users are recorded by time; run the same forget again): %w", err)
+	}
+	m := &erasure.Mark{Topic: topic, Ends: ends}
+	for i := range e.rc.Users {
+		ur := &e.rc.Users[i]
+		if ur.Record == nil {
+			continue
+		}
+		rec := *ur.Record
+		rec.Below = m
+		if err := e.store.Put(ctx, rec); err != nil {
+			return fmt.Errorf("record the end offsets of the erasure: %w", err)
+		}
+		ur.Record = &rec
+	}
+	e.rc.ErasedBelow, e.rc.Bound = m, bound(e.rc.ErasedUpTo, m, r.Before)
+	return nil
+}
+
+// bound says what an erasure covers, for the receipt.
+func bound(upTo time.Time, m *erasure.Mark, before time.Time) string {
+	at := upTo.Format(time.RFC3339Nano)
+	switch {
+	case !before.IsZero():
+		return "events whose time is at or before " + at + " (--before: by time alone)"
+	case m == nil:
+		return "events whose time is at or before " + at + ", by time alone: events appended before the erasure but stamped later are not covered"
+	}
+	return fmt.Sprintf("events whose time is at or before %s, and every event appended to %s before the erasure was recorded, whatever time it carries (offsets below %v, by partition)",
+		at, m.Topic, m.Ends)
 }

@@ -1,0 +1,129 @@
+package erasure
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/cellttl/cellttl/internal/testenv"
+)
+
+// A mark erases the records below it, of its own topic only, whatever
+// time they carry; a user erased twice keeps what both marks cover.
+func TestMarkErasesByOffset(t *testing.T) {
+	ms := t0.UnixMilli()
+	first := &Mark{Topic: "clicks", Ends: []int64{10, 20}}
+	l := NewLedger([]Record{{Tenant: "acme", User: "u1", UpTo: t0, Below: first}}, t0)
+	late := ms + int64(time.Hour/time.Millisecond) // stamped an hour past erased_up_to
+	for _, c := range []struct {
+		p    Position
+		want bool
+	}{
+		{Position{"clicks", 0, 9}, true},
+		{Position{"clicks", 0, 10}, false}, // appended after the erasure
+		{Position{"clicks", 1, 19}, true},
+		{Position{"clicks", 2, 0}, false},  // a partition added since
+		{Position{"clicks", -1, 0}, false}, // no partition
+		{Position{"views", 0, 0}, false},   // another topic's records
+		{Position{}, false},                // a row whose record is not known
+	} {
+		if got := l.Erased("acme", "u1", late, c.p); got != c.want {
+			t.Errorf("Erased(stamped ahead, %+v) = %t, want %t", c.p, got, c.want)
+		}
+		if !l.Erased("acme", "u1", ms, c.p) {
+			t.Errorf("Erased(at erased_up_to, %+v) = false: time still erases", c.p)
+		}
+	}
+	if l.Erased("acme", "u2", ms, Position{"clicks", 0, 0}) {
+		t.Error("a mark erased another user")
+	}
+	// Erased again, with the topic created again (its ends smaller on one
+	// partition) and a partition added: the union of both.
+	second := &Mark{Topic: "clicks", Ends: []int64{3, 25, 7}}
+	l2 := l.with([]entry{{tenant: "acme", user: "u1", erased: erased{upTo: ms - 1, below: second}}}, t0)
+	if l2 == l || !l2.newer(l) {
+		t.Fatal("a wider mark is nothing new to the ledger")
+	}
+	for _, p := range []Position{{"clicks", 0, 9}, {"clicks", 1, 24}, {"clicks", 2, 6}} {
+		if !l2.Erased("acme", "u1", late, p) {
+			t.Errorf("after a second erasure, %+v is not erased", p)
+		}
+	}
+	if l.with([]entry{{tenant: "acme", user: "u1", erased: erased{upTo: ms, below: &Mark{Topic: "clicks", Ends: []int64{5}}}}}, t0) != l {
+		t.Error("a mark the first contains made a new ledger")
+	}
+}
+
+// A mark comes back from its encoding; bytes that are not one are refused,
+// and never make a decoder allocate what they claim.
+func TestMarkEncoding(t *testing.T) {
+	for _, m := range []*Mark{{Topic: "clicks", Ends: []int64{0, 1, 1 << 40}}, {Topic: "", Ends: nil}, {Topic: "t", Ends: []int64{}}} {
+		got, err := decodeMark(m.encode())
+		if err != nil || got.Topic != m.Topic || !slices.Equal(got.Ends, m.Ends) && len(got.Ends)+len(m.Ends) > 0 {
+			t.Errorf("decode(encode(%+v)) = %+v, %v", m, got, err)
+		}
+	}
+	for _, b := range [][]byte{nil, {0}, {2, 0, 0}, {1, 5, 'a'}, {1, 0, 0xff, 0xff, 0xff, 0xff, 0x0f}, append((&Mark{Topic: "t", Ends: []int64{1}}).encode(), 0)} {
+		if m, err := decodeMark(b); err == nil {
+			t.Errorf("decodeMark(%x) = %+v, want an error", b, m)
+		}
+	}
+}
+
+func FuzzDecodeMark(f *testing.F) {
+	f.Add((&Mark{Topic: "clicks", Ends: []int64{1, 2, 3}}).encode())
+	f.Add([]byte{1, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := decodeMark(b)
+		if err != nil {
+			return
+		}
+		if again, err := decodeMark(m.encode()); err != nil || again.Topic != m.Topic || !slices.Equal(again.Ends, m.Ends) {
+			t.Fatalf("%x: decoded %+v, again %+v %v", b, m, again, err)
+		}
+	})
+}
+
+// A record written again with its mark (as forget does once it has read
+// the end offsets) comes back with it, from a full read and from the
+// journal, and the marks of one forget are held once.
+func TestStoreKeepsMarks(t *testing.T) {
+	dc, ac := testenv.Clients(t)
+	ctx := context.Background()
+	name := testenv.Name("ledger")
+	s := NewStore(dc, name)
+	createLedger(t, ac, name)
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	mark := &Mark{Topic: "clicks", Ends: []int64{4, 8}}
+	for _, u := range []string{"u1", "u2"} {
+		r := Record{Tenant: "acme", User: u, UpTo: now, RecordedAt: now, RequestedBy: "ticket-1"}
+		if err := s.Put(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		r.Below = mark
+		if err := s.Put(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	late := now.Add(time.Hour).UnixMilli()
+	at := Position{"clicks", 1, 7}
+	l, _, err := s.LoadLedger(ctx, now)
+	if err != nil || l.Len() != 2 || !l.Erased("acme", "u1", late, at) || l.Erased("acme", "u1", late, Position{"clicks", 1, 8}) {
+		t.Fatalf("full read: %v, %d users, the mark not obeyed", err, l.Len())
+	}
+	if l.users["acme"]["u1"].below != l.users["acme"]["u2"].below {
+		t.Error("the users of one forget hold a mark each")
+	}
+	entries, err := s.loadSince(ctx, now.Add(-time.Minute))
+	if err != nil || len(entries) != 2 {
+		t.Fatalf("journal: %v %+v", err, entries)
+	}
+	if j := (&Ledger{}).with(entries, now); !j.Erased("acme", "u2", late, at) {
+		t.Error("the journal lost the mark")
+	}
+	recs, _, err := s.Load(ctx, now)
+	if err != nil || len(recs) != 2 || recs[0].Below == nil || !slices.Equal(recs[0].Below.Ends, mark.Ends) {
+		t.Errorf("records: %v %+v", err, recs)
+	}
+}
