@@ -38,9 +38,7 @@ func (d *Writer) check(ctx context.Context) ([]TopicRetention, error) {
 	}
 	md, err := d.client.Metadata(ctx, &kafka.MetadataRequest{Topics: names})
 	if err != nil {
-		for i := range rs {
-			keepReading(&rs[i], prev)
-		}
+		// No reading: letters keep no payload until one (see readSettings).
 		return d.failAll(rs, fmt.Errorf("dead-letter topics: %w", err))
 	}
 	d.createMissing(ctx, md, rs)
@@ -107,28 +105,26 @@ func (d *Writer) createMissing(ctx context.Context, md *kafka.MetadataResponse, 
 }
 
 // readSettings reads the topics' retention settings and the brokers'
-// retention check into rs. A topic whose settings cannot be read keeps its
-// reading of prev, the last check; one never read gets a problem (its
-// letters keep no payload). A topic whose keep changed since prev is
-// recorded (keepChanged).
+// retention check into rs. A topic whose settings cannot be read gets a
+// problem, and its letters keep no payload until they are read again: the
+// last reading may no longer hold (a retention raised while the settings
+// could not be read would keep payloads past their events). A topic whose
+// keep changed since prev is recorded (keepChanged).
 func (d *Writer) readSettings(ctx context.Context, md *kafka.MetadataResponse, rs, prev []TopicRetention) {
 	check, assumed := retentionCheck(ctx, d.client, md.Brokers)
 	if assumed && (len(prev) == 0 || prev[0].Policy == "" || !prev[0].RetentionCheckAssumed) { // said once, not every check
 		d.log.Warn("could not read every broker's log.retention.check.interval.ms; assuming at least Kafka's default", "assumed", duration.Format(check))
 	}
 	if describeErr := describeTopics(ctx, d.client, rs, check, assumed); describeErr != nil {
-		d.log.Warn("could not read every dead-letter topic's settings; a topic keeps its last reading, and one never read gets letters without their payload", "err", describeErr)
+		d.log.Warn("could not read every dead-letter topic's settings; letters keep no payload until they are read again", "err", describeErr)
 	}
 	for i := range rs {
 		r := &rs[i]
-		if r.Policy == "" {
-			keepReading(r, prev)
-		}
 		if r.Policy == "" && r.Problem == nil {
-			// Never read: letters go there without payload, and that is
-			// said, not left to a warning.
-			r.Problem = &ProduceError{Err: fmt.Errorf("the settings of dead-letter topic %s could not be read: its letters keep no payload", r.Topic),
-				Fix: fmt.Sprintf("grant this worker's principal DESCRIBE_CONFIGS on topic %s", r.Topic)}
+			// Unread: letters go there without payload, and that is said
+			// (/readyz), not left to a warning.
+			r.Problem = &ProduceError{Err: fmt.Errorf("the settings of dead-letter topic %s could not be read: its letters keep no payload until they are", r.Topic),
+				Fix: fmt.Sprintf("grant this worker's principal DESCRIBE_CONFIGS on topic %s, or see whether the brokers answer", r.Topic)}
 		}
 		for _, p := range prev {
 			if p.Topic == r.Topic && p.Policy != "" {
@@ -161,18 +157,6 @@ func (d *Writer) judge(ctx context.Context, r *TopicRetention) {
 			Fix: fmt.Sprintf("grant this worker's principal WRITE on topic %s", r.Topic), Permanent: true}
 	case known:
 		r.Writable = "yes"
-	}
-}
-
-// keepReading gives r the last reading of its topic, if any: a check that
-// could not read the settings (a broker restarting) leaves the placement
-// as it was rather than taking every letter's payload.
-func keepReading(r *TopicRetention, prev []TopicRetention) {
-	for _, p := range prev {
-		if p.Topic == r.Topic && p.Policy != "" {
-			r.Retention, r.Segment, r.Policy, r.Keeps, r.RetentionCheck, r.MaxMessageBytes = p.Retention, p.Segment, p.Policy, p.Keeps, p.RetentionCheck, p.MaxMessageBytes
-			r.refused = p.refused
-		}
 	}
 }
 

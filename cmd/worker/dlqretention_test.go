@@ -317,3 +317,47 @@ func TestDeadLetterTopicKeepGrown(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A dead-letter topic whose settings can no longer be read gets letters
+// without their payload, and /readyz says why, until they can be read
+// again: the last reading may no longer hold (its retention may have been
+// raised meanwhile), so a letter must not keep its payload on it. Against
+// the real broker, the worker's principal denied DESCRIBE_CONFIGS on the
+// topic while it runs.
+func TestDeadLetterSettingsUnreadableKeepNoPayload(t *testing.T) {
+	e, saslArgs, acl := saslEnv(t)
+	dlq := testenv.Name("dead")
+	testenv.CreateTopicWith(t, e.brokers, dlq, 1, testenv.DeadLetterConfigs)
+	stop, logs := e.startWorker(t, append(saslArgs, "--dlq-topic", dlq, "--dlq-check-interval", "1s")...)
+	url := adminURL(t, logs)
+	testenv.Produce(t, e.brokers, e.topic, []byte("not json 1"))
+	e.waitCommitted(t, 30*time.Second)
+
+	acl(kafka.ACLOperationTypeDescribeConfigs, dlq, true)
+	t.Cleanup(func() { acl(kafka.ACLOperationTypeDescribeConfigs, dlq, false) })
+	testenv.Eventually(t, 20*time.Second, func() (bool, string) {
+		code, body := testenv.Get(url + "/readyz")
+		return code == 503 && strings.Contains(body, "could not be read") && strings.Contains(body, dlq), fmt.Sprintf("readyz %d: %s", code, body)
+	})
+	testenv.Produce(t, e.brokers, e.topic, []byte("not json 2"))
+	e.waitCommitted(t, 30*time.Second)
+
+	acl(kafka.ACLOperationTypeDescribeConfigs, dlq, false)
+	testenv.Eventually(t, 20*time.Second, func() (bool, string) {
+		code, body := testenv.Get(url + "/readyz")
+		return code == 200, fmt.Sprintf("readyz %d once readable: %s", code, body)
+	})
+	testenv.Produce(t, e.brokers, e.topic, []byte("not json 3"))
+	e.waitCommitted(t, 30*time.Second)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	got := testenv.ReadToEnd(t, e.brokers, dlq)
+	var values []string
+	for _, m := range got {
+		values = append(values, fmt.Sprintf("%q", m.Value))
+	}
+	if want := `"not json 1" "" "not json 3"`; strings.Join(values, " ") != want {
+		t.Errorf("letters' payloads %s, want %s: none while the settings could not be read", strings.Join(values, " "), want)
+	}
+}
