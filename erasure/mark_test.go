@@ -127,3 +127,31 @@ func TestStoreKeepsMarks(t *testing.T) {
 		t.Errorf("records: %v %+v", err, recs)
 	}
 }
+
+// A letter of an erased user is dropped; one whose user was not read
+// loses its payload where an erasure could cover it (its tenant's, or any
+// when its tenant was not read either); every other keeps it.
+func TestLetterFate(t *testing.T) {
+	ms := t0.UnixMilli()
+	l := NewLedger([]Record{{Tenant: "acme", User: "u1", UpTo: t0, Below: &Mark{Topic: "clicks", Ends: []int64{10}}}}, t0)
+	for _, c := range []struct {
+		s    Subject
+		want LetterFate
+	}{
+		{Subject{Tenant: "acme", User: "u1", UserRead: true, Millis: ms}, DropLetter},
+		{Subject{Tenant: "acme", User: "u1", UserRead: true, Millis: ms + 1, At: Position{"clicks", 0, 9}}, DropLetter},
+		{Subject{Tenant: "acme", User: "u1", UserRead: true, Millis: ms + 1, At: Position{"clicks", 0, 10}}, KeepLetter},
+		{Subject{Tenant: "acme", User: "u2", UserRead: true, Millis: ms}, KeepLetter},
+		{Subject{Tenant: "acme", UserRead: true, Millis: ms}, KeepLetter}, // an event without a user
+		{Subject{Tenant: "acme", Millis: ms}, LetterWithoutPayload},
+		{Subject{Millis: ms}, LetterWithoutPayload},
+		{Subject{Tenant: "globex", Millis: ms}, KeepLetter},
+	} {
+		if got := l.Letter(c.s); got != c.want {
+			t.Errorf("Letter(%+v) = %d, want %d", c.s, got, c.want)
+		}
+	}
+	if (*Ledger)(nil).Letter(Subject{}) != KeepLetter {
+		t.Error("no ledger: a letter lost its payload")
+	}
+}

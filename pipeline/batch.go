@@ -13,6 +13,7 @@ import (
 	"github.com/cellttl/cellttl/deadletter"
 	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/ingest"
+	"github.com/cellttl/cellttl/rowkey"
 	"github.com/cellttl/cellttl/sink"
 )
 
@@ -171,7 +172,7 @@ func (p *Pipeline) write(ctx context.Context, b *batch, dead chan<- deadItem) {
 		if rerr := results[i]; rerr != nil && rerr != sink.ErrWithdrawn {
 			it := &b.items[i]
 			dead <- deadItem{dl: deadletter.Letter{Msg: it.msg, Reason: rerr.Error(), Class: reasonBigtableRefused, Tenant: it.id, ExpiresAt: it.expires, KeepUntil: it.keep},
-				ack: it.ack, tenant: it.tenant, reason: reasonBigtableRefused}
+				ack: it.ack, tenant: it.tenant, reason: reasonBigtableRefused, who: rowSubject(&rows[i])}
 			refused--
 		}
 	}
@@ -231,6 +232,12 @@ func (h headerCarrier) Keys() []string {
 		keys[i] = x.Key
 	}
 	return keys
+}
+
+// rowSubject is whose data a row's letter would copy.
+func rowSubject(r *sink.Row) erasure.Subject {
+	k, _ := rowkey.Parse(r.Key) // the pipeline's own key
+	return erasure.Subject{Tenant: k.Tenant, User: k.User, UserRead: true, Millis: k.Millis, At: position(r.Source)}
 }
 
 // position is a row's source as the erasure ledger takes it.

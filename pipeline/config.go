@@ -37,6 +37,10 @@ type Config struct {
 	// Erasures returns the erasure ledger in force (nil: no ledger); it
 	// is called once per message and must not block.
 	Erasures func() *erasure.Ledger
+	// ErasuresHeld, when set, says why the ledger in force may be missing
+	// an erasure (it is stale): dead letters wait while it does, as rows
+	// do, since a letter is a copy of its user's data.
+	ErasuresHeld func() error
 }
 
 // DefaultConfig returns the defaults the worker's flags document.

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/cellttl/cellttl/deadletter"
+	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/internal/retry"
 )
@@ -22,6 +23,10 @@ type deadItem struct {
 	tenant *TenantStats
 	// reason is the cellttl.dead_letters label: one of deadLetterReasons.
 	reason string
+	// who is whose data the letter copies, for the ledger at produce
+	// time; erased is set when it dropped the letter.
+	who    erasure.Subject
+	erased bool
 }
 
 // maxDeadLetterBatch bounds one produce to the dead-letter topic.
@@ -53,21 +58,41 @@ func (p *Pipeline) deadLetterLoop(ctx context.Context, dead <-chan deadItem) {
 			continue
 		}
 		for _, d := range buf {
-			d.tenant.DeadLettered.Add(1)
-			p.metrics.deadLetters.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", d.reason)))
+			if d.erased {
+				d.tenant.Erased.Add(1)
+			} else {
+				d.tenant.DeadLettered.Add(1)
+				p.metrics.deadLetters.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", d.reason)))
+			}
 			p.src.Done(d.ack)
 		}
 	}
 }
 
 // produceDeadLetters produces items through the retry loop; false when
-// the drain deadline cut it short.
+// the drain deadline cut it short. Before each attempt the ledger in force
+// judges the letters not yet produced (screen): a letter that waited out
+// an outage of the dead-letter topic obeys the erasures recorded meanwhile.
 func (p *Pipeline) produceDeadLetters(ctx context.Context, items []deadItem) bool {
-	dls := make([]deadletter.Letter, len(items))
-	for i, d := range items {
-		dls[i] = d.dl
-	}
+	done := make([]bool, len(items)) // produced, or dropped by the ledger
+	dls := make([]deadletter.Letter, 0, len(items))
+	idx := make([]int, 0, len(items))
 	err := p.dlqLoop.Do(ctx, func(ctx context.Context) error {
+		if p.cfg.ErasuresHeld != nil {
+			if err := p.cfg.ErasuresHeld(); err != nil {
+				return fmt.Errorf("dead letters wait for the erasure ledger: %w", err)
+			}
+		}
+		p.screen(items, done)
+		dls, idx = dls[:0], idx[:0]
+		for i := range items {
+			if !done[i] {
+				dls, idx = append(dls, items[i].dl), append(idx, i)
+			}
+		}
+		if len(dls) == 0 {
+			return nil
+		}
 		err := p.dlq.Write(ctx, dls)
 		if err == nil {
 			return nil
@@ -76,14 +101,14 @@ func (p *Pipeline) produceDeadLetters(ctx context.Context, items []deadItem) boo
 		// again: only those still missing are retried.
 		var pe *deadletter.ProduceError
 		if errors.As(err, &pe) && len(pe.Delivered) == len(dls) {
-			left := dls[:0]
-			for i, dl := range dls {
-				if !pe.Delivered[i] {
-					left = append(left, dl)
+			left := 0
+			for j, ok := range pe.Delivered {
+				done[idx[j]] = done[idx[j]] || ok
+				if !ok {
+					left++
 				}
 			}
-			dls = left
-			if len(dls) == 0 {
+			if left == 0 {
 				return nil
 			}
 		}
@@ -94,6 +119,27 @@ func (p *Pipeline) produceDeadLetters(ctx context.Context, items []deadItem) boo
 		return false
 	}
 	return true
+}
+
+// screen asks the ledger in force about each letter not yet produced: one
+// of an erased user is dropped (settled as erased), one whose user could
+// not be read loses its payload where an erasure could cover it.
+func (p *Pipeline) screen(items []deadItem, done []bool) {
+	ledger := p.ledger()
+	if ledger.Len() == 0 {
+		return
+	}
+	for i := range items {
+		if done[i] {
+			continue
+		}
+		switch ledger.Letter(items[i].who) {
+		case erasure.DropLetter:
+			items[i].erased, done[i] = true, true
+		case erasure.LetterWithoutPayload:
+			items[i].dl.KeepUntil = time.Time{}
+		}
+	}
 }
 
 // newDeadLetterLoop is the retry loop of dead-letter produces: permanent

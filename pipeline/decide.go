@@ -75,16 +75,15 @@ func Decide(d *event.Decoder, cfg *tenants.Config, ledger *erasure.Ledger, msg *
 			_, listed := cfg.Policy.Tenants[ev.Tenant]
 			return Decision{Fate: Erased, Event: ev, Listed: listed}
 		}
-		// The ids of an invalid event are not to be trusted: counted
-		// under no tenant. Those of an event whose own TTL cannot be read
-		// are valid, and its tenant's bounds bound its letter (see KeepUntil).
-		dec := Decision{Fate: Rejected, Err: err, Class: string(event.NotJSON)}
+		// The ids of an invalid event are the producer's word alone: its
+		// tenant is counted only when listed (route), and bounds its letter
+		// only when its time was read too, as when only its own TTL could
+		// not be (see KeepUntil). They are kept, as far as they were read,
+		// for the ledger to judge its letter by (Subject).
+		dec := Decision{Fate: Rejected, Err: err, Class: string(event.NotJSON), Event: ev}
 		var evErr *event.Error
 		if errors.As(err, &evErr) {
 			dec.Field, dec.Class = evErr.Field, string(evErr.Class)
-		}
-		if !ev.Base.IsZero() {
-			dec.Event = ev
 		}
 		return dec
 	}
@@ -118,6 +117,22 @@ func Decide(d *event.Decoder, cfg *tenants.Config, ledger *erasure.Ledger, msg *
 		dec.Row.TTL = sink.TTL{Effective: ttl, Requested: ev.TTL, Own: true}
 	}
 	return dec
+}
+
+// Subject is whose data a dead letter of the record would copy, for the
+// ledger to judge when the letter is produced: a rejected record's ids as
+// far as they were read (its user counts as read only when it was), at
+// its event's time or, unread, its record's.
+func (d *Decision) Subject(msg *ingest.Message) erasure.Subject {
+	ev := &d.Event
+	s := erasure.Subject{Tenant: ev.Tenant, User: ev.User, UserRead: d.Fate != Rejected || ev.User != "",
+		At: erasure.Position{Topic: msg.Topic, Partition: msg.Partition, Offset: msg.Offset}}
+	if t := ev.Base; !t.IsZero() {
+		s.Millis = t.UnixMilli()
+	} else {
+		s.Millis = msg.Time.UnixMilli()
+	}
+	return s
 }
 
 // KeepUntil is the latest a dead letter of the record may keep its

@@ -272,23 +272,26 @@ func (p *Pipeline) route(f *ingest.Fetched, now time.Time, cfg *tenants.Config, 
 	ev := &dec.Event
 	switch dec.Fate {
 	case Rejected:
-		// Under its tenant's row only when the file lists it: the tenant
-		// field of an event that failed is the producer's word alone.
+		// Under its tenant's row only when the file lists it and the event
+		// was read as far as its time (only its own TTL failed): the ids of
+		// an event that failed before are the producer's word alone.
 		row := OtherTenants
-		if _, listed := cfg.Policy.Tenants[ev.Tenant]; listed {
+		if _, listed := cfg.Policy.Tenants[ev.Tenant]; listed && !ev.Base.IsZero() {
 			row = ev.Tenant
 		}
 		ts := p.stats.Tenant(row)
 		ts.Consumed.Add(1)
 		p.deadLetter(b, dead, deadItem{dl: deadletter.Letter{Msg: *msg, Reason: dec.Err.Error(), Field: dec.Field, Cut: f.Cut, Undecodable: f.Undecodable,
-			Class: dec.Class, KeepUntil: dec.KeepUntil(cfg, p.cfg.UnlistedDeadLetterTTL, msg.Time, now)}, ack: f.Ack, tenant: ts, reason: dec.Class})
+			Class: dec.Class, KeepUntil: dec.KeepUntil(cfg, p.cfg.UnlistedDeadLetterTTL, msg.Time, now)}, ack: f.Ack, tenant: ts, reason: dec.Class,
+			who: dec.Subject(msg)})
 		return
 	case UnlistedDeadLetter:
 		p.stats.Unlisted(ev.Tenant)
 		ts := p.stats.Tenant(UnlistedTenants)
 		ts.Consumed.Add(1)
 		p.deadLetter(b, dead, deadItem{dl: deadletter.Letter{Msg: *msg, Reason: dec.Err.Error(), Field: dec.Field,
-			Class: dec.Class, Tenant: ev.Tenant, KeepUntil: dec.KeepUntil(cfg, p.cfg.UnlistedDeadLetterTTL, msg.Time, now)}, ack: f.Ack, tenant: ts, reason: dec.Class})
+			Class: dec.Class, Tenant: ev.Tenant, KeepUntil: dec.KeepUntil(cfg, p.cfg.UnlistedDeadLetterTTL, msg.Time, now)}, ack: f.Ack, tenant: ts, reason: dec.Class,
+			who: dec.Subject(msg)})
 		return
 	}
 	ts := p.count(&dec)

@@ -843,3 +843,84 @@ func TestErasedUsersGetNoDeadLetters(t *testing.T) {
 		}
 	})
 }
+
+// A letter is judged by the ledger when it is produced, not only when its
+// event was decided: letters that waited out a dead-letter-topic outage
+// obey the erasure recorded meanwhile. The erased user's letter is never
+// produced (settled as erased); a letter whose user could not be read
+// loses its payload once an erasure could cover it; another user's keeps
+// its own.
+func TestLettersObeyTheLedgerWhenProduced(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		now := time.Now()
+		src := newSource(
+			`{"event_id":"a","tenant_id":"acme","user_id":"u1","occurred_at":"never"}`, // u1's, erased during the outage
+			`not json`, // no user read
+			`{"event_id":"c","tenant_id":"acme","user_id":"u2","occurred_at":"never"}`, // u2's, never erased
+		)
+		var ledger atomic.Pointer[erasure.Ledger]
+		ledger.Store(erasure.NewLedger(nil, now))
+		pcfg := DefaultConfig()
+		pcfg.Erasures = ledger.Load
+		dlq := &fakeDLQ{failing: true}
+		stop, p := start(t, pcfg, src, &fakeWriter{}, dlq, func() *tenants.Config { return testConfig(t) })
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		ledger.Store(erasure.NewLedger([]erasure.Record{{Tenant: "acme", User: "u1", UpTo: now.Add(time.Hour)}}, now))
+		dlq.setFailing(false)
+		time.Sleep(15 * time.Second)
+		synctest.Wait()
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, dl := range dlq.got {
+			got = append(got, fmt.Sprintf("%d payload=%t", dl.Msg.Offset, !dl.KeepUntil.IsZero()))
+		}
+		if want := "1 payload=false, 2 payload=true"; strings.Join(got, ", ") != want {
+			t.Errorf("letters produced: %s, want %s", strings.Join(got, ", "), want)
+		}
+		if n := p.Stats().Totals().Erased; n != 1 {
+			t.Errorf("erased %d, want u1's letter", n)
+		}
+		if src.committed() != 3 {
+			t.Errorf("committed %d, want 3", src.committed())
+		}
+	})
+}
+
+// While the ledger is stale (it may be missing an erasure), dead letters
+// wait as rows do, uncommitted; they go once it loads again.
+func TestLettersWaitForAStaleLedger(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var stale atomic.Bool
+		stale.Store(true)
+		pcfg := DefaultConfig()
+		pcfg.Erasures = func() *erasure.Ledger { return nil }
+		pcfg.ErasuresHeld = func() error {
+			if stale.Load() {
+				return errors.New("the erasure ledger is stale")
+			}
+			return nil
+		}
+		src, dlq := newSource(good(0), "not json"), &fakeDLQ{}
+		stop, _ := start(t, pcfg, src, &fakeWriter{}, dlq, func() *tenants.Config { return testConfig(t) })
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		dlq.mu.Lock()
+		n := len(dlq.got)
+		dlq.mu.Unlock()
+		if n != 0 || src.committed() != 1 {
+			t.Errorf("under a stale ledger: %d letters produced, %d committed; want 0 and 1", n, src.committed())
+		}
+		stale.Store(false)
+		time.Sleep(15 * time.Second)
+		synctest.Wait()
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		if len(dlq.got) != 1 || src.committed() != 2 {
+			t.Errorf("once loaded: %d letters, %d committed; want 1 and 2", len(dlq.got), src.committed())
+		}
+	})
+}

@@ -86,7 +86,7 @@ func newWorker(ctx context.Context, o *runOptions, cfg *tenants.Config, dc *bigt
 		return nil, err
 	}
 	pcfg := o.pipe
-	pcfg.Erasures = w.erasures.Current
+	pcfg.Erasures, pcfg.ErasuresHeld = w.erasures.Current, w.erasures.Held
 	w.pipeline = pipeline.New(pcfg, w.consumer, w.writer, w.dlq, w.reloader.Current, mp, tp, log)
 	return w, nil
 }
