@@ -82,10 +82,15 @@ func TestForgedLettersBuyNothing(t *testing.T) {
 
 	e.writeTenants(t, "default_ttl: 2d\nunlisted_tenants: dead-letter\ntenants:\n  acme: 1h\n  newco: 3h\n")
 	flags := []string{"--brokers", strings.Join(e.brokers, ","), "--topic", e.topic, "--apply"}
-	// Without the key: the worker's letter is written where its record's
-	// time allows, the forged one is not trusted.
-	rep, err := redriveJSON(t.Context(), t, e, flags...)
-	if err != nil || rep.Outcomes[redrive.Written] != 1 || rep.Outcomes[redrive.Untrusted] != 1 {
+	// --apply without a key must be told to trust unsigned letters.
+	if _, err := redriveJSON(t.Context(), t, e, flags...); codeOf(err) != 2 || !strings.Contains(err.Error(), "--trust-unsigned-letters") {
+		t.Errorf("redrive --apply without a key: %v, want a usage error naming --trust-unsigned-letters", err)
+	}
+	// Without the key, told to: the worker's letter is written where its
+	// record's time allows, the forged one is not trusted, and the exit
+	// status says so.
+	rep, err := redriveJSON(t.Context(), t, e, append(flags, "--trust-unsigned-letters")...)
+	if codeOf(err) != exitUntrusted || rep.Outcomes[redrive.Written] != 1 || rep.Outcomes[redrive.Untrusted] != 1 {
 		t.Fatalf("redrive: %v: %+v, want the worker's letter written and the forged one untrusted", err, rep)
 	}
 	latest := produced.Add(5*time.Minute + (3*time.Hour - 48*time.Hour) + time.Minute)
@@ -103,7 +108,7 @@ func TestForgedLettersBuyNothing(t *testing.T) {
 	// With the key: the unsigned letter is not trusted; the signed one is
 	// (written again: the same cells).
 	rep, err = redriveJSON(t.Context(), t, e, append(flags, "--dlq-signing-key-file", keyFile)...)
-	if err != nil || rep.Outcomes[redrive.Written] != 1 || rep.Outcomes[redrive.Untrusted] != 1 {
+	if codeOf(err) != exitUntrusted || rep.Outcomes[redrive.Written] != 1 || rep.Outcomes[redrive.Untrusted] != 1 {
 		t.Errorf("redrive with the key: %v: %+v, want the signed letter written and the unsigned one untrusted", err, rep)
 	}
 	// A key that signed none of them: nothing is trusted.
@@ -113,7 +118,7 @@ func TestForgedLettersBuyNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep, err = redriveJSON(t.Context(), t, e, append(flags, "--dlq-signing-key-file", otherKey)...)
-	if err != nil || rep.Outcomes[redrive.Untrusted] != 2 {
+	if codeOf(err) != exitUntrusted || rep.Outcomes[redrive.Untrusted] != 2 {
 		t.Errorf("redrive with another key: %v: %+v, want both untrusted", err, rep)
 	}
 }

@@ -168,7 +168,7 @@ func TestRetentionCommandsNameNoIDs(t *testing.T) {
 		return testenv.MutateRowsFault{Refuse: status.Error(codes.Unavailable, "refused by the test proxy")}
 	})
 	var out bytes.Buffer
-	err = run(ctx, e.args("redrive", append(brokers, "--apply", "--checkpoint", rcp, "--log-level", "debug")...), &out, &logs)
+	err = run(ctx, e.args("redrive", append(brokers, "--apply", "--trust-unsigned-letters", "--checkpoint", rcp, "--log-level", "debug")...), &out, &logs)
 	if err == nil {
 		t.Fatal("redrive interrupted while writing: no error")
 	}
@@ -183,7 +183,7 @@ func TestRetentionCommandsNameNoIDs(t *testing.T) {
 			return codes.OK
 		}}
 	})
-	if err := cmd("redrive", append(brokers, "--apply", "--checkpoint", rcp)...); err != nil || !strings.Contains(logs.String(), "bigtable_refused:1") {
+	if err := cmd("redrive", append(brokers, "--apply", "--trust-unsigned-letters", "--checkpoint", rcp)...); err != nil || !strings.Contains(logs.String(), "bigtable_refused:1") {
 		t.Fatalf("redrive with a row refused: %v\n%s", err, logs.String())
 	}
 	proxy.SetFault(nil)
@@ -192,7 +192,7 @@ func TestRetentionCommandsNameNoIDs(t *testing.T) {
 		t.Fatalf("checkpoint of the redrive (%v): %s", err, data)
 	}
 	said = append(said, string(data))
-	if err := cmd("redrive", append(brokers, "--apply")...); err != nil {
+	if err := cmd("redrive", append(brokers, "--apply", "--trust-unsigned-letters")...); err != nil {
 		t.Fatalf("redrive: %v", err)
 	}
 	if n := len(e.rows(t)); n == 0 {

@@ -22,11 +22,18 @@ type redriveOptions struct {
 	runOptions
 	redrive                redrive.Options
 	topic, reasons, format string
+	// trustUnsigned writes letters no key verifies: the operator vouches
+	// that only the workers can write to the dead-letter topics.
+	trustUnsigned bool
 }
+
+// exitUntrusted is redrive's exit status when letters were not trusted:
+// passed over (a checkpoint moves past them), and the operator must know.
+const exitUntrusted = 4
 
 func (rd *redriveOptions) flags(out io.Writer) *envflag.FlagSet {
 	f := envflag.New("worker redrive", "worker redrive: send dead letters through the worker's decode, expiry and write again, each keyed to its original record, so that it gets exactly the cells it would have got (run twice, the same cells); a dry run unless --apply. The letters of users erased with worker forget are not written (the erasure ledger, read again every --erasure-refresh).\n"+
-		"It takes the worker's settings that decide and write an event, from the same flags and environment. Exit status: 0 done, 1 an error, 2 bad flags.", out)
+		"It takes the worker's settings that decide and write an event, from the same flags and environment. Exit status: 0 done, 1 an error, 2 bad flags, 4 letters were not trusted (see the log).", out)
 	o, ro := &rd.runOptions, &rd.redrive
 	f.Section("Redrive")
 	f.String(&rd.topic, "from-topic", "", "", "the dead-letter topic to read (default: --dlq-topic and its --dlq-classes topics)")
@@ -36,6 +43,7 @@ func (rd *redriveOptions) flags(out io.Writer) *envflag.FlagSet {
 	f.String(&rd.reasons, "reason", "", "", "comma-separated reason classes to redrive (not_json, invalid_id, unlisted_tenant, bigtable_refused…; default: all)")
 	f.Bool(&ro.Apply, "apply", "", false, "write; without it, say what would be written")
 	f.String(&ro.Checkpoint, "checkpoint", "", "", "a file recording how far an --apply run has come; run again with the same file to go on")
+	f.Bool(&rd.trustUnsigned, "trust-unsigned-letters", envflag.NoEnv, false, "with --apply and no --dlq-signing-key-file: write letters no key verifies, trusting that only the workers can produce to the dead-letter topics (a flag only: no environment variable)")
 	f.String(&rd.format, "format", "", "text", "output: text or json")
 	o.tableOptions.register(f)
 	o.kafka.RegisterConnectionFlags(f)
@@ -70,6 +78,12 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return usageError(err)
 	}
 	ro.Keys = keys
+	if keys == nil && ro.Apply && !rd.trustUnsigned {
+		// Unsigned, a letter is whatever anyone who may produce to a
+		// dead-letter topic wrote: its source, its time, its reason.
+		return usageError(errors.New("--apply without --dlq-signing-key-file: letters cannot be verified. Give the workers' signing keys, " +
+			"or pass --trust-unsigned-letters if only the workers can produce to the dead-letter topics"))
+	}
 	s, log, done, err := o.openJob(ctx, stderr)
 	if err != nil {
 		return err
@@ -121,6 +135,10 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		log.Info("redrive", "operator", operator(), "topics", ro.Topics, "applied", ro.Apply, "letters", rep.Letters, "outcomes", rep.Outcomes)
 		if perr := printRedrive(stdout, format, rep); perr != nil && err == nil {
 			err = perr
+		}
+		if n := rep.Outcomes[redrive.Untrusted]; n > 0 && err == nil {
+			err = &exitError{code: exitUntrusted, quiet: format == "json",
+				err: fmt.Errorf("%d letters were not trusted and were passed over (the log says why each)", n)}
 		}
 	}
 	return err

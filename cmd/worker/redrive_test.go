@@ -75,7 +75,7 @@ func testRedrive(t *testing.T, unlistedBound string) {
 	}
 	cp := filepath.Join(t.TempDir(), "redrive.checkpoint")
 	for run := 1; run <= 2; run++ {
-		if out, err := e.cmd(t, "redrive", append(brokers, "--apply")...); err != nil || !strings.Contains(strings.Join(strings.Fields(out), " "), "unlisted_tenant written 1") {
+		if out, err := e.cmd(t, "redrive", append(brokers, "--apply", "--trust-unsigned-letters")...); err != nil || !strings.Contains(strings.Join(strings.Fields(out), " "), "unlisted_tenant written 1") {
 			t.Fatalf("apply, run %d: %v\n%s", run, err, out)
 		}
 		rows := e.rows(t)
@@ -96,14 +96,14 @@ func testRedrive(t *testing.T, unlistedBound string) {
 		}
 	}
 	// Resumable: a checkpoint records how far it came.
-	if out, err := e.cmd(t, "redrive", append(brokers, "--apply", "--checkpoint", cp)...); err != nil || !strings.Contains(out, "2 dead letters read") {
+	if out, err := e.cmd(t, "redrive", append(brokers, "--apply", "--trust-unsigned-letters", "--checkpoint", cp)...); err != nil || !strings.Contains(out, "2 dead letters read") {
 		t.Fatalf("apply with a checkpoint: %v\n%s", err, out)
 	}
-	if out, err := e.cmd(t, "redrive", append(brokers, "--apply", "--checkpoint", cp)...); err != nil || !strings.Contains(out, "0 dead letters read") {
+	if out, err := e.cmd(t, "redrive", append(brokers, "--apply", "--trust-unsigned-letters", "--checkpoint", cp)...); err != nil || !strings.Contains(out, "0 dead letters read") {
 		t.Fatalf("apply again with the checkpoint: %v\n%s", err, out)
 	}
 	// A checkpoint belongs to its selection: other filters, another file.
-	if out, err := e.cmd(t, "redrive", append(brokers, "--apply", "--checkpoint", cp, "--reason", "not_json")...); err == nil || !strings.Contains(err.Error(), "written for other letters") {
+	if out, err := e.cmd(t, "redrive", append(brokers, "--apply", "--trust-unsigned-letters", "--checkpoint", cp, "--reason", "not_json")...); err == nil || !strings.Contains(err.Error(), "written for other letters") {
 		t.Fatalf("apply with the checkpoint of another selection: %v\n%s", err, out)
 	}
 }
@@ -263,14 +263,14 @@ func TestRedriveSelection(t *testing.T) {
 
 	// Applied to a range, it writes the range's recent events only.
 	part := where(func(m kafka.Message) bool { return m.Partition == 1 && m.Offset >= 1 && m.Offset < 5 })
-	if _, err := redriveJSON(context.Background(), t, e, append(flags, "--apply", "--partition", "1", "--from-offset", "1", "--to-offset", "5")...); err != nil {
+	if _, err := redriveJSON(context.Background(), t, e, append(flags, "--apply", "--trust-unsigned-letters", "--partition", "1", "--from-offset", "1", "--to-offset", "5")...); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := newcoRows(t, e), freshIDs(part); !slices.Equal(got, want) {
 		t.Errorf("rows after a redrive of partition 1 [1, 5): %v, want %v", got, want)
 	}
 	// Applied to everything: every recent event, none of the expired.
-	rep, err := redriveJSON(context.Background(), t, e, append(flags, "--apply")...)
+	rep, err := redriveJSON(context.Background(), t, e, append(flags, "--apply", "--trust-unsigned-letters")...)
 	if want := expectRedrive(letters); err != nil || rep.Outcomes[redrive.Expired] != 2 || rep.Outcomes[redrive.Written] != want.Outcomes[redrive.Written] {
 		t.Errorf("redrive --apply: %v: %+v, want %+v", err, rep, want)
 	}
@@ -296,7 +296,7 @@ func TestRedriveResumesAfterInterruption(t *testing.T) {
 		cancel()
 		return testenv.MutateRowsFault{Refuse: status.Error(codes.Unavailable, "interrupted by the test")}
 	})
-	if _, err := redriveJSON(ctx, t, e, append(flags, "--apply", "--checkpoint", cp)...); err == nil {
+	if _, err := redriveJSON(ctx, t, e, append(flags, "--apply", "--trust-unsigned-letters", "--checkpoint", cp)...); err == nil {
 		t.Fatal("redrive interrupted mid-way: no error")
 	}
 	proxy.SetFault(nil)
@@ -315,7 +315,7 @@ func TestRedriveResumesAfterInterruption(t *testing.T) {
 	if got, want := newcoRows(t, e), freshIDs(byPart[0]); !slices.Equal(got, want) {
 		t.Fatalf("rows after the interrupted run: %v, want partition 0's %v", got, want)
 	}
-	rep, err := redriveJSON(context.Background(), t, e, append(flags, "--apply", "--checkpoint", cp)...)
+	rep, err := redriveJSON(context.Background(), t, e, append(flags, "--apply", "--trust-unsigned-letters", "--checkpoint", cp)...)
 	if want := expectRedrive(byPart[1]); err != nil || !reflect.DeepEqual(rep, redrive.Report{Letters: want.Letters, ByReason: want.ByReason, Outcomes: want.Outcomes, Applied: true}) {
 		t.Errorf("resumed: %v\n got %+v\nwant partition 1's %+v", err, rep, want)
 	}
@@ -345,7 +345,7 @@ func TestRedriveEndsWhenBigtableRefusesEveryWrite(t *testing.T) {
 	proxy.SetFault(func(*btpb.MutateRowsRequest) testenv.MutateRowsFault {
 		return testenv.MutateRowsFault{Refuse: status.Error(codes.PermissionDenied, "missing bigtable.tables.mutateRows")}
 	})
-	args := []string{"--brokers", strings.Join(e.brokers, ","), "--topic", e.topic, "--apply", "--write-timeout", "250ms"}
+	args := []string{"--brokers", strings.Join(e.brokers, ","), "--topic", e.topic, "--apply", "--trust-unsigned-letters", "--write-timeout", "250ms"}
 	start := time.Now()
 	_, err := e.cmd(t, "redrive", args...)
 	if err == nil || !strings.Contains(err.Error(), "not written within 1s") {
