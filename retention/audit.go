@@ -156,8 +156,8 @@ func (a *auditor) visit(r bigtable.Row) {
 	if !row.layout || len(row.cells) == 0 {
 		a.rep.Foreign++
 		if len(a.rep.ForeignSamples) < 5 {
-			// Named by hash: the key may hold ids, and an audit's output
-			// is a scheduled job's log.
+			// Named by its size: the key may hold ids, and an audit's
+			// output is a scheduled job's log.
 			a.rep.ForeignSamples = append(a.rep.ForeignSamples, rowkey.Describe(row.key))
 		}
 		return

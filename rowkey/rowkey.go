@@ -26,9 +26,7 @@
 package rowkey
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"math"
 	"strconv"
@@ -201,16 +199,17 @@ func PrefixEnd(prefix string) string {
 }
 
 // Describe names a row for logs, errors and spans without the ids it holds
-// (user and event ids outlive no TTL there): its tenant, when the key
-// has one, and a short hash of the whole key, enough to tell rows apart
-// and to find one again given its key.
+// (user and event ids outlive no TTL there), nor a hash of them (an
+// enumerable id hashed without a key is given back in seconds): a row of
+// the layout by its tenant, bucket and event time, which find it again
+// among few; any other by its size alone (its first field may be an id).
 func Describe(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	h := hex.EncodeToString(sum[:6])
-	if i := strings.IndexByte(key, Sep); i > 0 {
-		return "row " + h + " of tenant " + key[:i]
+	p, err := Parse(key)
+	if err != nil {
+		return fmt.Sprintf("a row of %d bytes not in cellttl's layout", len(key))
 	}
-	return "row " + h
+	return fmt.Sprintf("row of tenant %s in bucket %s at %s", p.Tenant, strings.TrimSuffix(Position(key)[len(p.Tenant)+1:], string(Sep)),
+		time.UnixMilli(p.Millis).UTC().Format("2006-01-02T15:04:05.000Z"))
 }
 
 // Position is how far a scan in key order has come, without ids: the
