@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cellttl/cellttl/internal/duration"
+	"github.com/cellttl/cellttl/rowkey"
 )
 
 // Target names the family cellttl writes.
@@ -119,6 +120,28 @@ func CheckGC(ctx context.Context, ac *bigtable.AdminClient, t Target, maxAge tim
 		return &GCRuleMismatchError{Target: t, Have: DescribeGC(fam.Rule), Want: DescribeGC(bigtable.MaxAgePolicy(maxAge))}
 	}
 	return nil
+}
+
+// HoldsEvents reports whether the table holds a row of cellttl's layout
+// (tenant, then a bucket of four hex digits), in any family: rows written
+// under an earlier --family count, and rows outside the layout (no tenant
+// id starts with the separator) do not.
+func HoldsEvents(ctx context.Context, c *bigtable.Client, table string) (bool, error) {
+	found, sep := false, regexp.QuoteMeta(string(rowkey.Sep))
+	filter := bigtable.ChainFilters(
+		// A whole-key match (Bigtable's rule), any byte after the bucket.
+		bigtable.RowKeyFilter(`[^`+sep+`]+`+sep+`[0-9a-f]{4}`+sep+`(?s:.*)`),
+		bigtable.CellsPerRowLimitFilter(1),
+		bigtable.StripValueFilter(),
+	)
+	err := c.Open(table).ReadRows(ctx, bigtable.InfiniteRange(""), func(bigtable.Row) bool {
+		found = true
+		return false
+	}, bigtable.RowFilter(filter), bigtable.LimitRows(1))
+	if err != nil {
+		return false, fmt.Errorf("look for events in %s: %w", table, err)
+	}
+	return found, nil
 }
 
 // HoldsCells reports whether any row has a cell in the family.

@@ -81,3 +81,21 @@ func TestMissingLedgerErrorSaysWhatToDo(t *testing.T) {
 		}
 	}
 }
+
+// The guard looks for events in every family of the table: setup run
+// with another --family (a new family for a new layout) over a table
+// whose events sit in the old one still refuses to make an empty ledger.
+func TestLedgerGuardSeesEveryFamily(t *testing.T) {
+	e := newEnv(t, tenantsYAML)
+	if out, err := e.cmd(t, "setup"); err != nil {
+		t.Fatalf("setup: %v\n%s", err, out)
+	}
+	seedRows(t, e, tenantsYAML, "acme", 3)
+	if err := e.ac.DeleteTable(context.Background(), e.table+"-erasures"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := e.cmd(t, "setup", "--family", "d")
+	if err == nil || !strings.Contains(err.Error(), "--new-erasure-ledger") {
+		t.Errorf("setup --family d over events in family c, without a ledger: %v\n%s", err, out)
+	}
+}

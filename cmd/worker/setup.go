@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 
 	"cloud.google.com/go/bigtable"
 
@@ -79,11 +80,13 @@ func replacesLedger(ctx context.Context, s *session, ledger, events sink.Target,
 	if err != nil || fam.Exists {
 		return false, err
 	}
-	ev, err := sink.ReadFamily(ctx, s.ac, events)
-	if err != nil || !ev.Exists {
+	tables, err := s.ac.Tables(ctx)
+	if err != nil || !slices.Contains(tables, events.Table) {
 		return false, err
 	}
-	holds, err := sink.HoldsCells(ctx, s.dc, events)
+	// Events in any family: a table whose --family changed still holds
+	// the erased users' rows of the old one.
+	holds, err := sink.HoldsEvents(ctx, s.dc, events.Table)
 	switch {
 	case err != nil || !holds:
 		return false, err
