@@ -139,3 +139,53 @@ func TestEmptyAssignmentIsNotKept(t *testing.T) {
 		return len(s.Partitions) == 3, fmt.Sprintf("%+v", s)
 	})
 }
+
+// Rebalances that follow each other (a rolling deploy) are each over in
+// about a heartbeat: the pause that keeps generations ending at once with
+// nothing assigned (a missing topic) from spinning is not taken after a
+// generation with partitions, however short. It was measured from the
+// start of the generation just begun, so it never started over and grew to
+// 10s: rejoins took 5 to 12s where about 1s is due.
+func TestRebalancesFollowWithoutPause(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	topic, group := testenv.Name("topic"), testenv.Name("group")
+	testenv.CreateTopic(t, brokers, topic, 4)
+	cfg := ConsumerConfig{Brokers: brokers, Topic: topic, Group: group, SessionTimeout: 6 * time.Second}
+	log := slog.New(slog.DiscardHandler)
+	c1, err := NewConsumer(cfg, nil, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c1.Close()
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		return len(owned(c1)) == 4, fmt.Sprintf("first member owns %v", owned(c1))
+	})
+	var slowest time.Duration
+	for round := range 3 {
+		start := time.Now()
+		c2, err := NewConsumer(cfg, nil, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+			a, b := owned(c1), owned(c2)
+			return len(a) == 2 && len(b) == 2, fmt.Sprintf("round %d: members own %v and %v", round, a, b)
+		})
+		joined := time.Since(start)
+		start = time.Now()
+		if err := c2.Close(); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+			return len(owned(c1)) == 4, fmt.Sprintf("round %d: after the other left, the first owns %v", round, owned(c1))
+		})
+		left := time.Since(start)
+		t.Logf("round %d: shared after %s, taken back after %s", round, joined.Round(time.Millisecond), left.Round(time.Millisecond))
+		slowest = max(slowest, joined, left)
+	}
+	// A heartbeat is 600ms here; a join, a sync and the fetch of offsets
+	// take well under a second more on a loaded machine.
+	if slowest > 4*time.Second {
+		t.Errorf("the slowest rebalance took %s, want about a heartbeat", slowest)
+	}
+}

@@ -18,10 +18,10 @@ var generationRetry = retry.Policy{Initial: time.Second, Max: 10 * time.Second}
 
 // generations follows the group from generation to generation.
 func (c *Consumer) generations(ctx context.Context) {
-	var started time.Time
+	spun := false // the last generation ended at once, with nothing assigned
 	pauses := generationRetry.Curve()
 	for {
-		if !pace(ctx, started, pauses) {
+		if !pace(ctx, spun, pauses) {
 			return
 		}
 		gen, err := c.group.Next(ctx)
@@ -31,27 +31,42 @@ func (c *Consumer) generations(ctx context.Context) {
 			}
 			c.setErr(err)
 			c.log.Warn("joining consumer group", "group", c.cfg.Group, "err", err)
+			spun = true // paced as a generation that ended at once
 			continue
 		}
-		started = time.Now()
+		started := time.Now()
 		parts := c.joined(ctx, gen)
 		if len(parts) == 0 {
 			gen.Start(c.watchEmptyAssignment)
 		}
 		// The fetcher runs until the group ends the generation; errors of a
-		// partition never end it (a returning function would).
-		gen.Start(func(gctx context.Context) { c.fetchGeneration(gctx, gen, parts) })
+		// partition never end it (a returning function would). Its end is
+		// the generation's: whether it spun is measured from then, not from
+		// its start.
+		ended := make(chan struct{})
+		gen.Start(func(gctx context.Context) {
+			defer close(ended)
+			c.fetchGeneration(gctx, gen, parts)
+		})
+		select {
+		case <-ended:
+		case <-ctx.Done():
+			return
+		}
+		spun = len(parts) == 0 && time.Since(started) < time.Second
 	}
 }
 
-// pace pauses before the next generation when the last, which started at
-// started, ended as soon as it started, and reports whether ctx is still
-// going. Generations that end at once (the input topic is missing:
-// kafka-go's partition watcher ends each at once) would spin: pauses go
-// from 1s to 10s. kafka-go holds the next generation meanwhile,
-// heartbeating.
-func pace(ctx context.Context, started time.Time, pauses *retry.Curve) bool {
-	if started.IsZero() || time.Since(started) >= time.Second {
+// pace pauses before the next generation when the last spun: it ended
+// within a second of its start with nothing assigned (or the join failed),
+// and reports whether ctx is still going. Such generations (the input
+// topic is missing: kafka-go's partition watcher ends each at once) would
+// spin: pauses go from 1s to 10s, and start over after one that did not
+// spin. kafka-go holds the next generation meanwhile, heartbeating. A
+// generation that ended soon with partitions is a rebalance, one of a
+// rolling deploy's: every member's pause would hold the group's.
+func pace(ctx context.Context, spun bool, pauses *retry.Curve) bool {
+	if !spun {
 		pauses.Reset()
 		return true
 	}
