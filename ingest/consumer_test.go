@@ -189,3 +189,52 @@ func TestRebalancesFollowWithoutPause(t *testing.T) {
 		t.Errorf("the slowest rebalance took %s, want about a heartbeat", slowest)
 	}
 }
+
+// When a generation ends, its settled offsets are committed before the
+// partitions move: with a commit interval far longer than the test, the
+// second member's arrival alone commits what the first had settled, so
+// the new owners start there rather than from the last periodic commit.
+func TestGenerationEndCommitsSettledOffsets(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	topic, group := testenv.Name("topic"), testenv.Name("group")
+	testenv.CreateTopic(t, brokers, topic, 4)
+	cfg := ConsumerConfig{Brokers: brokers, Topic: topic, Group: group, SessionTimeout: 6 * time.Second, CommitInterval: time.Hour}
+	log := slog.New(slog.DiscardHandler)
+	c1, err := NewConsumer(cfg, nil, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c1.Close()
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		return len(owned(c1)) == 4, fmt.Sprintf("first member owns %v", owned(c1))
+	})
+	values := make([][]byte, 20)
+	for i := range values {
+		values[i] = []byte(fmt.Sprint(i))
+	}
+	testenv.Produce(t, brokers, topic, values...)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for range 20 {
+		_, ack, err := fetch(ctx, c1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c1.Done(ack)
+	}
+	c2, err := NewConsumer(cfg, nil, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		a, b := owned(c1), owned(c2)
+		return len(a) == 2 && len(b) == 2, fmt.Sprintf("members own %v and %v", a, b)
+	})
+	committed, end := testenv.Offsets(t, brokers, group, topic, 4)
+	for p := range end {
+		if committed[p] != end[p] {
+			t.Errorf("partition %d: committed %d, end %d: the ending generation did not commit what it had settled", p, committed[p], end[p])
+		}
+	}
+}

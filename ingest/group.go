@@ -136,12 +136,32 @@ func (c *Consumer) fetchGeneration(gctx context.Context, gen *kafka.Generation, 
 		c.failOnce.Do(func() { close(c.failed) })
 		<-gctx.Done()
 	}
+	c.commitOnEnd()
 	c.committer.end(gen)
 	c.mu.Lock()
 	if c.gen == gen {
 		c.gen, c.parts = nil, nil
 	}
 	c.mu.Unlock()
+}
+
+// commitOnEndTimeout bounds the commit a generation makes as it ends: the
+// group's rebalance waits for this member meanwhile.
+const commitOnEndTimeout = 5 * time.Second
+
+// commitOnEnd commits the settled offsets of a generation that is ending,
+// before its partitions move: the next owner then starts where this member
+// got to, not up to a commit interval back (a rebalance of a rolling
+// deploy would write that again, fleet-wide). The group is preparing its
+// rebalance, and takes commits of the generation ending until it
+// completes; a member already out of the group (its session expired) is
+// refused, and the next owner reads from the last commit, as before.
+func (c *Consumer) commitOnEnd() {
+	ctx, cancel := context.WithTimeout(context.Background(), commitOnEndTimeout)
+	defer cancel()
+	if err := c.committer.Commit(ctx); err != nil {
+		c.log.Info("could not commit as the generation ended; the next owner of its partitions reads from the last commit", "group", c.cfg.Group, "err", err)
+	}
 }
 
 // noPartitions says why a generation assigned nothing, when the reason is
