@@ -81,9 +81,11 @@ type Consumer struct {
 	stop      context.CancelFunc
 	consumed  atomic.Int64 // messages returned by Poll, for the metrics
 
-	mu       sync.Mutex
-	gen      *kafka.Generation // nil between generations
-	parts    []*partition      // of the current generation, for Status
+	mu  sync.Mutex
+	gen *kafka.Generation // nil between generations
+	// balancer tells the group, at each join, what this member owns.
+	balancer *stickyBalancer
+	parts    []*partition // of the current generation, for Status
 	lastErr  error
 	joinedAt time.Time
 	final    map[int]int64 // the committed offsets Close left, once closed
@@ -143,6 +145,7 @@ func NewConsumer(cfg ConsumerConfig, mp metric.MeterProvider, log *slog.Logger) 
 	transport.MetadataTopics = []string{cfg.Topic}
 	conns := &connSet{dial: transport.Dial}
 	transport.Dial = conns.Dial
+	balancer := &stickyBalancer{}
 	group, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
 		ID:                    cfg.Group,
 		Brokers:               cfg.Brokers,
@@ -154,6 +157,9 @@ func NewConsumer(cfg ConsumerConfig, mp metric.MeterProvider, log *slog.Logger) 
 		JoinGroupBackoff:      time.Second,
 		WatchPartitionChanges: true,
 		StartOffset:           kafka.FirstOffset,
+		// Sticky first; range and round-robin (kafka-go's defaults) while
+		// members of a version without it are in the group.
+		GroupBalancers: []kafka.GroupBalancer{balancer, kafka.RangeGroupBalancer{}, kafka.RoundRobinGroupBalancer{}},
 		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
 			log.Warn("kafka consumer group", "err", fmt.Sprintf(msg, args...))
 		}),
@@ -170,6 +176,7 @@ func NewConsumer(cfg ConsumerConfig, mp metric.MeterProvider, log *slog.Logger) 
 	c := &Consumer{
 		cfg:       cfg,
 		group:     group,
+		balancer:  balancer,
 		transport: transport,
 		rt:        rt,
 		conns:     conns,

@@ -102,6 +102,7 @@ func (c *Consumer) joined(ctx context.Context, gen *kafka.Generation) []*partiti
 	for i, p := range parts {
 		ids[i] = p.id
 	}
+	c.balancer.remember(gen.ID, c.cfg.Topic, ids)
 	c.mu.Lock()
 	c.gen, c.parts, c.joinedAt = gen, parts, time.Now()
 	if len(parts) > 0 {
