@@ -27,7 +27,15 @@ type stickyBalancer struct {
 	mu    sync.Mutex
 	topic string
 	gen   int32
-	owned []int
+	// owned are the partitions of the last generation, each with the
+	// generation since which this member has owned it without a break.
+	owned []held
+}
+
+// held is a partition owned since a generation.
+type held struct {
+	part  int
+	since int32
 }
 
 // stickyProtocol is the protocol name the members agree on. Members of a
@@ -38,18 +46,27 @@ const stickyProtocol = "cellttl-sticky"
 func (b *stickyBalancer) ProtocolName() string { return stickyProtocol }
 
 // remember records the partitions of topic a generation gave this member,
-// for its next join.
+// for its next join: those it had in the generation before keep their
+// since, the others are held since gen.
 func (b *stickyBalancer) remember(gen int32, topic string, parts []int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.gen, b.topic, b.owned = gen, topic, slices.Clone(parts)
+	next := make([]held, len(parts))
+	for i, p := range parts {
+		next[i] = held{part: p, since: gen}
+		if j := slices.IndexFunc(b.owned, func(h held) bool { return h.part == p }); j >= 0 && b.topic == topic {
+			next[i].since = b.owned[j].since
+		}
+	}
+	b.gen, b.topic, b.owned = gen, topic, next
 }
 
 // claimVersion leads a member's user data, so that the encoding can change.
 const claimVersion = 1
 
 // UserData is the member's claim: a version byte, the generation, the
-// topic, then the partitions, as unsigned varints.
+// topic, then each partition and the generation it is held since, as
+// unsigned varints.
 func (b *stickyBalancer) UserData() ([]byte, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -58,8 +75,9 @@ func (b *stickyBalancer) UserData() ([]byte, error) {
 	out = binary.AppendUvarint(out, uint64(len(b.topic)))
 	out = append(out, b.topic...)
 	out = binary.AppendUvarint(out, uint64(len(b.owned)))
-	for _, p := range b.owned {
-		out = binary.AppendUvarint(out, uint64(p))
+	for _, h := range b.owned {
+		out = binary.AppendUvarint(out, uint64(h.part))
+		out = binary.AppendUvarint(out, uint64(max(h.since, 0)))
 	}
 	return out, nil
 }
@@ -69,6 +87,7 @@ type claim struct {
 	gen   int64
 	topic string
 	parts []int
+	since map[int]int64 // by partition
 }
 
 // parseClaim reads a member's user data; anything it cannot read (another
@@ -94,12 +113,18 @@ func parseClaim(b []byte) claim {
 		return claim{}
 	}
 	b = b[k:]
+	c.since = make(map[int]int64, count)
 	for range count {
 		p, k := binary.Uvarint(b)
 		if k <= 0 || p > 1<<31 {
 			return claim{}
 		}
-		c.parts, b = append(c.parts, int(p)), b[k:]
+		b = b[k:]
+		since, k := binary.Uvarint(b)
+		if k <= 0 || since > 1<<31 {
+			return claim{}
+		}
+		c.parts, c.since[int(p)], b = append(c.parts, int(p)), int64(since), b[k:]
 	}
 	return c
 }
@@ -135,7 +160,10 @@ func (b *stickyBalancer) AssignGroups(members []kafka.GroupMember, partitions []
 // the first n%len(readers). A partition two members claim is the later
 // generation's. Members claiming more go first, so that the larger shares
 // go where partitions already are; ties by member id, so that every
-// leader computes the same assignment.
+// leader computes the same assignment. A member over its share keeps the
+// partitions it has held longest: in a rolling deploy the members that
+// stay took the leaving pod's partitions one rebalance ago, and give those
+// to its replacement, keeping their own.
 func assignSticky(topic string, ids []int, readers []string, claims map[string]claim) map[string][]int {
 	out := make(map[string][]int, len(readers))
 	if len(readers) == 0 {
@@ -174,8 +202,11 @@ func assignSticky(topic string, ids []int, readers []string, claims map[string]c
 		if i < extra {
 			quota[m]++
 		}
-		kept := mine[m]
-		slices.Sort(kept)
+		kept, since := mine[m], claims[m].since
+		sort.Slice(kept, func(i, j int) bool {
+			a, b := since[kept[i]], since[kept[j]]
+			return a < b || a == b && kept[i] < kept[j]
+		})
 		kept = kept[:min(len(kept), quota[m])]
 		for _, p := range kept {
 			taken[p] = true

@@ -86,3 +86,25 @@ func TestStickyClaimEncoding(t *testing.T) {
 		}
 	}
 }
+
+// A rolling deploy is two rebalances: a pod leaves (the others take its
+// partitions), then its replacement joins. The members that stayed give
+// the replacement what they took, and keep what they held before.
+func TestStickyBalancerThroughARollingDeploy(t *testing.T) {
+	a, b := &stickyBalancer{}, &stickyBalancer{}
+	a.remember(1, "clicks", []int{0, 1})
+	b.remember(1, "clicks", []int{4, 5})
+	join := func(id string, s *stickyBalancer) kafka.GroupMember {
+		data, _ := s.UserData()
+		return kafka.GroupMember{ID: id, Topics: []string{"clicks"}, UserData: data}
+	}
+	// c (partitions 2, 3) has left.
+	got := (&stickyBalancer{}).AssignGroups([]kafka.GroupMember{join("a", a), join("b", b)}, partitionsOf(6))
+	a.remember(2, "clicks", got["a"]["clicks"])
+	b.remember(2, "clicks", got["b"]["clicks"])
+	// Its replacement, z, joins.
+	got = (&stickyBalancer{}).AssignGroups([]kafka.GroupMember{join("a", a), join("b", b), join("z", &stickyBalancer{})}, partitionsOf(6))
+	if fmt.Sprint(got["a"]["clicks"], got["b"]["clicks"]) != "[0 1] [4 5]" || len(got["z"]["clicks"]) != 2 {
+		t.Errorf("after the deploy a %v, b %v, z %v: want a and b to keep what they held", got["a"]["clicks"], got["b"]["clicks"], got["z"]["clicks"])
+	}
+}

@@ -238,3 +238,51 @@ func TestGenerationEndCommitsSettledOffsets(t *testing.T) {
 		}
 	}
 }
+
+// Against the real broker: a pod replaced (one member leaves, a new one
+// joins) moves only its own partitions; the members that stay keep
+// theirs, through both rebalances.
+func TestReplacedMemberMovesOnlyItsPartitions(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	topic, group := testenv.Name("topic"), testenv.Name("group")
+	testenv.CreateTopic(t, brokers, topic, 6)
+	cfg := ConsumerConfig{Brokers: brokers, Topic: topic, Group: group, SessionTimeout: 6 * time.Second}
+	log := slog.New(slog.DiscardHandler)
+	var cs []*Consumer
+	for range 3 {
+		c, err := NewConsumer(cfg, nil, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		cs = append(cs, c)
+		testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+			total := 0
+			for _, c := range cs {
+				total += len(owned(c))
+			}
+			return total == 6, fmt.Sprintf("%d members own %d partitions", len(cs), total)
+		})
+	}
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		return len(owned(cs[0])) == 2 && len(owned(cs[1])) == 2 && len(owned(cs[2])) == 2, "shares not even yet"
+	})
+	before := fmt.Sprint(owned(cs[0]), owned(cs[1]))
+	if err := cs[2].Close(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		return len(owned(cs[0]))+len(owned(cs[1])) == 6, "the two left do not own all yet"
+	})
+	c4, err := NewConsumer(cfg, nil, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c4.Close()
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		return len(owned(c4)) == 2 && len(owned(cs[0])) == 2 && len(owned(cs[1])) == 2, fmt.Sprintf("own %v %v %v", owned(cs[0]), owned(cs[1]), owned(c4))
+	})
+	if after := fmt.Sprint(owned(cs[0]), owned(cs[1])); after != before {
+		t.Errorf("the members that stayed own %s, had %s: the replacement moved their partitions", after, before)
+	}
+}
