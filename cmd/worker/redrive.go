@@ -14,6 +14,7 @@ import (
 	"github.com/cellttl/cellttl/internal/envflag"
 	"github.com/cellttl/cellttl/redrive"
 	"github.com/cellttl/cellttl/sink"
+	"github.com/cellttl/cellttl/tablemeta"
 )
 
 // redriveOptions are the flags of worker redrive: its own, and the
@@ -42,6 +43,7 @@ func (rd *redriveOptions) flags(out io.Writer) *envflag.FlagSet {
 	o.dlq.RegisterTopicFlags(f)
 	o.dlq.RegisterKeyFlags(f)
 	o.pipe.RegisterMappingFlags(f)
+	tablemeta.RegisterChangeFlag(f, &o.ttlFromChange)
 	o.pipe.RegisterClockFlags(f)
 	o.registerErasureBound(f)
 	return f
@@ -100,6 +102,14 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	// one they would be collected at once, or outlive their TTL.
 	if err := sink.CheckGC(ctx, s.ac, o.table.Target(), s.cfg.Policy.GCMaxAge()); err != nil {
 		return fmt.Errorf("refusing to redrive: %w (the tenants file asks for %s)", err, describePolicy(s.cfg.Policy))
+	}
+	// The letters are written as the workers write: under the --ttl-from
+	// the table's rows are written with (a dry run checks, records nothing).
+	if err := tablemeta.CheckFamily(ctx, s.ac, o.table.Table); err != nil {
+		return fmt.Errorf("refusing to redrive: %w", err)
+	}
+	if err := claimTTLFrom(ctx, s.dc, o.table.Table, o.pipe.Fields.TTL, o.ttlFromChange, !ro.Apply, "worker redrive", log); err != nil {
+		return err
 	}
 	erasures, stop, err := watchErasures(ctx, s, o.table, o.erasureRefresh, log)
 	if err != nil {

@@ -69,6 +69,9 @@ func newWorker(ctx context.Context, o *runOptions, cfg *tenants.Config, dc *bigt
 	if err != nil {
 		return nil, err
 	}
+	if err := w.claimRecord(ctx, dc); err != nil {
+		return nil, err
+	}
 	if err := w.openKafka(ctx, mp); err != nil {
 		return nil, err
 	}
@@ -89,6 +92,14 @@ func newWorker(ctx context.Context, o *runOptions, cfg *tenants.Config, dc *bigt
 	pcfg.Erasures = w.erasures.Current
 	w.pipeline = pipeline.New(pcfg, w.consumer, w.writer, w.dlq, w.reloader.Current, mp, tp, log)
 	return w, nil
+}
+
+// claimRecord checks the worker's --ttl-from against the table's record,
+// before anything is consumed: a worker under another setting than the rows already written
+// must write nothing.
+func (w *worker) claimRecord(ctx context.Context, dc *bigtable.Client) error {
+	o := w.o
+	return claimTTLFrom(ctx, dc, o.table.Table, o.pipe.Fields.TTL, o.ttlFromChange, false, "worker run", w.log)
 }
 
 // openKafka builds the Kafka parts: the dead-letter writer, checked before
