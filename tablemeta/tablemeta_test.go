@@ -3,6 +3,8 @@ package tablemeta
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -182,5 +184,42 @@ func TestCheckVersion(t *testing.T) {
 		if !strings.Contains(got.String(), c.file) {
 			t.Errorf("%s: %q does not name the file's version", c.name, got)
 		}
+	}
+}
+
+// A worker's recorder records its version at start, at once on a reload's
+// signal (not at the next poll), and, on the way out, a reload no signal
+// announced.
+func TestRecorderFollowsReloads(t *testing.T) {
+	s, _, _ := table(t)
+	r := NewRecorder(s, slog.New(slog.DiscardHandler))
+	var mu sync.Mutex
+	version := "v1"
+	current := func() string { mu.Lock(); defer mu.Unlock(); return version }
+	set := func(v string) { mu.Lock(); version = v; mu.Unlock() }
+	newest := func() string {
+		rec, err := s.Read(context.Background())
+		if err != nil || len(rec.Versions) == 0 {
+			return fmt.Sprint(err)
+		}
+		return rec.Versions[len(rec.Versions)-1].Version
+	}
+	if err := r.Record(context.Background(), current()); err != nil || newest() != "v1" {
+		t.Fatalf("at start: %v, newest %s", err, newest())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	wake := make(chan struct{}, 1)
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(ctx, time.Hour, current, wake) }()
+	time.Sleep(5 * time.Millisecond) // v2 starts after v1, to the millisecond
+	set("v2")
+	wake <- struct{}{}
+	testenv.Eventually(t, 5*time.Second, func() (bool, string) { return newest() == "v2", "newest " + newest() })
+	time.Sleep(5 * time.Millisecond)
+	set("v3") // no signal: recorded as the recorder stops
+	cancel()
+	<-done
+	if newest() != "v3" {
+		t.Errorf("after stopping: newest %s, want v3", newest())
 	}
 }

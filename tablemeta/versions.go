@@ -11,7 +11,6 @@ import (
 	"cloud.google.com/go/bigtable"
 
 	"github.com/cellttl/cellttl/internal/duration"
-	"github.com/cellttl/cellttl/internal/tick"
 )
 
 const (
@@ -94,6 +93,7 @@ func (r *Recorder) Record(ctx context.Context, version string) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := r.store.RecordVersion(ctx, r.version, r.started, now); err != nil {
+		r.seen = time.Time{} // due again at the next poll
 		return err
 	}
 	r.seen = now
@@ -101,28 +101,54 @@ func (r *Recorder) Record(ctx context.Context, version string) error {
 }
 
 // Run records current() whenever it is another version than the last
-// recorded (a reload), and every Heartbeat, asking every poll, until ctx
-// ends. A failed write is logged once, and tried again at the next poll.
-func (r *Recorder) Run(ctx context.Context, poll time.Duration, current func() string) {
-	tick.Every(ctx, poll, func(ctx context.Context) {
-		v := current()
-		r.mu.Lock()
-		due := v != r.version || r.now().Sub(r.seen) >= Heartbeat
-		changed := v != r.version
-		r.mu.Unlock()
-		if !due {
+// recorded (a reload: asked at each signal of wake, and every poll), and
+// every Heartbeat, until ctx ends; then once more if a reload has not been
+// recorded yet, so that the record names the version the worker ran last.
+// A failed write is logged once, and tried again at the next poll.
+func (r *Recorder) Run(ctx context.Context, poll time.Duration, current func() string, wake <-chan struct{}) {
+	t := time.NewTicker(poll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			if v := current(); r.pending(v, false) {
+				fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+				r.record(fctx, v)
+				cancel()
+			}
 			return
+		case <-t.C:
+		case <-wake:
 		}
-		err := r.Record(ctx, v)
-		switch {
-		case err != nil && ctx.Err() == nil && err.Error() != r.lastErr:
-			r.lastErr = err.Error()
-			r.log.Warn("could not record the tenants file version this worker runs (worker forget checks its tenants file against it); trying again", "config_version", v, "err", err)
-		case err == nil && (changed || r.lastErr != ""):
-			r.lastErr = ""
-			r.log.Info("recorded the tenants file version this worker runs", "config_version", v, "table", r.store.name)
+		if v := current(); r.pending(v, true) {
+			r.record(ctx, v)
 		}
-	})
+	}
+}
+
+// pending reports whether v is to be recorded: another version than the
+// last recorded, a write that failed, or, with heartbeat, one Heartbeat
+// since the last.
+func (r *Recorder) pending(v string, heartbeat bool) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return v != r.version || r.seen.IsZero() || (heartbeat && r.now().Sub(r.seen) >= Heartbeat)
+}
+
+// record records v, logging a failure once and a version recorded.
+func (r *Recorder) record(ctx context.Context, v string) {
+	r.mu.Lock()
+	changed := v != r.version
+	r.mu.Unlock()
+	err := r.Record(ctx, v)
+	switch {
+	case err != nil && ctx.Err() == nil && err.Error() != r.lastErr:
+		r.lastErr = err.Error()
+		r.log.Warn("could not record the tenants file version this worker runs (worker forget checks its tenants file against it); trying again", "config_version", v, "err", err)
+	case err == nil && (changed || r.lastErr != ""):
+		r.lastErr = ""
+		r.log.Info("recorded the tenants file version this worker runs", "config_version", v, "table", r.store.name)
+	}
 }
 
 // Outcomes of a VersionCheck.

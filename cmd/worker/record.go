@@ -62,3 +62,33 @@ func claimTTLFrom(ctx context.Context, dc *bigtable.Client, table, ttlFrom strin
 	}
 	return nil
 }
+
+// versionFlag lets worker forget erase with a tenants file other than the
+// workers'.
+const versionFlag = "--allow-tenants-version-mismatch"
+
+// checkTenantsVersion checks forget's tenants file against the version
+// the workers recorded last (tablemeta.CheckVersion), and refuses another
+// unless allow: forget sets how long a ledger record lives from the
+// tenant's longest TTL in its own file. Nothing recorded (workers of an
+// earlier release) is said, not refused: an erasure must not wait for an
+// upgrade.
+func checkTenantsVersion(ctx context.Context, dc *bigtable.Client, table, version string, allow bool, log *slog.Logger) (*tablemeta.VersionCheck, error) {
+	rec, err := tablemeta.NewStore(dc, table).Read(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read the tenants file version the workers run: %w", err)
+	}
+	c := tablemeta.CheckVersion(rec, version, time.Now())
+	switch {
+	case c.Outcome == tablemeta.Differs && !allow:
+		return nil, usageError(fmt.Errorf("refusing to erase: %s. forget sets how long each ledger record lives from the tenant's longest TTL in its own tenants file: "+
+			"from a file other than the workers' (a TTL lengthened since), a record can expire while copies it must suppress can still be written. "+
+			"Run forget with the workers' tenants file, or pass %s (a flag only)", c, versionFlag))
+	case c.Outcome == tablemeta.Differs:
+		c.Overridden = true
+		log.Warn("erasing with a tenants file other than the workers' ("+versionFlag+")", "check", c.String())
+	case c.Outcome == tablemeta.NotRecorded:
+		log.Warn("tenants file not checked against the workers'", "check", c.String())
+	}
+	return &c, nil
+}

@@ -2,13 +2,16 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/tablemeta"
+	"github.com/cellttl/cellttl/tenants"
 )
 
 // runBriefly runs `worker run` until it stops by itself or for 20s, and
@@ -104,4 +107,72 @@ func TestWorkerRefusesWithoutTheRecordFamily(t *testing.T) {
 	if out, err := e.cmd(t, "setup"); err != nil || !strings.Contains(out, "created family "+e.table+":m") {
 		t.Errorf("setup over a table without the record's family: %v\n%s", err, out)
 	}
+}
+
+// Workers record the tenants file version they run, at start and at each
+// reload; worker forget refuses a tenants file that is not the workers'
+// version, naming both and the flag that overrides, and its receipt says
+// what it checked.
+func TestForgetChecksTheWorkersTenantsVersion(t *testing.T) {
+	e := newEnv(t, tenantsYAML)
+	if out, err := e.cmd(t, "setup"); err != nil {
+		t.Fatalf("setup: %v\n%s", err, out)
+	}
+	old := filepath.Join(t.TempDir(), "old.yaml")
+	e.tenantsFileCopy(t, old)
+	v1 := versionOf(t, e.tenantsFile)
+	forget := []string{"--tenant", "acme", "--user", "u-1", "--requested-by", "ticket-7", "--dry-run", "--format", "json"}
+	// No worker has run: said, not refused.
+	check(t, e, forget, tablemeta.NotRecorded, false, "")
+	_, logs := e.startWorker(t, "--tenants-reload-interval", "100ms")
+	adminURL(t, logs)
+	if rec := e.record(t); len(rec.Versions) != 1 || rec.Versions[0].Version != v1 {
+		t.Fatalf("versions after start: %+v, want %s", rec.Versions, v1)
+	}
+	e.writeTenants(t, strings.Replace(tenantsYAML, "acme: 1h", "acme: 2h", 1))
+	v2 := versionOf(t, e.tenantsFile)
+	testenv.Eventually(t, 20*time.Second, func() (bool, string) {
+		rec := e.record(t)
+		newest := rec.Versions[len(rec.Versions)-1]
+		return newest.Version == v2, fmt.Sprintf("versions %+v, want %s started last", rec.Versions, v2)
+	})
+
+	out, err := e.cmd(t, "forget", append(forget, "--tenants", old)...)
+	if codeOf(err) != 2 || !strings.Contains(err.Error(), v1) || !strings.Contains(err.Error(), v2) || !strings.Contains(err.Error(), versionFlag) {
+		t.Fatalf("forget with the old file: exit %d, %v\n%s", codeOf(err), err, out)
+	}
+	check(t, e, append(forget, "--tenants", old, versionFlag), tablemeta.Differs, true, v2)
+	check(t, e, forget, tablemeta.Matches, false, v2)
+}
+
+// check runs worker forget with --format json and checks what its receipt
+// says of the tenants file version: outcome, overridden, against the
+// workers' version (none: "").
+func check(t *testing.T, e *env, args []string, outcome string, overridden bool, workers string) {
+	t.Helper()
+	out, err := e.cmd(t, "forget", args...)
+	var rc struct {
+		TenantsVersion tablemeta.VersionCheck `json:"tenants_version"`
+	}
+	if jerr := json.Unmarshal([]byte(out[:strings.IndexByte(out, '\n')+1]), &rc); jerr != nil || codeOf(err) == 1 || codeOf(err) == 2 {
+		t.Fatalf("forget %v: %v %v\n%s", args, err, jerr, out)
+	}
+	c := rc.TenantsVersion
+	have := ""
+	if c.Workers != nil {
+		have = c.Workers.Version
+	}
+	if c.Outcome != outcome || c.Overridden != overridden || have != workers {
+		t.Errorf("forget %v: receipt's check %+v, want %s (overridden %t) against %q", args, c, outcome, overridden, workers)
+	}
+}
+
+// versionOf is the version of the tenants file at path.
+func versionOf(t *testing.T, path string) string {
+	t.Helper()
+	cfg, err := tenants.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg.Version
 }
