@@ -54,7 +54,7 @@ func (fo *forgetOptions) flags(out io.Writer) *envflag.FlagSet {
 	f := envflag.New("worker forget", "worker forget: erase users of a tenant. It records each erasure in the erasure ledger (which every worker obeys: "+
 		"no event of the user at or before erased_up_to is written again, from a backlog, a replay or a redrive), deletes the rows, waits for the workers' "+
 		"bound, deletes again, and prints a receipt. It takes the worker's settings that decide the bound and the topics' retention, from the same flags and environment.\n"+
-		"Exit status: 0 done, 1 an error, 2 bad flags, 3 a user had no row and nothing was recorded for it (see --allow-empty).", out)
+		"Exit status: 0 done, 1 an error, 2 bad flags (or a tenants file that is not the version the workers run: see --allow-tenants-version-mismatch), 3 a user had no row and nothing was recorded for it (see --allow-empty).", out)
 	o := &fo.runOptions
 	f.Section("Erasure")
 	f.String(&fo.tenant, "tenant", "", "", "the users' tenant (required)")

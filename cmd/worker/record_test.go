@@ -15,18 +15,18 @@ import (
 )
 
 // runBriefly runs `worker run` until it stops by itself or for 20s, and
-// returns its error and logs: a worker that refuses to start returns at
+// returns its logs and error: a worker that refuses to start returns at
 // once.
-func (e *env) runBriefly(t *testing.T, extra ...string) (error, string) {
+func (e *env) runBriefly(t *testing.T, extra ...string) (logs string, err error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	logs := &syncBuffer{}
-	err := run(ctx, e.args("run", extra...), logs, logs)
+	buf := &syncBuffer{}
+	err = run(ctx, e.args("run", extra...), buf, buf)
 	if ctx.Err() != nil {
-		return fmt.Errorf("still running after 20s (it did not refuse): %v", err), logs.String()
+		return buf.String(), fmt.Errorf("still running after 20s (it did not refuse): %v", err)
 	}
-	return err, logs.String()
+	return buf.String(), err
 }
 
 // record reads the table's record of its writers.
@@ -61,7 +61,7 @@ func TestTTLFromDriftIsRefused(t *testing.T) {
 	// A replay without the flag: refused before it writes the event.
 	testenv.Produce(t, e.brokers, e.topic, click{EventID: "e-1", TenantID: "acme", UserID: "u-1"}.bytes())
 	replay := []string{"--group", testenv.Name("replay")}
-	err, out := e.runBriefly(t, replay...)
+	out, err := e.runBriefly(t, replay...)
 	if err == nil || !strings.Contains(err.Error(), `--ttl-from "json:ttl"`) || !strings.Contains(err.Error(), "no --ttl-from") ||
 		!strings.Contains(err.Error(), "--ttl-from-change") {
 		t.Fatalf("a worker without --ttl-from: %v\n%s", err, out)
@@ -86,7 +86,7 @@ func TestTTLFromDriftIsRefused(t *testing.T) {
 	if len(rec.TTLFrom) != 2 || rec.TTLFrom[1].TTLFrom != "" || !rec.TTLFrom[1].Change || !rec.TTLFrom[1].Since.After(rec.TTLFrom[0].Since) {
 		t.Fatalf("after --ttl-from-change: %+v", rec.TTLFrom)
 	}
-	if err, out := e.runBriefly(t, "--ttl-from", "json:ttl"); err == nil || !strings.Contains(err.Error(), "no --ttl-from (recorded") {
+	if out, err := e.runBriefly(t, "--ttl-from", "json:ttl"); err == nil || !strings.Contains(err.Error(), "no --ttl-from (recorded") {
 		t.Errorf("the old setting after the change: %v\n%s", err, out)
 	}
 }
@@ -101,7 +101,7 @@ func TestWorkerRefusesWithoutTheRecordFamily(t *testing.T) {
 	if err := e.ac.DeleteColumnFamily(context.Background(), e.table, tablemeta.Family); err != nil {
 		t.Fatal(err)
 	}
-	if err, out := e.runBriefly(t); err == nil || !strings.Contains(err.Error(), "worker setup") || !strings.Contains(err.Error(), e.table+":m, where the workers record") {
+	if out, err := e.runBriefly(t); err == nil || !strings.Contains(err.Error(), "worker setup") || !strings.Contains(err.Error(), e.table+":m, where the workers record") {
 		t.Errorf("a worker on a table without the record's family: %v\n%s", err, out)
 	}
 	if out, err := e.cmd(t, "setup"); err != nil || !strings.Contains(out, "created family "+e.table+":m") {
