@@ -92,7 +92,7 @@ func (s *suite) observe(partitions int) observed {
 		id := key[strings.LastIndexByte(key, '#')+1:]
 		o.rows[id] = append(o.rows[id], ri)
 		return true
-	}, bigtable.RowFilter(bigtable.StripValueFilter()))
+	}, bigtable.RowFilter(bigtable.ChainFilters(bigtable.FamilyFilter("^c$"), bigtable.StripValueFilter()))) // events only, not the workers' record
 	if err != nil {
 		s.t.Fatalf("read table: %v", err)
 	}

@@ -52,6 +52,13 @@ type TenantAudit struct {
 	// failed part-way, a restore from backup, a writer that ignores the
 	// ledger). Run worker forget again for them.
 	ErasedRows int64 `json:"erased_rows"`
+	// LongerThanOwnTTL are rows whose event gave its own TTL (a ttl
+	// cell) and which hold a live cell expiring after the event's time
+	// plus that TTL: a version written without --ttl-from (a replay, a
+	// redrive or a rollout without the flag) that outlives what the event
+	// asked for. `worker retime` repairs them while the ttl cell is
+	// there; once it is collected, nothing can tell.
+	LongerThanOwnTTL int64 `json:"longer_than_own_ttl"`
 	// LeavesWithin counts the live rows by when they expire.
 	LeavesWithin map[string]int64 `json:"leaves_within"`
 }
@@ -63,6 +70,9 @@ type AuditReport struct {
 	// Foreign are rows whose key is not in cellttl's layout.
 	Foreign        int64    `json:"foreign"`
 	ForeignSamples []string `json:"foreign_samples,omitempty"`
+	// LongerThanOwnTTLSamples name a few of the rows counted under
+	// LongerThanOwnTTL, as rowkey.Describe names rows (never the ids, nor a hash of them).
+	LongerThanOwnTTLSamples []string `json:"longer_than_own_ttl_samples,omitempty"`
 }
 
 // Clean reports whether every cell follows the rule and every key the
@@ -72,7 +82,7 @@ func (r *AuditReport) Clean() bool {
 		return false
 	}
 	for _, t := range r.Tenants {
-		if t.RuleBreaking > 0 || t.ErasedRows > 0 {
+		if t.RuleBreaking > 0 || t.ErasedRows > 0 || t.LongerThanOwnTTL > 0 {
 			return false
 		}
 	}
@@ -170,6 +180,12 @@ func (a *auditor) visit(r bigtable.Row) {
 	if !ok || !row.follows(bigtable.Timestamp(cell.Timestamp)) {
 		t.RuleBreaking++
 	}
+	if a.longerThanOwnTTL(&row) {
+		t.LongerThanOwnTTL++
+		if len(a.rep.LongerThanOwnTTLSamples) < 5 {
+			a.rep.LongerThanOwnTTLSamples = append(a.rep.LongerThanOwnTTLSamples, rowkey.Describe(row.key))
+		}
+	}
 	// Live as a reader sees it: the newest cell's own expiry under the
 	// policy's GC rule, whatever the rule says it should be.
 	exp := a.policy.ExpiryOf(int64(row.newest()))
@@ -187,4 +203,36 @@ func (a *auditor) visit(r bigtable.Row) {
 			break
 		}
 	}
+}
+
+// longerThanOwnTTL reports whether a row whose event gave its own TTL holds
+// a live cell, of any column or version, that expires after the event's
+// time plus the TTL its newest ttl cell says it lives. The ttl cell is read
+// whether or not it has expired: as long as GC has not collected it, it
+// says what the event asked for.
+func (a *auditor) longerThanOwnTTL(r *row) bool {
+	vs := r.cells[rowkey.ColumnTTL]
+	if len(vs) == 0 {
+		return false
+	}
+	newest := vs[0]
+	for _, v := range vs[1:] {
+		if v.Timestamp > newest.Timestamp {
+			newest = v
+		}
+	}
+	effective, _, err := rowkey.ParseTTL(newest.Value)
+	if err != nil {
+		return false // unreadable: counted as breaking the rule
+	}
+	limit := r.base().Add(effective)
+	for _, vs := range r.cells {
+		for _, v := range vs {
+			exp := a.policy.ExpiryOf(int64(v.Timestamp))
+			if !expiry.Expired(exp, a.now) && exp.After(limit) {
+				return true
+			}
+		}
+	}
+	return false
 }

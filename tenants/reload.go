@@ -47,6 +47,8 @@ type Reloader struct {
 	// decided is the last content applied or refused, so that a file that
 	// stays as it is is judged once.
 	decided []byte
+	// applied is signalled (without blocking) at each config applied.
+	applied chan struct{}
 }
 
 // ReloadStatus describes the last reload attempt.
@@ -65,7 +67,7 @@ type ReloadStatus struct {
 
 // NewReloader starts from initial, the config already loaded from path.
 func NewReloader(path string, initial *Config, interval time.Duration, log *slog.Logger) *Reloader {
-	r := &Reloader{path: path, interval: interval, log: log, now: time.Now}
+	r := &Reloader{path: path, interval: interval, log: log, now: time.Now, applied: make(chan struct{}, 1)}
 	r.cur.Store(initial)
 	r.status = ReloadStatus{Version: initial.Version, LastOK: true, LastChange: time.Now()}
 	r.seen, r.decided = initial.raw, initial.raw
@@ -74,6 +76,11 @@ func NewReloader(path string, initial *Config, interval time.Duration, log *slog
 
 // Current returns the config in force. It never blocks: events call it.
 func (r *Reloader) Current() *Config { return r.cur.Load() }
+
+// Applied receives after each new config is applied (one signal may stand
+// for several): for what must follow the config in force at once, such as
+// the record of the version the worker runs.
+func (r *Reloader) Applied() <-chan struct{} { return r.applied }
 
 // Status returns the state of reloading.
 func (r *Reloader) Status() ReloadStatus {
@@ -173,6 +180,10 @@ func (r *Reloader) apply(data []byte) bool {
 		return false
 	}
 	r.cur.Store(next)
+	select {
+	case r.applied <- struct{}{}:
+	default: // a signal is pending: it stands for this one too
+	}
 	r.status = ReloadStatus{Version: next.Version, LastOK: true, LastChange: time.Now(), Reloads: r.status.Reloads + 1}
 	changes := make([]string, 0, len(plan.Tenants))
 	for _, c := range plan.Tenants {

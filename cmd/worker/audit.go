@@ -12,6 +12,7 @@ import (
 	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/internal/envflag"
 	"github.com/cellttl/cellttl/retention"
+	"github.com/cellttl/cellttl/tablemeta"
 )
 
 // auditOptions are the flags of worker audit.
@@ -67,34 +68,60 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	ao.Erasures = erasure.NewLedger(records, time.Now())
 	ao.Tracers = s.tracers
+	// The settings the rows were written with: a row that lost its ttl
+	// cell cannot be told, so the history is said beside the counts.
+	rec, err := tablemeta.NewStore(s.dc, o.table.Table).Read(ctx)
+	if err != nil {
+		return err
+	}
 	rep, err := retention.Audit(ctx, s.dc.Open(o.table.Table), o.table.Family, s.cfg.Policy, ao)
 	if err != nil {
 		return err
 	}
+	if err := printAudit(stdout, format, s.cfg.Version, rep, rec.TTLFrom); err != nil {
+		return err
+	}
+	if !rep.Clean() {
+		return &exitError{code: 1, err: errors.New("some cells break the rule of the tenants file (worker retime repairs them), outlive the TTL their event gave itself (worker retime repairs them), lie outside cellttl's layout, or belong to users the erasure ledger says were erased (worker forget again)"), quiet: format == "json"}
+	}
+	return nil
+}
+
+// printAudit writes the audit, as text or json, with the --ttl-from
+// settings recorded for the table.
+func printAudit(stdout io.Writer, format, version string, rep *retention.AuditReport, settings []tablemeta.Setting) error {
 	if format == "json" {
-		if err := json.NewEncoder(stdout).Encode(struct {
+		return json.NewEncoder(stdout).Encode(struct {
 			Version string `json:"config_version"`
 			Clean   bool   `json:"clean"`
 			*retention.AuditReport
-		}{s.cfg.Version, rep.Clean(), rep}); err != nil {
-			return err
-		}
-	} else {
-		tw := tabwriter.NewWriter(stdout, 2, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "TENANT\tTTL\tLIVE ROWS\tLIVE BYTES\tEXPIRED, NOT COLLECTED\tBREAK THE RULE\tLEAVE WITHIN HOUR\tDAY\tWEEK\tLATER\tOF ERASED USERS")
-		for _, t := range rep.Tenants {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d (%d bytes)\t%d\t%d\t%d\t%d\t%d\t%d\n", t.Tenant, t.TTL, t.LiveRows, t.LiveBytes, t.ExpiredRows, t.ExpiredBytes,
-				t.RuleBreaking, t.LeavesWithin["hour"], t.LeavesWithin["day"], t.LeavesWithin["week"], t.LeavesWithin["later"], t.ErasedRows)
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
-		if rep.Foreign > 0 {
-			fmt.Fprintf(stdout, "%d rows not in cellttl's layout, e.g. %q\n", rep.Foreign, rep.ForeignSamples)
-		}
+			TTLFrom []tablemeta.Setting `json:"ttl_from_settings"`
+		}{version, rep.Clean(), rep, settings})
 	}
-	if !rep.Clean() {
-		return &exitError{code: 1, err: errors.New("some cells break the rule of the tenants file (worker retime repairs them), lie outside cellttl's layout, or belong to users the erasure ledger says were erased (worker forget again)"), quiet: format == "json"}
+	tw := tabwriter.NewWriter(stdout, 2, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TENANT\tTTL\tLIVE ROWS\tLIVE BYTES\tEXPIRED, NOT COLLECTED\tBREAK THE RULE\tLEAVE WITHIN HOUR\tDAY\tWEEK\tLATER\tOF ERASED USERS\tLONGER THAN OWN TTL")
+	for _, t := range rep.Tenants {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d (%d bytes)\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", t.Tenant, t.TTL, t.LiveRows, t.LiveBytes, t.ExpiredRows, t.ExpiredBytes,
+			t.RuleBreaking, t.LeavesWithin["hour"], t.LeavesWithin["day"], t.LeavesWithin["week"], t.LeavesWithin["later"], t.ErasedRows, t.LongerThanOwnTTL)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if rep.Foreign > 0 {
+		fmt.Fprintf(stdout, "%d rows not in cellttl's layout, e.g. %q\n", rep.Foreign, rep.ForeignSamples)
+	}
+	if len(rep.LongerThanOwnTTLSamples) > 0 {
+		fmt.Fprintf(stdout, "rows stored longer than the TTL their event gave itself (a version written without its --ttl-from; worker retime repairs them), e.g. %q\n", rep.LongerThanOwnTTLSamples)
+	}
+	for _, set := range settings {
+		fmt.Fprintf(stdout, "rows written with %s since %s (recorded by %s", set.Describe(), set.Since.Format(time.RFC3339), set.By)
+		if set.Change {
+			fmt.Fprint(stdout, ", a change")
+		}
+		fmt.Fprintln(stdout, ")")
+	}
+	if len(settings) > 1 {
+		fmt.Fprintln(stdout, "the setting changed: a row written under the other whose ttl cell has been collected cannot be told by this audit")
 	}
 	return nil
 }

@@ -166,6 +166,9 @@ func startDemo(ctx context.Context, stdout io.Writer) (_ *demoEnv, err error) {
 	if _, err := sink.Setup(ctx, env.ac, env.dc, target, env.cfg.Policy.GCMaxAge(), sink.SetupOptions{}); err != nil {
 		return nil, fmt.Errorf("demo setup: %w", err)
 	}
+	if err := setupRecord(ctx, env.ac, target.Table, io.Discard); err != nil {
+		return nil, fmt.Errorf("demo setup: %w", err)
+	}
 	// A new emulator: no event yet, no ledger to replace.
 	ledger := sink.Target{Table: env.ro.table.ErasureTable(), Family: erasure.Family}
 	if err := setupLedger(ctx, &session{cfg: env.cfg, dc: env.dc, ac: env.ac}, ledger, target, false, io.Discard); err != nil {

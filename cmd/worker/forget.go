@@ -36,9 +36,11 @@ type forgetOptions struct {
 	requestedBy string
 	dryRun      bool
 	allowEmpty  bool
-	secondPass  time.Duration
-	backups     time.Duration
-	format      string
+	// allowVersion erases with a tenants file other than the workers'.
+	allowVersion bool
+	secondPass   time.Duration
+	backups      time.Duration
+	format       string
 	// pseudonymKey is the file of the key that names users in the log.
 	pseudonymKey string
 }
@@ -53,7 +55,7 @@ func (fo *forgetOptions) flags(out io.Writer) *envflag.FlagSet {
 	f := envflag.New("worker forget", "worker forget: erase users of a tenant. It records each erasure in the erasure ledger (which every worker obeys: "+
 		"no event of the user at or before erased_up_to is written again, from a backlog, a replay or a redrive), deletes the rows, waits for the workers' "+
 		"bound, deletes again, and prints a receipt. It takes the worker's settings that decide the bound and the topics' retention, from the same flags and environment.\n"+
-		"Exit status: 0 done, 1 an error, 2 bad flags, 3 a user had no row and nothing was recorded for it (see --allow-empty).", out)
+		"Exit status: 0 done, 1 an error, 2 bad flags (or a tenants file that is not the version the workers run: see --allow-tenants-version-mismatch), 3 a user had no row and nothing was recorded for it (see --allow-empty).", out)
 	o := &fo.runOptions
 	f.Section("Erasure")
 	f.String(&fo.tenant, "tenant", "", "", "the users' tenant (required)")
@@ -63,6 +65,7 @@ func (fo *forgetOptions) flags(out io.Writer) *envflag.FlagSet {
 	f.String(&fo.requestedBy, "requested-by", "", "", "who asked for the erasure, for the audit log and the ledger (required; a ticket or a name, never the user's id)")
 	f.Bool(&fo.dryRun, "dry-run", "", false, "count the rows; record and delete nothing")
 	f.Bool(&fo.allowEmpty, "allow-empty", "", false, "record the erasure of a user even when no row matches (a user whose events may still be on their way); exit 0")
+	f.Bool(&fo.allowVersion, versionFlag[2:], "", false, "erase although this tenants file is not the version the workers recorded last: the ledger records' life then follows this file's longest TTL, not the workers' (a flag only: no environment variable)")
 	f.Duration(&fo.secondPass, "second-pass-after", "", 0, fmt.Sprintf("wait between the two deletions (default: the workers' bound, %d × --erasure-refresh + --write-timeout)", erasure.StaleAfter))
 	f.Duration(&fo.backups, "backup-retention", "BACKUP_RETENTION", 0, "the longest a backup of the table is kept, when backups are taken: listed on the receipt, and the ledger record lives at least as long")
 	f.String(&fo.format, "format", "", "text", "output: text or json")
@@ -115,6 +118,10 @@ func runForget(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer done()
+	versionCheck, err := checkTenantsVersion(ctx, s.dc, o.table.Table, s.cfg.Version, fo.allowVersion, log)
+	if err != nil {
+		return err
+	}
 	facts, err := gatherFacts(ctx, o, s.cfg, s)
 	if err != nil {
 		return fmt.Errorf("read how long the topics keep copies (the ledger record must live as long): %w", err)
@@ -126,7 +133,7 @@ func runForget(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		SecondPassAfter: fo.secondPass, Refresh: o.erasureRefresh, WriteTimeout: o.writer.AttemptTimeout,
 		Table: o.table.Target().String(), Facts: facts, LongestTTL: s.cfg.Policy.LongestTTL(fo.tenant),
 		Backups: fo.backups, BackupsDecidedBy: "--backup-retention", Tracers: s.tracers,
-		Pseudonyms: names,
+		Pseudonyms: names, TenantsVersion: versionCheck,
 		EndOffsets: func(ctx context.Context) (string, []int64, error) {
 			ends, err := kafkaconn.EndOffsets(ctx, o.kafka.Brokers, o.kafka.Security, o.kafka.Topic)
 			return o.kafka.Topic, ends, err
@@ -239,6 +246,13 @@ func printReceipt(w io.Writer, rc forget.Receipt, format string) error {
 	}
 	if !rc.DryRun {
 		fmt.Fprintf(w, "second pass after %s\n", rc.SecondPassAfter)
+	}
+	if c := rc.TenantsVersion; c != nil {
+		fmt.Fprintf(w, "checked: %s", c)
+		if c.Overridden {
+			fmt.Fprintf(w, " (erased anyway: %s)", versionFlag)
+		}
+		fmt.Fprintln(w)
 	}
 	fmt.Fprintln(w, "not erased by this command (copies can remain up to):")
 	for _, s := range rc.Unreachable {

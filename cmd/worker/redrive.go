@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"slices"
 	"text/tabwriter"
@@ -14,6 +15,7 @@ import (
 	"github.com/cellttl/cellttl/internal/envflag"
 	"github.com/cellttl/cellttl/redrive"
 	"github.com/cellttl/cellttl/sink"
+	"github.com/cellttl/cellttl/tablemeta"
 )
 
 // redriveOptions are the flags of worker redrive: its own, and the
@@ -50,6 +52,7 @@ func (rd *redriveOptions) flags(out io.Writer) *envflag.FlagSet {
 	o.dlq.RegisterTopicFlags(f)
 	o.dlq.RegisterKeyFlags(f)
 	o.pipe.RegisterMappingFlags(f)
+	tablemeta.RegisterChangeFlag(f, &o.ttlFromChange)
 	o.pipe.RegisterClockFlags(f)
 	o.registerErasureBound(f)
 	return f
@@ -110,10 +113,8 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		log.Warn("letters are not verified: without --dlq-signing-key-file, a letter anyone produced to a dead-letter topic is trusted as the worker's")
 	}
 	ro.Filters = fmt.Sprintf("topics=%v partition=%d from=%d to=%d reasons=%v tenants=%s key=%s", ro.Topics, ro.Partition, ro.From, ro.To, ro.Reasons, s.cfg.Version, keyID)
-	// The cells are computed for the tenants file's GC rule: under another
-	// one they would be collected at once, or outlive their TTL.
-	if err := sink.CheckGC(ctx, s.ac, o.table.Target(), s.cfg.Policy.GCMaxAge()); err != nil {
-		return fmt.Errorf("refusing to redrive: %w (the tenants file asks for %s)", err, describePolicy(s.cfg.Policy))
+	if err := checkRedriveTable(ctx, s, o, ro.Apply, log); err != nil {
+		return err
 	}
 	erasures, stop, err := watchErasures(ctx, s, o.table, o.erasureRefresh, log)
 	if err != nil {
@@ -142,6 +143,21 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 	}
 	return err
+}
+
+// checkRedriveTable checks that the letters can be written as the workers
+// write them: the cells are computed for the tenants file's GC rule (under
+// another one they would be collected at once, or outlive their TTL), and
+// under the --ttl-from the table's rows are written with (a dry run
+// checks, records nothing).
+func checkRedriveTable(ctx context.Context, s *session, o *runOptions, apply bool, log *slog.Logger) error {
+	if err := sink.CheckGC(ctx, s.ac, o.table.Target(), s.cfg.Policy.GCMaxAge()); err != nil {
+		return fmt.Errorf("refusing to redrive: %w (the tenants file asks for %s)", err, describePolicy(s.cfg.Policy))
+	}
+	if err := tablemeta.CheckFamily(ctx, s.ac, o.table.Table); err != nil {
+		return fmt.Errorf("refusing to redrive: %w", err)
+	}
+	return claimTTLFrom(ctx, s.dc, o.table.Table, o.pipe.Fields.TTL, o.ttlFromChange, !apply, "worker redrive", log)
 }
 
 func printRedrive(stdout io.Writer, format string, rep *redrive.Report) error {

@@ -21,6 +21,7 @@ import (
 	"github.com/cellttl/cellttl/internal/envflag"
 	"github.com/cellttl/cellttl/pipeline"
 	"github.com/cellttl/cellttl/sink"
+	"github.com/cellttl/cellttl/tablemeta"
 	"github.com/cellttl/cellttl/telemetry"
 )
 
@@ -34,11 +35,14 @@ type runOptions struct {
 	strictRetention bool
 	// erasureRefresh is how often the erasure ledger is read again.
 	erasureRefresh time.Duration
-	kafka          ingest.Config
-	dlq            deadletter.Config
-	pipe           pipeline.Config
-	writer         sink.WriterConfig
-	admin          admin.Config
+	// ttlFromChange records --ttl-from as the table's setting over
+	// another one recorded (tablemeta).
+	ttlFromChange bool
+	kafka         ingest.Config
+	dlq           deadletter.Config
+	pipe          pipeline.Config
+	writer        sink.WriterConfig
+	admin         admin.Config
 }
 
 func defaultRunOptions() runOptions {
@@ -89,6 +93,7 @@ func (o *runOptions) register(f *envflag.FlagSet) {
 	o.admin.RegisterFlags(f)
 	o.writer.RegisterFlags(f)
 	o.pipe.RegisterFlags(f)
+	tablemeta.RegisterChangeFlag(f, &o.ttlFromChange)
 	registerErasureRefresh(f, &o.erasureRefresh)
 	f.Section("Worker")
 	f.Bool(&o.strictRetention, "strict-retention", "STRICT_RETENTION", false, "refuse to start (and fail /readyz) while the input topic lets producers stamp records further ahead than --max-clock-skew, which would let them buy retention")

@@ -23,7 +23,7 @@ type setupOptions struct {
 }
 
 func (o *setupOptions) flags(out io.Writer) *envflag.FlagSet {
-	f := envflag.New("worker setup", "worker setup: create the table and column family with the GC rule the strategy needs.", out)
+	f := envflag.New("worker setup", "worker setup: create the table and column family with the GC rule the strategy needs, the family where the workers record the --ttl-from and tenants file version they run, and the erasure ledger.", out)
 	o.register(f)
 	// Flags only: an environment variable shared by accident (a stray
 	// FORCE=true) must not be able to change or wipe a table.
@@ -67,6 +67,9 @@ func runSetup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stdout, "changed GC rule of %s from %q to %q for %s\n", target, res.OldRule, rule, describePolicy(cfg.Policy))
 	default:
 		fmt.Fprintf(stdout, "family %s already has GC rule %q for %s; nothing to do\n", target, rule, describePolicy(cfg.Policy))
+	}
+	if err := setupRecord(ctx, s.ac, target.Table, stdout); err != nil {
+		return err
 	}
 	return setupLedger(ctx, s, ledger, target, replacing, stdout)
 }

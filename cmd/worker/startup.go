@@ -15,6 +15,7 @@ import (
 	"github.com/cellttl/cellttl/internal/kafkaconn"
 	"github.com/cellttl/cellttl/internal/retry"
 	"github.com/cellttl/cellttl/sink"
+	"github.com/cellttl/cellttl/tablemeta"
 )
 
 // startupError is a start-up check that failed, naming what was checked.
@@ -68,8 +69,9 @@ func bigtableWhere(tc sink.TableConfig) (what, addr string) {
 	return fmt.Sprintf("Bigtable instance %s/%s", tc.Project, tc.Instance), ""
 }
 
-// checkBigtable checks that the family exists with the GC rule maxAge. A
-// table or a rule that is not there is permanent; anything else is waited
+// checkBigtable checks that the family exists with the GC rule maxAge, and
+// the family of the workers' record beside it. A table, a family or a rule
+// that is not there is permanent; anything else is waited
 // for. An emulator that cannot be reached is said with the reason the
 // connection failed, which the client's own retries would hide behind a
 // deadline.
@@ -81,10 +83,15 @@ func checkBigtable(ctx context.Context, ac *bigtable.AdminClient, tc sink.TableC
 		}
 	}
 	err := sink.CheckGC(ctx, ac, tc.Target(), maxAge)
+	if err == nil {
+		// The family where the worker records its --ttl-from and tenants
+		// file version: on a table set up before it came, setup adds it.
+		err = tablemeta.CheckFamily(ctx, ac, tc.Table)
+	}
 	switch {
 	case err == nil:
 		return nil
-	case sink.IsMismatch(err), errors.Is(err, sink.ErrNotSetUp):
+	case sink.IsMismatch(err), errors.Is(err, sink.ErrNotSetUp), errors.Is(err, tablemeta.ErrNotSetUp):
 		return &startupError{what: what, err: err, permanent: true}
 	}
 	return &startupError{what: what, err: err}

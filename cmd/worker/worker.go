@@ -27,6 +27,7 @@ import (
 	"github.com/cellttl/cellttl/internal/kafkaconn"
 	"github.com/cellttl/cellttl/pipeline"
 	"github.com/cellttl/cellttl/sink"
+	"github.com/cellttl/cellttl/tablemeta"
 	"github.com/cellttl/cellttl/tenants"
 )
 
@@ -43,6 +44,7 @@ type worker struct {
 	consumer     *ingest.Consumer
 	writer       *sink.Writer
 	reloader     *tenants.Reloader
+	record       *tablemeta.Recorder
 	pipeline     *pipeline.Pipeline
 	lastWriteErr lastError
 }
@@ -69,6 +71,9 @@ func newWorker(ctx context.Context, o *runOptions, cfg *tenants.Config, dc *bigt
 	if err != nil {
 		return nil, err
 	}
+	if err := w.claimRecord(ctx, dc); err != nil {
+		return nil, err
+	}
 	if err := w.openKafka(ctx, mp); err != nil {
 		return nil, err
 	}
@@ -89,6 +94,22 @@ func newWorker(ctx context.Context, o *runOptions, cfg *tenants.Config, dc *bigt
 	pcfg.Erasures, pcfg.ErasuresHeld = w.erasures.Current, w.erasures.Held
 	w.pipeline = pipeline.New(pcfg, w.consumer, w.writer, w.dlq, w.reloader.Current, mp, tp, log)
 	return w, nil
+}
+
+// claimRecord checks the worker's --ttl-from against the table's record
+// and records the tenants file version it runs, before anything is
+// consumed: a worker under another setting than the rows already written
+// must write nothing.
+func (w *worker) claimRecord(ctx context.Context, dc *bigtable.Client) error {
+	o := w.o
+	if err := claimTTLFrom(ctx, dc, o.table.Table, o.pipe.Fields.TTL, o.ttlFromChange, false, "worker run", w.log); err != nil {
+		return err
+	}
+	w.record = tablemeta.NewRecorder(tablemeta.NewStore(dc, o.table.Table), w.log)
+	if err := w.record.Record(ctx, w.cfg.Version); err != nil {
+		return fmt.Errorf("refusing to start: %w", err)
+	}
+	return nil
 }
 
 // openKafka builds the Kafka parts: the dead-letter writer, checked before
@@ -156,6 +177,11 @@ func (w *worker) serve(ctx context.Context, metrics http.Handler) error {
 	defer w.times.Close()
 	wg.Go(func() { w.rules.Run(bg, o.writer.RuleCheckInterval) })
 	wg.Go(func() { w.erasures.Run(bg) })
+	// The version in force, recorded at each reload and every heartbeat:
+	// worker forget checks its tenants file against it.
+	wg.Go(func() {
+		w.record.Run(bg, 5*time.Second, func() string { return w.reloader.Current().Version }, w.reloader.Applied())
+	})
 	if o.tenants.Path != "" {
 		hup := make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)

@@ -23,6 +23,7 @@ import (
 	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/cellttl/cellttl/retention"
+	"github.com/cellttl/cellttl/tablemeta"
 )
 
 // Request says whose events to erase, and what the protocol needs to know
@@ -66,6 +67,9 @@ type Request struct {
 	// Pseudonyms name each user in the audit log and errors (nil: the
 	// log names no user, only the tenant).
 	Pseudonyms *retention.Pseudonyms
+	// TenantsVersion is the check of the tenants file LongestTTL comes
+	// from against the workers' (nil: not made), for the receipt.
+	TenantsVersion *tablemeta.VersionCheck
 }
 
 // Receipt is what forget did, for the operator who asked.
@@ -88,6 +92,9 @@ type Receipt struct {
 	// Unreachable are the stores forget cannot erase from, and the
 	// longest a copy of the users' events can remain in each.
 	Unreachable []retention.StoreLife `json:"unreachable_stores"`
+	// TenantsVersion says what was checked of the tenants file that set
+	// the records' life.
+	TenantsVersion *tablemeta.VersionCheck `json:"tenants_version,omitempty"`
 
 	begun bool
 }
@@ -137,7 +144,7 @@ func Forget(ctx context.Context, rows *bigtable.Table, ledger *erasure.Store, r 
 	}
 	e := &eraser{r: &r, log: log, rows: rows, store: ledger,
 		rc: Receipt{Tenant: r.Tenant, DryRun: r.DryRun, RequestedBy: r.RequestedBy, ErasedUpTo: ErasedUpTo(r.Now, r.Before, r.MaxClockSkew),
-			SecondPassAfter: wait.String(), Table: r.Table, Ledger: ledger.Table()}}
+			SecondPassAfter: wait.String(), Table: r.Table, Ledger: ledger.Table(), TenantsVersion: r.TenantsVersion}}
 	e.rc.Unreachable, e.keep = unreachable(r.Facts, r.Backups, r.BackupsDecidedBy, r.LongestTTL)
 	// Who is erased already: a forget run again after it was interrupted
 	// finds no row left, and must still record and make both passes.
@@ -261,8 +268,23 @@ func (e *eraser) audit() {
 	for _, u := range e.rc.Users {
 		e.log.Info("forget", "requested_by", e.r.RequestedBy, "operator", e.r.Operator, "user", e.r.Pseudonyms.Ref(e.r.Tenant, u.User),
 			"erased_up_to", e.rc.ErasedUpTo, "rows_per_pass", u.RowsPerPass, "recorded", u.Record != nil, "dry_run", e.r.DryRun,
-			"table", e.rc.Table, "ledger", e.rc.Ledger)
+			"table", e.rc.Table, "ledger", e.rc.Ledger, "tenants_version", e.tenantsVersion())
 	}
+}
+
+// tenantsVersion says, for the audit log, which tenants file set the
+// records' life and how it compared with the workers'.
+func (e *eraser) tenantsVersion() string {
+	c := e.r.TenantsVersion
+	switch {
+	case c == nil:
+		return "not checked"
+	case c.Workers == nil:
+		return c.Version + " (" + c.Outcome + ")"
+	case c.Overridden:
+		return c.Version + " (" + c.Outcome + " from the workers' " + c.Workers.Version + ", overridden)"
+	}
+	return c.Version + " (" + c.Outcome + " the workers' " + c.Workers.Version + ")"
 }
 
 // unreachable lists the stores forget cannot erase from, with the longest

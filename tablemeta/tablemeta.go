@@ -1,0 +1,202 @@
+// Package tablemeta is the event table's record of how its rows are
+// written: the --ttl-from setting the workers write with (each setting
+// since when, and who recorded it: a history), and the tenants file
+// versions the workers run (when a worker last started running each, and
+// when one last said it still does).
+//
+// Where the record lives, and why there. Bigtable has no table metadata a
+// program may write freely, so the record is a row of the event table, in
+// a column family of its own (Family), under a key no event row can have
+// (Key: a tenant id is never empty, so no event key starts with the
+// separator).
+//   - The event table, not the erasure ledger: the workers already write
+//     the event table, and may only read the ledger, which a worker able to
+//     write could use to undo an erasure. Recording here asks for no
+//     permission the workers do not hold (a conditional mutation is a
+//     MutateRows permission, as writes are).
+//   - A family of its own, not the event family: every scan of the events
+//     (audit, retime, migrate, read, forget, the reader) filters on the
+//     event family, so the record is none of their rows; the event family's
+//     GC rule (a max-age of default_ttl, or 1s) would collect the record,
+//     and `worker migrate` changes that rule; and no writer with another
+//     timestamp rule enters the event family.
+//
+// The cost: `worker setup` must add the family to a table set up before
+// (a worker cannot: it has no admin permission), and a worker refuses to
+// start until it is there. A worker can write the record as it can write
+// any row: the record guards against a mistake (a rollout or a replay
+// without the flag), not against a hostile writer of the table.
+package tablemeta
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"cloud.google.com/go/bigtable"
+
+	"github.com/cellttl/cellttl/sink"
+)
+
+const (
+	// Family holds the record, in the event table.
+	Family = "m"
+	// Key is the record's row: no event row's key starts with '#'.
+	Key = "#cellttl#writers"
+
+	// The record's columns. A --ttl-from setting is a column of its own,
+	// named by the Unix millisecond it was recorded (13 digits, so that
+	// columns sort by time), written once: the history. A tenants file
+	// version has two, whose cell timestamps are the times: when a worker
+	// last started running it (at its start or a reload to it), and when
+	// one last recorded it (that, or a heartbeat).
+	colTTLFrom = "ttl_from."
+	colStarted = "started."
+	colSeen    = "seen."
+)
+
+// GCRule is the family's: the newest cell of each column. A setting's
+// column is written once; a version's are written again at every start,
+// reload and heartbeat, and only the newest matters.
+var GCRule = bigtable.MaxVersionsPolicy(1)
+
+// ErrNotSetUp is the error of a table without the family.
+var ErrNotSetUp = errors.New("run `worker setup`, which adds it (the workers cannot: they have no admin permission)")
+
+// Target is the family of the record in table.
+func Target(table string) sink.Target { return sink.Target{Table: table, Family: Family} }
+
+// Setup adds the family to table when it is missing, and reports whether
+// it did. A family found with another rule is left alone: nothing cellttl
+// does depends on it but the size of the row.
+func Setup(ctx context.Context, ac *bigtable.AdminClient, table string) (created bool, _ error) {
+	fam, err := sink.ReadFamily(ctx, ac, Target(table))
+	switch {
+	case err != nil:
+		return false, err
+	case fam.Exists:
+		return false, nil
+	case !fam.TableExists:
+		return false, fmt.Errorf("table %q does not exist", table)
+	}
+	if err := ac.CreateColumnFamilyWithConfig(ctx, table, Family, bigtable.Family{GCPolicy: GCRule}); err != nil {
+		return false, fmt.Errorf("create family %s: %w", Target(table), err)
+	}
+	return true, nil
+}
+
+// CheckFamily verifies that table has the family, the error wrapping
+// ErrNotSetUp when it has not.
+func CheckFamily(ctx context.Context, ac *bigtable.AdminClient, table string) error {
+	fam, err := sink.ReadFamily(ctx, ac, Target(table))
+	switch {
+	case err != nil:
+		return err
+	case !fam.Exists:
+		return fmt.Errorf("family %s, where the workers record their --ttl-from and tenants file version, does not exist; %w", Target(table), ErrNotSetUp)
+	}
+	return nil
+}
+
+// Store reads and writes the record of one event table.
+type Store struct {
+	tbl  *bigtable.Table
+	name string
+}
+
+// NewStore returns the store of the record in table.
+func NewStore(c *bigtable.Client, table string) *Store {
+	return &Store{tbl: c.Open(table), name: table}
+}
+
+// Record is the record as read.
+type Record struct {
+	// TTLFrom are the settings recorded, oldest first; the last is in
+	// force.
+	TTLFrom []Setting `json:"ttl_from"`
+	// Versions are the tenants file versions recorded, by Started.
+	Versions []Version `json:"tenants_versions"`
+}
+
+// Current is the setting in force, ok false when none was recorded.
+func (r Record) Current() (s Setting, ok bool) {
+	if len(r.TTLFrom) == 0 {
+		return Setting{}, false
+	}
+	return r.TTLFrom[len(r.TTLFrom)-1], true
+}
+
+// Read reads the record. A table without the family has none: the record
+// is empty (CheckFamily tells the two apart).
+func (s *Store) Read(ctx context.Context) (Record, error) {
+	filter := bigtable.ChainFilters(bigtable.FamilyFilter("^"+regexp.QuoteMeta(Family)+"$"), bigtable.LatestNFilter(1))
+	row, err := s.tbl.ReadRow(ctx, Key, bigtable.RowFilter(filter))
+	if err != nil {
+		return Record{}, fmt.Errorf("read the record of %s: %w", s.name, err)
+	}
+	var rec Record
+	versions := map[string]*Version{}
+	version := func(v string) *Version {
+		if versions[v] == nil {
+			versions[v] = &Version{Version: v}
+		}
+		return versions[v]
+	}
+	for _, it := range row[Family] {
+		col := strings.TrimPrefix(it.Column, Family+":")
+		at := it.Timestamp.Time().UTC()
+		switch {
+		case strings.HasPrefix(col, colTTLFrom):
+			set, err := parseSetting(col, it.Value)
+			if err != nil {
+				return Record{}, fmt.Errorf("the record of %s, column %s: %w", s.name, col, err)
+			}
+			rec.TTLFrom = append(rec.TTLFrom, set)
+		case strings.HasPrefix(col, colStarted):
+			version(strings.TrimPrefix(col, colStarted)).Started = at
+		case strings.HasPrefix(col, colSeen):
+			version(strings.TrimPrefix(col, colSeen)).Seen = at
+		}
+	}
+	slices.SortStableFunc(rec.TTLFrom, func(a, b Setting) int { return a.Since.Compare(b.Since) })
+	for _, v := range versions {
+		rec.Versions = append(rec.Versions, *v)
+	}
+	slices.SortFunc(rec.Versions, func(a, b Version) int {
+		return cmp.Or(a.Started.Compare(b.Started), strings.Compare(a.Version, b.Version))
+	})
+	return rec, nil
+}
+
+// settingColumn is the column of a setting recorded at the millisecond ms.
+func settingColumn(ms int64) string { return fmt.Sprintf("%s%013d", colTTLFrom, max(0, ms)) }
+
+// stored is a setting's cell value; its time is the column's.
+type stored struct {
+	TTLFrom string `json:"ttl_from"`
+	By      string `json:"by"`
+	Host    string `json:"host,omitempty"`
+	Change  bool   `json:"change,omitempty"`
+}
+
+func parseSetting(col string, value []byte) (Setting, error) {
+	ms, err := strconv.ParseInt(strings.TrimPrefix(col, colTTLFrom), 10, 64)
+	if err != nil {
+		return Setting{}, fmt.Errorf("not a setting's column: %w", err)
+	}
+	var v stored
+	if err := json.Unmarshal(value, &v); err != nil {
+		return Setting{}, fmt.Errorf("unreadable setting: %w", err)
+	}
+	return Setting{TTLFrom: v.TTLFrom, Since: time.UnixMilli(ms).UTC(), By: v.By, Host: v.Host, Change: v.Change, column: col}, nil
+}
+
+// at is t as a cell timestamp, to the millisecond (Bigtable's granularity).
+func at(t time.Time) bigtable.Timestamp { return bigtable.Time(t.Truncate(time.Millisecond)) }
