@@ -37,6 +37,10 @@ type Config struct {
 	// Erasures returns the erasure ledger in force (nil: no ledger); it
 	// is called once per message and must not block.
 	Erasures func() *erasure.Ledger
+	// StrictRetention (--strict-retention) dead-letters an event whose
+	// record's or own time lies past the clock + Decoder.MaxClockSkew
+	// (reason time_ahead) rather than writing it.
+	StrictRetention bool
 }
 
 // DefaultConfig returns the defaults the worker's flags document.

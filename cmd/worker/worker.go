@@ -87,6 +87,7 @@ func newWorker(ctx context.Context, o *runOptions, cfg *tenants.Config, dc *bigt
 	}
 	pcfg := o.pipe
 	pcfg.Erasures = w.erasures.Current
+	pcfg.StrictRetention = o.strictRetention
 	w.pipeline = pipeline.New(pcfg, w.consumer, w.writer, w.dlq, w.reloader.Current, mp, tp, log)
 	return w, nil
 }
