@@ -99,7 +99,7 @@ func (o *runOptions) register(f *envflag.FlagSet) {
 	o.pipe.RegisterFlags(f)
 	registerErasureRefresh(f, &o.erasureRefresh)
 	f.Section("Worker")
-	registerStrictRetention(f, &o.strictRetention, "hold to --max-clock-skew the time a producer stamps, which would buy retention: refuse to start (and fail /readyz) while the input topic lets producers stamp records further ahead, and dead-letter an event whose time lies further ahead of the worker's clock (reason time_ahead)")
+	registerStrictRetention(f, &o.strictRetention, "hold to --max-clock-skew the time a producer stamps, which would buy retention: refuse to start, and hold the writes (failing /readyz) while the input topic lets producers stamp records further ahead or its settings go unread for 3 × --dlq-check-interval; dead-letter an event whose time lies further ahead of the worker's clock (reason time_ahead)")
 	f.Advanced()
 	f.Duration(&o.startupTimeout, "startup-timeout", "STARTUP_TIMEOUT", o.startupTimeout, "how long start-up waits for Bigtable and Kafka to answer, trying again, before it gives up")
 }
