@@ -17,7 +17,8 @@ import (
 // uncommitted, neither written nor dead-lettered, until the topic bounds
 // record timestamps again; then they are written. A record stamped an hour
 // ahead, which only the relaxed topic let in, is dead-lettered (time_ahead)
-// and never written. Against the real broker and emulator.
+// and never written, nor by worker redrive under the same rule. Against
+// the real broker and emulator.
 func TestStrictRetentionHoldsWritesWhileTopicRelaxed(t *testing.T) {
 	e := newEnv(t, tenantsYAML)
 	if out, err := e.cmd(t, "setup"); err != nil {
@@ -73,6 +74,27 @@ func TestStrictRetentionHoldsWritesWhileTopicRelaxed(t *testing.T) {
 	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
+	}
+	// worker redrive decides the letter by the same rule under
+	// --strict-retention (or CELLTTL_STRICT_RETENTION), and would write it
+	// without.
+	redrive := func(extra ...string) string {
+		out, err := e.cmd(t, "redrive", append([]string{"--brokers", strings.Join(e.brokers, ","), "--topic", e.topic}, extra...)...)
+		if err != nil {
+			t.Fatalf("redrive %v: %v\n%s", extra, err, out)
+		}
+		return strings.Join(strings.Fields(out), " ")
+	}
+	if out := redrive("--strict-retention"); !strings.Contains(out, "time_ahead time_ahead 1") {
+		t.Errorf("redrive --strict-retention: %s", out)
+	}
+	t.Setenv("CELLTTL_STRICT_RETENTION", "true")
+	if out := redrive(); !strings.Contains(out, "time_ahead time_ahead 1") {
+		t.Errorf("redrive with CELLTTL_STRICT_RETENTION: %s", out)
+	}
+	t.Setenv("CELLTTL_STRICT_RETENTION", "false")
+	if out := redrive(); !strings.Contains(out, "time_ahead written 1") {
+		t.Errorf("redrive without strict: %s", out)
 	}
 }
 
