@@ -36,7 +36,7 @@ func (c *Config) RegisterFlags(f *envflag.FlagSet) {
 	c.RegisterKeyFlags(f)
 	f.Section("Dead letters")
 	f.Advanced()
-	f.Duration(&c.CheckInterval, "dlq-check-interval", "DLQ_CHECK_INTERVAL", c.CheckInterval, "how often the dead-letter topics' retention settings, and the input topic's timestamp settings, are read again (a topic changed to keep records forever is refused within this)")
+	f.Duration(&c.CheckInterval, "dlq-check-interval", "DLQ_CHECK_INTERVAL", c.CheckInterval, "how often the dead-letter topics' retention settings, and the input topic's timestamp settings, are read again (a topic changed to keep records forever is refused within this; under --strict-retention, an input topic relaxed holds the writes within this)")
 }
 
 // RegisterKeyFlags declares the letter key file: for the worker, which

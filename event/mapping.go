@@ -382,3 +382,11 @@ func (m *Mapping) TenantField() string {
 	}
 	return m.src[fieldTenant].field
 }
+
+// TimeField names the event time's field the way an Error's Field does.
+func (m *Mapping) TimeField() string {
+	if m == nil {
+		m = contract
+	}
+	return m.src[fieldTime].field
+}

@@ -108,7 +108,7 @@ func hotPath(b *testing.B, fields event.Fields, msg ingest.Message, ledger *eras
 	b.ReportAllocs()
 	var dec Decision
 	for b.Loop() {
-		dec = Decide(&pc.Decoder, cfg, ledger, &msg, msg.Time)
+		dec = Decide(&pc.Decoder, cfg, ledger, &msg, msg.Time, time.Time{})
 	}
 	if dec.Fate != want {
 		b.Fatalf("fate %d, want %d (%v)", dec.Fate, want, dec.Err)

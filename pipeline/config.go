@@ -41,6 +41,10 @@ type Config struct {
 	// an erasure (it is stale): dead letters wait while it does, as rows
 	// do, since a letter is a copy of its user's data.
 	ErasuresHeld func() error
+	// StrictRetention (--strict-retention) dead-letters an event whose
+	// record's or own time lies past the clock + Decoder.MaxClockSkew
+	// (reason time_ahead) rather than writing it.
+	StrictRetention bool
 }
 
 // DefaultConfig returns the defaults the worker's flags document.

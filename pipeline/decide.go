@@ -30,6 +30,9 @@ const (
 	// Erased: the erasure ledger covers the event's user and time; never
 	// written, never dead-lettered.
 	Erased
+	// TimeAhead: under --strict-retention, the record's or the event's
+	// time lies past the latest Decide was given (see ahead.go).
+	TimeAhead
 )
 
 // Decision is what the worker makes of one record: a pure function of the
@@ -58,8 +61,10 @@ type Decision struct {
 // Decide decodes msg with d and gives it its cells under cfg, unless the
 // ledger (nil: none) erased its user up to its time. The ledger is asked
 // before the tenant's policy: an erased user's event of an unlisted tenant
-// is not dead-lettered either (a letter is a copy of the payload).
-func Decide(d *event.Decoder, cfg *tenants.Config, ledger *erasure.Ledger, msg *ingest.Message, now time.Time) Decision {
+// is not dead-lettered either (a letter is a copy of the payload). latest,
+// when not zero, is the latest time an event may carry (--strict-retention,
+// see StrictLatest): a later one is TimeAhead.
+func Decide(d *event.Decoder, cfg *tenants.Config, ledger *erasure.Ledger, msg *ingest.Message, now, latest time.Time) Decision {
 	rec := record(d.Mapping, msg)
 	ev, err := d.DecodeRecord(&rec)
 	at := erasure.Position{Topic: msg.Topic, Partition: msg.Partition, Offset: msg.Offset}
@@ -92,6 +97,10 @@ func Decide(d *event.Decoder, cfg *tenants.Config, ledger *erasure.Ledger, msg *
 	dec := Decision{Event: ev, Listed: listed}
 	if ledger.Erased(ev.Tenant, ev.User, ev.Base.UnixMilli(), at) {
 		dec.Fate = Erased
+		return dec
+	}
+	if dec.Field, dec.Err = ahead(d, msg, &ev, latest); dec.Err != nil {
+		dec.Fate, dec.Class = TimeAhead, reasonTimeAhead
 		return dec
 	}
 	if !listed {
@@ -148,6 +157,8 @@ func (d *Decision) Subject(msg *ingest.Message) erasure.Subject {
 //     time.
 //   - UnlistedDeadLetter: the unlisted bound from its time, and no longer
 //     than the TTL it asked for, within the unlisted tenants' bounds.
+//   - TimeAhead: as long as the event may live, counted from the record's
+//     time or now, the earlier (see aheadKeep).
 //   - Write, for a letter if the row is refused: the cell's expiry, and for
 //     an unlisted tenant no later than the unlisted bound.
 func (d *Decision) KeepUntil(cfg *tenants.Config, unlistedTTL time.Duration, recordTime, now time.Time) time.Time {
@@ -174,6 +185,8 @@ func (d *Decision) KeepUntil(cfg *tenants.Config, unlistedTTL time.Duration, rec
 			keep = earliest(keep, ev.Base.Add(ttl))
 		}
 		return keep
+	case TimeAhead:
+		return d.aheadKeep(cfg, unlisted, recordTime, now)
 	}
 	keep := d.Cell.Expiry
 	if !d.Listed {

@@ -26,7 +26,7 @@ type instruments struct {
 // classes of event.Error, and rows Bigtable refused.
 var deadLetterReasons = []string{
 	string(event.TooLarge), string(event.NotJSON), string(event.Missing), string(event.WrongType),
-	string(event.BadID), string(event.BadTime), string(event.BadTTL), string(event.Ambiguous), reasonBigtableRefused, reasonUndecodable, reasonUnlisted,
+	string(event.BadID), string(event.BadTime), string(event.BadTTL), string(event.Ambiguous), reasonBigtableRefused, reasonUndecodable, reasonUnlisted, reasonTimeAhead,
 }
 
 // reasonBigtableRefused is the reason of a row Bigtable refused for good,
@@ -37,6 +37,9 @@ const (
 	// reasonUnlisted is an event of a tenant tenants.yaml does not list,
 	// under unlisted_tenants: dead-letter.
 	reasonUnlisted = "unlisted_tenant"
+	// reasonTimeAhead is an event whose time lies past the worker's clock
+	// + --max-clock-skew, under --strict-retention (ahead.go).
+	reasonTimeAhead = "time_ahead"
 )
 
 func (p *Pipeline) registerMetrics() error {
@@ -83,7 +86,7 @@ func (p *Pipeline) registerMetrics() error {
 	erased := counter("cellttl.events.erased", "events not written because the erasure ledger covers their user and time (worker forget), by tenant")
 	clamped := counter("cellttl.events.clamped", "events whose occurred_at lay beyond --max-clock-skew and was clamped, by tenant")
 	ttlClamped := counter("cellttl.events.ttl_clamped", "events whose own TTL (--ttl-from) lay outside their tenant's min_ttl..max_ttl and was clamped, by tenant and bound (min, max)")
-	ahead := counter("cellttl.records.timestamp_ahead", "records whose timestamp lay further ahead of the worker's clock than --max-clock-skew when processed (their cells still follow the record; see /status record_timestamps)")
+	ahead := counter("cellttl.records.timestamp_ahead", "records whose timestamp lay further ahead of the worker's clock than --max-clock-skew when processed (their cells still follow the record; under --strict-retention they are dead-lettered, reason time_ahead; see /status record_timestamps)")
 	unlisted := counter("cellttl.events.unlisted", "events of tenants tenants.yaml does not list, whatever unlisted_tenants does with them (no tenant label: /status lists the most frequent ids)")
 	if err != nil {
 		return fmt.Errorf("register pipeline metrics: %w", err)

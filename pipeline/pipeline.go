@@ -267,7 +267,11 @@ func (p *Pipeline) route(f *ingest.Fetched, now time.Time, cfg *tenants.Config, 
 	// it costs a copy per event (BenchmarkPipeline, 178 instructions).
 	var dec Decision
 	if !p.unread(f, &dec) {
-		dec = Decide(&p.cfg.Decoder, cfg, p.ledger(), msg, now)
+		var latest time.Time
+		if p.cfg.StrictRetention {
+			latest = StrictLatest(now, p.cfg.Decoder.MaxClockSkew)
+		}
+		dec = Decide(&p.cfg.Decoder, cfg, p.ledger(), msg, now, latest)
 	}
 	ev := &dec.Event
 	switch dec.Fate {
@@ -292,6 +296,14 @@ func (p *Pipeline) route(f *ingest.Fetched, now time.Time, cfg *tenants.Config, 
 		p.deadLetter(b, dead, deadItem{dl: deadletter.Letter{Msg: *msg, Reason: dec.Err.Error(), Field: dec.Field,
 			Class: dec.Class, Tenant: ev.Tenant, KeepUntil: dec.KeepUntil(cfg, p.cfg.UnlistedDeadLetterTTL, msg.Time, now)}, ack: f.Ack, tenant: ts, reason: dec.Class,
 			who: dec.Subject(msg)})
+		return
+	case TimeAhead:
+		ts := p.count(&dec)
+		dl := deadletter.Letter{Msg: *msg, Reason: dec.Err.Error(), Field: dec.Field, Class: dec.Class, KeepUntil: dec.KeepUntil(cfg, p.cfg.UnlistedDeadLetterTTL, msg.Time, now)}
+		if dec.Listed {
+			dl.Tenant = ev.Tenant
+		}
+		p.deadLetter(b, dead, deadItem{dl: dl, ack: f.Ack, tenant: ts, reason: dec.Class, who: dec.Subject(msg)})
 		return
 	}
 	ts := p.count(&dec)

@@ -66,7 +66,7 @@ func TestDecideOwnTTL(t *testing.T) {
 	}
 	for _, tt := range tests {
 		msg := ingest.Message{Value: []byte(`{"event_id":"e-1","tenant_id":"` + tt.tenant + `","occurred_at":"2026-11-21T09:00:00.123Z"` + tt.ttl + `}`), Time: base}
-		dec := Decide(d, cfg, nil, &msg, now)
+		dec := Decide(d, cfg, nil, &msg, now, time.Time{})
 		if dec.Fate != Write || dec.TTL != tt.want || dec.TTLClamp != tt.clamp || dec.Row.TTL.Own != tt.own {
 			t.Errorf("%s %s: fate %d, TTL %v clamp %v own %v; want %v %v %v", tt.tenant, tt.ttl, dec.Fate, dec.TTL, dec.TTLClamp, dec.Row.TTL.Own, tt.want, tt.clamp, tt.own)
 			continue
@@ -84,11 +84,11 @@ func TestDecideOwnTTL(t *testing.T) {
 
 	// A TTL shorter than the time since the event: expired, not written.
 	msg := ingest.Message{Value: []byte(`{"event_id":"e-1","tenant_id":"globex","occurred_at":"2026-11-21T09:00:00.123Z","ttl":"30s"}`), Time: base}
-	if dec := Decide(d, cfg, nil, &msg, now); dec.Fate != Expired {
+	if dec := Decide(d, cfg, nil, &msg, now, time.Time{}); dec.Fate != Expired {
 		t.Errorf("an own TTL already over: fate %d, want Expired", dec.Fate)
 	}
 	msg = ingest.Message{Value: []byte(`{"event_id":"e-1","tenant_id":"acme","occurred_at":"2026-11-21T09:00:00.123Z","ttl":"forever"}`), Time: base}
-	if dec := Decide(d, cfg, nil, &msg, now); dec.Fate != Rejected || dec.Class != "invalid_ttl" || dec.Field != "ttl" || !strings.Contains(dec.Err.Error(), `"forever"`) {
+	if dec := Decide(d, cfg, nil, &msg, now, time.Time{}); dec.Fate != Rejected || dec.Class != "invalid_ttl" || dec.Field != "ttl" || !strings.Contains(dec.Err.Error(), `"forever"`) {
 		t.Errorf("an unreadable TTL: fate %d class %q field %q err %v", dec.Fate, dec.Class, dec.Field, dec.Err)
 	}
 }
@@ -226,7 +226,7 @@ func TestDecideErasesByOffset(t *testing.T) {
 		{`{"event_id":"e-1","tenant_id":"acme","user_id":"u1","ttl":"forever"}`, 100, Rejected},
 	} {
 		msg := ingest.Message{Topic: "clicks", Offset: c.offset, Value: []byte(c.value), Time: ahead}
-		if dec := Decide(&pc.Decoder, cfg, ledger, &msg, now); dec.Fate != c.want {
+		if dec := Decide(&pc.Decoder, cfg, ledger, &msg, now, time.Time{}); dec.Fate != c.want {
 			t.Errorf("%s at offset %d: fate %d, want %d", c.value, c.offset, dec.Fate, c.want)
 		} else if dec.Fate == Write && (dec.Row.Source != sink.Source{Topic: "clicks", Offset: c.offset}) {
 			t.Errorf("%s: the row's source %+v, want its record's (the writer asks the ledger again by it)", c.value, dec.Row.Source)

@@ -73,6 +73,11 @@ type Options struct {
 	// the same ledger as its Gate, so a user erased during the run is not
 	// written either.
 	Erasures func() *erasure.Ledger
+	// StrictRetention applies the worker's --strict-retention rule to each
+	// letter: an event whose time lies past the letter's time (when the
+	// worker saw it, or now if earlier) + the decoder's MaxClockSkew is not
+	// written (outcome TimeAhead).
+	StrictRetention bool
 	// WriteBound bounds one write, the writer's retries included (none
 	// when 0): a redrive is a job that must end, and a write Bigtable
 	// keeps refusing as a whole (a permission, a table gone) would
@@ -92,6 +97,9 @@ const (
 	Undecodable   = "undecodable_batch"
 	Refused       = "bigtable_refused" // Bigtable refused the row again
 	Erased        = "erased"           // its user was erased (worker forget) up to or after its time
+	// TimeAhead: under StrictRetention, its record's or event's time lies
+	// past its letter's time + --max-clock-skew (pipeline.TimeAhead).
+	TimeAhead = "time_ahead"
 	// Untrusted: its signature does not verify (with Keys), or it names a
 	// source other than the input topic, or it was cut and keeps no hash
 	// of the record to check the one read again against.
@@ -388,8 +396,11 @@ func (r *run) decide(ctx context.Context, letter ingest.Message) (sink.Row, stri
 	if r.o.Erasures != nil {
 		ledger = r.o.Erasures()
 	}
-	dec := pipeline.Decide(r.d, r.cfg, ledger, &src, r.o.Now())
+	now := r.o.Now()
+	dec := pipeline.Decide(r.d, r.cfg, ledger, &src, now, r.latest(letter, now))
 	switch dec.Fate {
+	case pipeline.TimeAhead:
+		return sink.Row{}, TimeAhead, nil
 	case pipeline.Erased:
 		return sink.Row{}, Erased, nil
 	case pipeline.Write:
@@ -400,6 +411,25 @@ func (r *run) decide(ctx context.Context, letter ingest.Message) (sink.Row, stri
 		return sink.Row{}, Unlisted, nil
 	}
 	return sink.Row{}, StillRejected, nil
+}
+
+// latest is, under StrictRetention, the latest time the letter's event
+// may carry: the worker's rule, counted from when the record was first
+// seen, which is no later than its letter was produced. Counted from the
+// redrive's clock instead, a record stamped a year ahead, dead-lettered
+// for it, would be written by a redrive run a year later, having bought
+// that year. The letter's timestamp is its producer's (the worker's) and
+// not signed: whoever may produce to a dead-letter topic can set it, as
+// it can forge an unsigned letter. Zero (no rule) without StrictRetention.
+func (r *run) latest(letter ingest.Message, now time.Time) time.Time {
+	if !r.o.StrictRetention {
+		return time.Time{}
+	}
+	seen := now
+	if !letter.Time.IsZero() && letter.Time.Before(now) {
+		seen = letter.Time
+	}
+	return pipeline.StrictLatest(seen, r.d.MaxClockSkew)
 }
 
 // original is the record a letter stands for: its payload with the

@@ -1,12 +1,15 @@
 package sink
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"cloud.google.com/go/bigtable"
+	"cloud.google.com/go/bigtable/admin/apiv2/adminpb"
 
 	"github.com/cellttl/cellttl/internal/envflag"
 )
@@ -98,6 +101,26 @@ func (c TableConfig) Clients(ctx context.Context) (*bigtable.Client, *bigtable.A
 		return nil, nil, fmt.Errorf("bigtable admin client for %s/%s: %w", c.Project, c.Instance, err)
 	}
 	return dc, ac, nil
+}
+
+// ReadAppProfile reads the app profile of the data requests (the
+// instance's default when --app-profile is not set), which needs
+// bigtable.appProfiles.get on the instance: how it routes tells whether
+// its writes reach other clusters later.
+func (c TableConfig) ReadAppProfile(ctx context.Context) (*adminpb.AppProfile, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	iac, err := bigtable.NewInstanceAdminClient(ctx, c.Project)
+	if err != nil {
+		return nil, fmt.Errorf("bigtable instance admin client for %s: %w", c.Project, err)
+	}
+	defer iac.Close()
+	name := cmp.Or(c.AppProfile, "default")
+	ap, err := iac.GetAppProfile(ctx, c.Instance, name)
+	if err != nil {
+		return nil, fmt.Errorf("app profile %s of %s/%s: %w", name, c.Project, c.Instance, err)
+	}
+	return ap, nil
 }
 
 // RegisterFlags declares the flags that fill c, with c's values as their

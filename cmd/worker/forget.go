@@ -41,6 +41,9 @@ type forgetOptions struct {
 	secondPass   time.Duration
 	backups      time.Duration
 	format       string
+	// replication is how forget accounts for a replicated instance:
+	// replicationWait or replicationSingle.
+	replication string
 	// pseudonymKey is the file of the key that names users in the log.
 	pseudonymKey string
 }
@@ -69,6 +72,9 @@ func (fo *forgetOptions) flags(out io.Writer) *envflag.FlagSet {
 	f.Duration(&fo.secondPass, "second-pass-after", "", 0, fmt.Sprintf("wait between the two deletions (default: the workers' bound, %d × --erasure-refresh + --write-timeout)", erasure.StaleAfter))
 	f.Duration(&fo.backups, "backup-retention", "BACKUP_RETENTION", 0, "the longest a backup of the table is kept, when backups are taken: listed on the receipt, and the ledger record lives at least as long")
 	f.String(&fo.format, "format", "", "text", "output: text or json")
+	f.String(&fo.replication, "replication", "", replicationWait, "how forget accounts for a replicated instance, where its writes reach the other clusters later: "+
+		"wait (for consistency after recording and around the second pass; needs bigtable.tables.generateConsistencyToken and bigtable.tables.checkConsistency on both tables) or "+
+		"single-cluster (forget and every worker route to one cluster; forget checks its own app profile when it may read it)")
 	f.String(&fo.pseudonymKey, "log-pseudonym-key-file", envflag.Env, "", "file of the key (base64, at least 32 bytes) under which the audit log names each user, by an HMAC of tenant and id; without it the log names no user, only the tenant")
 	o.tableOptions.register(f)
 	o.kafka.RegisterConnectionFlags(f)
@@ -90,7 +96,7 @@ func runForget(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return usageError(err)
 	}
-	if err := errors.Join(checkFormat(fo.format), o.kafka.Validate(), o.dlq.Validate(o.kafka.Topic)); err != nil {
+	if err := errors.Join(checkFormat(fo.format), checkReplication(fo.replication), o.kafka.Validate(), o.dlq.Validate(o.kafka.Topic)); err != nil {
 		return usageError(err)
 	}
 	if fo.requestedBy == "" {
@@ -126,6 +132,14 @@ func runForget(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return fmt.Errorf("read how long the topics keep copies (the ledger record must live as long): %w", err)
 	}
+	repl := forget.Replication{Table: o.table.Table, Wait: s.ac.WaitForReplication}
+	if fo.replication == replicationSingle {
+		ap, err := o.table.ReadAppProfile(ctx)
+		repl.Wait = nil
+		if repl.Statement, err = forget.SingleCluster(o.table.AppProfile, ap, err, log); err != nil {
+			return err
+		}
+	}
 	rc, err := forget.Forget(ctx, s.dc.Open(o.table.Table), erasure.NewStore(s.dc, o.table.ErasureTable()), forget.Request{
 		Tenant: fo.tenant, Users: users, RequestedBy: fo.requestedBy, Operator: operator(),
 		Now: now, Before: before, MaxClockSkew: o.pipe.Decoder.MaxClockSkew,
@@ -133,7 +147,7 @@ func runForget(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		SecondPassAfter: fo.secondPass, Refresh: o.erasureRefresh, WriteTimeout: o.writer.AttemptTimeout,
 		Table: o.table.Target().String(), Facts: facts, LongestTTL: s.cfg.Policy.LongestTTL(fo.tenant),
 		Backups: fo.backups, BackupsDecidedBy: "--backup-retention", Tracers: s.tracers,
-		Pseudonyms: names, TenantsVersion: versionCheck,
+		Pseudonyms: names, TenantsVersion: versionCheck, Replication: repl,
 		EndOffsets: func(ctx context.Context) (string, []int64, error) {
 			ends, err := kafkaconn.EndOffsets(ctx, o.kafka.Brokers, o.kafka.Security, o.kafka.Topic)
 			return o.kafka.Topic, ends, err
@@ -150,6 +164,19 @@ func runForget(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			err: fmt.Errorf("%d of %d users had no row, and nothing was recorded for them: check the ids, or pass --allow-empty", rc.NotFound, len(users))}
 	}
 	return err
+}
+
+// The values of --replication.
+const (
+	replicationWait   = "wait"
+	replicationSingle = "single-cluster"
+)
+
+func checkReplication(v string) error {
+	if v != replicationWait && v != replicationSingle {
+		return fmt.Errorf("--replication %q: want %s or %s", v, replicationWait, replicationSingle)
+	}
+	return nil
 }
 
 // userIDs gathers --user and --users-from, checked as row keys hold ids.
@@ -254,6 +281,7 @@ func printReceipt(w io.Writer, rc forget.Receipt, format string) error {
 		}
 		fmt.Fprintln(w)
 	}
+	fmt.Fprintf(w, "replication: %s\n", rc.Replication.Summary)
 	fmt.Fprintln(w, "not erased by this command (copies can remain up to):")
 	for _, s := range rc.Unreachable {
 		fmt.Fprintf(w, "  %s: %s (%s)\n", s.Store, s.Longest, s.DecidedBy)

@@ -54,6 +54,8 @@ func (rd *redriveOptions) flags(out io.Writer) *envflag.FlagSet {
 	o.pipe.RegisterMappingFlags(f)
 	tablemeta.RegisterChangeFlag(f, &o.ttlFromChange)
 	o.pipe.RegisterClockFlags(f)
+	f.Section("Redrive")
+	registerStrictRetention(f, &ro.StrictRetention, "decide each letter by the worker's --strict-retention rule: an event whose time lies further past its letter's time (when the worker saw it) than --max-clock-skew is not written (outcome time_ahead)")
 	o.registerErasureBound(f)
 	return f
 }

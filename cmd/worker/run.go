@@ -31,7 +31,9 @@ type runOptions struct {
 	tableOptions
 	startupTimeout time.Duration
 	// strictRetention refuses to run where the retention promise cannot
-	// hold: producers may stamp records past --max-clock-skew.
+	// hold: producers may stamp records past --max-clock-skew. It holds
+	// writes while the topic lets them, and dead-letters the events
+	// stamped past it.
 	strictRetention bool
 	// erasureRefresh is how often the erasure ledger is read again.
 	erasureRefresh time.Duration
@@ -79,6 +81,12 @@ func (o *runOptions) registerErasureBound(f *envflag.FlagSet) {
 	registerErasureRefresh(f, &o.erasureRefresh)
 }
 
+// registerStrictRetention declares --strict-retention: for the worker, and
+// for redrive, which decides each letter by the worker's rule.
+func registerStrictRetention(f *envflag.FlagSet, strict *bool, usage string) {
+	f.Bool(strict, "strict-retention", "STRICT_RETENTION", false, usage)
+}
+
 func (o *runOptions) flags(out io.Writer) *envflag.FlagSet {
 	f := envflag.New("worker run", "worker run: consume click events and write them with per-tenant TTLs.", out)
 	o.register(f)
@@ -96,7 +104,7 @@ func (o *runOptions) register(f *envflag.FlagSet) {
 	tablemeta.RegisterChangeFlag(f, &o.ttlFromChange)
 	registerErasureRefresh(f, &o.erasureRefresh)
 	f.Section("Worker")
-	f.Bool(&o.strictRetention, "strict-retention", "STRICT_RETENTION", false, "refuse to start (and fail /readyz) while the input topic lets producers stamp records further ahead than --max-clock-skew, which would let them buy retention")
+	registerStrictRetention(f, &o.strictRetention, "hold to --max-clock-skew the time a producer stamps, which would buy retention: refuse to start, and hold the writes (failing /readyz) while the input topic lets producers stamp records further ahead or its settings go unread for 3 × --dlq-check-interval; dead-letter an event whose time lies further ahead of the worker's clock (reason time_ahead)")
 	f.Advanced()
 	f.Duration(&o.startupTimeout, "startup-timeout", "STARTUP_TIMEOUT", o.startupTimeout, "how long start-up waits for Bigtable and Kafka to answer, trying again, before it gives up")
 }

@@ -79,7 +79,9 @@ func newWorker(ctx context.Context, o *runOptions, cfg *tenants.Config, dc *bigt
 	}
 	wcfg := o.writer
 	wcfg.OnRetry = func(rows int, code codes.Code, err error) { w.lastWriteErr.set(err) }
-	wcfg.Held = func() error { return cmp.Or(w.rules.Held(), w.erasures.Held()) }
+	// Under --strict-retention, a topic relaxed at run time (or whose
+	// settings go unread) holds the writes as it refuses the start.
+	wcfg.Held = func() error { return cmp.Or(w.rules.Held(), w.erasures.Held(), w.times.Problem()) }
 	wcfg.Gate = w.erasures
 	if w.writer, err = sink.NewWriter(dc, o.table.Target(), wcfg, mp, log); err != nil {
 		_ = errors.Join(w.consumer.Close(), w.dlq.Close())
@@ -92,6 +94,7 @@ func newWorker(ctx context.Context, o *runOptions, cfg *tenants.Config, dc *bigt
 	}
 	pcfg := o.pipe
 	pcfg.Erasures, pcfg.ErasuresHeld = w.erasures.Current, w.erasures.Held
+	pcfg.StrictRetention = o.strictRetention
 	w.pipeline = pipeline.New(pcfg, w.consumer, w.writer, w.dlq, w.reloader.Current, mp, tp, log)
 	return w, nil
 }

@@ -70,6 +70,8 @@ type Request struct {
 	// TenantsVersion is the check of the tenants file LongestTTL comes
 	// from against the workers' (nil: not made), for the receipt.
 	TenantsVersion *tablemeta.VersionCheck
+	// Replication says how forget accounts for a replicated instance.
+	Replication Replication
 }
 
 // Receipt is what forget did, for the operator who asked.
@@ -95,6 +97,9 @@ type Receipt struct {
 	// TenantsVersion says what was checked of the tenants file that set
 	// the records' life.
 	TenantsVersion *tablemeta.VersionCheck `json:"tenants_version,omitempty"`
+	// Replication says whether forget waited for its writes to reach
+	// every cluster of the instance, or why it did not.
+	Replication ReplicationReceipt `json:"replication"`
 
 	begun bool
 }
@@ -148,12 +153,17 @@ func Forget(ctx context.Context, rows *bigtable.Table, ledger *erasure.Store, r 
 	e.rc.Unreachable, e.keep = unreachable(r.Facts, r.Backups, r.BackupsDecidedBy, r.LongestTTL)
 	// Who is erased already: a forget run again after it was interrupted
 	// finds no row left, and must still record and make both passes.
+	if err := e.probeReplication(ctx); err != nil {
+		return Receipt{}, err
+	}
 	var err error
 	if e.erased, _, err = ledger.LoadLedger(ctx, r.Now); err != nil {
 		return Receipt{}, err
 	}
 	e.rc.begun = true
-	err = e.run(ctx, wait)
+	if err = e.run(ctx, wait); err != nil && e.rc.Replication.Summary == "" {
+		e.rc.Replication.Summary = fmt.Sprintf("stopped after %d waits for consistency, with the error", e.rc.Replication.waits)
+	}
 	return e.rc, err
 }
 
@@ -168,7 +178,8 @@ type eraser struct {
 	rc     Receipt
 }
 
-// run records, deletes, waits and deletes again.
+// run records, deletes, waits and deletes again, waiting for replication
+// where forget waits (see Replication).
 func (e *eraser) run(ctx context.Context, wait time.Duration) error {
 	var first time.Time // every row
 	if !e.r.Before.IsZero() {
@@ -181,27 +192,49 @@ func (e *eraser) run(ctx context.Context, wait time.Duration) error {
 	if err := e.mark(ctx); err != nil {
 		return err
 	}
-	if e.r.DryRun {
-		e.audit()
+	if e.r.DryRun || e.recorded() == 0 {
+		e.done() // nothing recorded: nothing to delete, nor to wait for
 		return nil
+	}
+	// The workers' bound counts from when every cluster has the records.
+	if err := e.replicated(ctx, e.store.Table(), "the ledger records, before the bound counts"); err != nil {
+		return fmt.Errorf("%w (the users are in the ledger: run the same forget again)", err)
 	}
 	if err := e.pass(ctx, first); err != nil {
 		return err
 	}
 	// Rows written by batches decided before the workers loaded the
-	// records: gone once every worker is past its bound.
-	if e.recorded() > 0 {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("interrupted before the second pass (run the same forget again: the users are in the ledger): %w", ctx.Err())
-		case <-time.After(wait):
-		}
-		if err := e.pass(ctx, second); err != nil {
-			return err
-		}
+	// records: gone once every worker is past its bound, and once what
+	// they wrote through another cluster has reached this one.
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("interrupted before the second pass (run the same forget again: the users are in the ledger): %w", ctx.Err())
+	case <-time.After(wait):
 	}
-	e.audit()
+	if err := e.secondPass(ctx, second); err != nil {
+		return fmt.Errorf("%w (the users are in the ledger: run the same forget again)", err)
+	}
+	e.done()
 	return nil
+}
+
+// secondPass deletes the rows up to before once more, after the rows
+// written through every cluster have reached this one, and waits for the
+// deletions to reach them all.
+func (e *eraser) secondPass(ctx context.Context, before time.Time) error {
+	if err := e.replicated(ctx, e.r.Replication.Table, "the rows written before the bound, before the second pass"); err != nil {
+		return err
+	}
+	if err := e.pass(ctx, before); err != nil {
+		return err
+	}
+	return e.replicated(ctx, e.r.Replication.Table, "the deletions")
+}
+
+// done fills the receipt's last words and logs the audit lines.
+func (e *eraser) done() {
+	e.replicationSummary()
+	e.audit()
 }
 
 // record counts each user's rows before first and records the erasure of

@@ -117,7 +117,8 @@ func readRecordTimes(ctx context.Context, client *kafka.Client, topic string, sk
 
 // RecordTimeWatch reads the input topic's timestamp settings at start and
 // every interval: the log says when producers can stamp the future, /status
-// shows it, and under strict it is a problem for /readyz.
+// shows it, and under strict it is a Problem, for /readyz and for the
+// writes, which wait while there is one.
 type RecordTimeWatch struct {
 	client    *kafka.Client
 	transport *kafka.Transport
@@ -126,10 +127,20 @@ type RecordTimeWatch struct {
 	strict    bool
 	log       *slog.Logger
 
-	mu   sync.Mutex
-	last RecordTimes
-	err  error
+	mu       sync.Mutex
+	last     RecordTimes // the last reading, kept while the settings cannot be read
+	err      error       // why the last check failed, nil when it read them
+	read     time.Time   // when the settings were last read
+	interval time.Duration
+	now      func() time.Time
 }
+
+// StaleAfter is how many check intervals the settings may go unread before,
+// under strict, that is a Problem too: one failed read (a broker
+// restarting, the controller moving) does not stop the writes; settings
+// that stay unreadable do, since they can no longer show that producers
+// are bounded. The erasure ledger's rule (erasure.StaleAfter).
+const StaleAfter = 3
 
 // NewRecordTimeWatch watches topic's settings against skew.
 func NewRecordTimeWatch(brokers []string, topic string, security Security, skew time.Duration, strict bool, log *slog.Logger) (*RecordTimeWatch, error) {
@@ -139,25 +150,34 @@ func NewRecordTimeWatch(brokers []string, topic string, security Security, skew 
 	}
 	transport.MetadataTopics = []string{topic}
 	return &RecordTimeWatch{client: &kafka.Client{Addr: kafka.TCP(brokers...), Transport: transport, Timeout: 10 * time.Second},
-		transport: transport, topic: topic, skew: skew, strict: strict, log: log}, nil
+		transport: transport, topic: topic, skew: skew, strict: strict, log: log, now: time.Now}, nil
 }
 
-// Check reads the settings once and logs what changed.
+// Check reads the settings once and logs what changed. When they cannot be
+// read, the last reading stands (a relaxed topic stays a Problem).
 func (w *RecordTimeWatch) Check(ctx context.Context) (RecordTimes, error) {
 	rt, err := readRecordTimes(ctx, w.client, w.topic, w.skew)
 	w.mu.Lock()
 	before, beforeErr := w.last, w.err
-	w.last, w.err = rt, err
+	w.err = err
+	if err == nil {
+		w.last, w.read = rt, w.now()
+	}
 	w.mu.Unlock()
+	held := ""
+	if w.strict {
+		held = "writes wait (--strict-retention) until the topic bounds them again"
+	}
 	switch {
 	case err != nil:
 		if beforeErr == nil || beforeErr.Error() != err.Error() {
-			w.log.Warn("could not read the input topic's timestamp settings", "err", err)
+			w.log.Warn("could not read the input topic's timestamp settings", "err", err, "strict_retention", w.strict,
+				"then", fmt.Sprintf("under --strict-retention, writes wait once they go unread for %d checks", StaleAfter))
 		}
 	case rt.Summary != before.Summary && rt.Bounded:
 		w.log.Info("record timestamps", "topic", w.topic, "bounded", true, "summary", rt.Summary)
 	case rt.Summary != before.Summary:
-		w.log.Warn("record timestamps", "topic", w.topic, "bounded", false, "summary", rt.Summary,
+		w.log.Warn("record timestamps", "topic", w.topic, "bounded", false, "summary", rt.Summary, "held", held,
 			"fix", fmt.Sprintf("kafka-configs.sh --alter --entity-type topics --entity-name %s --add-config message.timestamp.after.max.ms=%d", w.topic, w.skew.Milliseconds()))
 	}
 	return rt, err
@@ -165,6 +185,9 @@ func (w *RecordTimeWatch) Check(ctx context.Context) (RecordTimes, error) {
 
 // Run checks every interval until ctx ends.
 func (w *RecordTimeWatch) Run(ctx context.Context, interval time.Duration) {
+	w.mu.Lock()
+	w.interval = interval
+	w.mu.Unlock()
 	tick.Every(ctx, interval, func(ctx context.Context) { _, _ = w.Check(ctx) })
 }
 
@@ -175,19 +198,31 @@ func (w *RecordTimeWatch) Status() RecordTimes {
 	return w.last
 }
 
-// ErrUnboundedTimestamps is Problem's error under strict.
-var ErrUnboundedTimestamps = errors.New("the input topic lets producers stamp records beyond --max-clock-skew")
+// Problem's errors under strict: the topic lets producers stamp beyond the
+// skew, or its settings have gone unread for StaleAfter intervals.
+var (
+	ErrUnboundedTimestamps = errors.New("the input topic lets producers stamp records beyond --max-clock-skew")
+	ErrTimestampsUnread    = errors.New("the input topic's timestamp settings cannot be read")
+)
 
 // Problem is, under strict, why the retention promise does not hold for
-// record timestamps: nil otherwise, and nil while the settings cannot be
-// read (that is logged; the last reading stands).
+// record timestamps, nil otherwise: the last reading lets producers stamp
+// beyond the skew, or the settings have not been read for StaleAfter
+// intervals (a single failed read keeps the last reading). The worker's
+// writes wait while there is one, and /readyz fails.
 func (w *RecordTimeWatch) Problem() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !w.strict || w.last.Type == "" || w.last.Bounded {
+	if !w.strict {
 		return nil
 	}
-	return fmt.Errorf("%w: %s", ErrUnboundedTimestamps, w.last.Summary)
+	if age := w.now().Sub(w.read); w.interval > 0 && !w.read.IsZero() && age > StaleAfter*w.interval {
+		return fmt.Errorf("%w: not read for %s (%v); writes wait until they are (--strict-retention)", ErrTimestampsUnread, age.Round(time.Second), w.err)
+	}
+	if w.last.Type == "" || w.last.Bounded {
+		return nil
+	}
+	return fmt.Errorf("%w: %s; writes wait until it bounds them (--strict-retention)", ErrUnboundedTimestamps, w.last.Summary)
 }
 
 // Close closes the watch's connections.
