@@ -190,6 +190,15 @@ func TestKubernetes(t *testing.T) {
 				t.Errorf("terminationGracePeriodSeconds %s does not exceed CELLTTL_DRAIN_TIMEOUT %s", grace, drain)
 			}
 
+			// Rollouts: a pod goes only once its replacement is ready, in
+			// batches, not one at a time (each join and leave rebalances
+			// the group).
+			ru := get(dep, "spec", "strategy", "rollingUpdate")
+			if str(get(dep, "spec", "strategy", "type")) != "RollingUpdate" || fmt.Sprint(get(ru, "maxUnavailable")) != "0" ||
+				fmt.Sprint(get(ru, "maxSurge")) == "1" || get(dep, "spec", "minReadySeconds") == nil {
+				t.Errorf("rollout strategy %v, minReadySeconds %v: want batches, none unavailable, a settle time", get(dep, "spec", "strategy"), get(dep, "spec", "minReadySeconds"))
+			}
+
 			// tenants.yaml comes from a ConfigMap mounted as a directory (a
 			// subPath mount never sees updates), is valid, and is the repo's.
 			var mountPath string
