@@ -1,6 +1,7 @@
 package deadletter
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,8 +16,8 @@ import (
 )
 
 // Check makes sure the dead-letter topics can take dead letters: each
-// exists, or is created (with the broker's default partitions and
-// replication, cleanup.policy=delete and its retention); its settings are
+// exists, or is created (with the input topic's partitions and
+// replication, or the flags', cleanup.policy=delete and its retention); its settings are
 // read, and a topic that keeps records forever is refused unless accepted;
 // max.message.bytes is learned; and the broker says this worker may write.
 // It returns what it found, topic by topic; the error, also kept for
@@ -77,7 +78,7 @@ func (d *Writer) createMissing(ctx context.Context, md *kafka.MetadataResponse, 
 	for _, r := range rs {
 		if !d.known(md, r.Topic) {
 			keep := create[r.Topic]
-			missing = append(missing, kafka.TopicConfig{Topic: r.Topic, NumPartitions: -1, ReplicationFactor: -1, ConfigEntries: []kafka.ConfigEntry{
+			missing = append(missing, kafka.TopicConfig{Topic: r.Topic, ConfigEntries: []kafka.ConfigEntry{
 				{ConfigName: "cleanup.policy", ConfigValue: "delete"},
 				{ConfigName: "retention.ms", ConfigValue: strconv.FormatInt(keep.Milliseconds(), 10)},
 				{ConfigName: "segment.ms", ConfigValue: strconv.FormatInt(segmentFor(keep).Milliseconds(), 10)},
@@ -86,6 +87,10 @@ func (d *Writer) createMissing(ctx context.Context, md *kafka.MetadataResponse, 
 	}
 	if len(missing) == 0 {
 		return
+	}
+	parts, rf := d.shape(ctx)
+	for i := range missing {
+		missing[i].NumPartitions, missing[i].ReplicationFactor = parts, rf
 	}
 	res, err := d.client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: missing})
 	for _, tc := range missing {
@@ -102,6 +107,40 @@ func (d *Writer) createMissing(ctx context.Context, md *kafka.MetadataResponse, 
 				Fix: fmt.Sprintf("create topic %s with cleanup.policy=delete and retention.ms=%d, or allow this worker to create topics", tc.Topic, create[tc.Topic].Milliseconds()), Permanent: true}
 		}
 	}
+}
+
+// shape is the partitions and replication factor a dead-letter topic is
+// created with: the flags', else the input topic's. Where the input topic
+// cannot be read, the broker's defaults (-1), which the log says: Apache
+// Kafka's are one partition and one replica, where a burst of bad events
+// queues and a broker's loss loses letters.
+func (d *Writer) shape(ctx context.Context) (partitions, replicationFactor int) {
+	partitions, replicationFactor = d.topics.Partitions, d.topics.ReplicationFactor
+	if partitions > 0 && replicationFactor > 0 {
+		return partitions, replicationFactor
+	}
+	// A client of its own: the writer's transport answers metadata of the
+	// dead-letter topics alone, from its cache.
+	client, done, err := d.security.AdminClient(d.brokers, []string{d.topics.Input})
+	var md *kafka.MetadataResponse
+	if err == nil {
+		md, err = client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{d.topics.Input}})
+		done()
+	}
+	var in *kafka.Topic
+	if err == nil {
+		for i := range md.Topics {
+			if md.Topics[i].Name == d.topics.Input && md.Topics[i].Error == nil && len(md.Topics[i].Partitions) > 0 {
+				in = &md.Topics[i]
+			}
+		}
+	}
+	if in == nil {
+		d.log.Warn("could not read the input topic's partitions and replication: dead-letter topics are created with the broker's defaults",
+			"input_topic", d.topics.Input, "err", err, "fix", "set --dlq-partitions and --dlq-replication-factor")
+		return cmp.Or(partitions, -1), cmp.Or(replicationFactor, -1)
+	}
+	return cmp.Or(partitions, len(in.Partitions)), cmp.Or(replicationFactor, len(in.Partitions[0].Replicas))
 }
 
 // readSettings reads the topics' retention settings and the brokers'

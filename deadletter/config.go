@@ -22,6 +22,9 @@ type Config struct {
 	CheckInterval time.Duration
 	// KeyFile holds the letter keys (LoadKeys); "" signs nothing.
 	KeyFile string
+	// Partitions and ReplicationFactor are what the worker creates a
+	// dead-letter topic with; 0 takes the input topic's.
+	Partitions, ReplicationFactor int
 }
 
 // DefaultConfig returns the defaults the worker's flags document.
@@ -36,6 +39,8 @@ func (c *Config) RegisterFlags(f *envflag.FlagSet) {
 	c.RegisterKeyFlags(f)
 	f.Section("Dead letters")
 	f.Advanced()
+	f.Int(&c.Partitions, "dlq-partitions", envflag.Env, c.Partitions, "partitions a dead-letter topic the worker creates gets (default: as many as the input topic)")
+	f.Int(&c.ReplicationFactor, "dlq-replication-factor", envflag.Env, c.ReplicationFactor, "replication factor a dead-letter topic the worker creates gets (default: the input topic's)")
 	f.Duration(&c.CheckInterval, "dlq-check-interval", "DLQ_CHECK_INTERVAL", c.CheckInterval, "how often the dead-letter topics' retention settings, and the input topic's timestamp settings, are read again (a topic changed to keep records forever is refused within this; under --strict-retention, an input topic relaxed holds the writes within this)")
 }
 
@@ -75,7 +80,8 @@ func (c Config) Base(input string) string {
 
 // Topics are the dead-letter topics the flags give for input.
 func (c Config) Topics(input string) Topics {
-	return Topics{Base: c.Base(input), Retention: c.Retention, Classes: c.Classes, AcceptUnbounded: c.AcceptUnbounded}
+	return Topics{Base: c.Base(input), Retention: c.Retention, Classes: c.Classes, AcceptUnbounded: c.AcceptUnbounded,
+		Input: input, Partitions: c.Partitions, ReplicationFactor: c.ReplicationFactor}
 }
 
 // Validate checks the settings for input, naming the flag at fault.
@@ -91,6 +97,12 @@ func (c Config) Validate(input string) error {
 		if d < time.Second {
 			errs = append(errs, fmt.Errorf("--dlq-classes %s: each class must be at least 1s", duration.Format(d)))
 		}
+	}
+	if c.Partitions < 0 {
+		errs = append(errs, fmt.Errorf("--dlq-partitions %d: must not be negative (0: as the input topic)", c.Partitions))
+	}
+	if c.ReplicationFactor < 0 || c.ReplicationFactor > 32767 {
+		errs = append(errs, fmt.Errorf("--dlq-replication-factor %d: must be 0 (as the input topic) to 32767", c.ReplicationFactor))
 	}
 	if c.CheckInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--dlq-check-interval %s: must be positive", c.CheckInterval))

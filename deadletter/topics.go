@@ -51,6 +51,12 @@ type Topics struct {
 	// (retention.ms -1) instead of refusing it; it then gets payload-free
 	// letters only. A compacted topic is refused all the same.
 	AcceptUnbounded bool
+	// Input is the input topic; Partitions and ReplicationFactor are what
+	// a dead-letter topic is created with, 0 taking the input topic's
+	// (a burst of bad events of one producer spreads as its events did,
+	// and a letter survives a broker as its event would have).
+	Input                         string
+	Partitions, ReplicationFactor int
 }
 
 // Names are the dead-letter topics: Base first, then the classes, shortest

@@ -234,6 +234,43 @@ func TestDeadLetterTopicsCreatedWithTheirRetention(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
+	// As many partitions as the input topic by default, not the broker's
+	// default (one on Apache Kafka's, where a burst of one producer's bad
+	// events queues); --dlq-partitions sets it.
+	input := testenv.Name("clicks7")
+	testenv.CreateTopic(t, e.brokers, input, 7)
+	for _, c := range []struct {
+		args []string
+		want int
+	}{{nil, 7}, {[]string{"--dlq-partitions", "5"}, 5}} {
+		made := testenv.Name("made")
+		stop, _ = e.startWorker(t, append([]string{"--topic", input, "--dlq-topic", made}, c.args...)...)
+		testenv.Eventually(t, 20*time.Second, func() (bool, string) {
+			n := partitionsOf(t, e.brokers, made)
+			return n == c.want, fmt.Sprintf("%s %v has %d partitions, want %d", made, c.args, n, c.want)
+		})
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// partitionsOf is how many partitions topic has (0 when it does not exist).
+func partitionsOf(t *testing.T, brokers []string, topic string) int {
+	t.Helper()
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	c := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: tr, Timeout: 10 * time.Second}
+	md, err := c.Metadata(context.Background(), &kafka.MetadataRequest{Topics: []string{topic}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tp := range md.Topics {
+		if tp.Name == topic && tp.Error == nil {
+			return len(tp.Partitions)
+		}
+	}
+	return 0
 }
 
 // configSourceTopic is DescribeConfigs' DYNAMIC_TOPIC_CONFIG: a setting of
