@@ -180,10 +180,11 @@ func (p *Pipeline) write(ctx context.Context, b *batch, dead chan<- deadItem) {
 	span.SetAttributes(attribute.Int("cellttl.batch.written", written), attribute.Int("cellttl.batch.dead_lettered", len(rows)-len(b.acks)),
 		attribute.Int("cellttl.batch.erased", withdrawn))
 	span.End()
-	vattr := metric.WithAttributes(attribute.String("cellttl.config_version", b.version))
-	p.metrics.batchRows.Record(ctx, int64(len(rows)), vattr)
-	p.metrics.batchBytes.Record(ctx, int64(b.bytes), vattr)
-	p.metrics.batchDuration.Record(ctx, p.now().Sub(start).Seconds(), vattr)
+	// No config version label: every edit would add series until a
+	// restart. The version in force is cellttl_config_info's.
+	p.metrics.batchRows.Record(ctx, int64(len(rows)))
+	p.metrics.batchBytes.Record(ctx, int64(b.bytes))
+	p.metrics.batchDuration.Record(ctx, p.now().Sub(start).Seconds())
 	p.log.Debug("batch written", "rows", len(rows), "written", written, "flushed_by", b.reason, "config_version", b.version, "took", p.now().Sub(start))
 }
 

@@ -92,16 +92,16 @@ func (p *Pipeline) registerMetrics() error {
 		return fmt.Errorf("register pipeline metrics: %w", err)
 	}
 	m.registration, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		p.stats.Each(func(tenant string, t *TenantStats) {
-			attrs := metric.WithAttributes(attribute.String("cellttl.tenant", tenant))
-			o.ObserveInt64(consumed, t.Consumed.Load(), attrs)
-			o.ObserveInt64(written, t.Written.Load(), attrs)
-			o.ObserveInt64(dead, t.DeadLettered.Load(), attrs)
-			o.ObserveInt64(expired, t.Expired.Load(), attrs)
-			o.ObserveInt64(clamped, t.Clamped.Load(), attrs)
-			o.ObserveInt64(erased, t.Erased.Load(), attrs)
-			o.ObserveInt64(ttlClamped, t.TTLClampedMin.Load(), metric.WithAttributes(attribute.String("cellttl.tenant", tenant), attribute.String("bound", "min")))
-			o.ObserveInt64(ttlClamped, t.TTLClampedMax.Load(), metric.WithAttributes(attribute.String("cellttl.tenant", tenant), attribute.String("bound", "max")))
+		p.stats.EachSeries(p.config(), func(label string, t *Counts) {
+			attrs := metric.WithAttributes(attribute.String("cellttl.tenant", label))
+			o.ObserveInt64(consumed, t.Consumed, attrs)
+			o.ObserveInt64(written, t.Written, attrs)
+			o.ObserveInt64(dead, t.DeadLettered, attrs)
+			o.ObserveInt64(expired, t.Expired, attrs)
+			o.ObserveInt64(clamped, t.Clamped, attrs)
+			o.ObserveInt64(erased, t.Erased, attrs)
+			o.ObserveInt64(ttlClamped, t.TTLClampedMin, metric.WithAttributes(attribute.String("cellttl.tenant", label), attribute.String("bound", "min")))
+			o.ObserveInt64(ttlClamped, t.TTLClampedMax, metric.WithAttributes(attribute.String("cellttl.tenant", label), attribute.String("bound", "max")))
 		})
 		o.ObserveInt64(unlisted, p.stats.UnlistedTotal())
 		o.ObserveInt64(ahead, p.stats.TimestampsAhead())

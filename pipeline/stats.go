@@ -6,12 +6,17 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/cellttl/cellttl/tenants"
 )
 
 // MaxTenantsTracked caps the tenants counted one by one; the rest share the
-// OtherTenants row. Tenant ids come from input, and input must not be able
-// to grow memory or metric cardinality without bound.
-const MaxTenantsTracked = 1000
+// OtherTenants row. Only tenants the tenants file lists are counted by id
+// (the others under UnlistedTenants or OtherTenants), so the rows grow with
+// the files a process has run, not with what producers send; the cap is a
+// guard, above any file's. Which of them are metric series of their own is
+// the file's to say (tenants.Config.Labelled, EachSeries).
+const MaxTenantsTracked = 1 << 20
 
 // OtherTenants is the stats row of tenants beyond MaxTenantsTracked and of
 // events too broken to name a tenant.
@@ -162,4 +167,46 @@ func (s *Stats) Totals() Totals {
 		t.TTLClamped += ts.TTLClampedMin.Load() + ts.TTLClampedMax.Load()
 	})
 	return t
+}
+
+// Counts is a snapshot of TenantStats, or of several summed.
+type Counts struct {
+	Consumed, Written, Expired, DeadLettered, Clamped, Erased int64
+	TTLClampedMin, TTLClampedMax                              int64
+}
+
+func (c *Counts) add(t *TenantStats) {
+	c.Consumed += t.Consumed.Load()
+	c.Written += t.Written.Load()
+	c.Expired += t.Expired.Load()
+	c.DeadLettered += t.DeadLettered.Load()
+	c.Clamped += t.Clamped.Load()
+	c.Erased += t.Erased.Load()
+	c.TTLClampedMin += t.TTLClampedMin.Load()
+	c.TTLClampedMax += t.TTLClampedMax.Load()
+}
+
+// EachSeries calls f for each metric series of the counts: every tenant
+// cfg labels (tenants.Config.Labelled) under its id, UnlistedTenants and
+// OtherTenants under theirs, and every other tenant summed under
+// tenants.RestTenants. So the series are bounded by the file, whatever the
+// events carry: at most tenants.MaxMetricTenants + 3 a counter. An edit of
+// the file that moves a tenant in or out of the labelled ones moves its
+// counts between series: rate() sees a reset of RestTenants.
+func (s *Stats) EachSeries(cfg *tenants.Config, f func(label string, c *Counts)) {
+	var rest Counts
+	restSeen := false
+	s.Each(func(tenant string, t *TenantStats) {
+		if tenant == UnlistedTenants || tenant == OtherTenants || cfg != nil && cfg.Labelled(tenant) {
+			var c Counts
+			c.add(t)
+			f(tenant, &c)
+			return
+		}
+		rest.add(t)
+		restSeen = true
+	})
+	if restSeen {
+		f(tenants.RestTenants, &rest)
+	}
 }

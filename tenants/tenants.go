@@ -55,6 +55,9 @@ type Config struct {
 	// Version is a short hash of the file's bytes; it names the config in
 	// logs, metrics and traces.
 	Version string
+	// metricTenants is metric_tenants, nil when the file has none (see
+	// Labelled).
+	metricTenants map[string]bool
 
 	raw []byte
 }
@@ -97,7 +100,7 @@ func Parse(data []byte) (*Config, error) {
 	var errs []error
 	report := func(err error) { errs = append(errs, err) }
 
-	var defaultTTL, tenantsNode, minNode, maxNode *yaml.Node
+	var defaultTTL, tenantsNode, minNode, maxNode, metricNode *yaml.Node
 	unlisted := UnlistedDefaultTTL
 	seen := map[string]*yaml.Node{}
 	root := doc.Content[0]
@@ -131,6 +134,8 @@ func Parse(data []byte) (*Config, error) {
 			minNode = v
 		case "max_ttl":
 			maxNode = v
+		case "metric_tenants":
+			metricNode = v
 		case "unlisted_tenants":
 			switch u := Unlisted(v.Value); {
 			case v.Kind == yaml.ScalarNode && (u == UnlistedDefaultTTL || u == UnlistedDeadLetter):
@@ -139,7 +144,7 @@ func Parse(data []byte) (*Config, error) {
 				report(lineErr(v, "unlisted_tenants", "%q is not a policy (want default_ttl or dead-letter)", v.Value))
 			}
 		default:
-			report(lineErr(k, k.Value, "unknown field (known: strategy, default_ttl, min_ttl, max_ttl, record_real_timestamp, unlisted_tenants, tenants)"))
+			report(lineErr(k, k.Value, "unknown field (known: strategy, default_ttl, min_ttl, max_ttl, record_real_timestamp, unlisted_tenants, metric_tenants, tenants)"))
 		}
 	}
 
@@ -173,14 +178,15 @@ func Parse(data []byte) (*Config, error) {
 		p.Bounds = map[string]expiry.Bounds{}
 		errs = append(errs, parseTenants(tenantsNode, p, defaults)...)
 	}
-	if len(errs) > 0 {
+	metricTenants, merrs := metricTenantsOf(metricNode, p.Tenants)
+	if errs = append(errs, merrs...); len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	shortest := p.DefaultTTL
 	for _, ttl := range p.Tenants {
 		shortest = min(shortest, ttl)
 	}
-	return &Config{Policy: p, Unlisted: unlisted, ShortestTTL: shortest, Version: Version(data), raw: data}, nil
+	return &Config{Policy: p, Unlisted: unlisted, ShortestTTL: shortest, Version: Version(data), metricTenants: metricTenants, raw: data}, nil
 }
 
 // boundNodes are min_ttl and max_ttl as read (nil nodes when not given).
