@@ -533,3 +533,51 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("a dashboard query does not parse: %v\n%s", err, msg)
 	}
 }
+
+// The tenants-dir overlay ships several ConfigMaps projected into one
+// directory, and points --tenants at it: the files it mounts read as one
+// valid tenants config, the worker's own loader says so.
+func TestTenantsDirectoryOverlay(t *testing.T) {
+	objs := build(t, "k8s/tenants-dir")
+	dep := objs["Deployment/cellttl"]
+	pod := get(dep, "spec", "template", "spec")
+	vol := list(get(pod, "volumes"))[0]
+	if str(get(vol, "name")) != "tenants" {
+		t.Fatalf("volume 0 is %v, want tenants", vol)
+	}
+	ctr := list(get(pod, "containers"))[0]
+	mount := ""
+	for _, m := range list(get(ctr, "volumeMounts")) {
+		if str(get(m, "name")) == "tenants" {
+			mount = str(get(m, "mountPath"))
+		}
+	}
+	env := get(objs["ConfigMap/cellttl-env"], "data")
+	if p := str(get(env, "CELLTTL_TENANTS")); p != mount || mount == "" {
+		t.Errorf("CELLTTL_TENANTS %q, the tenants mounted at %q", p, mount)
+	}
+	dir := t.TempDir()
+	sources := list(get(vol, "projected", "sources"))
+	if len(sources) < 2 {
+		t.Fatalf("projected sources %v, want several ConfigMaps", sources)
+	}
+	for _, s := range sources {
+		name := str(get(s, "configMap", "name"))
+		cm := objs["ConfigMap/"+name]
+		if cm == nil {
+			t.Fatalf("ConfigMap %s is projected but not in the overlay", name)
+		}
+		for file, data := range get(cm, "data").(object) {
+			if err := os.WriteFile(filepath.Join(dir, file), []byte(str(data)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cfg, err := tenants.Load(dir)
+	if err != nil {
+		t.Fatalf("the projected directory: %v", err)
+	}
+	if len(cfg.Policy.Tenants) != 5 || !cfg.Labelled("acme") || cfg.Labelled("hooli") {
+		t.Errorf("tenants %v", cfg.Policy.Tenants)
+	}
+}

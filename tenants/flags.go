@@ -23,7 +23,7 @@ func DefaultFileConfig() FileConfig {
 // file takes.
 func (c *FileConfig) RegisterFlags(f *envflag.FlagSet) {
 	f.Section("Tenants")
-	f.String(&c.Path, "tenants", "TENANTS_FILE", c.Path, "per-tenant TTL file")
+	f.String(&c.Path, "tenants", "TENANTS_FILE", c.Path, "per-tenant TTL file, or a directory of *.yaml files read as one (the top-level keys in one file, each tenant in one)")
 }
 
 // RegisterReloadFlags declares the flags of a worker that reloads the file.

@@ -111,13 +111,14 @@ func (r *Reloader) Run(ctx context.Context, hup <-chan os.Signal) {
 // has read the same for an interval. It reports whether a new config is in
 // force.
 func (r *Reloader) Poll() bool {
-	data, err := os.ReadFile(r.path)
+	src, err := readSource(r.path)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err != nil {
 		r.unreadable(err)
 		return false
 	}
+	data := src.bytes()
 	now := r.now()
 	if !bytes.Equal(data, r.seen) {
 		r.seen, r.seenSince = data, now // changed: it may still be being written
@@ -126,32 +127,33 @@ func (r *Reloader) Poll() bool {
 	if now.Sub(r.seenSince) < r.interval {
 		return false
 	}
-	return r.apply(data)
+	return r.apply(src)
 }
 
 // Reload reads the file and applies it at once if it changed and is valid
 // and safe. It reports whether a new config is in force.
 func (r *Reloader) Reload() bool {
-	data, err := os.ReadFile(r.path)
+	src, err := readSource(r.path)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err != nil {
 		r.unreadable(err)
 		return false
 	}
-	r.seen = data
-	return r.apply(data)
+	r.seen = src.bytes()
+	return r.apply(src)
 }
 
 // unreadable records a failed read. A missing file mid-swap is transient;
 // it is said once, and the content is judged afresh when it is back.
 func (r *Reloader) unreadable(err error) {
 	r.seen, r.decided = nil, nil
-	r.refuse(nil, fmt.Errorf("read tenants file: %w", err))
+	r.refuse(nil, err)
 }
 
-// apply judges content read from the file; r.mu is held.
-func (r *Reloader) apply(data []byte) bool {
+// apply judges content read from the file or directory; r.mu is held.
+func (r *Reloader) apply(src source) bool {
+	data := src.bytes()
 	if bytes.Equal(data, r.decided) {
 		return false
 	}
@@ -164,7 +166,7 @@ func (r *Reloader) apply(data []byte) bool {
 		}
 		return false
 	}
-	next, err := Parse(data)
+	next, err := src.parse()
 	if err != nil {
 		r.refuse(data, fmt.Errorf("%s: %w", r.path, err))
 		return false

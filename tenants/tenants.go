@@ -11,7 +11,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -62,13 +61,14 @@ type Config struct {
 	raw []byte
 }
 
-// Load reads and parses a tenants file.
+// Load reads and parses a tenants file, or a directory of them (see
+// source).
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	src, err := readSource(path)
 	if err != nil {
-		return nil, fmt.Errorf("read tenants file: %w", err)
+		return nil, err
 	}
-	cfg, err := Parse(data)
+	cfg, err := src.parse()
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -84,6 +84,15 @@ func Version(data []byte) string {
 // Parse parses tenants.yaml content. All problems found are reported, each
 // as "line N: field: message".
 func Parse(data []byte) (*Config, error) {
+	root, err := decode(data)
+	if err != nil {
+		return nil, err
+	}
+	return parseRoot(root, data)
+}
+
+// decode reads one YAML document holding a mapping, its root.
+func decode(data []byte) (*yaml.Node, error) {
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&doc); err != nil {
@@ -96,6 +105,12 @@ func Parse(data []byte) (*Config, error) {
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
 		return nil, errors.New("line 1: the file must be a YAML mapping with strategy, default_ttl and tenants")
 	}
+	return doc.Content[0], nil
+}
+
+// parseRoot reads a decoded file's mapping; data is what it was read from
+// (the config's raw bytes and version).
+func parseRoot(root *yaml.Node, data []byte) (*Config, error) {
 	p := &expiry.Policy{Strategy: expiry.DefaultExpiration, Tenants: map[string]time.Duration{}}
 	var errs []error
 	report := func(err error) { errs = append(errs, err) }
@@ -103,7 +118,6 @@ func Parse(data []byte) (*Config, error) {
 	var defaultTTL, tenantsNode, minNode, maxNode, metricNode *yaml.Node
 	unlisted := UnlistedDefaultTTL
 	seen := map[string]*yaml.Node{}
-	root := doc.Content[0]
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
 		if prev, dup := seen[k.Value]; dup {

@@ -45,8 +45,11 @@ type checkReport struct {
 	// TableNote says why the table was not read, when it was not.
 	TableNote string      `json:"table_note,omitempty"`
 	Against   *comparison `json:"against,omitempty"`
-	Exit      int         `json:"exit"`
-	Verdict   string      `json:"verdict"`
+	// Warnings are what is valid but soon will not be (a file near a
+	// ConfigMap's size).
+	Warnings []string `json:"warnings,omitempty"`
+	Exit     int      `json:"exit"`
+	Verdict  string   `json:"verdict"`
 }
 
 // ownTTLs are the bounds of the TTLs events may give themselves.
@@ -142,6 +145,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		rep.Strategy, rep.Default, rep.Tenants = cfg.Policy.Strategy.String(), duration.Format(cfg.Policy.DefaultTTL), len(cfg.Policy.Tenants)
 		rep.Unlisted = string(cfg.Unlisted)
 		rep.OwnTTLs = ownTTLsOf(cfg.Policy)
+		rep.Warnings = tenants.SizeWarnings(o.tenants.Path)
 		if against != "" {
 			old, err := tenants.Load(against)
 			if err != nil {

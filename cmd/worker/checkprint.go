@@ -26,6 +26,9 @@ func printCheck(w io.Writer, rep *checkReport) {
 	} else {
 		fmt.Fprintf(w, "Events of tenants it does not list live default_ttl, %s (unlisted_tenants: default_ttl).\n", rep.Default)
 	}
+	for _, warn := range rep.Warnings {
+		fmt.Fprintf(w, "Warning: %s.\n", warn)
+	}
 	if o := rep.OwnTTLs; o != nil {
 		fmt.Fprintf(w, "With --ttl-from, an event's own TTL is clamped to its tenant's min_ttl..max_ttl (unlisted tenants: %s).", o.Unlisted)
 		if len(o.Longer) == 0 {

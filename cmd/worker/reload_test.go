@@ -168,3 +168,28 @@ func TestCheckShowsUnlistedPolicy(t *testing.T) {
 		}
 	}
 }
+
+// worker check takes a directory of tenants files, as --tenants does, and
+// warns of a file near the 1 MiB a ConfigMap holds, naming it and what to
+// do.
+func TestCheckDirectoryAndFileSize(t *testing.T) {
+	t.Setenv("BIGTABLE_EMULATOR_HOST", "")
+	os.Unsetenv("BIGTABLE_EMULATOR_HOST")
+	dir := t.TempDir()
+	var big strings.Builder
+	big.WriteString("tenants:\n")
+	for i := 0; big.Len() < 950<<10; i++ {
+		fmt.Fprintf(&big, "  tenant-with-a-long-name-%07d: 1h\n", i)
+	}
+	for name, data := range map[string]string{"main.yaml": "default_ttl: 2d\ntenants:\n  acme: 1h\n", "big.yaml": big.String()} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"check", "--tenants", dir}, &out, &out)
+	if err != nil || !strings.Contains(out.String(), "is valid") || !strings.Contains(out.String(), "Warning: big.yaml is 9") ||
+		!strings.Contains(out.String(), "split its tenants over several files") || strings.Contains(out.String(), "main.yaml is") {
+		t.Errorf("check of a directory with a file near 1 MiB: %v\n%.2000s", err, out.String())
+	}
+}
