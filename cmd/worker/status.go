@@ -2,8 +2,11 @@ package main
 
 import (
 	"cmp"
+	"maps"
 	"net/url"
 	"os"
+	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -112,9 +115,12 @@ type statusPage struct {
 	Lag      int64          `json:"lag"`
 	// Events maps each tenant counted to its counts; left out of the brief
 	// page.
-	Events     any               `json:"events,omitempty"`
-	LastErrors map[string]string `json:"last_errors"`
-	Totals     eventCounts       `json:"totals"`
+	Events any `json:"events,omitempty"`
+	// TenantsNext, on a page of tenants that is not the last, is the
+	// after= of the next (?tenants=true&after=...).
+	TenantsNext string            `json:"tenants_next,omitempty"`
+	LastErrors  map[string]string `json:"last_errors"`
+	Totals      eventCounts       `json:"totals"`
 }
 
 // status renders /status. Only with ?tenants=true does it list the tenants
@@ -129,10 +135,14 @@ func (s *statusSource) status(q url.Values) any {
 	cfg := w.reloader.Current()
 	p.Version, p.Started, p.Topic, p.Group, p.Table = version(), s.started, w.o.kafka.Topic, w.o.kafka.Group, w.o.table.Target().String()
 	p.Config.Version, p.Config.Strategy, p.Config.DefaultTTL = cfg.Version, cfg.Policy.Strategy.String(), duration.Format(cfg.Policy.DefaultTTL)
+	var page map[string]bool
 	if full {
-		ttls := make(map[string]string, len(cfg.Policy.Tenants))
+		page, p.TenantsNext = tenantPage(cfg, w.pipeline.Stats(), q)
+		ttls := make(map[string]string, len(page))
 		for id, ttl := range cfg.Policy.Tenants {
-			ttls[id] = duration.Format(ttl)
+			if page[id] {
+				ttls[id] = duration.Format(ttl)
+			}
 		}
 		p.Config.Tenants = ttls
 	}
@@ -168,6 +178,9 @@ func (s *statusSource) status(q url.Values) any {
 	if full {
 		events := map[string]tenantCounts{}
 		stats.Each(func(id string, t *pipeline.TenantStats) {
+			if !page[id] {
+				return
+			}
 			events[id] = tenantCounts{TTL: duration.Format(cfg.Policy.TTL(id)), eventCounts: eventCounts{Consumed: t.Consumed.Load(),
 				Written: t.Written.Load(), Expired: t.Expired.Load(), DeadLettered: t.DeadLettered.Load(), Clamped: t.Clamped.Load(), Erased: t.Erased.Load(),
 				TTLClamped: t.TTLClampedMin.Load() + t.TTLClampedMax.Load()}}
@@ -188,4 +201,40 @@ func (s *statusSource) status(q url.Values) any {
 		p.LastErrors["dead_letter"] = err.Error()
 	}
 	return p
+}
+
+// Pages of tenants: 100,000 tenants make a /status of megabytes.
+const (
+	defaultTenantPage = 1000
+	maxTenantPage     = 10000
+)
+
+// tenantPage is the page of tenants ?tenants=true asks for: the ids of the
+// file and of the counts, in order, after= the last of the page before,
+// limit= of them (1,000 by default, at most 10,000); next is the after= of
+// the next page, "" on the last.
+func tenantPage(cfg *tenants.Config, stats *pipeline.Stats, q url.Values) (page map[string]bool, next string) {
+	all := make(map[string]bool, len(cfg.Policy.Tenants))
+	for id := range cfg.Policy.Tenants {
+		all[id] = true
+	}
+	stats.Each(func(id string, _ *pipeline.TenantStats) { all[id] = true })
+	ids := slices.Sorted(maps.Keys(all))
+	limit := defaultTenantPage
+	if n, err := strconv.Atoi(q.Get("limit")); err == nil && n > 0 {
+		limit = min(n, maxTenantPage)
+	}
+	from, _ := slices.BinarySearch(ids, q.Get("after"))
+	if after := q.Get("after"); from < len(ids) && ids[from] == after {
+		from++
+	}
+	ids = ids[from:]
+	if len(ids) > limit {
+		ids, next = ids[:limit], ids[limit-1]
+	}
+	page = make(map[string]bool, len(ids))
+	for _, id := range ids {
+		page[id] = true
+	}
+	return page, next
 }
