@@ -30,6 +30,25 @@ func legacyWrapper(t *testing.T, codec compress.Compression, base int64, recs ..
 	return b
 }
 
+// recordBatch encodes recs as one v2 record batch compressed with codec, at
+// base offset base, of producer (-1 for none) and with the attributes in
+// attrs beside the codec (kwire's transactional and control bits), as a
+// broker stores it.
+func recordBatch(tb testing.TB, codec compress.Compression, base, producer int64, attrs int16, recs ...protocol.Record) []byte {
+	tb.Helper()
+	rs := protocol.RecordSet{Version: 2, Attributes: protocol.Attributes(codec), Records: protocol.NewRecordReader(recs...)}
+	var buf bytes.Buffer
+	if _, err := rs.WriteTo(&buf); err != nil {
+		tb.Fatal(err)
+	}
+	b := buf.Bytes()[4:] // the record set's size
+	binary.BigEndian.PutUint64(b, uint64(base))
+	binary.BigEndian.PutUint16(b[21:], binary.BigEndian.Uint16(b[21:])|uint16(attrs))
+	binary.BigEndian.PutUint64(b[43:], uint64(producer))
+	binary.BigEndian.PutUint32(b[17:], crc32.Checksum(b[21:], crc32.MakeTable(crc32.Castagnoli)))
+	return b
+}
+
 // Regression (review): a legacy compressed message that cannot be opened
 // was dead-lettered as its own offset alone, which is its last inner
 // message's, while the commit moved past the ones before it. It stands for
