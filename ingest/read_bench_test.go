@@ -19,8 +19,8 @@ func benchFetcher(tb testing.TB) (*fetcher, *partition) {
 	tb.Helper()
 	tr := NewTracker()
 	p := newPartition(0, tr.Assign(map[int]int64{0: 0})[0], 0)
-	f := &fetcher{topic: "t", tracker: tr, chunks: newChunks(), log: quiet, records: kwire.NewReader(1<<30, 1<<20),
-		m: &consumerMetrics{undecodable: noop.Int64Counter{}, fetchErrors: noop.Int64Counter{}}}
+	f := &fetcher{topic: "t", tracker: tr, chunks: newChunks(), log: quiet, records: kwire.NewReader(1<<30, 1<<20), readCommitted: true,
+		m: &consumerMetrics{undecodable: noop.Int64Counter{}, fetchErrors: noop.Int64Counter{}, aborted: noop.Int64Counter{}}}
 	tb.Cleanup(f.records.Close)
 	return f, p
 }
@@ -48,11 +48,38 @@ func BenchmarkRead(b *testing.B) {
 	for i := 0; i < len(recs); i += 10 {
 		data = append(data, recordBatch(b, compress.None, int64(i), -1, 0, recs[i:i+10]...)...)
 	}
-	benchRead(b, data, 1000)
+	benchRead(b, data, 1000, func(f *fetcher) { f.aborts.Reset(nil) })
 }
 
-// benchRead reads data, which holds events records to deliver, b.N times.
-func benchRead(b *testing.B, data []byte, events int) {
+// BenchmarkReadTransactions reads, under read_committed, a response of
+// two producers' transactions, 10 events a batch: one's committed, the
+// other's aborted, 100 batches and 20 markers in all. The time and
+// allocations are per event delivered (500).
+func BenchmarkReadTransactions(b *testing.B) {
+	var data []byte
+	var aborted []kwire.AbortedTransaction
+	recs := clicks(10)
+	const committer, aborter = 1, 2
+	off := int64(0)
+	for range 10 {
+		aborted = append(aborted, kwire.AbortedTransaction{ProducerID: aborter, FirstOffset: off + 10})
+		for range 5 {
+			data = append(data, recordBatch(b, compress.None, off, committer, attrTransactional, recs...)...)
+			data = append(data, recordBatch(b, compress.None, off+10, aborter, attrTransactional, recs...)...)
+			off += 20
+		}
+		data = append(data, txnMarker(b, off, committer, false)...)
+		data = append(data, txnMarker(b, off+1, aborter, true)...)
+		off += 2
+	}
+	res := fetchResponse11(b, off, off, aborted, data)
+	benchRead(b, res.Partitions[0].Records, 500, func(f *fetcher) { f.aborts.Reset(&res.Partitions[0]) })
+}
+
+// benchRead reads data, which holds events records to deliver, b.N times,
+// resetting the fetcher's aborted transactions before each (a response's
+// list).
+func benchRead(b *testing.B, data []byte, events int, reset func(*fetcher)) {
 	f, p := benchFetcher(b)
 	ctx := context.Background()
 	acks := make([]Ack, 0, events)
@@ -60,6 +87,7 @@ func benchRead(b *testing.B, data []byte, events int) {
 	b.ResetTimer()
 	for range b.N {
 		p.next = 0
+		reset(f)
 		rs := readState{reserved: 1 << 30}
 		if err := f.read(ctx, p, data, &rs); err != nil {
 			b.Fatal(err)
