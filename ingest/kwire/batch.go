@@ -33,7 +33,9 @@ type Batch struct {
 	raw []byte
 	// v2: the base timestamp and the records, compressed or not.
 	baseTime int64
-	producer int64 // -1 when none
+	// producer is the id of the producer that wrote it, -1 when none did
+	// (a legacy message, a producer neither idempotent nor transactional).
+	producer int64
 	records  []byte
 	count    int32
 	// Legacy: the message's timestamp, key and value.
@@ -49,19 +51,6 @@ func (b *Batch) Control() bool { return b.magic == 2 && b.attrs&0x20 != 0 }
 // Transactional reports a batch a producer wrote inside a transaction:
 // its records count only once the transaction's commit marker follows.
 func (b *Batch) Transactional() bool { return b.magic == 2 && b.attrs&0x10 != 0 }
-
-// ProducerID is the id of the producer that wrote the batch, -1 when none
-// did (a legacy message, a producer neither idempotent nor transactional).
-func (b *Batch) ProducerID() int64 { return b.producer }
-
-// Count is the number of records a v2 batch says it holds; 1 for a
-// legacy message (a wrapper's are known once it is opened).
-func (b *Batch) Count() int {
-	if b.magic < 2 {
-		return 1
-	}
-	return int(b.count)
-}
 
 // Legacy reports a message of magic 0 or 1: a wrapper's offsets before its
 // last are unknown until it is opened.
