@@ -196,8 +196,9 @@ func (f *fetcher) watermarks(ends map[int]bounds) {
 
 // highWatermarks reads the end of each partition's log and its last stable
 // offset, in calls that kafka-go splits by leader over the shared
-// connections. A partition whose last stable offset could not be read has
-// it -1: under read_committed its lag is then left as it was.
+// connections. A partition whose last stable offset could not be read is
+// left out under read_committed (its lag stays as it was), and has it -1
+// under read_uncommitted.
 func (f *fetcher) highWatermarks(ctx context.Context, ids []int) map[int]bounds {
 	res, err := f.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{f.topic: lastOffsets(ids)}})
 	if err != nil {
