@@ -22,13 +22,27 @@ type Config struct {
 	SessionTimeout time.Duration
 	OffsetReset    OffsetReset
 	StallTimeout   time.Duration
+	// IsolationLevel is ReadCommitted or ReadUncommitted.
+	IsolationLevel string
 	Security       kafkaconn.Security
 }
+
+// The isolation levels of --isolation-level, as Kafka's consumers name
+// them.
+const (
+	// ReadCommitted reads what transactions committed, and records written
+	// outside transactions: the records of aborted transactions are
+	// skipped, and nothing past a transaction still open is read until it
+	// ends.
+	ReadCommitted = "read_committed"
+	// ReadUncommitted reads every record, aborted transactions' too.
+	ReadUncommitted = "read_uncommitted"
+)
 
 // DefaultConfig returns the defaults the worker's flags document.
 func DefaultConfig() Config {
 	return Config{Topic: "clicks", Group: "cellttl", CommitInterval: time.Second, SessionTimeout: 30 * time.Second, OffsetReset: ResetEarliest,
-		StallTimeout: DefaultStallTimeout}
+		StallTimeout: DefaultStallTimeout, IsolationLevel: ReadCommitted}
 }
 
 // ConsumerConfig is the configuration of the worker's Consumer: c, with
@@ -53,6 +67,7 @@ func (c Config) ConsumerConfig(maxInflightBytes int64, maxEventBytes int) (Consu
 		MaxInflightBytes: maxInflightBytes,
 		MaxEventBytes:    maxEventBytes,
 		OffsetReset:      c.OffsetReset,
+		ReadUncommitted:  c.IsolationLevel == ReadUncommitted,
 		Dialer:           dialer,
 		Transport:        transport,
 	}, nil
@@ -65,6 +80,9 @@ func (c *Config) RegisterFlags(f *envflag.FlagSet) {
 	f.Section("Kafka")
 	f.String(&c.Group, "group", "KAFKA_GROUP", c.Group, "consumer group; workers in one group share the topic's partitions")
 	f.Value(&c.OffsetReset, "offset-out-of-range", "OFFSET_OUT_OF_RANGE", "when a committed offset lies outside the log (topic recreated, retention passed it): earliest, latest or fail")
+	f.Choice(&c.IsolationLevel, "isolation-level", envflag.Env, c.IsolationLevel,
+		"records of transactions: read_committed (only what transactions committed; aborted ones are skipped, never written nor dead-lettered, and a transaction still open holds back what follows it until it ends) or read_uncommitted (every record, aborted ones too)",
+		ReadCommitted, ReadUncommitted)
 	f.Advanced()
 	f.Duration(&c.CommitInterval, "commit-interval", "COMMIT_INTERVAL", c.CommitInterval, "how often settled offsets are committed")
 	f.Duration(&c.SessionTimeout, "session-timeout", "KAFKA_SESSION_TIMEOUT", c.SessionTimeout, "how long the group waits for a silent member before reassigning its partitions (the broker allows 6s..5m by default)")

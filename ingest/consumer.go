@@ -37,6 +37,10 @@ type ConsumerConfig struct {
 	FetchMaxBytes int64
 	// OffsetReset is what to do when a committed offset lies outside the log.
 	OffsetReset OffsetReset
+	// ReadUncommitted reads the records of aborted transactions too, and
+	// past transactions still open; by default (false) the consumer reads
+	// committed data only (--isolation-level read_committed).
+	ReadUncommitted bool
 	// SessionTimeout is how long the group waits for a silent member (one
 	// that crashed) before handing its partitions to the others; it also
 	// bounds a rebalance.

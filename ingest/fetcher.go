@@ -79,6 +79,10 @@ type fetcher struct {
 	log        *slog.Logger
 	m          *consumerMetrics
 	records    *kwire.Reader
+	// readCommitted asks the broker for committed data only, and skips the
+	// batches of aborted transactions (aborts, of the response being read).
+	readCommitted bool
+	aborts        kwire.Aborts
 
 	parts  []*partition // in partition order
 	rotate int          // first partition of the next request, for fairness
@@ -116,7 +120,7 @@ func (f *fetcher) run(ctx context.Context) error {
 	defer timer.Stop()
 	lagTick := time.NewTicker(lagEvery)
 	defer lagTick.Stop()
-	watermarks := make(chan map[int]int64, 1)
+	watermarks := make(chan map[int]bounds, 1)
 	refreshing := false
 	lookups := make(chan lookup, 1)
 	looking := false
@@ -279,6 +283,12 @@ func (f *fetcher) request(parts []*partition, reserved int64, flowing bool) *fet
 		SessionID:    -1,
 		SessionEpoch: -1,
 		Topics:       []fetchAPI.RequestTopic{{Topic: f.topic}},
+	}
+	if f.readCommitted {
+		// The broker answers up to the last stable offset, and lists the
+		// aborted transactions among what it returns. No fetch session
+		// (SessionID -1): each response stands alone.
+		req.IsolationLevel = 1
 	}
 	if flowing {
 		req.MaxWaitTime, req.MinBytes = int32(busyFetchWait/time.Millisecond), int32(min(busyFetchBytes, max))

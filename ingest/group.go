@@ -124,6 +124,7 @@ func (c *Consumer) fetchGeneration(gctx context.Context, gen *kafka.Generation, 
 		budget: c.budget, tracker: c.tracker, restart: c.committer.restart, reset: c.cfg.OffsetReset,
 		requestMax: c.cfg.FetchMaxBytes, partMax: int64(partMax),
 		out: c.fetched, chunks: c.chunks, log: c.log, m: c.m, parts: parts,
+		readCommitted: !c.cfg.ReadUncommitted,
 		// A batch may decompress to as much as the budget holds:
 		// beyond, it costs more time than any legitimate batch.
 		records: kwire.NewReader(c.cfg.MaxInflightBytes, partMax),

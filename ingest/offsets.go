@@ -49,10 +49,14 @@ func (r *OffsetReset) Set(s string) error {
 // why they could not be read.
 type lookup struct {
 	parts  []*partition
-	bounds map[int][2]int64 // first offset and end, by partition
+	bounds map[int]bounds
 	errs   map[int]error
 	err    error // of the whole request
 }
+
+// bounds are a partition's log bounds: its first offset, its end (the high
+// watermark) and its last stable offset (-1 when it could not be read).
+type bounds struct{ first, hw, lso int64 }
 
 // lookUp starts, beside the loop, one lookup of the log bounds of every
 // partition that waits for them (kafka-go splits it by leader), and
@@ -73,16 +77,21 @@ func (f *fetcher) lookUp(ctx context.Context, wg *sync.WaitGroup, out chan<- loo
 		return false
 	}
 	wg.Go(func() {
-		l := lookup{parts: parts, bounds: map[int][2]int64{}, errs: map[int]error{}}
+		l := lookup{parts: parts, bounds: map[int]bounds{}, errs: map[int]error{}}
 		res, err := f.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{f.topic: reqs}})
 		if err != nil {
 			l.err = err
 		} else {
+			stable := f.lastStable(ctx, parts)
 			for _, po := range res.Topics[f.topic] {
 				if po.Error != nil {
 					l.errs[po.Partition] = po.Error
+				} else if lso, ok := lsoOf(stable, po.Partition); ok || !f.readCommitted {
+					l.bounds[po.Partition] = bounds{first: po.FirstOffset, hw: po.LastOffset, lso: lso}
 				} else {
-					l.bounds[po.Partition] = [2]int64{po.FirstOffset, po.LastOffset}
+					// Under read_committed, where to start and the lag both
+					// need it: looked up again.
+					l.errs[po.Partition] = errors.New("last stable offset not read")
 				}
 			}
 		}
@@ -114,16 +123,17 @@ func (f *fetcher) looked(ctx context.Context, l lookup) error {
 			}
 			continue
 		}
-		first, end := b[0], b[1]
-		p.logStart.Store(first)
-		p.hw.Store(end)
+		p.logStart.Store(b.first)
+		p.hw.Store(b.hw)
+		p.lso.Store(b.lso)
+		end := logEnd(f.readCommitted, b.hw, b.lso)
 		switch p.want {
 		case wantFirst:
-			p.next, p.want = first, wantNothing
+			p.next, p.want = b.first, wantNothing
 		case wantLast:
 			p.next, p.want = end, wantNothing
 		case wantBounds:
-			if err := f.outOfRange(ctx, p, first, end); err != nil {
+			if err := f.outOfRange(ctx, p, b, end); err != nil {
 				return err
 			}
 			continue
@@ -149,7 +159,7 @@ func (f *fetcher) quiet() []int {
 // refreshLag starts, beside the loop, a reading of the log's end of the
 // partitions no fetch has answered for lagEvery, and reports whether it
 // did: a stalled pipeline must show its lag growing.
-func (f *fetcher) refreshLag(ctx context.Context, wg *sync.WaitGroup, out chan<- map[int]int64) bool {
+func (f *fetcher) refreshLag(ctx context.Context, wg *sync.WaitGroup, out chan<- map[int]bounds) bool {
 	ids := f.quiet()
 	if len(ids) == 0 {
 		return false
@@ -166,38 +176,87 @@ func (f *fetcher) refreshLag(ctx context.Context, wg *sync.WaitGroup, out chan<-
 
 // watermarks applies the log ends refreshLag read: each partition's lag,
 // and progress for one found at the log's end.
-func (f *fetcher) watermarks(hw map[int]int64) {
+func (f *fetcher) watermarks(ends map[int]bounds) {
 	for _, p := range f.parts {
-		if w, ok := hw[p.id]; ok {
-			p.hw.Store(w)
-			if p.want == wantNothing {
-				p.lag.Store(max(0, w-p.next))
-				if w <= p.next {
-					p.moved() // at the log's end: nothing to fetch is no stall
-				}
+		b, ok := ends[p.id]
+		if !ok {
+			continue
+		}
+		p.hw.Store(b.hw)
+		p.lso.Store(b.lso)
+		if p.want == wantNothing {
+			end := logEnd(f.readCommitted, b.hw, b.lso)
+			p.lag.Store(max(0, end-p.next))
+			if end <= p.next {
+				p.moved() // at the log's end: nothing to fetch is no stall
 			}
 		}
 	}
 }
 
-// highWatermarks reads the end of each partition's log, in one call that
-// kafka-go splits by leader over the shared connections.
-func (f *fetcher) highWatermarks(ctx context.Context, ids []int) map[int]int64 {
-	reqs := make([]kafka.OffsetRequest, len(ids))
-	for i, id := range ids {
-		reqs[i] = kafka.LastOffsetOf(id)
+// highWatermarks reads the end of each partition's log and its last stable
+// offset, in calls that kafka-go splits by leader over the shared
+// connections. A partition whose last stable offset could not be read is
+// left out under read_committed (its lag stays as it was), and has it -1
+// under read_uncommitted.
+func (f *fetcher) highWatermarks(ctx context.Context, ids []int) map[int]bounds {
+	res, err := f.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{f.topic: lastOffsets(ids)}})
+	if err != nil {
+		return nil
 	}
-	res, err := f.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{f.topic: reqs}})
+	stable := f.lastStableOf(ctx, ids)
+	out := map[int]bounds{}
+	for _, po := range res.Topics[f.topic] {
+		lso, ok := lsoOf(stable, po.Partition)
+		if po.Error == nil && (ok || !f.readCommitted) {
+			out[po.Partition] = bounds{first: -1, hw: po.LastOffset, lso: lso}
+		}
+	}
+	return out
+}
+
+// lastStable reads the last stable offset of parts (see lastStableOf).
+func (f *fetcher) lastStable(ctx context.Context, parts []*partition) map[int]int64 {
+	ids := make([]int, len(parts))
+	for i, p := range parts {
+		ids[i] = p.id
+	}
+	return f.lastStableOf(ctx, ids)
+}
+
+// lastStableOf reads the last stable offset of each partition of ids: the
+// end a read_committed consumer reads to. Partitions whose offset could
+// not be read are missing.
+func (f *fetcher) lastStableOf(ctx context.Context, ids []int) map[int]int64 {
+	res, err := f.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{f.topic: lastOffsets(ids)},
+		IsolationLevel: kafka.ReadCommitted})
 	if err != nil {
 		return nil
 	}
 	out := map[int]int64{}
 	for _, po := range res.Topics[f.topic] {
-		if po.Error == nil {
+		if po.Error == nil && po.LastOffset >= 0 {
 			out[po.Partition] = po.LastOffset
 		}
 	}
 	return out
+}
+
+// lsoOf is the last stable offset of partition id in stable, -1 when it
+// is not there.
+func lsoOf(stable map[int]int64, id int) (int64, bool) {
+	if lso, ok := stable[id]; ok {
+		return lso, true
+	}
+	return -1, false
+}
+
+func lastOffsets(ids []int) []kafka.OffsetRequest {
+	reqs := make([]kafka.OffsetRequest, len(ids))
+	for i, id := range ids {
+		reqs[i] = kafka.LastOffsetOf(id)
+	}
+	return reqs
 }
 
 // partitionError handles an error the broker returned for one partition.
@@ -212,18 +271,20 @@ func (f *fetcher) partitionError(ctx context.Context, p *partition, err error) {
 }
 
 // outOfRange applies --offset-out-of-range to a partition whose next offset
-// the broker said is not in its log, which holds first to end.
-func (f *fetcher) outOfRange(ctx context.Context, p *partition, first, end int64) error {
-	if p.next >= first && p.next <= end {
+// the broker said is not in its log, of bounds b; end is the end of what is
+// read (logEnd), where latest starts.
+func (f *fetcher) outOfRange(ctx context.Context, p *partition, b bounds, end int64) error {
+	first := b.first
+	if p.next >= first && p.next <= b.hw {
 		// In range again (a new leader caught up): try again.
 		p.want = wantNothing
-		f.fail(ctx, p, fmt.Errorf("offset %d out of range, now within [%d, %d]", p.next, first, end))
+		f.fail(ctx, p, fmt.Errorf("offset %d out of range, now within [%d, %d]", p.next, first, b.hw))
 		return nil
 	}
 	if f.reset == ResetFail {
 		return fmt.Errorf("partition %d of %s: offset %d is outside the log, which holds offsets %d to %d (the topic was recreated, or retention passed it), and --offset-out-of-range is fail: "+
 			"reset the group's offset (kafka-consumer-groups --reset-offsets) or run with --offset-out-of-range earliest or latest",
-			p.id, f.topic, p.next, first, end-1)
+			p.id, f.topic, p.next, first, b.hw-1)
 	}
 	to := first
 	if f.reset == ResetLatest {
@@ -234,7 +295,7 @@ func (f *fetcher) outOfRange(ctx context.Context, p *partition, first, end int64
 		return nil // the generation is over
 	}
 	f.log.Warn("committed offset outside the log; reading on from --offset-out-of-range", "topic", f.topic, "partition", p.id,
-		"offset", p.next, "log_start", first, "log_end", end, "policy", f.reset.String(), "from", to, "skipped", max(0, to-p.next))
+		"offset", p.next, "log_start", first, "log_end", b.hw, "policy", f.reset.String(), "from", to, "skipped", max(0, to-p.next))
 	f.m.offsetResets.Add(ctx, 1)
 	p.a, p.next, p.want = a, to, wantNothing
 	p.lag.Store(max(0, end-to))

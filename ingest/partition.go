@@ -37,11 +37,11 @@ type partition struct {
 	// partition that fails every other fetch must not log each time).
 	logged, loggedBatch, loggedBack rateLimiter
 
-	lag atomic.Int64 // high watermark minus next, at the last look
-	// hw and logStart are the log's end and start at the last look, -1
-	// while unknown.
-	hw, logStart atomic.Int64
-	lastErr      atomic.Pointer[string]
+	lag atomic.Int64 // the log's end to read (logEnd) minus next, at the last look
+	// hw and logStart are the log's end and start at the last look, lso
+	// its last stable offset; -1 while unknown.
+	hw, logStart, lso atomic.Int64
+	lastErr           atomic.Pointer[string]
 	// movedAt is when it last made progress (unix nanoseconds): its
 	// position moved, or a fetch found it at the log's end.
 	movedAt atomic.Int64
@@ -54,6 +54,7 @@ func newPartition(id int, a *Assignment, committed int64) *partition {
 	}
 	p.hw.Store(-1)
 	p.logStart.Store(-1)
+	p.lso.Store(-1)
 	p.movedAt.Store(time.Now().UnixNano())
 	return p
 }
@@ -102,6 +103,18 @@ func (p *partition) position() int64 {
 }
 
 func (p *partition) moved() { p.movedAt.Store(time.Now().UnixNano()) }
+
+// logEnd is the end of what a consumer of the isolation level reads, of a
+// log ending at the high watermark hw with the last stable offset lso (-1
+// when unknown): under read_committed nothing at or past the first record
+// of a transaction still open is read until it ends, so lag counts to
+// there, and a partition waiting there is at its end, not stalled.
+func logEnd(readCommitted bool, hw, lso int64) int64 {
+	if readCommitted && lso >= 0 && hw >= 0 {
+		return min(lso, hw)
+	}
+	return hw
+}
 
 // rateLimiter says whether a trouble may be logged: a new one at once, the
 // same one again after logEvery; n is how many were not logged meanwhile.

@@ -71,21 +71,7 @@ func (f *fetcher) handle(ctx context.Context, r fetchResult) {
 			f.partitionError(ctx, p, kafka.Error(rp.ErrorCode))
 			continue
 		}
-		p.answered = time.Now()
-		p.hw.Store(rp.HighWatermark)
-		if rp.LogStartOffset >= 0 {
-			p.logStart.Store(rp.LogStartOffset)
-		}
-		before := p.next
-		if err := f.read(ctx, p, rp.Records, &rs); err != nil {
-			f.fail(ctx, p, err)
-		} else {
-			f.ok(p)
-		}
-		if p.next > before || p.next >= rp.HighWatermark {
-			p.moved()
-		}
-		p.lag.Store(max(0, rp.HighWatermark-p.next))
+		f.readPartition(ctx, p, rp, &rs)
 	}
 	f.budget.Fill(r.reserved, rs.charged)
 	f.est.observe(rs.estCharged, rs.estWire)
@@ -119,6 +105,35 @@ func (f *fetcher) handle(ctx context.Context, r fetchResult) {
 			return
 		}
 	}
+}
+
+// readPartition reads a partition's part of a response, and what the
+// response says of its log.
+func (f *fetcher) readPartition(ctx context.Context, p *partition, rp *kwire.FetchPartition, rs *readState) {
+	p.answered = time.Now()
+	p.hw.Store(rp.HighWatermark)
+	p.lso.Store(rp.LastStableOffset)
+	if rp.LogStartOffset >= 0 {
+		p.logStart.Store(rp.LogStartOffset)
+	}
+	// The response's aborted transactions decide which of its batches are
+	// read: they are of this response alone (see kwire.Aborts).
+	if f.readCommitted {
+		f.aborts.Reset(rp)
+	} else {
+		f.aborts.Reset(nil)
+	}
+	before := p.next
+	if err := f.read(ctx, p, rp.Records, rs); err != nil {
+		f.fail(ctx, p, err)
+	} else {
+		f.ok(p)
+	}
+	end := logEnd(f.readCommitted, rp.HighWatermark, rp.LastStableOffset)
+	if p.next > before || p.next >= end {
+		p.moved()
+	}
+	p.lag.Store(max(0, end-p.next))
 }
 
 // readState is a response's reading so far.
@@ -162,13 +177,16 @@ func (f *fetcher) track(rs *readState) {
 // partition, and is fetched again; the first of a response is always
 // taken, so that a record larger than the reservation still goes through
 // (by that much over the budget). A batch that cannot be decoded is handed
-// on as one Undecodable message, and the partition goes on after it. The
-// error is for a batch the broker sent corrupt: the partition is fetched
-// again from there.
+// on as one Undecodable message, and the partition goes on after it. A
+// batch of an aborted transaction (f.aborts, set for the response) is
+// never handed on: its offsets are settled, as a transaction marker's are,
+// before it is opened, so that one too large or broken is neither cut nor
+// dead-lettered. The error is for a batch the broker sent corrupt: the
+// partition is fetched again from there.
 func (f *fetcher) read(ctx context.Context, p *partition, data []byte, rs *readState) error {
 	// The messages taken are tracked together, under one lock, in offset
-	// order with the offsets settled at once (transaction markers, records
-	// removed by compaction).
+	// order with the offsets settled at once (transaction markers, aborted
+	// transactions, records removed by compaction).
 	rs.a, rs.untracked = p.a, len(rs.batch)
 	defer f.track(rs)
 	skip := func(first, last int64) {
@@ -185,10 +203,19 @@ func (f *fetcher) read(ctx context.Context, p *partition, data []byte, rs *readS
 			return nil // cut short by the response's size: fetched again
 		}
 		data = rest
+		// Every batch, also one read before, goes through the aborts in
+		// offset order: its markers end its producer's aborted transaction.
+		aborted, err := f.aborts.Aborted(&b)
+		if err != nil {
+			return fmt.Errorf("partition %d of %s: %w", p.id, f.topic, err)
+		}
 		if b.Last < p.next {
 			continue // read before: batches may start before the offset asked for
 		}
-		if b.Control() {
+		if aborted {
+			f.m.aborted.Add(ctx, b.Last-max(b.First, p.next)+1)
+		}
+		if b.Control() || aborted {
 			skip(max(b.First, p.next), b.Last)
 			continue
 		}

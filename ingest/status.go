@@ -9,14 +9,25 @@ import (
 // PartitionStatus is what the consumer knows of one owned partition.
 type PartitionStatus struct {
 	Partition int `json:"partition"`
-	// Lag is the messages between the next to fetch and the log's end.
+	// Lag is the messages between the next to fetch and the end of what
+	// is read: the last stable offset under read_committed, the high
+	// watermark under read_uncommitted.
 	Lag       int64 `json:"lag"`
 	Committed int64 `json:"committed"` // -1 when neither the group nor this member committed yet
 	// CommittedLag is the messages between the committed offset (the
-	// log's start when none is) and the log's end: what a restart would
-	// read again or still has to read. -1 while the log's end is unknown.
-	CommittedLag int64  `json:"committed_lag"`
-	Error        string `json:"error,omitempty"`
+	// log's start when none is) and the end of what is read: what a
+	// restart would read again or still has to read. -1 while the log's
+	// end is unknown.
+	CommittedLag int64 `json:"committed_lag"`
+	// LastStable is the log's last stable offset: the first record of the
+	// oldest transaction still open, the high watermark when none is. -1
+	// while unknown.
+	LastStable int64 `json:"last_stable_offset"`
+	// UnstableLag is the messages between the last stable offset and the
+	// high watermark: what read_committed waits for a transaction still
+	// open to end before it reads. -1 while unknown.
+	UnstableLag int64  `json:"unstable_lag"`
+	Error       string `json:"error,omitempty"`
 	// Stalled says, when the partition has made no progress for longer
 	// than the stall timeout, for how long and why.
 	Stalled string `json:"stalled,omitempty"`
@@ -46,16 +57,20 @@ func (c *Consumer) Status() Status {
 		s.LastError = c.lastErr.Error()
 	}
 	for _, p := range c.parts {
-		ps := PartitionStatus{Partition: p.id, Lag: p.lag.Load(), Committed: -1, CommittedLag: -1}
+		ps := PartitionStatus{Partition: p.id, Lag: p.lag.Load(), Committed: -1, CommittedLag: -1, LastStable: -1, UnstableLag: -1}
 		if f, ok := floors[p.id]; ok {
 			ps.Committed = f
 		}
-		if hw := p.hw.Load(); hw >= 0 {
+		hw, lso := p.hw.Load(), p.lso.Load()
+		if hw >= 0 {
 			from := ps.Committed
 			if from < 0 {
 				from = max(p.logStart.Load(), 0)
 			}
-			ps.CommittedLag = max(0, hw-from)
+			ps.CommittedLag = max(0, logEnd(!c.cfg.ReadUncommitted, hw, lso)-from)
+			if lso >= 0 {
+				ps.LastStable, ps.UnstableLag = lso, max(0, hw-lso)
+			}
 		}
 		if e := p.lastErr.Load(); e != nil {
 			ps.Error = *e

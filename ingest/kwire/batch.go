@@ -33,6 +33,9 @@ type Batch struct {
 	raw []byte
 	// v2: the base timestamp and the records, compressed or not.
 	baseTime int64
+	// producer is the id of the producer that wrote it, -1 when none did
+	// (a legacy message, a producer neither idempotent nor transactional).
+	producer int64
 	records  []byte
 	count    int32
 	// Legacy: the message's timestamp, key and value.
@@ -44,6 +47,10 @@ func (b *Batch) codec() int8 { return int8(b.attrs & 0x07) }
 
 // Control reports a batch of transaction markers: nothing to deliver.
 func (b *Batch) Control() bool { return b.magic == 2 && b.attrs&0x20 != 0 }
+
+// Transactional reports a batch a producer wrote inside a transaction:
+// its records count only once the transaction's commit marker follows.
+func (b *Batch) Transactional() bool { return b.magic == 2 && b.attrs&0x10 != 0 }
 
 // Legacy reports a message of magic 0 or 1: a wrapper's offsets before its
 // last are unknown until it is opened.
@@ -113,6 +120,7 @@ func (b *Batch) parseV2() error {
 	b.attrs = int16(binary.BigEndian.Uint16(raw[21:]))
 	b.Last = b.First + int64(int32(binary.BigEndian.Uint32(raw[23:])))
 	b.baseTime = int64(binary.BigEndian.Uint64(raw[27:]))
+	b.producer = int64(binary.BigEndian.Uint64(raw[43:]))
 	b.count = int32(binary.BigEndian.Uint32(raw[57:]))
 	b.records = raw[batchHeader:]
 	return nil
@@ -122,6 +130,7 @@ func (b *Batch) parseLegacy() error {
 	raw := b.raw
 	b.First = int64(binary.BigEndian.Uint64(raw))
 	b.Last = b.First
+	b.producer = -1
 	d := wire{b: raw[12:]}
 	crc := uint32(d.int32())
 	if d.err == nil && crc32.ChecksumIEEE(d.b) != crc {

@@ -413,6 +413,7 @@ func FuzzBatchesChecksummed(f *testing.F) {
 			f.Add(encodeBatch(f, version, codec, 5, sampleRecords(version == 2)...))
 		}
 	}
+	f.Add(append(txn(f, 0, 9, 2), marker(f, 2, 9, true)...))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		fixChecksums(data)
 		decodeAll(data)
@@ -430,6 +431,9 @@ func decodeAll(data []byte) {
 			return
 		}
 		data = rest
+		if b.Control() {
+			_, _ = b.abortMarker() // a marker's key, whatever its bytes
+		}
 		if err := r.Open(&b); err != nil {
 			continue
 		}

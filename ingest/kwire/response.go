@@ -2,7 +2,8 @@
 // request: the response's frame and partitions, each partition's record
 // batches (magic 2, and the legacy messages of magic 0 and 1), decompressed
 // one batch at a time, as streams, within a bound, and their records, cut
-// when too large to hold whole.
+// when too large to hold whole; and which batches belong to aborted
+// transactions (Aborts), for a reader of committed data only.
 //
 // It is byte parsing alone: it sends nothing and imports no Kafka client
 // and nothing else of cellttl, so that the client the worker sends its
@@ -80,6 +81,13 @@ type FetchPartition struct {
 	ErrorCode      int16
 	HighWatermark  int64
 	LogStartOffset int64 // -1 before v5
+	// LastStableOffset is the offset of the first record of a transaction
+	// still open (the high watermark when none is): a read_committed fetch
+	// returns nothing at or past it. -1 when the broker does not know it.
+	LastStableOffset int64
+	// aborted is the response's list of aborted transactions for the
+	// partition, as sent (16 bytes each): see Aborts.
+	aborted []byte
 	// Records is the partition's record batches as the broker sent them;
 	// the last may be cut short by the response's size limit.
 	Records []byte
@@ -105,12 +113,13 @@ func parseFetchResponse(b []byte, version int16) (*FetchResponse, error) {
 			p.Partition = d.int32()
 			p.ErrorCode = d.int16()
 			p.HighWatermark = d.int64()
-			d.int64() // last_stable_offset
+			p.LastStableOffset = d.int64()
 			if version >= 5 {
 				p.LogStartOffset = d.int64()
 			}
-			aborted := d.arrayLen() // aborted transactions: read uncommitted
-			d.skip(aborted * 16)
+			// Kept as bytes, read by Aborts.Reset: no allocation for a
+			// partition whose response holds none.
+			p.aborted = d.bytes(d.arrayLen() * abortedSize)
 			if version >= 11 {
 				d.int32() // preferred_read_replica
 			}
