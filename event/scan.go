@@ -32,6 +32,32 @@ type field struct {
 	// parent is set when the field cannot be there: the path's object at
 	// parent is a JSON kind, not an object.
 	parent string
+	// typeName, set by a ValueReader (a value that is not JSON), names the
+	// value's type in reasons: "an Avro long", "a Protobuf bool".
+	typeName string
+	// typed says that num holds the value: typedInt, an integer of a
+	// schema's type; typedTime, a timestamp type, num seconds and nsec
+	// nanoseconds since 1970.
+	typed uint8
+	nsec  int32
+	num   int64
+}
+
+const (
+	typedNone uint8 = iota
+	typedInt
+	typedTime
+)
+
+// what names the field's type in reasons: "a JSON number", "an Avro long".
+func (f *field) what() string {
+	if f.typeName != "" {
+		return f.typeName
+	}
+	if f.kind == "" {
+		return "a JSON string"
+	}
+	return "a JSON " + f.kind
 }
 
 // maxDepth is encoding/json's limit on containers open at once; a deeper

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -41,6 +42,19 @@ type Config struct {
 	// an erasure (it is stale): dead letters wait while it does, as rows
 	// do, since a letter is a copy of its user's data.
 	ErasuresHeld func() error
+	// Schemas, when values are read through a schema registry
+	// (Decoder.Values), is asked before each record is decided: a record
+	// whose schema is not known yet waits for it there, the rows batched
+	// before it written meanwhile (see internal/registry).
+	Schemas SchemaSource
+}
+
+// SchemaSource says whether a value's schema is at hand, and waits for it.
+type SchemaSource interface {
+	// Ready reports whether value can be decoded without waiting.
+	Ready(value []byte) bool
+	// Await waits until it can, or ctx ends (its error then).
+	Await(ctx context.Context, value []byte) error
 }
 
 // DefaultConfig returns the defaults the worker's flags document.

@@ -390,6 +390,8 @@ func (r *run) decide(ctx context.Context, letter ingest.Message) (sink.Row, stri
 	}
 	dec := pipeline.Decide(r.d, r.cfg, ledger, &src, r.o.Now())
 	switch dec.Fate {
+	case pipeline.Held:
+		return sink.Row{}, "", fmt.Errorf("letter at offset %d: %w", letter.Offset, dec.Err)
 	case pipeline.Erased:
 		return sink.Row{}, Erased, nil
 	case pipeline.Write:

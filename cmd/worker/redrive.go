@@ -51,6 +51,7 @@ func (rd *redriveOptions) flags(out io.Writer) *envflag.FlagSet {
 	o.dlq.RegisterKeyFlags(f)
 	o.pipe.RegisterMappingFlags(f)
 	o.pipe.RegisterClockFlags(f)
+	o.registry.RegisterFlags(f)
 	o.registerErasureBound(f)
 	return f
 }
@@ -68,7 +69,7 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := checkFormat(format); err != nil {
 		return err
 	}
-	if err := errors.Join(o.kafka.Validate(), o.dlq.Validate(o.kafka.Topic), o.pipe.Resolve()); err != nil {
+	if err := errors.Join(o.kafka.Validate(), o.dlq.Validate(o.kafka.Topic), o.pipe.Resolve(), o.registry.Validate()); err != nil {
 		return usageError(err)
 	}
 	ro.Brokers, ro.Security, ro.Reasons, ro.MaxEventBytes = o.kafka.Brokers, o.kafka.Security, splitList(reasons), o.pipe.Decoder.MaxBytes
@@ -126,6 +127,13 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	w, err := sink.NewWriter(s.dc, o.table.Target(), wcfg, nil, log)
 	if err != nil {
 		return err
+	}
+	schemas, err := o.openSchemas(nil, log)
+	if err != nil {
+		return err
+	}
+	if schemas != nil {
+		defer schemas.Close()
 	}
 	// Four attempts' worth, retries included: beyond that Bigtable refuses
 	// the writes as a whole, which waiting will not mend within a job.
