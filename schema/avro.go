@@ -43,7 +43,9 @@ type aType struct {
 	// what names the type in reasons: "an Avro long".
 	what string
 	// millis or micros: a timestamp logical type, 1000 or 1 µs per unit.
-	tsUnit   int64
+	tsUnit int64
+	// tsWhat names a timestamp type in reasons.
+	tsWhat   string
 	fields   []aField // record
 	items    *aType   // array, map
 	branches []*aType // union
@@ -124,6 +126,7 @@ func compileAvro(s avro.Schema, named map[string]*aType) (*aType, error) {
 		return nil, fmt.Errorf("unsupported Avro schema type %T", s)
 	}
 	t.what = "an Avro " + aKindNames[t.kind]
+	t.tsWhat = t.what + " (timestamp)"
 	return t, nil
 }
 
@@ -227,7 +230,7 @@ func placeAvro(plan *aPlan, t *aType, path []string, depth, field int) {
 type aReader struct {
 	b   []byte
 	i   int
-	fd  *event.Found
+	fd  event.Found
 	err string
 	// budget bounds the items walked, so that an array of a billion nulls
 	// in a few bytes is refused rather than counted through.
@@ -236,16 +239,19 @@ type aReader struct {
 
 // readAvro reads a value of the record t, reading plan's fields into fd;
 // the whole value must decode, with no byte left over.
-func readAvro(t *aType, plan *aPlan, payload []byte, fd *event.Found) error {
-	r := aReader{b: payload, fd: fd, budget: 8*len(payload) + 1024}
+//
+// The fields are kept in the reader, returned by value: a pointer handed
+// down the recursive walk would put them on the heap.
+func readAvro(t *aType, plan *aPlan, payload []byte) (event.Found, error) {
+	r := aReader{b: payload, budget: 8*len(payload) + 1024}
 	r.record(t, plan, 0)
 	if r.err == "" && r.i != len(r.b) {
 		r.err = fmt.Sprintf("%d bytes are left after the record", len(r.b)-r.i)
 	}
 	if r.err != "" {
-		return undecodable(r.err)
+		return event.Found{}, undecodable(r.err)
 	}
-	return nil
+	return r.fd, nil
 }
 
 // maxAvroDepth bounds nesting (a recursive schema lets a value nest as
@@ -372,7 +378,7 @@ func (r *aReader) leaf(t *aType, field, depth int) {
 			return
 		}
 		if t.tsUnit != 0 {
-			r.fd.SetTime(field, timeOf(v, t.tsUnit), t.what+" (timestamp)")
+			r.fd.SetTime(field, timeOf(v, t.tsUnit), t.tsWhat)
 			return
 		}
 		r.fd.SetInt(field, v, t.what)

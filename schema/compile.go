@@ -110,25 +110,34 @@ func planMessages(msgs protoreflect.MessageDescriptors, at messageIndex, paths [
 // Read reads the fields of a value written with c; payload is what follows
 // the schema id (SchemaID).
 func (c *Compiled) Read(payload []byte) (event.Found, error) {
-	var fd event.Found
-	var err error
 	switch c.format {
 	case Avro:
-		err = readAvro(c.avroType, c.avroPlan, payload, &fd)
+		return readAvro(c.avroType, c.avroPlan, payload)
 	case Protobuf:
-		var idx messageIndex
-		if idx, payload, err = parseMessageIndex(payload); err != nil {
-			return fd, err
+		idx, payload, err := parseMessageIndex(payload)
+		if err != nil {
+			return event.Found{}, err
 		}
 		plan := c.protoFirst
 		if idx.depth != 1 || idx.path[0] != 0 {
 			if plan = c.protoPlans[idx]; plan == nil {
-				return fd, &event.Error{Class: event.BadSchema, Reason: fmt.Sprintf("the value names message %v, which its schema does not have", idx.path[:idx.depth])}
+				return event.Found{}, noMessage(idx)
 			}
 		}
-		err = readProto(plan, payload, &fd, 0)
-	case JSONSchema:
-		err = fd.ParseJSON(payload, c.mapping)
+		r := pReader{}
+		if err := r.message(plan, payload, 0); err != nil {
+			return event.Found{}, err
+		}
+		return r.fd, nil
 	}
+	var fd event.Found
+	err := fd.ParseJSON(payload, c.mapping)
 	return fd, err
+}
+
+// noMessage refuses an index the schema has no message for (apart, so
+// that the index stays off the heap on the way there).
+func noMessage(idx messageIndex) error {
+	path := append([]int32(nil), idx.path[:idx.depth]...)
+	return &event.Error{Class: event.BadSchema, Reason: fmt.Sprintf("the value names message %v, which its schema does not have", path)}
 }

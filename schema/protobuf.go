@@ -139,12 +139,16 @@ func protoWhat(fd protoreflect.FieldDescriptor) string {
 // maxProtoDepth bounds the nesting of messages read.
 const maxProtoDepth = 100
 
-// readProto reads a message of plan's fields into fd. Fields the plan does
+// message reads a message of plan's fields into r.fd. Fields the plan does
 // not read are walked over by their wire type, as any reader does with
 // unknown fields; a wire type other than the field's declared one makes
 // the field unknown too, as Protobuf's own readers take it. A scalar given
 // twice takes the last, as Protobuf's readers do.
-func readProto(plan *pPlan, b []byte, fd *event.Found, depth int) error {
+//
+// The fields are kept in the reader (see readAvro).
+type pReader struct{ fd event.Found }
+
+func (r *pReader) message(plan *pPlan, b []byte, depth int) error {
 	if depth > maxProtoDepth {
 		return undecodable("messages nest too deep")
 	}
@@ -163,7 +167,7 @@ func readProto(plan *pPlan, b []byte, fd *event.Found, depth int) error {
 			continue
 		}
 		var err error
-		if n, err = readProtoField(st, typ, b, fd, depth); err != nil {
+		if n, err = r.field(st, typ, b, depth); err != nil {
 			return err
 		}
 		b = b[n:]
@@ -190,8 +194,9 @@ func wireType(fd protoreflect.FieldDescriptor) protowire.Type {
 	return protowire.VarintType
 }
 
-// readProtoField reads one field the plan reads and returns its length.
-func readProtoField(st *pStep, typ protowire.Type, b []byte, fd *event.Found, depth int) (int, error) {
+// field reads one field the plan reads and returns its length.
+func (r *pReader) field(st *pStep, typ protowire.Type, b []byte, depth int) (int, error) {
+	fd := &r.fd
 	n := protowire.ConsumeFieldValue(st.fd.Number(), typ, b)
 	if n < 0 {
 		return 0, undecodable(fmt.Sprintf("field %s: %v", st.path, protowire.ParseError(n)))
@@ -202,7 +207,7 @@ func readProtoField(st *pStep, typ protowire.Type, b []byte, fd *event.Found, de
 		// below (each occurrence, so that they merge as Protobuf's do).
 		if f.Kind() == protoreflect.MessageKind && !f.IsList() && !f.IsMap() {
 			v, _ := protowire.ConsumeBytes(b)
-			return n, readProto(st.child, v, fd, depth+1)
+			return n, r.message(st.child, v, depth+1)
 		}
 		for _, l := range st.leaves {
 			fd.SetInside(l, st.path, st.what)
