@@ -33,21 +33,6 @@ func compileProto(ctx context.Context, text string, imports map[string]string) (
 	return files[0], nil
 }
 
-// messageAt finds the message of a framing's index in fd.
-func messageAt(fd protoreflect.FileDescriptor, idx messageIndex) (protoreflect.MessageDescriptor, error) {
-	msgs := fd.Messages()
-	var md protoreflect.MessageDescriptor
-	for i := range idx.depth {
-		k := int(idx.path[i])
-		if k >= msgs.Len() {
-			return nil, fmt.Errorf("the value's message index %v names message %d of %d", idx.path[:idx.depth], k, msgs.Len())
-		}
-		md = msgs.Get(k)
-		msgs = md.Messages()
-	}
-	return md, nil
-}
-
 // pPlan is what to read of one message of the mapping's paths: the step
 // of each field number read.
 type pPlan struct {
