@@ -22,6 +22,11 @@ type fields struct {
 type field struct {
 	present bool
 	isNull  bool
+	// typed says that num holds the value: typedInt, an integer of a
+	// schema's type; typedTime, a timestamp type, num seconds and nsec
+	// nanoseconds since 1970 (beside the bools: no room taken).
+	typed uint8
+	nsec  int32
 	// s is a string's contents, or a number's text.
 	s    string
 	kind string // JSON kind when not a string: "number", "object", ...
@@ -35,12 +40,7 @@ type field struct {
 	// typeName, set by a ValueReader (a value that is not JSON), names the
 	// value's type in reasons: "an Avro long", "a Protobuf bool".
 	typeName string
-	// typed says that num holds the value: typedInt, an integer of a
-	// schema's type; typedTime, a timestamp type, num seconds and nsec
-	// nanoseconds since 1970.
-	typed uint8
-	nsec  int32
-	num   int64
+	num      int64
 }
 
 const (
