@@ -94,3 +94,26 @@ func looksNumeric(s string) bool {
 	}
 	return len(s) < 5 || s[4] != '-'
 }
+
+// epochInt is parseEpoch for an integer of a schema's type (an Avro long,
+// a Protobuf int64): the same units and ranges, without text.
+func epochInt(n int64, format TimeFormat) (time.Time, string) {
+	unit := format
+	if unit == Auto {
+		unit = UnixSeconds
+		if n >= autoMillis || n <= -autoMillis {
+			unit = UnixMillis
+		}
+	}
+	const maxMillis, maxSeconds = 999_999_999_999_999, 999_999_999_999 // 15 and 12 digits
+	if unit == UnixSeconds {
+		if n > maxSeconds || n < -maxSeconds {
+			return time.Time{}, "within the range of times a row key can hold"
+		}
+		return time.Unix(n, 0).UTC(), ""
+	}
+	if n > maxMillis || n < -maxMillis {
+		return time.Time{}, "within the range of times a row key can hold"
+	}
+	return time.UnixMilli(n).UTC(), ""
+}

@@ -59,6 +59,12 @@ const (
 	BadTime   Class = "invalid_time" // a time that cannot be read or a row key cannot hold
 	BadTTL    Class = "invalid_ttl"  // an event's own TTL that cannot be read
 	Ambiguous Class = "ambiguous"    // a field given twice or under another case, a lone surrogate
+	// The classes of values read through a schema registry (--value-format
+	// avro, protobuf or json-schema).
+	NotFramed     Class = "not_framed"     // no schema-registry framing: magic byte 0, a 4-byte schema id
+	UnknownSchema Class = "unknown_schema" // the registry has no schema of the value's id (404)
+	BadSchema     Class = "invalid_schema" // the id's schema cannot read values: another format, does not compile, no such message
+	Undecodable   Class = "undecodable"    // the value's bytes do not decode with its schema
 )
 
 func (e *Error) Error() string { return e.Reason }
@@ -75,6 +81,10 @@ type Decoder struct {
 	// Mapping says where the fields come from; nil is the contract's
 	// field names.
 	Mapping *Mapping
+	// Values reads the fields of a value that is not plain JSON (Avro,
+	// Protobuf, JSON Schema through a schema registry: package schema);
+	// nil reads JSON, as the contract has it.
+	Values ValueReader
 }
 
 // Record is the part of a Kafka record an event is read from.
@@ -118,6 +128,15 @@ func (d Decoder) DecodeRecord(r *Record) (Event, error) {
 	if size := max(int64(len(r.Value)), r.Size); d.MaxBytes > 0 && size > int64(d.MaxBytes) {
 		return Event{}, &Error{Class: TooLarge, Reason: fmt.Sprintf("value is %d bytes, more than the limit of %d", size, d.MaxBytes)}
 	}
+	if d.Values != nil {
+		// Returned by value: a pointer to the caller's fields handed
+		// through the interface would put them on the heap, for JSON too.
+		found, err := d.Values.ReadValue(r.Value, m)
+		if err != nil {
+			return Event{}, err
+		}
+		return d.event(m, &found.f, r)
+	}
 	var f fields
 	err := parse(r.Value, m.root, &f)
 	if err == errSyntax {
@@ -126,22 +145,30 @@ func (d Decoder) DecodeRecord(r *Record) (Event, error) {
 	if err != nil {
 		return Event{}, err
 	}
-	var ev Event
-	if ev.ID, err = m.id(fieldEventID, &f, r, true); err != nil {
+	return d.event(m, &f, r)
+}
+
+// event validates the fields read of r and makes its event.
+func (d Decoder) event(m *Mapping, f *fields, r *Record) (Event, error) {
+	var (
+		ev  Event
+		err error
+	)
+	if ev.ID, err = m.id(fieldEventID, f, r, true); err != nil {
 		return Event{}, err
 	}
-	if ev.Tenant, err = m.id(fieldTenant, &f, r, true); err != nil {
+	if ev.Tenant, err = m.id(fieldTenant, f, r, true); err != nil {
 		return Event{}, err
 	}
-	if ev.User, err = m.id(fieldUser, &f, r, false); err != nil {
+	if ev.User, err = m.id(fieldUser, f, r, false); err != nil {
 		return Event{}, err
 	}
-	if ev.Base, ev.Clamped, err = d.base(m, &f, r); err != nil {
+	if ev.Base, ev.Clamped, err = d.base(m, f, r); err != nil {
 		// The ids are valid: returned, so that an erased user's event is
 		// known as such though its time is not (see pipeline.Decide).
 		return Event{ID: ev.ID, Tenant: ev.Tenant, User: ev.User}, err
 	}
-	if ev.TTL, ev.HasTTL, err = m.ttl(&f, r); err != nil {
+	if ev.TTL, ev.HasTTL, err = m.ttl(f, r); err != nil {
 		// The ids and time are valid: returned, as for a time error.
 		ev.TTL, ev.HasTTL = 0, false
 		return ev, err
@@ -165,6 +192,9 @@ func (m *Mapping) value(i int, f *fields, r *Record) (*field, error) {
 	}
 	fl := &f.f[i]
 	if fl.parent != "" {
+		if fl.typeName != "" {
+			return nil, &Error{Class: WrongType, Field: src.field, Reason: fmt.Sprintf("%s cannot be read: %s is %s, not a record", src.name, fl.parent, fl.typeName)}
+		}
 		return nil, &Error{Class: WrongType, Field: src.field, Reason: fmt.Sprintf("%s cannot be read: %s is a JSON %s, not an object", src.name, fl.parent, fl.kind)}
 	}
 	return fl, nil
@@ -230,6 +260,21 @@ func (d Decoder) base(m *Mapping, f *fields, r *Record) (time.Time, bool, error)
 
 // eventTime reads a present event time in the mapping's format.
 func (m *Mapping) eventTime(src *source, fl *field) (time.Time, error) {
+	switch fl.typed {
+	case typedTime:
+		// A timestamp type (Avro timestamp-millis or -micros, Protobuf's
+		// google.protobuf.Timestamp) says what it is, whatever the format.
+		return time.Unix(fl.num, int64(fl.nsec)).UTC(), nil
+	case typedInt:
+		if m.format == RFC3339 {
+			return time.Time{}, &Error{Class: WrongType, Field: src.field, Reason: fmt.Sprintf("%s must be an RFC 3339 string or a timestamp (%s %s), not %s", src.name, m.formatLabel, m.format, fl.what())}
+		}
+		t, err := epochInt(fl.num, m.format)
+		if err != "" {
+			return time.Time{}, &Error{Class: BadTime, Field: src.field, Reason: fmt.Sprintf("%s %d is not %s", src.name, fl.num, err)}
+		}
+		return t, nil
+	}
 	// A JSON number is never an RFC 3339 time, a JSON string never an
 	// epoch number but under auto; a header is text, read by the format.
 	number := fl.kind == "number"
@@ -240,11 +285,11 @@ func (m *Mapping) eventTime(src *source, fl *field) (time.Time, error) {
 				return time.Time{}, err
 			}
 		case fl.kind != "number":
-			what := "a JSON string"
-			if fl.kind != "" {
-				what = "a JSON " + fl.kind
+			want := "a JSON number"
+			if fl.typeName != "" {
+				want = "a number"
 			}
-			return time.Time{}, &Error{Class: WrongType, Field: src.field, Reason: fmt.Sprintf("%s must be a JSON number of epoch %s (%s %s), not %s", src.name, unitName(m.format), m.formatLabel, m.format, what)}
+			return time.Time{}, &Error{Class: WrongType, Field: src.field, Reason: fmt.Sprintf("%s must be %s of epoch %s (%s %s), not %s", src.name, want, unitName(m.format), m.formatLabel, m.format, fl.what())}
 		}
 	}
 	format := m.format
@@ -291,7 +336,7 @@ func unitName(f TimeFormat) string {
 // all decode to characters.
 func stringField(src *source, f *field) error {
 	if f.kind != "" {
-		return &Error{Class: WrongType, Field: src.field, Reason: fmt.Sprintf("%s must be a string, not a JSON %s", src.name, f.kind)}
+		return &Error{Class: WrongType, Field: src.field, Reason: fmt.Sprintf("%s must be a string, not %s", src.name, f.what())}
 	}
 	if f.escape != "" {
 		return &Error{Class: Ambiguous, Field: src.field, Reason: fmt.Sprintf("%s %s escapes a lone UTF-16 surrogate, which is not a character: readers turn it into U+FFFD, so distinct values would read the same", src.name, f.escape)}

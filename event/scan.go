@@ -22,6 +22,11 @@ type fields struct {
 type field struct {
 	present bool
 	isNull  bool
+	// typed says that num holds the value: typedInt, an integer of a
+	// schema's type; typedTime, a timestamp type, num seconds and nsec
+	// nanoseconds since 1970 (beside the bools: no room taken).
+	typed uint8
+	nsec  int32
 	// s is a string's contents, or a number's text.
 	s    string
 	kind string // JSON kind when not a string: "number", "object", ...
@@ -32,6 +37,27 @@ type field struct {
 	// parent is set when the field cannot be there: the path's object at
 	// parent is a JSON kind, not an object.
 	parent string
+	// typeName, set by a ValueReader (a value that is not JSON), names the
+	// value's type in reasons: "an Avro long", "a Protobuf bool".
+	typeName string
+	num      int64
+}
+
+const (
+	typedNone uint8 = iota
+	typedInt
+	typedTime
+)
+
+// what names the field's type in reasons: "a JSON number", "an Avro long".
+func (f *field) what() string {
+	if f.typeName != "" {
+		return f.typeName
+	}
+	if f.kind == "" {
+		return "a JSON string"
+	}
+	return "a JSON " + f.kind
 }
 
 // maxDepth is encoding/json's limit on containers open at once; a deeper

@@ -29,6 +29,16 @@ func (m *Mapping) ttl(f *fields, r *Record) (time.Duration, bool, error) {
 	if !fl.present || fl.isNull {
 		return 0, false, nil
 	}
+	if fl.typed == typedInt {
+		// An integer of the value's schema: whole seconds.
+		switch {
+		case fl.num < 0:
+			return 0, false, &Error{Class: BadTTL, Field: src.field, Reason: fmt.Sprintf("%s %d is negative", src.name, fl.num)}
+		case fl.num == 0:
+			return 0, false, nil
+		}
+		return saturate(strconv.FormatInt(fl.num, 10), time.Second), true, nil
+	}
 	if src.kind == fromJSON {
 		switch fl.kind {
 		case "":
@@ -40,7 +50,7 @@ func (m *Mapping) ttl(f *fields, r *Record) (time.Duration, bool, error) {
 				return 0, false, &Error{Class: BadTTL, Field: src.field, Reason: fmt.Sprintf("%s %s is not a whole number of seconds (or give a duration string such as \"90m\")", src.name, clip(fl.s))}
 			}
 		default:
-			return 0, false, &Error{Class: WrongType, Field: src.field, Reason: fmt.Sprintf("%s must be a duration string such as \"90m\" or a whole number of seconds, not a JSON %s", src.name, fl.kind)}
+			return 0, false, &Error{Class: WrongType, Field: src.field, Reason: fmt.Sprintf("%s must be a duration string such as \"90m\" or a whole number of seconds, not %s", src.name, fl.what())}
 		}
 	}
 	text := fl.s

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -45,6 +46,19 @@ type Config struct {
 	// record's or own time lies past the clock + Decoder.MaxClockSkew
 	// (reason time_ahead) rather than writing it.
 	StrictRetention bool
+	// Schemas, when values are read through a schema registry
+	// (Decoder.Values), is asked before each record is decided: a record
+	// whose schema is not known yet waits for it there, the rows batched
+	// before it written meanwhile (see internal/registry).
+	Schemas SchemaSource
+}
+
+// SchemaSource says whether a value's schema is at hand, and waits for it.
+type SchemaSource interface {
+	// Ready reports whether value can be decoded without waiting.
+	Ready(value []byte) bool
+	// Await waits until it can, or ctx ends (its error then).
+	Await(ctx context.Context, value []byte) error
 }
 
 // DefaultConfig returns the defaults the worker's flags document.

@@ -33,6 +33,11 @@ const (
 	// TimeAhead: under --strict-retention, the record's or the event's
 	// time lies past the latest Decide was given (see ahead.go).
 	TimeAhead
+	// Held: the record could not be read for a reason outside it (the
+	// schema registry unreachable while the worker stopped): neither
+	// written nor dead-lettered nor settled, it is read again by whoever
+	// reads its partition next.
+	Held
 )
 
 // Decision is what the worker makes of one record: a pure function of the
@@ -68,6 +73,13 @@ func Decide(d *event.Decoder, cfg *tenants.Config, ledger *erasure.Ledger, msg *
 	rec := record(d.Mapping, msg)
 	ev, err := d.DecodeRecord(&rec)
 	at := erasure.Position{Topic: msg.Topic, Partition: msg.Partition, Offset: msg.Offset}
+	if err != nil && d.Values != nil {
+		// A value reader's error that is no *event.Error is not the
+		// record's fault: never a dead letter.
+		if _, ok := err.(*event.Error); !ok {
+			return Decision{Fate: Held, Err: err}
+		}
+	}
 	if err != nil {
 		// An erased user's event whose time or own TTL cannot be read: its
 		// letter would be a copy of the user's data. Erased by its time

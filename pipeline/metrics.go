@@ -27,6 +27,7 @@ type instruments struct {
 var deadLetterReasons = []string{
 	string(event.TooLarge), string(event.NotJSON), string(event.Missing), string(event.WrongType),
 	string(event.BadID), string(event.BadTime), string(event.BadTTL), string(event.Ambiguous), reasonBigtableRefused, reasonUndecodable, reasonUnlisted, reasonTimeAhead,
+	string(event.NotFramed), string(event.UnknownSchema), string(event.BadSchema), string(event.Undecodable),
 }
 
 // reasonBigtableRefused is the reason of a row Bigtable refused for good,

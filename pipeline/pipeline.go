@@ -221,10 +221,33 @@ func (p *Pipeline) fetchLoop(ctx context.Context, b *batcher, dead chan<- deadIt
 		// could tell).
 		now, cfg := p.now(), p.config()
 		for i := range msgs {
+			if p.cfg.Schemas != nil && !p.schemaReady(&msgs[i]) {
+				if !p.awaitSchema(ctx, &msgs[i], b) {
+					break // stopping: the rest stay unsettled, read again by the next owner
+				}
+				now, cfg = p.now(), p.config()
+			}
 			p.route(&msgs[i], now, cfg, b, dead)
 		}
 	}
 	return nil
+}
+
+// schemaReady reports whether f can be decided without waiting for the
+// schema registry; a record the fetcher could not read is decided without
+// its value.
+func (p *Pipeline) schemaReady(f *ingest.Fetched) bool {
+	return f.Undecodable != nil || f.Cut != nil || p.cfg.Schemas.Ready(f.Msg.Value)
+}
+
+// awaitSchema waits for the schema of f's value. The rows batched so far
+// are written first, so that only the records from f on wait: the fetch
+// loop holds, every partition with it (a registry that cannot give one
+// schema is unlikely to give the others), and nothing is committed past
+// f. It returns false when ctx ended first.
+func (p *Pipeline) awaitSchema(ctx context.Context, f *ingest.Fetched, b *batcher) bool {
+	b.flush(flushInterval)
+	return p.cfg.Schemas.Await(ctx, f.Msg.Value) == nil
 }
 
 // record is what a decoder with mapping m reads of msg: the headers the
@@ -275,6 +298,9 @@ func (p *Pipeline) route(f *ingest.Fetched, now time.Time, cfg *tenants.Config, 
 	}
 	ev := &dec.Event
 	switch dec.Fate {
+	case Held:
+		// Stopping while it waited for the schema registry: left unsettled.
+		return
 	case Rejected:
 		// Under its tenant's row only when the file lists it and the event
 		// was read as far as its time (only its own TTL failed): the ids of

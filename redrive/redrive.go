@@ -401,6 +401,8 @@ func (r *run) decide(ctx context.Context, letter ingest.Message) (sink.Row, stri
 	switch dec.Fate {
 	case pipeline.TimeAhead:
 		return sink.Row{}, TimeAhead, nil
+	case pipeline.Held:
+		return sink.Row{}, "", fmt.Errorf("letter at offset %d: %w", letter.Offset, dec.Err)
 	case pipeline.Erased:
 		return sink.Row{}, Erased, nil
 	case pipeline.Write:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Starts and stops the real services the tests use, as plain processes on
-# 127.0.0.1: an Apache Kafka 3.9 broker (KRaft, jars from Maven Central) and
-# Google's Bigtable emulator.
+# 127.0.0.1: an Apache Kafka 3.9 broker (KRaft, jars from Maven Central),
+# Google's Bigtable emulator and Apicurio Registry (from Maven Central too),
+# whose Confluent-compatible API the schema-registry value formats read.
 #
 #   scripts/services.sh start   # prints the environment to export
 #   scripts/services.sh stop
@@ -11,7 +12,8 @@
 #                                   # a second broker, and leader changes
 #
 # State lives in $TESTENV_SERVICES_DIR (default .services/ in the repo); the
-# Kafka jars are cached in ~/.cache/cellttl so later starts take seconds.
+# Kafka jars, the registry and its Java serializers are cached in
+# ~/.cache/cellttl so later starts take seconds.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,6 +21,12 @@ dir=${TESTENV_SERVICES_DIR:-$repo/.services}
 kafka_version=3.9.1
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/cellttl
 kafka_lib=$cache/kafka-$kafka_version/lib
+# Apicurio Registry 3.x needs Java 21 or newer; 2.6 runs on Java 17 (see
+# pick_registry). Its Java serializers (scripts/registry/pom.xml) are the
+# independent producers of the value-format tests.
+registry_new=3.3.3
+registry_old=2.6.13.Final
+serdes_lib=$cache/apicurio-serdes-2.6.13.Final/lib
 
 # The test user of the SASL listener; a throwaway credential on loopback.
 sasl_user=cellttl
@@ -50,6 +58,124 @@ fetch_kafka() {
 	log "fetching Kafka $kafka_version jars from Maven Central into $kafka_lib"
 	mkdir -p "$kafka_lib"
 	(cd "$repo/scripts/kafka" && mvn -q -B dependency:copy-dependencies -DoutputDirectory="$kafka_lib") >&2
+}
+
+# java_major prints the major version of a java binary (17, 21, 25...).
+java_major() {
+	"$1" -version 2>&1 | sed -n '1s/.*version "\([0-9]*\).*/\1/p'
+}
+
+# newest_jdk prints the JAVA_HOME of the newest JDK of at least the given
+# major version under /usr/lib/jvm, or nothing.
+newest_jdk() { # min-major
+	local best="" bestv=0 d v
+	for d in /usr/lib/jvm/*/; do
+		d=${d%/}
+		[ -x "$d/bin/java" ] && [ ! -L "$d" ] || continue
+		v=$(java_major "$d/bin/java")
+		if [ -n "$v" ] && [ "$v" -ge "$1" ] && [ "$v" -gt "$bestv" ]; then
+			best=$d
+			bestv=$v
+		fi
+	done
+	echo "$best"
+}
+
+# pick_registry sets registry_java and registry_version: Apicurio 3.x on a
+# JDK >= 21 when one is installed (or JAVA_HOME is one), else 2.6 on the
+# java on PATH (Java 17).
+pick_registry() {
+	local home=""
+	if [ -n "${JAVA_HOME:-}" ] && [ -x "$JAVA_HOME/bin/java" ] && [ "$(java_major "$JAVA_HOME/bin/java")" -ge 21 ]; then
+		home=$JAVA_HOME
+	else
+		home=$(newest_jdk 21)
+	fi
+	if [ -n "$home" ]; then
+		registry_java=$home/bin/java
+		registry_version=$registry_new
+	else
+		registry_java=java
+		registry_version=$registry_old
+	fi
+	registry_home=$cache/apicurio-registry-$registry_version
+}
+
+# fetch_registry unpacks Apicurio Registry's ready-to-run bundle (the app's
+# tar.gz of classifier "all") from Maven Central into the cache, once.
+fetch_registry() {
+	if [ -f "$registry_home/quarkus-run.jar" ]; then
+		return
+	fi
+	log "fetching Apicurio Registry $registry_version from Maven Central into $registry_home"
+	local tmp
+	tmp=$(mktemp -d "$cache/registry-fetch.XXXXXX")
+	(cd "$repo/scripts/registry" && mvn -q -B dependency:copy \
+		-Dartifact="io.apicurio:apicurio-registry-app:$registry_version:tar.gz:all" -DoutputDirectory="$tmp") >&2
+	mkdir -p "$tmp/unpacked"
+	tar -xzf "$tmp"/apicurio-registry-app-*.tar.gz -C "$tmp/unpacked"
+	rm -rf "$registry_home"
+	mv "$tmp/unpacked" "$registry_home"
+	rm -rf "$tmp"
+}
+
+# fetch_serdes copies Apicurio's Java serializers and their dependencies
+# (scripts/registry/pom.xml) into the cache, once.
+fetch_serdes() {
+	if ls "$serdes_lib"/apicurio-registry-serdes-avro-serde-*.jar >/dev/null 2>&1; then
+		return
+	fi
+	log "fetching Apicurio's Java serializers from Maven Central into $serdes_lib"
+	mkdir -p "$serdes_lib"
+	(cd "$repo/scripts/registry" && mvn -q -B dependency:copy-dependencies -DoutputDirectory="$serdes_lib") >&2
+}
+
+# launch_registry starts the registry in the background on a free port;
+# wait_registry waits for its API. In between, Kafka starts: the JVMs warm
+# up side by side.
+launch_registry() {
+	pick_registry
+	fetch_registry
+	fetch_serdes
+	local port mport
+	port=$(free_port)
+	mport=$(free_port)
+	echo "http://127.0.0.1:$port/apis/ccompat/v7" >"$dir/registry.url"
+	echo "$registry_version" >"$dir/registry.version"
+	date +%s%N >"$dir/registry.started"
+	# In-memory storage (the default): the registry forgets its schemas
+	# when it stops. A small heap, the client compiler and the serial
+	# collector: it starts in seconds and holds about 250 MiB. Quarkus's
+	# management interface (health, metrics) would bind 0.0.0.0:9000, which
+	# a second registry on the machine could not: loopback, a free port.
+	# A class-data archive in the cache (JDK 19+) halves later starts: about
+	# 5 s instead of 11 on two busy cores.
+	local cds=()
+	if [ "$(java_major "$registry_java")" -ge 19 ]; then
+		cds=(-XX:+AutoCreateSharedArchive -XX:SharedArchiveFile="$registry_home.jsa")
+	fi
+	cd "$registry_home"
+	nohup "$registry_java" "${cds[@]}" -Xmx256m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC \
+		-Dquarkus.http.host=127.0.0.1 -Dquarkus.http.port="$port" \
+		-Dquarkus.management.host=127.0.0.1 -Dquarkus.management.port="$mport" -Dquarkus.log.level=WARN \
+		-jar quarkus-run.jar >>"$dir/registry.log" 2>&1 &
+	echo $! >"$dir/registry.pid"
+	cd - >/dev/null
+}
+
+wait_registry() {
+	local url deadline=$((SECONDS + 120))
+	url=$(cat "$dir/registry.url")
+	until python3 -c 'import sys,urllib.request; urllib.request.urlopen(sys.argv[1]+"/subjects", timeout=2)' "$url" 2>/dev/null; do
+		if ! kill -0 "$(cat "$dir/registry.pid")" 2>/dev/null || [ $SECONDS -ge $deadline ]; then
+			log "the schema registry did not start; last lines of $dir/registry.log:"
+			tail -20 "$dir/registry.log" >&2
+			return 1
+		fi
+		sleep 0.2
+	done
+	local ms=$((($(date +%s%N) - $(cat "$dir/registry.started")) / 1000000))
+	log "Apicurio Registry $(cat "$dir/registry.version") at $url (pid $(cat "$dir/registry.pid"), ready ${ms} ms after launch)"
 }
 
 emulator_bin() {
@@ -249,6 +375,10 @@ print_env() {
 	echo "export TESTENV_SASL_SSL_BROKERS=$(cat "$dir/kafka-sasl-ssl.addr")"
 	echo "export TESTENV_TLS_DIR='$dir/tls'"
 	echo "export TESTENV_SERVICES_DIR='$dir'"
+	# The registry's Confluent-compatible API, and the classpath of
+	# Apicurio's Java serializers for the tests' independent producers.
+	echo "export TESTENV_SCHEMA_REGISTRY_URL=$(cat "$dir/registry.url")"
+	echo "export TESTENV_SERDES_LIB='$serdes_lib'"
 }
 
 stop_one() { # name
@@ -269,10 +399,13 @@ start)
 	rm -rf "$dir"
 	mkdir -p "$dir"
 	start_emulator
+	launch_registry
 	start_kafka
+	wait_registry
 	print_env | tee "$dir/env"
 	;;
 stop)
+	stop_one registry
 	stop_one kafka2
 	stop_one kafka
 	stop_one emulator
@@ -303,8 +436,13 @@ kafka-kill)
 kafka-start)
 	run_kafka
 	;;
+java-home)
+	# The JDK the registry runs on, for .ci/run's JAVA_HOME: >= 21 when
+	# installed, else nothing (the default java).
+	newest_jdk 21
+	;;
 *)
-	echo "usage: $0 start|stop|env|kafka-kill|kafka-start|kafka2-start|kafka2-kill|kafka2-stop|elect-preferred" >&2
+	echo "usage: $0 start|stop|env|kafka-kill|kafka-start|kafka2-start|kafka2-kill|kafka2-stop|elect-preferred|java-home" >&2
 	exit 2
 	;;
 esac

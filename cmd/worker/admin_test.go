@@ -162,6 +162,11 @@ func TestMetricsAndStatus(t *testing.T) {
 			t.Fatalf("found %d metric names in %s", len(names), file.path)
 		}
 		for _, name := range names {
+			if strings.HasPrefix(name, "cellttl_schema_registry_") {
+				// Exported only by a worker that reads a registry
+				// (--value-format avro...): this one reads JSON.
+				continue
+			}
 			if !regexp.MustCompile(`(?m)^` + name + `[{ ]`).MatchString(body) {
 				t.Errorf("%s queries %s, which a scrape of /metrics does not have", file.path, name)
 			}

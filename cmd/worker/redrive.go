@@ -56,6 +56,7 @@ func (rd *redriveOptions) flags(out io.Writer) *envflag.FlagSet {
 	o.pipe.RegisterClockFlags(f)
 	f.Section("Redrive")
 	registerStrictRetention(f, &ro.StrictRetention, "decide each letter by the worker's --strict-retention rule: an event whose time lies further past its letter's time (when the worker saw it) than --max-clock-skew is not written (outcome time_ahead)")
+	o.registry.RegisterFlags(f)
 	o.registerErasureBound(f)
 	return f
 }
@@ -73,7 +74,7 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := checkFormat(format); err != nil {
 		return err
 	}
-	if err := errors.Join(o.kafka.Validate(), o.dlq.Validate(o.kafka.Topic), o.pipe.Resolve()); err != nil {
+	if err := errors.Join(o.kafka.Validate(), o.dlq.Validate(o.kafka.Topic), o.pipe.Resolve(), o.registry.Validate()); err != nil {
 		return usageError(err)
 	}
 	ro.Brokers, ro.Security, ro.Reasons, ro.MaxEventBytes = o.kafka.Brokers, o.kafka.Security, splitList(reasons), o.pipe.Decoder.MaxBytes
@@ -129,6 +130,13 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	w, err := sink.NewWriter(s.dc, o.table.Target(), wcfg, nil, log)
 	if err != nil {
 		return err
+	}
+	schemas, err := o.openSchemas(nil, log)
+	if err != nil {
+		return err
+	}
+	if schemas != nil {
+		defer schemas.Close()
 	}
 	// Four attempts' worth, retries included: beyond that Bigtable refuses
 	// the writes as a whole, which waiting will not mend within a job.

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/cellttl/cellttl/admin"
 	"github.com/cellttl/cellttl/deadletter"
 	"github.com/cellttl/cellttl/erasure"
@@ -19,7 +21,9 @@ import (
 	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/cellttl/cellttl/internal/envflag"
+	"github.com/cellttl/cellttl/internal/registry"
 	"github.com/cellttl/cellttl/pipeline"
+	"github.com/cellttl/cellttl/schema"
 	"github.com/cellttl/cellttl/sink"
 	"github.com/cellttl/cellttl/tablemeta"
 	"github.com/cellttl/cellttl/telemetry"
@@ -45,6 +49,7 @@ type runOptions struct {
 	pipe          pipeline.Config
 	writer        sink.WriterConfig
 	admin         admin.Config
+	registry      registry.Config
 }
 
 func defaultRunOptions() runOptions {
@@ -55,6 +60,7 @@ func defaultRunOptions() runOptions {
 		pipe:           pipeline.DefaultConfig(),
 		writer:         sink.DefaultWriterConfig(),
 		admin:          admin.DefaultConfig(),
+		registry:       registry.DefaultConfig(),
 		startupTimeout: time.Minute,
 		erasureRefresh: defaultErasureRefresh,
 	}
@@ -102,6 +108,7 @@ func (o *runOptions) register(f *envflag.FlagSet) {
 	o.writer.RegisterFlags(f)
 	o.pipe.RegisterFlags(f)
 	tablemeta.RegisterChangeFlag(f, &o.ttlFromChange)
+	o.registry.RegisterFlags(f)
 	registerErasureRefresh(f, &o.erasureRefresh)
 	f.Section("Worker")
 	registerStrictRetention(f, &o.strictRetention, "hold to --max-clock-skew the time a producer stamps, which would buy retention: refuse to start, and hold the writes (failing /readyz) while the input topic lets producers stamp records further ahead or its settings go unread for 3 × --dlq-check-interval; dead-letter an event whose time lies further ahead of the worker's clock (reason time_ahead)")
@@ -120,7 +127,7 @@ func (o *runOptions) resolve() error {
 	if o.startupTimeout <= 0 {
 		return usageError(fmt.Errorf("--startup-timeout %s: must be positive", o.startupTimeout))
 	}
-	if err := errors.Join(o.kafka.Validate(), o.dlq.Validate(o.kafka.Topic), o.tenants.Validate(), o.writer.Validate(), o.pipe.Resolve(), o.admin.Validate()); err != nil {
+	if err := errors.Join(o.kafka.Validate(), o.dlq.Validate(o.kafka.Topic), o.tenants.Validate(), o.writer.Validate(), o.pipe.Resolve(), o.admin.Validate(), o.registry.Validate()); err != nil {
 		return usageError(err)
 	}
 	return nil
@@ -229,4 +236,20 @@ func logDeadLetterTopics(rs []deadletter.TopicRetention, p *expiry.Policy, log *
 		log.Warn("dead letters of these tenants keep no payload (their TTL ends before any dead-letter topic deletes them); add a shorter class with --dlq-classes to keep it",
 			"tenants", strings.Join(short[:min(len(short), 20)], ", "), "count", len(short), "shortest_keep", duration.Format(shortest))
 	}
+}
+
+// openSchemas sets the decoder to read values through the schema registry
+// when --value-format asks for one; nil, and JSON, otherwise. Close the
+// schemas when done.
+func (o *runOptions) openSchemas(mp metric.MeterProvider, log *slog.Logger) (*registry.Schemas, error) {
+	if o.registry.ValueFormat() == schema.JSON {
+		return nil, nil
+	}
+	s, err := registry.New(o.registry, o.pipe.Decoder.Mapping, mp, log)
+	if err != nil {
+		return nil, err
+	}
+	o.pipe.Decoder.Values, o.pipe.Schemas = s, s
+	log.Info("values are read through the schema registry", "value_format", o.registry.Format, "schema_registry", o.registry.URL)
+	return s, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/cellttl/cellttl/internal/kafkaconn"
+	"github.com/cellttl/cellttl/internal/registry"
 	"github.com/cellttl/cellttl/pipeline"
 	"github.com/cellttl/cellttl/tenants"
 )
@@ -109,6 +110,9 @@ type statusPage struct {
 	Kafka            ingest.Status     `json:"kafka"`
 	// RecordTimestamps says whether producers can stamp the future.
 	RecordTimestamps kafkaconn.RecordTimes `json:"record_timestamps"`
+	// SchemaRegistry is the cache of schemas and any wait for the
+	// registry; absent for JSON values.
+	SchemaRegistry *registry.Status `json:"schema_registry,omitempty"`
 	// Erasures is the erasure ledger in force: a record written before
 	// loaded_at is obeyed.
 	Erasures erasure.Status `json:"erasures"`
@@ -152,6 +156,10 @@ func (s *statusSource) status(q url.Values) any {
 	p.Kafka = w.consumer.Status()
 	p.Erasures = w.erasures.Status()
 	p.RecordTimestamps = w.times.Status()
+	if w.schemas != nil {
+		st := w.schemas.Status()
+		p.SchemaRegistry = &st
+	}
 	for _, part := range p.Kafka.Partitions {
 		p.Lag += part.Lag
 	}

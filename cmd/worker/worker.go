@@ -25,6 +25,7 @@ import (
 	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/cellttl/cellttl/internal/kafkaconn"
+	"github.com/cellttl/cellttl/internal/registry"
 	"github.com/cellttl/cellttl/pipeline"
 	"github.com/cellttl/cellttl/sink"
 	"github.com/cellttl/cellttl/tablemeta"
@@ -34,18 +35,20 @@ import (
 // worker is a running worker's parts: the consumer, the dead-letter
 // writer, the Bigtable writer and the pipeline between them.
 type worker struct {
-	o            *runOptions
-	cfg          *tenants.Config
-	rules        *sink.RuleWatch
-	erasures     *erasure.Watch
-	log          *slog.Logger
-	dlq          *deadletter.Writer
-	times        *kafkaconn.RecordTimeWatch
-	consumer     *ingest.Consumer
-	writer       *sink.Writer
-	reloader     *tenants.Reloader
-	record       *tablemeta.Recorder
-	pipeline     *pipeline.Pipeline
+	o        *runOptions
+	cfg      *tenants.Config
+	rules    *sink.RuleWatch
+	erasures *erasure.Watch
+	log      *slog.Logger
+	dlq      *deadletter.Writer
+	times    *kafkaconn.RecordTimeWatch
+	consumer *ingest.Consumer
+	writer   *sink.Writer
+	reloader *tenants.Reloader
+	record   *tablemeta.Recorder
+	pipeline *pipeline.Pipeline
+	// schemas reads values through the schema registry; nil for JSON.
+	schemas      *registry.Schemas
 	lastWriteErr lastError
 }
 
@@ -89,6 +92,10 @@ func newWorker(ctx context.Context, o *runOptions, cfg *tenants.Config, dc *bigt
 	}
 	w.reloader = tenants.NewReloader(o.tenants.Path, cfg, o.tenants.ReloadInterval, log)
 	if err := errors.Join(w.reloader.RegisterMetrics(mp.Meter(meterName)), w.erasures.RegisterMetrics(mp.Meter(meterName))); err != nil {
+		_ = errors.Join(w.consumer.Close(), w.dlq.Close())
+		return nil, err
+	}
+	if w.schemas, err = o.openSchemas(mp, log); err != nil {
 		_ = errors.Join(w.consumer.Close(), w.dlq.Close())
 		return nil, err
 	}
@@ -214,6 +221,9 @@ func (w *worker) serve(ctx context.Context, metrics http.Handler) error {
 		"table", o.table.Table, "family", o.table.Family, "strategy", w.cfg.Policy.Strategy.String(),
 		"default_ttl", duration.Format(w.cfg.Policy.DefaultTTL), "tenants", len(w.cfg.Policy.Tenants), "config_version", w.cfg.Version)
 	runErr := w.pipeline.Run(ctx)
+	if w.schemas != nil {
+		w.schemas.Close()
+	}
 	closeErr := w.consumer.Close() // the final commit, then leave the group
 	t := w.pipeline.Stats().Totals()
 	log.Info("worker stopping", "consumed", t.Consumed, "written", t.Written, "expired", t.Expired, "dead_lettered", t.DeadLettered, "clamped", t.Clamped, "erased", t.Erased, "committed", w.consumer.Committed())
@@ -235,6 +245,12 @@ func (w *worker) readinessChecks() []admin.Check {
 			return errors.Join(w.rules.Problem(), w.writer.Outage(), w.erasures.Held())
 		}},
 		{Name: "dead-letter", Fn: func(context.Context) error { return w.dlq.Problem() }},
+		{Name: "schema-registry", Fn: func(context.Context) error {
+			if w.schemas == nil {
+				return nil
+			}
+			return w.schemas.Problem()
+		}},
 		{Name: "config", Fn: func(context.Context) error {
 			if w.reloader.Current() == nil {
 				return errors.New("no tenants config loaded")

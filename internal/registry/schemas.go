@@ -1,0 +1,376 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/sr"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/cellttl/cellttl/event"
+	"github.com/cellttl/cellttl/internal/retry"
+	"github.com/cellttl/cellttl/schema"
+)
+
+// Schemas is the worker's view of the registry: the compiled schema of
+// each id met, read through a bounded cache, and an event.ValueReader. A
+// schema not yet known is fetched when a value needs it, and the value
+// waits until the registry answers (see Await).
+type Schemas struct {
+	format  schema.Format
+	mapping *event.Mapping
+	client  *sr.Client
+	log     *slog.Logger
+	limit   int
+	// life bounds the waits of ReadValue, which has no context of its
+	// own: Close ends it.
+	life   context.Context
+	cancel context.CancelFunc
+	policy retry.Policy
+
+	// known is copied on write: the hot path reads it without a lock.
+	known atomic.Pointer[map[uint32]*entry]
+	mu    sync.Mutex // writers of known, and fetches
+	// waiting is set while a value waits for the registry: since when and
+	// why, for /readyz and the metric.
+	waiting atomic.Pointer[outage]
+
+	fetches metric.Int64Counter
+}
+
+// entry is what an id stands for: a compiled schema, or why values of it
+// cannot be read (an *event.Error: unknown_schema, invalid_schema).
+type entry struct {
+	c   *schema.Compiled
+	err error
+	// at is when a refusal was learnt: an unknown id is asked again after
+	// a while (negativeTTL), in case it was registered since.
+	at time.Time
+}
+
+type outage struct {
+	since time.Time
+	err   error
+}
+
+// negativeTTL is how long an id the registry did not know stays unknown
+// before it is asked again; maxNegative bounds how many such ids are kept,
+// apart from the schemas, so that a producer of garbage ids cannot push
+// the real schemas out.
+const (
+	negativeTTL = time.Minute
+	maxNegative = 1000
+)
+
+// New returns the schemas of the registry c names, compiled for mapping
+// m; its metrics go to mp (none when nil).
+func New(c Config, m *event.Mapping, mp metric.MeterProvider, log *slog.Logger) (*Schemas, error) {
+	tlsCfg, err := c.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.TLSClientConfig = tlsCfg
+	opts := []sr.ClientOpt{sr.URLs(c.URL), sr.HTTPClient(&http.Client{Transport: transport, Timeout: 10 * time.Second}), sr.UserAgent("cellttl")}
+	if c.PasswordFile != "" {
+		user, file := c.Username, c.PasswordFile
+		opts = append(opts, sr.PreReq(func(req *http.Request) error {
+			pw, err := password(file)
+			if err != nil {
+				return err
+			}
+			req.SetBasicAuth(user, pw)
+			return nil
+		}))
+	}
+	client, err := sr.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("schema registry client: %w", err)
+	}
+	if mp == nil {
+		mp = noop.NewMeterProvider()
+	}
+	s := &Schemas{format: c.ValueFormat(), mapping: m, client: client, log: log, limit: c.CacheSize,
+		policy: retry.Policy{Initial: 200 * time.Millisecond, Max: 10 * time.Second}}
+	s.life, s.cancel = context.WithCancel(context.Background())
+	empty := map[uint32]*entry{}
+	s.known.Store(&empty)
+	if err := s.registerMetrics(mp.Meter("github.com/cellttl/cellttl/internal/registry")); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close ends the waits of ReadValue.
+func (s *Schemas) Close() { s.cancel() }
+
+// ErrStopped is ReadValue's error when Close ended its wait for the
+// registry: the record is held, not rejected.
+var ErrStopped = errors.New("stopped while waiting for the schema registry")
+
+// ReadValue reads m's fields of a framed value: the event.ValueReader of
+// the worker's decoder. Values of an id not yet known wait for the
+// registry (until Close); the pipeline waits beforehand through Await,
+// where it can tell the wait.
+func (s *Schemas) ReadValue(value []byte, m *event.Mapping) (event.Found, error) {
+	id, payload, err := schema.SchemaID(value)
+	if err != nil {
+		return event.Found{}, err
+	}
+	e := s.lookup(id)
+	if e == nil {
+		if e, err = s.fetch(s.life, id); err != nil {
+			return event.Found{}, errors.Join(ErrStopped, err)
+		}
+	}
+	if e.err != nil {
+		return event.Found{}, e.err
+	}
+	return e.c.Read(payload)
+}
+
+func (s *Schemas) lookup(id uint32) *entry {
+	e := (*s.known.Load())[id]
+	if e != nil && e.err != nil && time.Since(e.at) > negativeTTL {
+		return nil
+	}
+	return e
+}
+
+// Ready reports whether value can be read without waiting: its id's
+// schema is known (or known to be unusable), or it has no framing.
+func (s *Schemas) Ready(value []byte) bool {
+	id, _, err := schema.SchemaID(value)
+	return err != nil || s.lookup(id) != nil
+}
+
+// Await fetches the schema of value's id unless known, waiting while the
+// registry cannot answer, until ctx ends (its error then).
+func (s *Schemas) Await(ctx context.Context, value []byte) error {
+	id, _, err := schema.SchemaID(value)
+	if err != nil || s.lookup(id) != nil {
+		return nil
+	}
+	_, err = s.fetch(ctx, id)
+	return err
+}
+
+// fetch gets, compiles and caches id's schema, trying again with backoff
+// for as long as the registry does not answer or answers with an error
+// that is not about the id (5xx, 401, 403, a timeout): those are faults
+// time or an operator heals, and the record waits for them. Only a 404
+// makes the id unknown. Retrying forever is right here: nothing is
+// committed past the record meanwhile, and the wait is loud (Problem, the
+// metric, the log).
+func (s *Schemas) fetch(ctx context.Context, id uint32) (*entry, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e := s.lookup(id); e != nil {
+		return e, nil // fetched by another caller meanwhile
+	}
+	b := retry.New(ctx, s.policy)
+	for {
+		e, err := s.resolve(ctx, id)
+		if err == nil {
+			s.store(id, e)
+			if w := s.waiting.Swap(nil); w != nil {
+				s.log.Info("the schema registry answers again; held events go on", "waited", time.Since(w.since).Round(time.Millisecond).String())
+			}
+			return e, nil
+		}
+		s.fetches.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", "unavailable")))
+		if w := s.waiting.Load(); w == nil {
+			s.waiting.Store(&outage{since: time.Now(), err: err})
+			s.log.Error("the schema registry cannot give a schema: the events that need it wait, uncommitted; none is dead-lettered for it (check --schema-registry-url, its credentials and TLS files, and that the registry runs)",
+				"schema_id", id, "err", err)
+		} else {
+			s.waiting.Store(&outage{since: w.since, err: err})
+			if b.Attempt()%20 == 0 {
+				s.log.Warn("still waiting for the schema registry", "schema_id", id, "since", w.since.Format(time.RFC3339), "err", err)
+			}
+		}
+		if !b.Wait() {
+			return nil, errors.Join(err, ctx.Err())
+		}
+	}
+}
+
+// resolve asks the registry for id's schema and its references and
+// compiles it. An error is the registry's (retried); a schema the
+// registry does not have, or that cannot read values, is an entry.
+func (s *Schemas) resolve(ctx context.Context, id uint32) (*entry, error) {
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	sch, err := s.client.SchemaByID(rctx, int(id))
+	if notFound(err) {
+		s.fetches.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", "not_found")))
+		return &entry{at: time.Now(), err: &event.Error{Class: event.UnknownSchema,
+			Reason: fmt.Sprintf("the schema registry has no schema of id %d (the value's framing names it)", id)}}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("schema id %d: %w", id, err)
+	}
+	src := schema.Source{Type: sch.Type, Text: sch.Schema}
+	if src.Refs, err = s.references(rctx, sch.References, map[string]bool{}, nil); err != nil {
+		var bad *badReference
+		if !errors.As(err, &bad) {
+			return nil, fmt.Errorf("schema id %d: %w", id, err)
+		}
+		return s.invalid(ctx, id, err), nil
+	}
+	c, err := schema.Compile(rctx, s.format, src, s.mapping)
+	if err != nil {
+		return s.invalid(ctx, id, err), nil
+	}
+	s.fetches.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", "found")))
+	return &entry{c: c}, nil
+}
+
+func (s *Schemas) invalid(ctx context.Context, id uint32, err error) *entry {
+	s.fetches.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", "invalid")))
+	s.log.Warn("a schema of the registry cannot read values; its values are dead-lettered (invalid_schema)", "schema_id", id, "err", err)
+	return &entry{at: time.Now(), err: &event.Error{Class: event.BadSchema,
+		Reason: fmt.Sprintf("schema %d cannot read values as --value-format %s: %v", id, s.format, err)}}
+}
+
+// badReference is a reference the registry does not have: the schema is
+// unusable, not the registry down.
+type badReference struct{ err error }
+
+func (b *badReference) Error() string { return b.err.Error() }
+
+// maxReferences bounds the schemas one schema may pull in.
+const maxReferences = 100
+
+// references fetches refs and theirs, each schema after those it needs.
+func (s *Schemas) references(ctx context.Context, refs []sr.SchemaReference, seen map[string]bool, out []schema.Ref) ([]schema.Ref, error) {
+	for _, r := range refs {
+		key := fmt.Sprintf("%s/%d", r.Subject, r.Version)
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		if len(seen) > maxReferences {
+			return nil, &badReference{fmt.Errorf("more than %d referenced schemas", maxReferences)}
+		}
+		ss, err := s.client.SchemaByVersion(ctx, r.Subject, r.Version)
+		if notFound(err) {
+			return nil, &badReference{fmt.Errorf("referenced schema %s (subject %s version %d) is not in the registry", r.Name, r.Subject, r.Version)}
+		}
+		if err != nil {
+			return nil, err
+		}
+		if out, err = s.references(ctx, ss.References, seen, out); err != nil {
+			return nil, err
+		}
+		out = append(out, schema.Ref{Name: r.Name, Text: ss.Schema.Schema})
+	}
+	return out, nil
+}
+
+func notFound(err error) bool {
+	var re *sr.ResponseError
+	return errors.As(err, &re) && re.StatusCode == http.StatusNotFound
+}
+
+// store adds e under id, copying the map: schemas up to the cache size,
+// refusals up to maxNegative, dropping one of the kind (any) beyond.
+func (s *Schemas) store(id uint32, e *entry) {
+	old := *s.known.Load()
+	next := make(map[uint32]*entry, len(old)+1)
+	var good, bad int
+	for k, v := range old {
+		next[k] = v
+		if v.err == nil {
+			good++
+		} else {
+			bad++
+		}
+	}
+	for k, v := range next {
+		if e.err == nil && good >= s.limit && v.err == nil {
+			delete(next, k)
+			good--
+		} else if e.err != nil && bad >= maxNegative && v.err != nil {
+			delete(next, k)
+			bad--
+		}
+	}
+	next[id] = e
+	s.known.Store(&next)
+}
+
+// Problem is why values wait for the registry, nil when none does: for
+// /readyz.
+func (s *Schemas) Problem() error {
+	if w := s.waiting.Load(); w != nil {
+		return fmt.Errorf("events wait for the schema registry since %s (none is dead-lettered for it): %w", w.since.Format(time.RFC3339), w.err)
+	}
+	return nil
+}
+
+// Status is the registry's part of /status.
+type Status struct {
+	Format  string `json:"value_format"`
+	Cached  int    `json:"schemas_cached"`
+	Unknown int    `json:"schema_ids_unknown"`
+	Limit   int    `json:"schema_cache_size"`
+	Waiting string `json:"waiting_since,omitempty"`
+	Error   string `json:"error,omitempty"`
+}
+
+// Status says what the cache holds and whether values wait.
+func (s *Schemas) Status() Status {
+	st := Status{Format: s.format.String(), Limit: s.limit}
+	for _, e := range *s.known.Load() {
+		if e.err == nil {
+			st.Cached++
+		} else {
+			st.Unknown++
+		}
+	}
+	if w := s.waiting.Load(); w != nil {
+		st.Waiting, st.Error = w.since.Format(time.RFC3339), w.err.Error()
+	}
+	return st
+}
+
+func (s *Schemas) registerMetrics(m metric.Meter) error {
+	var err error
+	if s.fetches, err = m.Int64Counter("cellttl.schema_registry.fetches", metric.WithUnit("{request}"),
+		metric.WithDescription("schemas asked of the registry, by outcome: found, not_found, invalid (cannot read values), unavailable (retried: the events wait)")); err != nil {
+		return fmt.Errorf("register schema registry metrics: %w", err)
+	}
+	for _, o := range []string{"found", "not_found", "invalid", "unavailable"} {
+		s.fetches.Add(context.Background(), 0, metric.WithAttributes(attribute.String("outcome", o)))
+	}
+	waiting, err1 := m.Int64ObservableGauge("cellttl.schema_registry.waiting", metric.WithUnit("1"),
+		metric.WithDescription("1 while events wait for the schema registry (unreachable, 5xx, refused credentials): nothing is committed past them"))
+	cached, err2 := m.Int64ObservableGauge("cellttl.schema_registry.schemas_cached", metric.WithUnit("{schema}"),
+		metric.WithDescription("compiled schemas kept, by id, up to --schema-cache-size"))
+	if err := errors.Join(err1, err2); err != nil {
+		return fmt.Errorf("register schema registry metrics: %w", err)
+	}
+	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		st := s.Status()
+		w := int64(0)
+		if st.Waiting != "" {
+			w = 1
+		}
+		o.ObserveInt64(waiting, w)
+		o.ObserveInt64(cached, int64(st.Cached))
+		return nil
+	}, waiting, cached)
+	if err != nil {
+		return fmt.Errorf("register schema registry metrics: %w", err)
+	}
+	return nil
+}

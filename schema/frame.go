@@ -1,0 +1,125 @@
+// Package schema reads event values framed for a Confluent-compatible
+// schema registry: Avro, Protobuf and JSON Schema. It parses the framing
+// (magic byte 0, a 4-byte big-endian schema id, for Protobuf the message
+// indexes), compiles a registry's schema once into a reader of the
+// mapping's fields, and reads those fields of each value without decoding
+// the rest into objects: the skipped parts are only walked over, and
+// strings alias the value's bytes. It does no I/O: the registry client,
+// its cache and its retries are internal/registry's.
+package schema
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/sr"
+
+	"github.com/cellttl/cellttl/event"
+)
+
+// Format is how values are written: the worker's --value-format.
+type Format uint8
+
+const (
+	// JSON is plain JSON, the contract's: no framing, no registry.
+	JSON Format = iota
+	Avro
+	Protobuf
+	JSONSchema
+)
+
+var formatNames = [...]string{JSON: "json", Avro: "avro", Protobuf: "protobuf", JSONSchema: "json-schema"}
+
+func (f Format) String() string {
+	if int(f) < len(formatNames) {
+		return formatNames[f]
+	}
+	return fmt.Sprintf("Format(%d)", uint8(f))
+}
+
+// ParseFormat reads a --value-format.
+func ParseFormat(s string) (Format, error) {
+	for i, n := range formatNames {
+		if n == s {
+			return Format(i), nil
+		}
+	}
+	return 0, fmt.Errorf("want json, avro, protobuf or json-schema")
+}
+
+// registryType is the schemaType a registry gives schemas of the format.
+func (f Format) registryType() sr.SchemaType {
+	switch f {
+	case Protobuf:
+		return sr.TypeProtobuf
+	case JSONSchema:
+		return sr.TypeJSON
+	}
+	return sr.TypeAvro
+}
+
+// header is the framing's parser: franz-go's, which allocates nothing for
+// the id (its DecodeIndex allocates twice per call: messageIndex is ours).
+var header sr.ConfluentHeader
+
+// SchemaID returns the schema id of a framed value and what follows it,
+// or a not_framed *event.Error.
+func SchemaID(value []byte) (uint32, []byte, error) {
+	id, rest, err := header.DecodeID(value)
+	if err != nil {
+		return 0, nil, notFramed(value)
+	}
+	return uint32(id), rest, nil
+}
+
+func notFramed(value []byte) error {
+	why := "it is shorter than the 5 bytes of the framing"
+	if len(value) >= 5 {
+		why = fmt.Sprintf("its first byte is 0x%02x, not the magic byte 0", value[0])
+	}
+	return &event.Error{Class: event.NotFramed, Reason: "the value has no schema-registry framing (magic byte 0, a 4-byte schema id): " + why}
+}
+
+// maxIndexDepth bounds a Protobuf message index: a message nested deeper
+// than this is refused (schemas that deep are not written by hand).
+const maxIndexDepth = 16
+
+// messageIndex is the path of a Protobuf message in its file: top-level
+// message index[0], its nested message index[1], ...
+type messageIndex struct {
+	path  [maxIndexDepth]int32
+	depth int
+}
+
+// parseMessageIndex reads the Protobuf framing's message indexes after the
+// schema id: a zigzag varint count, then that many zigzag varints; a
+// count of 0 stands for the first message ([0]).
+func parseMessageIndex(b []byte) (messageIndex, []byte, error) {
+	var idx messageIndex
+	n, w := binary.Varint(b)
+	if w <= 0 {
+		return idx, nil, undecodable("the Protobuf message index is cut short")
+	}
+	b = b[w:]
+	if n == 0 {
+		idx.depth = 1
+		return idx, b, nil
+	}
+	if n < 0 || n > maxIndexDepth {
+		return idx, nil, undecodable(fmt.Sprintf("the Protobuf message index has %d entries, want 1..%d", n, maxIndexDepth))
+	}
+	for i := range int(n) {
+		v, w := binary.Varint(b)
+		if w <= 0 || v < 0 || v > 1<<20 {
+			return idx, nil, undecodable("the Protobuf message index is not a list of message numbers")
+		}
+		idx.path[i] = int32(v)
+		b = b[w:]
+	}
+	idx.depth = int(n)
+	return idx, b, nil
+}
+
+func undecodable(why string) error {
+	return &event.Error{Class: event.Undecodable, Reason: "the value does not decode with its schema: " + why}
+}

@@ -1,0 +1,106 @@
+package schema
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/dynamicpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/cellttl/cellttl/event"
+)
+
+const clickProto = `syntax = "proto3";
+package test;
+import "google/protobuf/timestamp.proto";
+message Other { string x = 1; }
+message Click {
+  string event_id = 1;
+  string tenant_id = 2;
+  optional string user_id = 3;
+  google.protobuf.Timestamp occurred_at = 4;
+  repeated string tags = 5;
+  Ctx ctx = 6;
+  message Ctx { string session = 1; int64 ts = 2; }
+}`
+
+// protoValue encodes a Click with the Go Protobuf runtime (dynamicpb), a
+// different library from the reader's walk of the wire format.
+func protoValue(t testing.TB, c *Compiled, set func(m *dynamicpb.Message, md protoreflect.MessageDescriptor)) []byte {
+	t.Helper()
+	fd, err := compileProto(context.Background(), clickProto, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := fd.Messages().ByName("Click")
+	msg := dynamicpb.NewMessage(md)
+	set(msg, md)
+	b, err := proto.Marshal(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Click is message 1 of the file: the index [1].
+	return append(frame(5, nil), append([]byte{2, 2}, b...)...)
+}
+
+func setStr(m *dynamicpb.Message, md protoreflect.MessageDescriptor, name, v string) {
+	m.Set(md.Fields().ByName(protoreflect.Name(name)), protoreflect.ValueOfString(v))
+}
+
+func TestProtobufContract(t *testing.T) {
+	c, m := compile(t, Protobuf, clickProto, event.DefaultFields())
+	at := time.Date(2026, 11, 21, 9, 0, 0, 123_456_789, time.UTC)
+	v := protoValue(t, c, func(msg *dynamicpb.Message, md protoreflect.MessageDescriptor) {
+		setStr(msg, md, "event_id", "e-1")
+		setStr(msg, md, "tenant_id", "acme")
+		setStr(msg, md, "user_id", "u-42")
+		msg.Set(md.Fields().ByName("occurred_at"), protoreflect.ValueOfMessage(timestamppb.New(at).ProtoReflect()))
+		l := msg.Mutable(md.Fields().ByName("tags")).List()
+		l.Append(protoreflect.ValueOfString("a"))
+	})
+	d := decoder(5, c, m)
+	ev, err := d.DecodeRecord(&event.Record{Value: v, Time: recordTime})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.ID != "e-1" || ev.Tenant != "acme" || ev.User != "u-42" || !ev.Base.Equal(at) {
+		t.Fatalf("got %+v", ev)
+	}
+}
+
+func TestProtobufNestedEpoch(t *testing.T) {
+	fields := event.Fields{EventID: "json:ctx.session", Tenant: "json:tenant_id", User: "json:user_id", Time: "json:ctx.ts", TimeFormat: "unix-ms"}
+	c, m := compile(t, Protobuf, clickProto, fields)
+	v := protoValue(t, c, func(msg *dynamicpb.Message, md protoreflect.MessageDescriptor) {
+		setStr(msg, md, "tenant_id", "acme")
+		ctx := msg.Mutable(md.Fields().ByName("ctx")).Message()
+		cmd := md.Messages().ByName("Ctx")
+		ctx.Set(cmd.Fields().ByName("session"), protoreflect.ValueOfString("s-1"))
+		ctx.Set(cmd.Fields().ByName("ts"), protoreflect.ValueOfInt64(1795251600123))
+	})
+	d := decoder(5, c, m)
+	ev, err := d.DecodeRecord(&event.Record{Value: v, Time: recordTime})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.ID != "s-1" || ev.User != "" || ev.Base.UnixMilli() != 1795251600123 {
+		t.Fatalf("got %+v", ev)
+	}
+	// A missing required id names the path.
+	v = protoValue(t, c, func(msg *dynamicpb.Message, md protoreflect.MessageDescriptor) { setStr(msg, md, "tenant_id", "acme") })
+	_, err = d.DecodeRecord(&event.Record{Value: v, Time: recordTime})
+	var e *event.Error
+	if !errors.As(err, &e) || e.Class != event.Missing || e.Reason != "ctx.session is missing" {
+		t.Fatalf("got %v", err)
+	}
+	// A message index the schema does not have.
+	v[6] = 40
+	_, err = d.DecodeRecord(&event.Record{Value: v, Time: recordTime})
+	if !errors.As(err, &e) || e.Class != event.BadSchema {
+		t.Fatalf("got %v", err)
+	}
+}
