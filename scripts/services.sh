@@ -109,6 +109,7 @@ fetch_registry() {
 	fi
 	log "fetching Apicurio Registry $registry_version from Maven Central into $registry_home"
 	local tmp
+	mkdir -p "$cache" # a fresh machine has no cache yet
 	tmp=$(mktemp -d "$cache/registry-fetch.XXXXXX")
 	(cd "$repo/scripts/registry" && mvn -q -B dependency:copy \
 		-Dartifact="io.apicurio:apicurio-registry-app:$registry_version:tar.gz:all" -DoutputDirectory="$tmp") >&2

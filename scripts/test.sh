@@ -18,7 +18,10 @@ if ! command -v promtool >/dev/null; then
 fi
 export TESTENV_REQUIRE_PROMTOOL=1
 trap 'scripts/services.sh stop' EXIT
-eval "$(scripts/services.sh start)"
+# An assignment, so that a failed start stops the run here (an eval of a
+# failed command substitution would go on without the services).
+services_env=$(scripts/services.sh start)
+eval "$services_env"
 echo "testing against Kafka at $KAFKA_BROKERS and the Bigtable emulator at $BIGTABLE_EMULATOR_HOST" >&2
 
 scripts/lint.sh # gofmt included
