@@ -10,7 +10,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 trap 'scripts/services.sh stop' EXIT
-eval "$(scripts/services.sh start)"
+services_env=$(scripts/services.sh start) # an assignment: a failed start stops here
+eval "$services_env"
 if [ "${1:-}" = scale ]; then
 	# Fewer large events: the emulator holds every row in memory.
 	for spec in "300000 0" "200000 908" "40000 10124"; do

@@ -8,7 +8,8 @@ export TESTENV_FAULTS=${TESTENV_FAULTS:-full}
 export TESTENV_FAULTS_OUT=${TESTENV_FAULTS_OUT:-$PWD/.services/faults}
 fuzztime=${FUZZTIME:-60s}
 trap 'scripts/services.sh stop' EXIT
-eval "$(scripts/services.sh start)"
+services_env=$(scripts/services.sh start) # an assignment: a failed start stops here
+eval "$services_env"
 go test -count=1 -v -timeout 80m ./faults 2>&1 | tee "${TESTENV_SERVICES_DIR}/faults.log" | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|faults_test.go'
 for target in "FuzzParse ./tenants" "FuzzDecode ./event" "FuzzScanMatchesEncodingJSON ./event" "FuzzRFC3339 ./event" "FuzzDecodeMark ./erasure"; do
 	set -- $target
