@@ -156,17 +156,10 @@ type Totals struct {
 
 // Totals returns the sums over all tenants.
 func (s *Stats) Totals() Totals {
-	var t Totals
-	s.Each(func(_ string, ts *TenantStats) {
-		t.Consumed += ts.Consumed.Load()
-		t.Written += ts.Written.Load()
-		t.Expired += ts.Expired.Load()
-		t.DeadLettered += ts.DeadLettered.Load()
-		t.Clamped += ts.Clamped.Load()
-		t.Erased += ts.Erased.Load()
-		t.TTLClamped += ts.TTLClampedMin.Load() + ts.TTLClampedMax.Load()
-	})
-	return t
+	var c Counts
+	s.Each(func(_ string, ts *TenantStats) { c.add(ts) })
+	return Totals{Consumed: c.Consumed, Written: c.Written, Expired: c.Expired, DeadLettered: c.DeadLettered,
+		Clamped: c.Clamped, Erased: c.Erased, TTLClamped: c.TTLClampedMin + c.TTLClampedMax}
 }
 
 // Counts is a snapshot of TenantStats, or of several summed.
