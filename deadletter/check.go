@@ -1,7 +1,6 @@
 package deadletter
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,8 +15,9 @@ import (
 )
 
 // Check makes sure the dead-letter topics can take dead letters: each
-// exists, or is created (with the input topic's partitions and
-// replication, or the flags', cleanup.policy=delete and its retention); its settings are
+// exists, or is created (with the input topic's partitions and 3
+// replicas, or the flags', cleanup.policy=delete and its retention), an
+// existing one's partitions and replicas are checked; its settings are
 // read, and a topic that keeps records forever is refused unless accepted;
 // max.message.bytes is learned; and the broker says this worker may write.
 // It returns what it found, topic by topic; the error, also kept for
@@ -42,7 +42,9 @@ func (d *Writer) check(ctx context.Context) ([]TopicRetention, error) {
 		// No reading: letters keep no payload until one (see readSettings).
 		return d.failAll(rs, fmt.Errorf("dead-letter topics: %w", err))
 	}
-	d.createMissing(ctx, md, rs)
+	parts, rf := d.shape(ctx, md)
+	d.createMissing(ctx, md, rs, parts, rf)
+	d.checkShape(md, rs, prev, parts, rf)
 	d.readSettings(ctx, md, rs, prev)
 	limit := int64(0)
 	for i := range rs {
@@ -72,7 +74,7 @@ func (d *Writer) check(ctx context.Context) ([]TopicRetention, error) {
 // createMissing creates the topics of rs the metadata does not have, each
 // with cleanup.policy=delete, its retention and a segment.ms to match; a
 // topic that cannot be created gets its problem.
-func (d *Writer) createMissing(ctx context.Context, md *kafka.MetadataResponse, rs []TopicRetention) {
+func (d *Writer) createMissing(ctx context.Context, md *kafka.MetadataResponse, rs []TopicRetention, parts, rf int) {
 	create := d.topics.creation()
 	var missing []kafka.TopicConfig
 	for _, r := range rs {
@@ -88,7 +90,6 @@ func (d *Writer) createMissing(ctx context.Context, md *kafka.MetadataResponse, 
 	if len(missing) == 0 {
 		return
 	}
-	parts, rf := d.shape(ctx)
 	for i := range missing {
 		missing[i].NumPartitions, missing[i].ReplicationFactor = parts, rf
 	}
@@ -102,6 +103,7 @@ func (d *Writer) createMissing(ctx context.Context, md *kafka.MetadataResponse, 
 		switch {
 		case cerr == nil:
 			rs[i].Created = true
+			rs[i].Partitions, rs[i].Replicas = max(tc.NumPartitions, 0), max(tc.ReplicationFactor, 0)
 		case !errors.Is(cerr, kafka.TopicAlreadyExists):
 			rs[i].Problem = &ProduceError{Err: fmt.Errorf("dead-letter topic %s does not exist and could not be created: %w", tc.Topic, cerr),
 				Fix: fmt.Sprintf("create topic %s with cleanup.policy=delete and retention.ms=%d, or allow this worker to create topics", tc.Topic, create[tc.Topic].Milliseconds()), Permanent: true}
@@ -110,14 +112,41 @@ func (d *Writer) createMissing(ctx context.Context, md *kafka.MetadataResponse, 
 }
 
 // shape is the partitions and replication factor a dead-letter topic is
-// created with: the flags', else the input topic's. Where the input topic
-// cannot be read, the broker's defaults (-1), which the log says: Apache
+// created with, and an existing one is checked against: the flags', else
+// the input topic's partitions and 3 replicas, capped at the brokers the
+// metadata lists (one on a single-broker cluster). A value that cannot be
+// learned is the broker's default (-1), which the log says: Apache
 // Kafka's are one partition and one replica, where a burst of bad events
 // queues and a broker's loss loses letters.
-func (d *Writer) shape(ctx context.Context) (partitions, replicationFactor int) {
+func (d *Writer) shape(ctx context.Context, md *kafka.MetadataResponse) (partitions, replicationFactor int) {
 	partitions, replicationFactor = d.topics.Partitions, d.topics.ReplicationFactor
-	if partitions > 0 && replicationFactor > 0 {
-		return partitions, replicationFactor
+	if replicationFactor == 0 {
+		replicationFactor = min(DefaultReplicationFactor, len(md.Brokers))
+		if replicationFactor == 0 {
+			replicationFactor = -1
+		}
+	}
+	if partitions == 0 {
+		partitions = d.inputPartitions(ctx)
+	}
+	return partitions, replicationFactor
+}
+
+// DefaultReplicationFactor is the replication factor of a dead-letter
+// topic the worker creates, where the cluster has that many brokers and
+// --dlq-replication-factor does not say: a letter survives the loss of
+// a broker, and with min.insync.replicas=2 a produce still succeeds.
+const DefaultReplicationFactor = 3
+
+// inputPartitions is the input topic's partition count, read once and
+// kept: a check runs every --dlq-check-interval, and the count only ever
+// grows, which a restart learns. -1 when it cannot be read.
+func (d *Writer) inputPartitions(ctx context.Context) int {
+	d.mu.Lock()
+	n := d.inputParts
+	d.mu.Unlock()
+	if n > 0 {
+		return n
 	}
 	// A client of its own: the writer's transport answers metadata of the
 	// dead-letter topics alone, from its cache.
@@ -127,20 +156,54 @@ func (d *Writer) shape(ctx context.Context) (partitions, replicationFactor int) 
 		md, err = client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{d.topics.Input}})
 		done()
 	}
-	var in *kafka.Topic
 	if err == nil {
-		for i := range md.Topics {
-			if md.Topics[i].Name == d.topics.Input && md.Topics[i].Error == nil && len(md.Topics[i].Partitions) > 0 {
-				in = &md.Topics[i]
+		for _, t := range md.Topics {
+			if t.Name == d.topics.Input && t.Error == nil && len(t.Partitions) > 0 {
+				n = len(t.Partitions)
 			}
 		}
 	}
-	if in == nil {
-		d.log.Warn("could not read the input topic's partitions and replication: dead-letter topics are created with the broker's defaults",
-			"input_topic", d.topics.Input, "err", err, "fix", "set --dlq-partitions and --dlq-replication-factor")
-		return cmp.Or(partitions, -1), cmp.Or(replicationFactor, -1)
+	if n == 0 {
+		d.log.Warn("could not read the input topic's partitions: dead-letter topics are created with the broker's default",
+			"input_topic", d.topics.Input, "err", err, "fix", "set --dlq-partitions")
+		return -1
 	}
-	return cmp.Or(partitions, len(in.Partitions)), cmp.Or(replicationFactor, len(in.Partitions[0].Replicas))
+	d.mu.Lock()
+	d.inputParts = n
+	d.mu.Unlock()
+	return n
+}
+
+// checkShape records each existing topic's partitions and replicas, and
+// where they fall short of what the worker would create it with: letters
+// still go there (fewer partitions or replicas is a topic that works,
+// worse), but the log says it once and /status shows it until fixed.
+func (d *Writer) checkShape(md *kafka.MetadataResponse, rs, prev []TopicRetention, partitions, replicationFactor int) {
+	for i := range rs {
+		r := &rs[i]
+		for _, t := range md.Topics {
+			if t.Name != r.Topic || t.Error != nil || len(t.Partitions) == 0 {
+				continue
+			}
+			r.Partitions, r.Replicas = len(t.Partitions), len(t.Partitions[0].Replicas)
+			var short []string
+			if partitions > 0 && r.Partitions < partitions {
+				short = append(short, fmt.Sprintf("%d partitions, fewer than %d", r.Partitions, partitions))
+			}
+			if replicationFactor > 0 && r.Replicas < replicationFactor {
+				short = append(short, fmt.Sprintf("replication factor %d, less than %d", r.Replicas, replicationFactor))
+			}
+			if len(short) > 0 {
+				r.ShortOf = strings.Join(short, " and ")
+			}
+		}
+		if r.ShortOf == "" || slices.ContainsFunc(prev, func(p TopicRetention) bool { return p.Topic == r.Topic && p.ShortOf == r.ShortOf }) {
+			continue
+		}
+		d.log.Warn("a dead-letter topic has fewer partitions or replicas than the worker would create it with: a burst of bad events queues on fewer partitions, and a broker's loss can lose letters",
+			"topic", r.Topic, "has", r.ShortOf,
+			"fix", fmt.Sprintf("kafka-topics.sh --alter --topic %s --partitions %d; raise replicas with kafka-reassign-partitions.sh; or set --dlq-partitions and --dlq-replication-factor to what the topic has", r.Topic, partitions))
+	}
 }
 
 // readSettings reads the topics' retention settings and the brokers'

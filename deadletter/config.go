@@ -23,7 +23,8 @@ type Config struct {
 	// KeyFile holds the letter keys (LoadKeys); "" signs nothing.
 	KeyFile string
 	// Partitions and ReplicationFactor are what the worker creates a
-	// dead-letter topic with; 0 takes the input topic's.
+	// dead-letter topic with, and checks an existing one against; 0 takes
+	// the defaults (Topics).
 	Partitions, ReplicationFactor int
 }
 
@@ -39,8 +40,8 @@ func (c *Config) RegisterFlags(f *envflag.FlagSet) {
 	c.RegisterKeyFlags(f)
 	f.Section("Dead letters")
 	f.Advanced()
-	f.Int(&c.Partitions, "dlq-partitions", envflag.Env, c.Partitions, "partitions a dead-letter topic the worker creates gets (default: as many as the input topic)")
-	f.Int(&c.ReplicationFactor, "dlq-replication-factor", envflag.Env, c.ReplicationFactor, "replication factor a dead-letter topic the worker creates gets (default: the input topic's)")
+	f.Int(&c.Partitions, "dlq-partitions", envflag.Env, c.Partitions, "partitions a dead-letter topic the worker creates gets, and an existing one is checked against (default: as many as the input topic)")
+	f.Int(&c.ReplicationFactor, "dlq-replication-factor", envflag.Env, c.ReplicationFactor, "replication factor a dead-letter topic the worker creates gets, and an existing one is checked against (default: 3, or the number of brokers where fewer)")
 	f.Duration(&c.CheckInterval, "dlq-check-interval", "DLQ_CHECK_INTERVAL", c.CheckInterval, "how often the dead-letter topics' retention settings, and the input topic's timestamp settings, are read again (a topic changed to keep records forever is refused within this; under --strict-retention, an input topic relaxed holds the writes within this)")
 }
 
@@ -102,7 +103,7 @@ func (c Config) Validate(input string) error {
 		errs = append(errs, fmt.Errorf("--dlq-partitions %d: must not be negative (0: as the input topic)", c.Partitions))
 	}
 	if c.ReplicationFactor < 0 || c.ReplicationFactor > 32767 {
-		errs = append(errs, fmt.Errorf("--dlq-replication-factor %d: must be 0 (as the input topic) to 32767", c.ReplicationFactor))
+		errs = append(errs, fmt.Errorf("--dlq-replication-factor %d: must be 0 (3, capped at the brokers) to 32767", c.ReplicationFactor))
 	}
 	if c.CheckInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--dlq-check-interval %s: must be positive", c.CheckInterval))

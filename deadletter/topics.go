@@ -53,8 +53,9 @@ type Topics struct {
 	AcceptUnbounded bool
 	// Input is the input topic; Partitions and ReplicationFactor are what
 	// a dead-letter topic is created with, 0 taking the input topic's
-	// (a burst of bad events of one producer spreads as its events did,
-	// and a letter survives a broker as its event would have).
+	// partitions (a burst of bad events of one producer spreads as its
+	// events did) and DefaultReplicationFactor capped at the brokers (a
+	// letter survives the loss of a broker).
 	Input                         string
 	Partitions, ReplicationFactor int
 }
@@ -119,6 +120,11 @@ type TopicRetention struct {
 	// Kafka's default when it could not be read (RetentionCheckAssumed).
 	RetentionCheck        time.Duration
 	RetentionCheckAssumed bool
+	// Partitions and Replicas are the topic's, as the metadata gave them
+	// (0 when it did not); ShortOf says where they fall short of what the
+	// worker would create the topic with, "" where they do not.
+	Partitions, Replicas int
+	ShortOf              string `json:",omitempty"`
 	// Problem is why the topic takes no dead letters, nil when it does;
 	// refused, that it keeps records forever and is not to be written.
 	Problem error `json:"-"`

@@ -68,6 +68,8 @@ type Writer struct {
 	// why dead letters cannot be produced, nil when they can.
 	checkProblem, produceProblem error
 	failingSince                 time.Time // of the produces failing in a row
+	// inputParts is the input topic's partition count, once read.
+	inputParts int
 }
 
 // NewWriter writes to topics. Each Write waits for all in-sync

@@ -249,10 +249,47 @@ func TestDeadLetterTopicsCreatedWithTheirRetention(t *testing.T) {
 			n := partitionsOf(t, e.brokers, made)
 			return n == c.want, fmt.Sprintf("%s %v has %d partitions, want %d", made, c.args, n, c.want)
 		})
+		if got := replicasOf(t, e.brokers, made); got != 1 {
+			// 3 capped at the brokers: the test cluster has one.
+			t.Errorf("%s %v has replication factor %d, want 1 (3 capped at one broker)", made, c.args, got)
+		}
 		if err := stop(); err != nil {
 			t.Fatal(err)
 		}
 	}
+	// A dead-letter topic made by hand with fewer partitions than the input
+	// takes letters all the same, and the worker says it falls short.
+	small := testenv.Name("small")
+	testenv.CreateTopic(t, e.brokers, small, 2)
+	stop, logs = e.startWorker(t, "--topic", input, "--dlq-topic", small)
+	testenv.Eventually(t, 20*time.Second, func() (bool, string) {
+		code, body := testenv.Get(adminURL(t, logs) + "/status")
+		return code == 200 && strings.Contains(body, `"short_of": "2 partitions, fewer than 7"`), fmt.Sprintf("status %d: %s", code, body)
+	})
+	if n := strings.Count(logs.String(), "fewer partitions or replicas than the worker would create it with"); n != 1 {
+		t.Errorf("the shortfall is logged %d times, want once:\n%s", n, logs.String())
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// replicasOf is the replication factor of topic's first partition.
+func replicasOf(t *testing.T, brokers []string, topic string) int {
+	t.Helper()
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	c := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: tr, Timeout: 10 * time.Second}
+	md, err := c.Metadata(context.Background(), &kafka.MetadataRequest{Topics: []string{topic}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tp := range md.Topics {
+		if tp.Name == topic && tp.Error == nil && len(tp.Partitions) > 0 {
+			return len(tp.Partitions[0].Replicas)
+		}
+	}
+	return 0
 }
 
 // partitionsOf is how many partitions topic has (0 when it does not exist).

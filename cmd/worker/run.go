@@ -220,7 +220,8 @@ func logDeadLetterTopics(rs []deadletter.TopicRetention, p *expiry.Policy, log *
 			continue
 		}
 		log.Info("dead-letter topic ready", "topic", r.Topic, "created", r.Created, "retention", duration.Format(r.Retention), "segment", duration.Format(r.Segment),
-			"cleanup_policy", r.Policy, "keeps_up_to", duration.Format(r.Keeps), "max_message_bytes", r.MaxMessageBytes, "writable", r.Writable)
+			"cleanup_policy", r.Policy, "keeps_up_to", duration.Format(r.Keeps), "max_message_bytes", r.MaxMessageBytes, "writable", r.Writable,
+			"partitions", r.Partitions, "replicas", r.Replicas)
 		if r.Keeps > 0 && (shortest == 0 || r.Keeps < shortest) {
 			shortest = r.Keeps
 		}

@@ -77,7 +77,13 @@ type deadLetterTopic struct {
 	// KeepsUpTo is the longest a letter produced now stays readable; ""
 	// when the topic keeps no payload.
 	KeepsUpTo string `json:"keeps_up_to,omitempty"`
-	Problem   string `json:"problem,omitempty"`
+	// Partitions and Replicas are the topic's; ShortOf says where they
+	// fall short of --dlq-partitions and --dlq-replication-factor (or
+	// their defaults).
+	Partitions int    `json:"partitions,omitempty"`
+	Replicas   int    `json:"replicas,omitempty"`
+	ShortOf    string `json:"short_of,omitempty"`
+	Problem    string `json:"problem,omitempty"`
 }
 
 type statusPage struct {
@@ -171,7 +177,8 @@ func (s *statusSource) status(q url.Values) any {
 		p.Unlisted.Top = stats.TopUnlisted(10)
 	}
 	for _, r := range w.dlq.Topics() {
-		t := deadLetterTopic{Topic: r.Topic, Retention: duration.Format(r.Retention), Segment: duration.Format(r.Segment), CleanupPolicy: r.Policy}
+		t := deadLetterTopic{Topic: r.Topic, Retention: duration.Format(r.Retention), Segment: duration.Format(r.Segment), CleanupPolicy: r.Policy,
+			Partitions: r.Partitions, Replicas: r.Replicas, ShortOf: r.ShortOf}
 		if r.Retention < 0 {
 			t.Retention = "forever"
 		}
