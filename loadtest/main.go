@@ -71,6 +71,8 @@ type options struct {
 	seed         uint64
 	workerFlags  string
 	shape        synth.Shape
+	valueFormat  string
+	registryURL  string
 	partitions   int
 	emulator     *inproc.Bigtable // the embedded emulator, with --embedded
 }
@@ -106,6 +108,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.String(&o.workerFlags, "worker-flags", "", "", "extra flags for the embedded worker, space-separated")
 	o.shape = synth.Contract()
 	fs.Value(synth.ShapeFlag(&o.shape), "shape", "", "event layout: contract; nested (customer_id, context.session.id, context.user.id, epoch-ms ts), header (tenant in header x-tenant) or own-ttl (the contract, with an own TTL in header x-ttl on three events in four), which the worker reads with the mapping flags printed at start (--embedded passes them)")
+	fs.String(&o.valueFormat, "value-format", "", "json", "json, or avro: the shape's fields as Avro, framed for a schema registry (contract and own-ttl shapes); the worker reads it with --value-format avro")
+	fs.String(&o.registryURL, "schema-registry-url", "", "", "the schema registry the Avro schema is registered with, the worker's (default with --embedded: one in process)")
 	fs.Int(&o.partitions, "partitions", "", 6, "partitions of the embedded topic")
 	if err := fs.Parse(args); err != nil {
 		if envflag.IsHelp(err) {
@@ -120,6 +124,20 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return errors.New("give --count or --duration")
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if o.embedded && o.valueFormat == "avro" && o.registryURL == "" {
+		url, stop, err := startRegistry()
+		if err != nil {
+			return err
+		}
+		defer stop()
+		o.registryURL = url
+	}
+	shape, flags, err := valueFormat(ctx, o.valueFormat, o.registryURL, o.shape)
+	if err != nil {
+		return err
+	}
+	o.shape = shape
+	o.shape.WorkerFlags = append(o.shape.WorkerFlags, flags...)
 	if o.embedded {
 		emb, err := startEmbedded(ctx, &o, log)
 		if err != nil {
@@ -155,6 +173,9 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.Int(&o.LatencyRate, "latency-rate", "", 0, "events/s of the latency measurement (default: half the maximum: of what raw ApplyBulk sustains for --latency, or of the worker's best rate if lower)")
 	o.Shape = synth.Contract()
 	fs.Value(synth.ShapeFlag(&o.Shape), "shape", "", "event layout, as for a load run; its worker flags are not added (give them with --worker, e.g. --shape own-ttl --worker \"\" --worker \"--ttl-from header:x-ttl\" times the same events without and with)")
+	var valueFormatName, registryURL string
+	fs.String(&valueFormatName, "value-format", "", "json", "json, or avro: the shape's fields as Avro, framed for the schema registry (contract and own-ttl shapes); every worker measurement is given --value-format avro and the registry")
+	fs.String(&registryURL, "schema-registry-url", "", "", "the schema registry the Avro schema is registered with (scripts/services.sh prints one)")
 	if err := fs.Parse(args); err != nil {
 		if envflag.IsHelp(err) {
 			return nil
@@ -166,6 +187,15 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if len(configs) == 0 {
 		configs = multiFlag{""}
+	}
+	shape, flags, err := valueFormat(ctx, valueFormatName, registryURL, o.Shape)
+	if err != nil {
+		return err
+	}
+	o.Shape = shape
+	for i := range configs {
+		// Every worker reads the format the events are written in.
+		configs[i] = strings.TrimSpace(strings.Join(flags, " ") + " " + configs[i])
 	}
 	o.Brokers, o.Workers = strings.Split(brokers, ","), configs
 	return bench.Run(ctx, o, stdout)
