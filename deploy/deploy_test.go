@@ -270,6 +270,12 @@ func TestKubernetes(t *testing.T) {
 						if str(get(md, "consumerGroup")) != env["CELLTTL_GROUP"] || str(get(md, "topic")) != env["CELLTTL_TOPIC"] {
 							t.Errorf("KEDA trigger %v does not watch the worker's group and topic", md)
 						}
+						// KEDA counts lag to the high watermark: behind an open
+						// transaction the workers hold at the last stable offset,
+						// and that lag no added worker can read.
+						if str(get(md, "excludePersistentLag")) != "true" {
+							t.Errorf("KEDA trigger %v counts lag held by an open transaction: set excludePersistentLag: \"true\"", md)
+						}
 					}
 				}
 			}
