@@ -48,15 +48,25 @@ func (c *Consumer) registerMetrics(meter metric.Meter) (*consumerMetrics, error)
 	if err != nil {
 		return nil, err
 	}
-	resets, err1 := meter.Int64Counter("cellttl.kafka.offset_resets", metric.WithUnit("{reset}"),
-		metric.WithDescription("committed offsets found outside the log and reset by --offset-out-of-range"))
-	fetchErrors, err2 := meter.Int64Counter("cellttl.kafka.fetch_errors", metric.WithUnit("{error}"),
-		metric.WithDescription("failures to read a partition (fetch, offset lookup, leader): each is retried with backoff"))
-	undecodable, err3 := meter.Int64Counter("cellttl.kafka.undecodable_batches", metric.WithUnit("{batch}"),
-		metric.WithDescription("record batches that could not be decoded (past the decompression bound, or broken), handed on to the dead-letter topic"))
-	aborted, err4 := meter.Int64Counter("cellttl.kafka.aborted_records", metric.WithUnit("{record}"),
-		metric.WithDescription("records of aborted transactions skipped under --isolation-level read_committed: never written nor dead-lettered, their offsets settled"))
-	if err := errors.Join(err1, err2, err3, err4); err != nil {
+	var m consumerMetrics
+	var errs []error
+	for _, s := range []struct {
+		dst              *metric.Int64Counter
+		name, unit, desc string
+	}{
+		{&m.offsetResets, "cellttl.kafka.offset_resets", "{reset}",
+			"committed offsets found outside the log and reset by --offset-out-of-range"},
+		{&m.fetchErrors, "cellttl.kafka.fetch_errors", "{error}",
+			"failures to read a partition (fetch, offset lookup, leader): each is retried with backoff"},
+		{&m.undecodable, "cellttl.kafka.undecodable_batches", "{batch}",
+			"record batches that could not be decoded (past the decompression bound, or broken), handed on to the dead-letter topic"},
+		{&m.aborted, "cellttl.kafka.aborted_records", "{record}",
+			"records of aborted transactions skipped under --isolation-level read_committed: never written nor dead-lettered, their offsets settled"},
+	} {
+		*s.dst, err = meter.Int64Counter(s.name, metric.WithUnit(s.unit), metric.WithDescription(s.desc))
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("register consumer metrics: %w", err)
 	}
 	base := []attribute.KeyValue{
@@ -64,7 +74,7 @@ func (c *Consumer) registerMetrics(meter metric.Meter) (*consumerMetrics, error)
 		attribute.String("messaging.destination.name", c.cfg.Topic),
 		attribute.String("messaging.consumer.group.name", c.cfg.Group),
 	}
-	reg, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+	m.registration, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		c.observe(o, g, base)
 		return nil
 	}, g.consumed, g.lag, g.committed, g.owned, g.inflight, g.limit, g.committedLag, g.stalled, g.lastStable, g.unstableLag)
@@ -72,37 +82,46 @@ func (c *Consumer) registerMetrics(meter metric.Meter) (*consumerMetrics, error)
 		return nil, fmt.Errorf("register consumer metrics: %w", err)
 	}
 	// The counters exist from start-up, at 0, for rate() and dashboards.
-	for _, n := range []metric.Int64Counter{resets, fetchErrors, undecodable, aborted} {
+	for _, n := range []metric.Int64Counter{m.offsetResets, m.fetchErrors, m.undecodable, m.aborted} {
 		n.Add(context.Background(), 0)
 	}
-	return &consumerMetrics{offsetResets: resets, fetchErrors: fetchErrors, undecodable: undecodable, aborted: aborted, registration: reg}, nil
+	return &m, nil
 }
 
 // newGauges creates the instruments read at collection time.
 func newGauges(meter metric.Meter) (*gauges, error) {
 	var g gauges
-	var errs [10]error
-	g.consumed, errs[0] = meter.Int64ObservableCounter("messaging.client.consumed.messages", metric.WithUnit("{message}"),
+	var err error
+	g.consumed, err = meter.Int64ObservableCounter("messaging.client.consumed.messages", metric.WithUnit("{message}"),
 		metric.WithDescription("messages fetched from Kafka"))
-	g.lag, errs[1] = meter.Int64ObservableGauge("cellttl.kafka.consumer.lag", metric.WithUnit("{message}"),
-		metric.WithDescription("messages between the next to fetch and the end of what is read (the last stable offset under read_committed, the high watermark under read_uncommitted), per owned partition"))
-	g.committed, errs[2] = meter.Int64ObservableGauge("cellttl.kafka.consumer.committed_offset", metric.WithUnit("{offset}"),
-		metric.WithDescription("offset last committed, per owned partition"))
-	g.owned, errs[3] = meter.Int64ObservableGauge("cellttl.kafka.consumer.partitions", metric.WithUnit("{partition}"),
-		metric.WithDescription("partitions assigned to this worker"))
-	g.inflight, errs[4] = meter.Int64ObservableGauge("cellttl.inflight.bytes", metric.WithUnit("By"),
-		metric.WithDescription("bytes of events fetched and not yet settled (bounded by --max-inflight-bytes)"))
-	g.limit, errs[5] = meter.Int64ObservableGauge("cellttl.inflight.limit", metric.WithUnit("By"),
-		metric.WithDescription("the bound cellttl.inflight.bytes is held under: the part of --max-inflight-bytes for fetched events"))
-	g.committedLag, errs[6] = meter.Int64ObservableGauge("cellttl.kafka.consumer.committed_lag", metric.WithUnit("{message}"),
-		metric.WithDescription("messages between the committed offset and the end of what is read (the last stable offset under read_committed, the high watermark under read_uncommitted), per owned partition: what the group has not settled"))
-	g.stalled, errs[7] = meter.Int64ObservableGauge("cellttl.kafka.consumer.stalled_partitions", metric.WithUnit("{partition}"),
-		metric.WithDescription("owned partitions that made no progress for longer than --partition-stall-timeout"))
-	g.lastStable, errs[8] = meter.Int64ObservableGauge("cellttl.kafka.consumer.last_stable_offset", metric.WithUnit("{offset}"),
-		metric.WithDescription("the partition's last stable offset, per owned partition: the first record of the oldest transaction still open (the high watermark when none is); read_committed reads nothing past it"))
-	g.unstableLag, errs[9] = meter.Int64ObservableGauge("cellttl.kafka.consumer.unstable_lag", metric.WithUnit("{message}"),
-		metric.WithDescription("messages between the last stable offset and the high watermark, per owned partition: held back by a transaction still open, which read_committed waits for"))
-	if err := errors.Join(errs[:]...); err != nil {
+	errs := []error{err}
+	for _, s := range []struct {
+		dst              *metric.Int64ObservableGauge
+		name, unit, desc string
+	}{
+		{&g.lag, "cellttl.kafka.consumer.lag", "{message}",
+			"messages between the next to fetch and the end of what is read (the last stable offset under read_committed, the high watermark under read_uncommitted), per owned partition"},
+		{&g.committed, "cellttl.kafka.consumer.committed_offset", "{offset}",
+			"offset last committed, per owned partition"},
+		{&g.owned, "cellttl.kafka.consumer.partitions", "{partition}",
+			"partitions assigned to this worker"},
+		{&g.inflight, "cellttl.inflight.bytes", "By",
+			"bytes of events fetched and not yet settled (bounded by --max-inflight-bytes)"},
+		{&g.limit, "cellttl.inflight.limit", "By",
+			"the bound cellttl.inflight.bytes is held under: the part of --max-inflight-bytes for fetched events"},
+		{&g.committedLag, "cellttl.kafka.consumer.committed_lag", "{message}",
+			"messages between the committed offset and the end of what is read (the last stable offset under read_committed, the high watermark under read_uncommitted), per owned partition: what the group has not settled"},
+		{&g.stalled, "cellttl.kafka.consumer.stalled_partitions", "{partition}",
+			"owned partitions that made no progress for longer than --partition-stall-timeout"},
+		{&g.lastStable, "cellttl.kafka.consumer.last_stable_offset", "{offset}",
+			"the partition's last stable offset, per owned partition: the first record of the oldest transaction still open (the high watermark when none is); read_committed reads nothing past it"},
+		{&g.unstableLag, "cellttl.kafka.consumer.unstable_lag", "{message}",
+			"messages between the last stable offset and the high watermark, per owned partition: held back by a transaction still open, which read_committed waits for"},
+	} {
+		*s.dst, err = meter.Int64ObservableGauge(s.name, metric.WithUnit(s.unit), metric.WithDescription(s.desc))
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("register consumer metrics: %w", err)
 	}
 	return &g, nil
