@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 
 	"github.com/twmb/franz-go/pkg/sr"
 	"go.opentelemetry.io/otel/attribute"
@@ -75,9 +76,24 @@ func (s *Schemas) fetchFew(ctx context.Context, id uint32) (*entry, error) {
 		}
 		s.fetches.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", "unavailable")))
 		if b.Attempt() >= decodeAttempts || !b.Wait() {
-			return nil, &UnavailableError{URL: s.url, ID: id, Err: errors.Join(err, ctx.Err())}
+			return nil, &UnavailableError{URL: s.url, ID: id, Err: errors.Join(cause(err), ctx.Err())}
 		}
 	}
+}
+
+// cause is what went wrong with a request, without the request (the error
+// names the registry already): "dial tcp …: connection refused", "tls: …",
+// "HTTP 503 …".
+func cause(err error) error {
+	var se *statusError
+	if errors.As(err, &se) {
+		return se
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
 }
 
 // statusError names the HTTP status and request of a registry's error
