@@ -6,7 +6,11 @@
 //
 //   java -cp "$TESTENV_SERDES_LIB/*" RegistryProducer.java FORMAT BOOTSTRAP TOPIC REGISTRY_V2_URL VERSION COUNT PREFIX MILLIS
 //
-// FORMAT avro or protobuf; VERSION 1, or 2 (the schema evolved: a field
+// FORMAT avro or protobuf. Only avro is framed as Confluent's serializers
+// frame it: Apicurio's Protobuf serializer (2.x) writes a length-delimited
+// message reference of its own after the id (07 0a 05 "Click" for Click),
+// where Confluent's write the message indexes, so the worker dead-letters
+// its values undecodable. VERSION 1, or 2 (the schema evolved: a field
 // added, with a default); events PREFIX-0.. of tenant acme, users u-0..u-2,
 // all keyed acme (one partition: a schema evolution mid-partition),
 // at MILLIS (epoch milliseconds).
