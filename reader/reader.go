@@ -10,12 +10,15 @@ package reader
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"time"
 
 	"cloud.google.com/go/bigtable"
 
+	"github.com/cellttl/cellttl/event"
 	"github.com/cellttl/cellttl/expiry"
 	"github.com/cellttl/cellttl/rowkey"
 )
@@ -26,6 +29,24 @@ type Reader struct {
 	family string
 	policy *expiry.Policy
 	now    func() time.Time
+	values ValueDecoder
+}
+
+// ValueDecoder decodes a stored value into JSON: the worker's
+// internal/registry decodes values framed for a schema registry (Avro,
+// Protobuf, JSON Schema). An *event.Error is the value's fault (not framed,
+// an unknown schema id, bytes that do not decode): the event is returned
+// all the same, with the reason. Any other error (the registry cannot be
+// reached) ends the read.
+type ValueDecoder interface {
+	DecodeValue(ctx context.Context, value []byte) (json.RawMessage, error)
+}
+
+// DecodeValues makes r decode the value of each event it returns with d,
+// into Event.Decoded, or Event.DecodeError when it cannot be.
+func (r *Reader) DecodeValues(d ValueDecoder) *Reader {
+	r.values = d
+	return r
 }
 
 // New returns a Reader for the family written under policy.
@@ -55,7 +76,13 @@ type Event struct {
 	User      string
 	EventID   string
 	EventTime time.Time // the TTL base, from the row key
-	Value     []byte
+	// Value is the event cell: the value as produced.
+	Value []byte
+	// Decoded is Value decoded into JSON, when the Reader decodes values
+	// (DecodeValues); DecodeError says why it could not be, Decoded then
+	// nil.
+	Decoded     json.RawMessage
+	DecodeError *event.Error
 	// Timestamp is the cell timestamp in microseconds.
 	Timestamp int64
 	// Expiry is when the event stops being readable.
@@ -145,6 +172,15 @@ func (r *Reader) Read(ctx context.Context, q Query, fn func(Event) bool) error {
 		}
 		if !ok || (!q.Since.IsZero() && ev.EventTime.Before(q.Since)) || (!q.Until.IsZero() && !ev.EventTime.Before(q.Until)) {
 			return true
+		}
+		if r.values != nil {
+			if ev.Decoded, err = r.values.DecodeValue(ctx, ev.Value); err != nil {
+				ev.Decoded = nil
+				if !errors.As(err, &ev.DecodeError) {
+					decodeErr = fmt.Errorf("decode the value of row %q: %w", ev.Key, err)
+					return false
+				}
+			}
 		}
 		n++
 		if !fn(ev) {

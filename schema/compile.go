@@ -39,16 +39,24 @@ type Compiled struct {
 	// (index [0]) apart.
 	protoFirst *pPlan
 	protoPlans map[messageIndex]*pPlan
+	// protoMessages are the messages themselves, by index: what JSON
+	// decodes a whole value into.
+	protoMessages map[messageIndex]protoreflect.MessageDescriptor
 }
 
 // Compile compiles src for format, to read m's fields. An error is the
 // schema's fault: values written with it cannot be read (invalid_schema).
+// A nil m reads no fields: the Compiled then serves JSON alone (a reader of
+// the stored values, which needs no mapping).
 func Compile(ctx context.Context, format Format, src Source, m *event.Mapping) (*Compiled, error) {
 	if src.Type != format.registryType() {
 		return nil, fmt.Errorf("it is a %s schema, and --value-format is %s", src.Type, format)
 	}
 	c := &Compiled{format: format, mapping: m}
-	paths := m.ValuePaths()
+	var paths []event.ValuePath
+	if m != nil {
+		paths = m.ValuePaths()
+	}
 	switch format {
 	case Avro:
 		cache := &avro.SchemaCache{}
@@ -80,7 +88,8 @@ func Compile(ctx context.Context, format Format, src Source, m *event.Mapping) (
 			return nil, fmt.Errorf("the schema declares no message")
 		}
 		c.protoPlans = map[messageIndex]*pPlan{}
-		planMessages(fd.Messages(), messageIndex{}, paths, c.protoPlans)
+		c.protoMessages = map[messageIndex]protoreflect.MessageDescriptor{}
+		planMessages(fd.Messages(), messageIndex{}, paths, c.protoPlans, c.protoMessages)
 		c.protoFirst = c.protoPlans[messageIndex{depth: 1}]
 	case JSONSchema:
 		// The value is JSON after its framing, read as plain JSON is: the
@@ -93,8 +102,8 @@ func Compile(ctx context.Context, format Format, src Source, m *event.Mapping) (
 }
 
 // planMessages plans each message of msgs and of the messages nested in
-// them, by their index.
-func planMessages(msgs protoreflect.MessageDescriptors, at messageIndex, paths []event.ValuePath, plans map[messageIndex]*pPlan) {
+// them, by their index, and keeps each message by its index in mds.
+func planMessages(msgs protoreflect.MessageDescriptors, at messageIndex, paths []event.ValuePath, plans map[messageIndex]*pPlan, mds map[messageIndex]protoreflect.MessageDescriptor) {
 	if at.depth == maxIndexDepth {
 		return
 	}
@@ -103,7 +112,8 @@ func planMessages(msgs protoreflect.MessageDescriptors, at messageIndex, paths [
 		idx.path[idx.depth] = int32(i)
 		idx.depth++
 		plans[idx] = planProto(msgs.Get(i), paths)
-		planMessages(msgs.Get(i).Messages(), idx, paths, plans)
+		mds[idx] = msgs.Get(i)
+		planMessages(msgs.Get(i).Messages(), idx, paths, plans, mds)
 	}
 }
 

@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"encoding/json"
 	"errors"
 	"testing"
 
@@ -10,7 +11,8 @@ import (
 // FuzzRead feeds the framing and the readers of both binary formats
 // whatever bytes: they must never panic nor read past the value, and
 // every failure must be an *event.Error (a dead letter's reason), never
-// another error (which would hold the record for good).
+// another error (which would hold the record for good). So must the
+// decoding of whole values into JSON, of values found stored.
 func FuzzRead(f *testing.F) {
 	ac, am := compile(f, Avro, clickAvro, event.DefaultFields())
 	pc, pm := compile(f, Protobuf, clickProto, event.DefaultFields())
@@ -26,6 +28,16 @@ func FuzzRead(f *testing.F) {
 			var e *event.Error
 			if err != nil && !errors.As(err, &e) {
 				t.Fatalf("%q: an error that is no *event.Error: %v", v, err)
+			}
+		}
+		for _, c := range []*Compiled{ac, pc} {
+			doc, err := c.JSON(v)
+			var e *event.Error
+			if err != nil && !errors.As(err, &e) {
+				t.Fatalf("%q: JSON: an error that is no *event.Error: %v", v, err)
+			}
+			if err == nil && !json.Valid(doc) {
+				t.Fatalf("%q: JSON gave no JSON: %s", v, doc)
 			}
 		}
 	})

@@ -73,6 +73,9 @@ func TestCommandsRegisterOnlyTheirGroups(t *testing.T) {
 		"retention": {"brokers", "topic", "dlq-topic", "max-clock-skew", "dlq-unlisted-retention", "table"},
 		// redrive decides each letter by the worker's --strict-retention rule.
 		"redrive": {"brokers", "dlq-topic", "tenant-from", "ttl-from", "max-clock-skew", "erasure-refresh", "write-timeout", "apply", "strict-retention"},
+		// read decodes the stored values through the registry as run reads them.
+		"read": {"tenant", "table", "value-format", "schema-registry-url", "schema-registry-username", "schema-registry-password-file",
+			"schema-registry-tls-ca", "schema-registry-tls-cert", "schema-registry-tls-key", "schema-cache-size", "schema-registry-timeout"},
 	} {
 		have := names(cmd)
 		for _, n := range want {

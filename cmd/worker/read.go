@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -13,7 +15,9 @@ import (
 	"github.com/cellttl/cellttl/event"
 	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/cellttl/cellttl/internal/envflag"
+	"github.com/cellttl/cellttl/internal/registry"
 	"github.com/cellttl/cellttl/reader"
+	"github.com/cellttl/cellttl/schema"
 	"github.com/cellttl/cellttl/sink"
 )
 
@@ -22,6 +26,9 @@ type readOptions struct {
 	tableOptions
 	query                reader.Query
 	since, until, format string
+	// registry decodes the stored values when they were produced framed
+	// for a schema registry: the flags of worker run.
+	registry registry.Config
 }
 
 func (o *readOptions) flags(out io.Writer) *envflag.FlagSet {
@@ -35,13 +42,14 @@ func (o *readOptions) flags(out io.Writer) *envflag.FlagSet {
 	f.Int(&o.query.Limit, "limit", "READ_LIMIT", 100, "at most this many events (0: all)")
 	f.Bool(&o.query.IncludeExpired, "include-expired", "", false, "also show cells GC has not collected yet, marked expired (debugging; a flag only: no environment variable)")
 	f.String(&o.format, "format", "READ_FORMAT", "text", "output: text or json (one object per line)")
+	o.registry.RegisterFlags(f)
 	return f
 }
 
 // runRead is worker read: a tenant's live events, read as a correct reader
 // reads them.
 func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	o := readOptions{tableOptions: defaultTableOptions()}
+	o := readOptions{tableOptions: defaultTableOptions(), registry: registry.DefaultConfig()}
 	if err := parse(o.flags(stderr), args); err != nil {
 		return err
 	}
@@ -51,6 +59,9 @@ func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if err := checkFormat(format); err != nil {
 		return err
+	}
+	if err := o.registry.Validate(); err != nil {
+		return usageError(err)
 	}
 	now := time.Now()
 	var err error
@@ -70,6 +81,16 @@ func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("refusing to read: %w (the tenants file says %s)", err, describePolicy(s.cfg.Policy))
 	}
 	r := reader.New(s.dc.Open(o.table.Table), o.table.Family, s.cfg.Policy)
+	if o.registry.ValueFormat() != schema.JSON {
+		// The registry's own log speaks of the worker's dead letters; here
+		// each value that cannot be decoded says why in the output.
+		schemas, err := registry.New(o.registry, nil, nil, slog.New(slog.DiscardHandler))
+		if err != nil {
+			return usageError(err)
+		}
+		defer schemas.Close()
+		r.DecodeValues(schemas)
+	}
 	out := newEventPrinter(stdout, format, now)
 	if err := r.Read(ctx, q, out.print); err != nil {
 		return err
@@ -128,6 +149,10 @@ type jsonEvent struct {
 	RequestedTTL string          `json:"requested_ttl,omitempty"`
 	Value        json.RawMessage `json:"value,omitempty"`
 	RawValue     string          `json:"raw_value,omitempty"`
+	// Decoding through the registry: a value that cannot be decoded is
+	// given whole in base64, with why.
+	ValueBase64 string `json:"value_base64,omitempty"`
+	ValueError  string `json:"value_error,omitempty"`
 }
 
 func (p *eventPrinter) print(ev reader.Event) bool {
@@ -141,9 +166,14 @@ func (p *eventPrinter) print(ev reader.Event) bool {
 		if !ev.WrittenAt.IsZero() {
 			je.WrittenAt = &ev.WrittenAt
 		}
-		if json.Valid(ev.Value) {
+		switch {
+		case ev.Decoded != nil:
+			je.Value = ev.Decoded
+		case ev.DecodeError != nil:
+			je.ValueBase64, je.ValueError = base64.StdEncoding.EncodeToString(ev.Value), notDecoded(ev.DecodeError)
+		case json.Valid(ev.Value):
 			je.Value = ev.Value
-		} else {
+		default:
 			je.RawValue = string(ev.Value)
 		}
 		return p.enc.Encode(je) == nil
@@ -156,9 +186,26 @@ func (p *eventPrinter) print(ev reader.Event) bool {
 	if !ev.WrittenAt.IsZero() {
 		written = ev.WrittenAt.Format(time.RFC3339Nano)
 	}
-	fmt.Fprintf(p.tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", ev.EventTime.Format(time.RFC3339Nano), orDash(ev.User), ev.EventID, expires, ttlText(ev), written, strings.TrimSpace(string(ev.Value)))
+	fmt.Fprintf(p.tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", ev.EventTime.Format(time.RFC3339Nano), orDash(ev.User), ev.EventID, expires, ttlText(ev), written, valueText(ev))
 	return true
 }
+
+// valueText is the VALUE column: the value decoded through the registry,
+// or when it cannot be, its bytes in base64 and why; without the registry,
+// the value as stored.
+func valueText(ev reader.Event) string {
+	switch {
+	case ev.Decoded != nil:
+		return string(ev.Decoded)
+	case ev.DecodeError != nil:
+		return "base64:" + base64.StdEncoding.EncodeToString(ev.Value) + " (not decoded: " + notDecoded(ev.DecodeError) + ")"
+	}
+	return strings.TrimSpace(string(ev.Value))
+}
+
+// notDecoded says why a value is not decoded: its class, as a dead
+// letter's reason class names it, and the reason.
+func notDecoded(e *event.Error) string { return string(e.Class) + ": " + e.Reason }
 
 // ttlText is an event's TTL and where it came from: "1h (tenant)", "30m
 // (event)", "3h (event asked 30d)" when its tenant's bounds clamped it.

@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"time"
 	"unicode"
 
 	"github.com/cellttl/cellttl/internal/envflag"
@@ -37,12 +38,18 @@ type Config struct {
 	CAFile, CertFile, KeyFile string
 	// CacheSize bounds the compiled schemas kept, by id.
 	CacheSize int
+	// Timeout bounds each request to the registry: a registry that
+	// accepts connections and never answers is retried (the worker) or
+	// reported (worker read) rather than waited on for good.
+	Timeout time.Duration
 }
 
 // DefaultConfig is plain JSON, no registry.
 func DefaultConfig() Config {
-	return Config{Format: "json", CacheSize: 1000}
+	return Config{Format: "json", CacheSize: 1000, Timeout: defaultTimeout}
 }
+
+const defaultTimeout = 10 * time.Second
 
 // RegisterFlags declares the flags that fill c, in a section of their own.
 func (c *Config) RegisterFlags(f *envflag.FlagSet) {
@@ -56,6 +63,7 @@ func (c *Config) RegisterFlags(f *envflag.FlagSet) {
 	f.String(&c.KeyFile, "schema-registry-tls-key", envflag.Env, c.KeyFile, "PEM key of the registry client certificate")
 	f.Advanced()
 	f.Int(&c.CacheSize, "schema-cache-size", envflag.Env, c.CacheSize, "compiled schemas kept, by id (each schema evolution adds one); beyond, one is dropped and fetched again when next needed")
+	f.Duration(&c.Timeout, "schema-registry-timeout", envflag.Env, c.Timeout, "bound on each request to the schema registry; one that takes longer is tried again (worker run) or reported (worker read)")
 }
 
 // ValueFormat is the format Format names.
@@ -104,6 +112,9 @@ func (c Config) Validate() error {
 	}
 	if c.CacheSize < 1 {
 		errs = append(errs, fmt.Errorf("--schema-cache-size %d: must be at least 1", c.CacheSize))
+	}
+	if c.Timeout <= 0 {
+		errs = append(errs, fmt.Errorf("--schema-registry-timeout %s: must be more than 0", c.Timeout))
 	}
 	return errors.Join(errs...)
 }

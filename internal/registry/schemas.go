@@ -28,6 +28,11 @@ type Schemas struct {
 	format  schema.Format
 	mapping *event.Mapping
 	client  *sr.Client
+	// transport is the client's, whose idle connections Close closes.
+	transport *http.Transport
+	// url is the registry's, as errors name it; timeout bounds a request.
+	url     string
+	timeout time.Duration
 	log     *slog.Logger
 	limit   int
 	// life bounds the waits of ReadValue, which has no context of its
@@ -77,9 +82,13 @@ func New(c Config, m *event.Mapping, mp metric.MeterProvider, log *slog.Logger) 
 	if err != nil {
 		return nil, err
 	}
+	timeout := c.Timeout
+	if timeout <= 0 {
+		timeout = defaultTimeout
+	}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.TLSClientConfig = tlsCfg
-	opts := []sr.ClientOpt{sr.URLs(c.URL), sr.HTTPClient(&http.Client{Transport: transport, Timeout: 10 * time.Second}), sr.UserAgent("cellttl")}
+	opts := []sr.ClientOpt{sr.URLs(c.URL), sr.HTTPClient(&http.Client{Transport: transport, Timeout: timeout}), sr.UserAgent("cellttl")}
 	if c.PasswordFile != "" {
 		user, file := c.Username, c.PasswordFile
 		opts = append(opts, sr.PreReq(func(req *http.Request) error {
@@ -98,7 +107,7 @@ func New(c Config, m *event.Mapping, mp metric.MeterProvider, log *slog.Logger) 
 	if mp == nil {
 		mp = noop.NewMeterProvider()
 	}
-	s := &Schemas{format: c.ValueFormat(), mapping: m, client: client, log: log, limit: c.CacheSize,
+	s := &Schemas{format: c.ValueFormat(), mapping: m, client: client, transport: transport, url: redact(c.URL), timeout: timeout, log: log, limit: c.CacheSize,
 		policy: retry.Policy{Initial: 200 * time.Millisecond, Max: 10 * time.Second}}
 	s.life, s.cancel = context.WithCancel(context.Background())
 	empty := map[uint32]*entry{}
@@ -109,8 +118,12 @@ func New(c Config, m *event.Mapping, mp metric.MeterProvider, log *slog.Logger) 
 	return s, nil
 }
 
-// Close ends the waits of ReadValue.
-func (s *Schemas) Close() { s.cancel() }
+// Close ends the waits of ReadValue, and closes the idle connections to
+// the registry.
+func (s *Schemas) Close() {
+	s.cancel()
+	s.transport.CloseIdleConnections()
+}
 
 // ErrStopped is ReadValue's error when Close ended its wait for the
 // registry: the record is held, not rejected.
@@ -186,6 +199,12 @@ func (s *Schemas) fetch(ctx context.Context, id uint32) (*entry, error) {
 			}
 			return e, nil
 		}
+		if ctx.Err() != nil && s.waiting.Load() != nil {
+			// The attempt was cut short by the caller, not failed by the
+			// registry: the outage keeps the registry's last answer as
+			// its cause.
+			return nil, errors.Join(err, ctx.Err())
+		}
 		s.fetches.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", "unavailable")))
 		if w := s.waiting.Load(); w == nil {
 			s.waiting.Store(&outage{since: time.Now(), err: err})
@@ -207,7 +226,9 @@ func (s *Schemas) fetch(ctx context.Context, id uint32) (*entry, error) {
 // compiles it. An error is the registry's (retried); a schema the
 // registry does not have, or that cannot read values, is an entry.
 func (s *Schemas) resolve(ctx context.Context, id uint32) (*entry, error) {
-	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	// Each request is bounded by the client's timeout; the whole, with
+	// the references, by a few of them.
+	rctx, cancel := context.WithTimeout(ctx, 3*s.timeout)
 	defer cancel()
 	sch, err := s.client.SchemaByID(rctx, int(id))
 	if notFound(err) {
@@ -216,13 +237,13 @@ func (s *Schemas) resolve(ctx context.Context, id uint32) (*entry, error) {
 			Reason: fmt.Sprintf("the schema registry has no schema of id %d (the value's framing names it)", id)}}, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("schema id %d: %w", id, err)
+		return nil, fmt.Errorf("schema id %d: %w", id, withStatus(err))
 	}
 	src := schema.Source{Type: sch.Type, Text: sch.Schema}
 	if src.Refs, err = s.references(rctx, sch.References, map[string]bool{}, nil); err != nil {
 		var bad *badReference
 		if !errors.As(err, &bad) {
-			return nil, fmt.Errorf("schema id %d: %w", id, err)
+			return nil, fmt.Errorf("schema id %d: %w", id, withStatus(err))
 		}
 		return s.invalid(ctx, id, err), nil
 	}
