@@ -34,7 +34,9 @@ func (s *Store) loadInForce(ctx context.Context, now time.Time) (loaded, error) 
 	ld := newLoader()
 	from := fmt.Sprintf("%s%013d", indexPrefix, max(0, now.UnixMilli()))
 	rng := bigtable.NewRange(from, rowkey.PrefixEnd(indexPrefix))
-	rows, ignored, err := s.read(ctx, "read the expiry index of", rng, ledgerColumns, now, parseIndexKey, ld.cells)
+	// No filter: an index row holds the worker's columns alone, and a
+	// filter costs the server each cell.
+	rows, ignored, err := s.read(ctx, "read the expiry index of", rng, nil, now, parseIndexKey, ld.cells)
 	if err != nil {
 		return loaded{}, err
 	}
@@ -44,19 +46,29 @@ func (s *Store) loadInForce(ctx context.Context, now time.Time) (loaded, error) 
 // indexed reports whether worker setup has indexed the ledger: whether
 // every record in force has its index row.
 func (s *Store) indexed(ctx context.Context) (bool, error) {
+	_, ok, err := s.indexedAt(ctx)
+	return ok, err
+}
+
+// indexedAt reads the marker: whether the ledger is indexed, and when
+// worker setup last indexed it.
+func (s *Store) indexedAt(ctx context.Context) (at time.Time, ok bool, _ error) {
 	row, err := s.tbl.ReadRow(ctx, indexedKey, bigtable.RowFilter(bigtable.FamilyFilter("^"+Family+"$")))
 	if status.Code(err) == codes.NotFound {
-		return false, fmt.Errorf("read %s: %w", s.name, ErrMissing)
+		return time.Time{}, false, fmt.Errorf("read %s: %w", s.name, ErrMissing)
 	}
 	if err != nil {
-		return false, fmt.Errorf("read the index marker of the erasure ledger %s: %w", s.name, err)
+		return time.Time{}, false, fmt.Errorf("read the index marker of the erasure ledger %s: %w", s.name, err)
 	}
 	for _, it := range row[Family] {
-		if it.Column == Family+":"+colIndexed && string(it.Value) == indexVersion {
-			return true, nil
+		switch it.Column {
+		case Family + ":" + colIndexed:
+			ok = string(it.Value) == indexVersion
+		case Family + ":" + colIndexedAt:
+			at = fromMillis(it.Value)
 		}
 	}
-	return false, nil
+	return at, ok, nil
 }
 
 // indexBatch is how many rows Index writes per request.
@@ -64,76 +76,153 @@ const indexBatch = 1000
 
 // Index writes the index row of every record in force at now that a
 // release before the index wrote without one, then the marker that says
-// the index is whole; worker setup runs it, the workers cannot (they only
-// read the ledger). It reads every record row, once: done already (the
-// marker is there), it reads nothing. indexed counts the records indexed.
-// Run again, it writes the same cells again.
+// the index is whole; worker setup runs it (each run), the workers cannot
+// (they only read the ledger). The first time, it reads every record row.
+// After (already), it indexes only what an earlier release's forget wrote
+// since the last Index: the journal rows since then (less JournalMargin)
+// that do not say their record has its index row. indexed counts the
+// records indexed. Run again, it writes the same cells again.
 func (s *Store) Index(ctx context.Context, now time.Time) (indexed int, already bool, _ error) {
-	if ok, err := s.indexed(ctx); err != nil || ok {
-		return 0, ok, err
+	at, already, err := s.indexedAt(ctx)
+	if err != nil {
+		return 0, false, err
 	}
-	var keys []string
-	var muts []*bigtable.Mutation
-	flush := func() error {
-		if len(keys) == 0 {
-			return nil
-		}
-		errs, err := s.tbl.ApplyBulk(ctx, keys, muts)
-		if err == nil {
-			for _, e := range errs {
-				if e != nil {
-					err = e
-					break
-				}
-			}
-		}
-		if err != nil {
-			return fmt.Errorf("write the expiry index of the erasure ledger %s: %w", s.name, err)
-		}
-		keys, muts = keys[:0], muts[:0]
-		return nil
+	w := &indexWriter{s: s, ctx: ctx}
+	if already {
+		indexed, err = s.indexJournal(ctx, at.Add(-JournalMargin), now, w)
+	} else {
+		indexed, err = s.indexRecords(ctx, now, w)
 	}
-	var werr error
+	if err == nil {
+		err = w.flush()
+	}
+	if err != nil {
+		return indexed, already, err
+	}
+	// The marker last: a setup interrupted before it leaves the workers
+	// reading every record at start, as before the index, or the next
+	// setup reading the journal from the last one that finished.
+	m := bigtable.NewMutation()
+	m.Set(Family, colIndexed, never, []byte(indexVersion))
+	m.Set(Family, colIndexedAt, never, millis(now))
+	if err := s.tbl.Apply(ctx, indexedKey, m); err != nil {
+		return indexed, already, fmt.Errorf("mark the erasure ledger %s indexed: %w", s.name, err)
+	}
+	return indexed, already, nil
+}
+
+// indexRecords writes the index rows of every record row in force at now.
+func (s *Store) indexRecords(ctx context.Context, now time.Time, w *indexWriter) (indexed int, _ error) {
 	_, _, err := s.read(ctx, "read", recordRanges, ledgerColumns, now, parseRecordKey, func(tenant, user string, cells []bigtable.ReadItem) {
-		if werr != nil {
-			return
-		}
-		// One index row per expiry: the cells of each forget of the user
-		// go to the row of the time they expire, named as they are.
-		rows := map[bigtable.Timestamp]*bigtable.Mutation{}
 		for _, it := range cells {
-			m := rows[it.Timestamp]
-			if m == nil {
-				m = bigtable.NewMutation()
-				rows[it.Timestamp] = m
-				keys, muts = append(keys, indexKey(it.Timestamp, tenant, user)), append(muts, m)
-			}
-			m.Set(Family, strings.TrimPrefix(it.Column, Family+":"), it.Timestamp, it.Value)
+			// Each forget's cells go to the index row of the time they
+			// expire, named as they are.
+			w.set(indexKey(it.Timestamp, tenant, user), strings.TrimPrefix(it.Column, Family+":"), it)
 			if strings.HasPrefix(it.Column, Family+":"+colUpTo+".") {
 				indexed++
 			}
 		}
-		if len(keys) >= indexBatch {
-			werr = flush()
-		}
+		w.maybeFlush()
 	})
 	if err == nil {
-		err = werr
+		err = w.err
 	}
+	return indexed, err
+}
+
+// indexJournal writes the index rows of the records whose journal rows,
+// written at or after since, do not say they have one (an earlier
+// release's forget wrote them), in force at now.
+func (s *Store) indexJournal(ctx context.Context, since, now time.Time, w *indexWriter) (indexed int, _ error) {
+	from := fmt.Sprintf("%s%013d", journalPrefix, max(0, since.UnixMilli()))
+	rng := bigtable.NewRange(from, rowkey.PrefixEnd(journalPrefix))
+	nowTS := bigtable.Time(now)
+	err := s.tbl.ReadRows(ctx, rng, func(row bigtable.Row) bool {
+		at, key, _ := strings.Cut(strings.TrimPrefix(row.Key(), journalPrefix), string(rowkey.Sep))
+		tenant, user, ok := parseRecordKey(key)
+		if _, err := strconv.ParseInt(at, 10, 64); err != nil || !ok {
+			return true
+		}
+		var cells []bigtable.ReadItem
+		for _, it := range row[Family] {
+			switch it.Column {
+			case Family + ":" + colHasIndex:
+				return true
+			case Family + ":" + colUpTo, Family + ":" + colBelow:
+				if it.Timestamp > nowTS {
+					cells = append(cells, it)
+				}
+			}
+		}
+		for _, it := range cells {
+			// Named by the journal row's time, which an earlier
+			// release's forget made the record's recorded_at: the
+			// cells are the record row's own, and indexed again they
+			// are written again, not added.
+			w.set(indexKey(it.Timestamp, tenant, user), strings.TrimPrefix(it.Column, Family+":")+"."+at, it)
+			if it.Column == Family+":"+colUpTo {
+				indexed++
+			}
+		}
+		w.maybeFlush()
+		return w.err == nil
+	}, bigtable.RowFilter(bigtable.FamilyFilter("^"+Family+"$")))
+	if err != nil {
+		return indexed, fmt.Errorf("read the erasure journal of %s: %w", s.name, err)
+	}
+	return indexed, w.err
+}
+
+// indexWriter writes index cells in batches of rows.
+type indexWriter struct {
+	s    *Store
+	ctx  context.Context
+	rows map[string]*bigtable.Mutation
+	keys []string
+	err  error
+}
+
+func (w *indexWriter) set(key, column string, it bigtable.ReadItem) {
+	if w.rows == nil {
+		w.rows = map[string]*bigtable.Mutation{}
+	}
+	m := w.rows[key]
+	if m == nil {
+		m = bigtable.NewMutation()
+		w.rows[key] = m
+		w.keys = append(w.keys, key)
+	}
+	m.Set(Family, column, it.Timestamp, it.Value)
+}
+
+func (w *indexWriter) maybeFlush() {
+	if w.err == nil && len(w.keys) >= indexBatch {
+		w.err = w.flush()
+	}
+}
+
+func (w *indexWriter) flush() error {
+	if len(w.keys) == 0 {
+		return nil
+	}
+	muts := make([]*bigtable.Mutation, len(w.keys))
+	for i, k := range w.keys {
+		muts[i] = w.rows[k]
+	}
+	errs, err := w.s.tbl.ApplyBulk(w.ctx, w.keys, muts)
 	if err == nil {
-		err = flush()
+		for _, e := range errs {
+			if e != nil {
+				err = e
+				break
+			}
+		}
 	}
 	if err != nil {
-		return indexed, false, err
+		return fmt.Errorf("write the expiry index of the erasure ledger %s: %w", w.s.name, err)
 	}
-	// The marker last: a setup interrupted before it leaves the workers
-	// reading every record at start, as before the index.
-	m := bigtable.NewMutation()
-	m.Set(Family, colIndexed, never, []byte(indexVersion))
-	if err := s.tbl.Apply(ctx, indexedKey, m); err != nil {
-		return indexed, false, fmt.Errorf("mark the erasure ledger %s indexed: %w", s.name, err)
-	}
-	return indexed, false, nil
+	w.rows, w.keys = nil, nil
+	return nil
 }
 
 // clockKey is the row where forget asks Bigtable the time.

@@ -60,10 +60,15 @@ const (
 	journalPrefix = "#j#"
 	indexPrefix   = "#x#"
 
+	// colHasIndex, in a journal row, says its record has its index row
+	// (an earlier release's forget wrote none: see Index).
+	colHasIndex = "x"
+
 	// indexedKey is the marker row: present, every record in force has
 	// its index row (written by worker setup, Index).
 	indexedKey   = "#m#indexed"
-	colIndexed   = "indexed" // the index's version, as text
+	colIndexed   = "indexed"    // the index's version, as text
+	colIndexedAt = "indexed_at" // when setup last indexed, Unix milliseconds, 8 bytes big-endian
 	indexVersion = "1"
 )
 
@@ -104,7 +109,7 @@ func (s *Store) Table() string { return s.name }
 // RecordedAt, it writes the same cells again: so forget adds the mark to a
 // record it has written (see Mark).
 func (s *Store) Put(ctx context.Context, r Record) error {
-	keys, muts, err := rowsOf(r, s.clock())
+	keys, muts, err := Rows(r, s.clock())
 	if err != nil {
 		return err
 	}
@@ -119,9 +124,10 @@ func (s *Store) Put(ctx context.Context, r Record) error {
 	return nil
 }
 
-// rowsOf is r's rows: its record row, its journal row (keyed by written)
-// and its index row, in the order Put writes them.
-func rowsOf(r Record, written time.Time) (keys []string, muts []*bigtable.Mutation, _ error) {
+// Rows is r's rows: its record row, its journal row (keyed by written) and
+// its index row, in the order Put writes them; the ledger bench writes
+// them in bulk (loadtest ledger).
+func Rows(r Record, written time.Time) (keys []string, muts []*bigtable.Mutation, _ error) {
 	if err := rowkey.ValidateID("tenant", r.Tenant); err != nil {
 		return nil, nil, err
 	}
@@ -139,6 +145,7 @@ func rowsOf(r Record, written time.Time) (keys []string, muts []*bigtable.Mutati
 	m.Set(Family, colRequestedBy+at, ts, []byte(r.RequestedBy))
 	j := bigtable.NewMutation()
 	j.Set(Family, colUpTo, ts, millis(r.UpTo))
+	j.Set(Family, colHasIndex, ts, nil)
 	// The index row holds what a worker needs, named as in the record
 	// row: two erasures of a user that expire at the same time (two that
 	// never do) share the row, and neither overwrites the other's cells.
@@ -291,13 +298,14 @@ func (ld *loader) cells(tenant, user string, cells []bigtable.ReadItem) {
 }
 
 // read reads the rows of rs whose key names a user (key; the others are
-// counted as ignored), handing f the cells of each still in force at now;
-// filter, when set, narrows the cells read. what says what for, in errors.
+// counted as ignored), handing f the cells of family Family of each still
+// in force at now; filter, when set, narrows the cells read (nil reads
+// every cell). what says what for, in errors.
 func (s *Store) read(ctx context.Context, what string, rs bigtable.RowSet, filter bigtable.Filter, now time.Time,
 	key func(string) (tenant, user string, ok bool), f func(tenant, user string, cells []bigtable.ReadItem)) (rows, ignored int, _ error) {
-	filters := bigtable.Filter(bigtable.FamilyFilter("^" + Family + "$"))
+	var opts []bigtable.ReadOption
 	if filter != nil {
-		filters = bigtable.ChainFilters(filters, filter)
+		opts = append(opts, bigtable.RowFilter(bigtable.ChainFilters(bigtable.FamilyFilter("^"+Family+"$"), filter)))
 	}
 	nowTS := bigtable.Time(now)
 	var cells []bigtable.ReadItem
@@ -320,7 +328,7 @@ func (s *Store) read(ctx context.Context, what string, rs bigtable.RowSet, filte
 			f(tenant, user, cells)
 		}
 		return true
-	}, bigtable.RowFilter(filters))
+	}, opts...)
 	if status.Code(err) == codes.NotFound {
 		return 0, 0, fmt.Errorf("%s %s: %w", what, s.name, ErrMissing)
 	}

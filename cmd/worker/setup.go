@@ -129,8 +129,11 @@ func setupLedger(ctx context.Context, s *session, target, events sink.Target, re
 	if err != nil {
 		return fmt.Errorf("setup of the erasure ledger: %w (run setup again: the records indexed so far are indexed again, and until it finishes each worker start reads every record)", err)
 	}
-	if !already && !res.CreatedFamily {
+	switch {
+	case !already && !res.CreatedFamily:
 		fmt.Fprintf(stdout, "indexed erasure ledger %s by expiry: %d records in force, written by an earlier release; a worker starting now reads the records in force alone\n", target, n)
+	case already && n > 0:
+		fmt.Fprintf(stdout, "indexed erasure ledger %s by expiry: %d records in force that an earlier release's forget wrote since the last setup (a worker started since did not read them)\n", target, n)
 	}
 	return nil
 }

@@ -288,10 +288,8 @@ func (e *eraser) record(ctx context.Context, first time.Time) error {
 			e.rc.NotFound++
 			ur.RowsPerPass = []int64{0}
 		} else if !r.DryRun {
-			rec := erasure.Record{Tenant: r.Tenant, User: u, UpTo: e.rc.ErasedUpTo, RecordedAt: r.Now, RequestedBy: r.RequestedBy}
-			if e.keep >= 0 {
-				rec.Expires = r.Now.Add(e.keep)
-			}
+			rec := erasure.Record{Tenant: r.Tenant, User: u, UpTo: e.rc.ErasedUpTo, RecordedAt: r.Now, RequestedBy: r.RequestedBy,
+				Expires: recordExpires(r.Now, e.rc.ErasedUpTo, e.keep, r.LongestTTL)}
 			// The record before the rows: a crash between the two leaves
 			// the user erased to the workers, and running again deletes.
 			if err := e.store.Put(ctx, rec); err != nil {
@@ -382,6 +380,22 @@ func unreachable(f retention.Facts, backups time.Duration, backupsDecidedBy stri
 		out = append(out, retention.StoreLife{Store: "backups of the table", Longest: duration.Format(backups), DecidedBy: backupsDecidedBy})
 	}
 	return out, RecordLife(f, backups, longestTTL)
+}
+
+// recordExpires is when a record of an erasure up to upTo, recorded at now,
+// expires: keep (RecordLife) after now, and no sooner than the tenant's
+// longest TTL after upTo, which lies --max-clock-skew after now: an event
+// at erased_up_to lives that long, and until then a worker could still
+// write it. Zero (never) when keep is negative.
+func recordExpires(now, upTo time.Time, keep, longestTTL time.Duration) time.Time {
+	if keep < 0 {
+		return time.Time{}
+	}
+	exp := now.Add(keep)
+	if last := upTo.Add(longestTTL); last.After(exp) {
+		exp = last
+	}
+	return exp
 }
 
 // RecordLife is how long a ledger record of a tenant whose longest TTL is
