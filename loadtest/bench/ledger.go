@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"cloud.google.com/go/bigtable"
@@ -46,6 +47,8 @@ type ledgerRun struct {
 	idleCPU       time.Duration // its CPU over the idle window
 	rss, peak     int64         // resident set at the end of the window, and its peak
 	users         int           // erased users in force, as /status says
+	exited        string        // how it exited before the end, if it did
+	exitedAfter   time.Duration
 }
 
 // RunLedger fills a ledger table with o.Erasures erased users, as three
@@ -102,6 +105,7 @@ func RunLedger(ctx context.Context, o LedgerOptions, stdout io.Writer) error {
 		builds = append(builds, struct{ name, bin string }{"baseline", o.Baseline})
 	}
 	var runs []ledgerRun
+	ledgerHeader(stdout, o)
 	for _, b := range builds {
 		for _, l := range []string{"", ledger} {
 			r, err := measureLedgerWorker(ctx, b.bin, o, l, run)
@@ -109,10 +113,14 @@ func RunLedger(ctx context.Context, o LedgerOptions, stdout io.Writer) error {
 				return fmt.Errorf("%s on %s: %w", b.name, map[bool]string{true: "an empty ledger", false: ledger}[l == ""], err)
 			}
 			r.build = b.name
+			ledgerRow(stdout, r, o)
 			runs = append(runs, r)
 		}
 	}
-	printLedgerRuns(stdout, runs, o)
+	fmt.Fprintln(stdout)
+	for i := 0; i+1 < len(runs); i += 2 {
+		ledgerCost(stdout, runs[i], runs[i+1], o)
+	}
 	return nil
 }
 
@@ -172,8 +180,9 @@ func fillLedger(ctx context.Context, tbl *bigtable.Table, o LedgerOptions, now t
 
 // measureLedgerWorker starts a worker on ledger ("": an empty one, made by
 // worker setup), waits until it is ready, watches it idle for o.Idle, and
-// stops it. CPU to ready is counted when it is ready, or once it has
-// not been for o.ReadyTimeout.
+// stops it. CPU to ready is counted when it is ready, or once it has not
+// been for o.ReadyTimeout; a worker that exits meanwhile (its
+// --startup-timeout) is reported with its CPU until then.
 func measureLedgerWorker(ctx context.Context, bin string, o LedgerOptions, ledger, run string) (ledgerRun, error) {
 	topic := fmt.Sprintf("ledger-bench-%s-%d", run, time.Now().UnixNano()%1e6)
 	if err := createTopic(o.Brokers, topic, 1); err != nil {
@@ -187,28 +196,62 @@ func measureLedgerWorker(ctx context.Context, bin string, o LedgerOptions, ledge
 	if err != nil {
 		return ledgerRun{}, err
 	}
-	defer w.stop(ctx)
 	started := time.Now()
+	exited := make(chan struct{})
+	go func() { _ = w.cmd.Wait(); close(exited) }()
+	defer func() {
+		_ = w.cmd.Process.Signal(syscall.SIGTERM)
+		<-exited
+		w.cmd = nil // waited for: stop deletes the tables alone
+		w.stop(ctx)
+	}()
 	pid := w.cmd.Process.Pid
 	r := ledgerRun{ledger: ledger}
 	if r.ledger == "" {
 		r.ledger = "empty"
 	}
-	for time.Since(started) < o.ReadyTimeout {
+	// gone reports whether the worker has exited, with its CPU until then.
+	gone := func() bool {
+		select {
+		case <-exited:
+			st := w.cmd.ProcessState
+			r.exited, r.startCPU = st.String(), st.UserTime()+st.SystemTime()
+			return true
+		default:
+			return false
+		}
+	}
+	for time.Since(started) < o.ReadyTimeout && r.ready == 0 {
+		if gone() {
+			r.exitedAfter = time.Since(started)
+			return r, nil
+		}
 		if resp, err := http.Get(w.admin + "/readyz"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				r.ready = time.Since(started)
-				break
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
+		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+			return r, err
+		}
 	}
-	var err1, err2 error
-	r.startCPU, err1 = procCPU(pid)
-	time.Sleep(o.Idle)
-	cpu, err2 := procCPU(pid)
-	if err := firstErr(err1, err2); err != nil {
+	if r.startCPU, err = procCPU(pid); err != nil {
+		if gone() {
+			r.exitedAfter = time.Since(started)
+			return r, nil
+		}
+		return r, err
+	}
+	if err := sleep(ctx, o.Idle); err != nil {
+		return r, err
+	}
+	if gone() {
+		r.exitedAfter = time.Since(started)
+		return r, nil
+	}
+	cpu, err := procCPU(pid)
+	if err != nil {
 		return r, err
 	}
 	r.idleCPU = cpu - r.startCPU
@@ -219,13 +262,15 @@ func measureLedgerWorker(ctx context.Context, bin string, o LedgerOptions, ledge
 	return r, nil
 }
 
-func firstErr(errs ...error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
-	return nil
 }
 
 // memory returns a process's resident set and its peak, in bytes (Linux).
@@ -276,37 +321,45 @@ func fetchErasures(ctx context.Context, admin string) (int, error) {
 	return strconv.Atoi(strings.TrimSpace(s[:end]))
 }
 
-// printLedgerRuns prints each run, and each build's cost of the ledger:
-// the difference with its run on the empty ledger.
-func printLedgerRuns(w io.Writer, runs []ledgerRun, o LedgerOptions) {
-	mib := func(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+// ledgerHeader is the head of the table of runs.
+func ledgerHeader(w io.Writer, o LedgerOptions) {
 	fmt.Fprintf(w, "| build | ledger | erased users in force | ready | CPU to ready | RSS after %s idle (peak) | idle CPU |\n|---|---|---|---|---|---|---|\n", o.Idle)
-	for _, r := range runs {
-		ready := r.ready.Round(10 * time.Millisecond).String()
-		if r.ready == 0 {
-			ready = "not ready after " + o.ReadyTimeout.String()
-		}
-		fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s (%s) | %.2f%% of a core |\n", r.build, r.ledger, r.users, ready,
-			r.startCPU.Round(10*time.Millisecond), mib(r.rss), mib(r.peak), 100*r.idleCPU.Seconds()/o.Idle.Seconds())
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+// ledgerRow prints one run.
+func ledgerRow(w io.Writer, r ledgerRun, o LedgerOptions) {
+	switch {
+	case r.exited != "":
+		fmt.Fprintf(w, "| %s | %s | - | exited after %s (%s), never ready | %s | - | - |\n", r.build, r.ledger, r.exitedAfter.Round(time.Second), r.exited,
+			r.startCPU.Round(10*time.Millisecond))
+		return
 	}
-	fmt.Fprintln(w)
-	for i := 0; i+1 < len(runs); i += 2 {
-		empty, full := runs[i], runs[i+1]
-		if full.ready == 0 {
-			fmt.Fprintf(w, "%s: not ready after %s on the ledger; %.2f%% of a core meanwhile (%s more than on the empty one)\n", full.build, o.ReadyTimeout,
-				100*full.idleCPU.Seconds()/o.Idle.Seconds(), mib(full.rss-empty.rss))
-			continue
-		}
-		// This build reads the records in force again every RereadEvery:
-		// as its start-up read, which the idle window does not hold.
-		reread := ""
-		if full.build == "this build" {
-			extra := max(0, full.startCPU-empty.startCPU)
-			reread = fmt.Sprintf(", + %.3f%% for the read of the records in force every %s (%s of CPU, as at start)", 100*extra.Seconds()/erasure.RereadEvery.Seconds(),
-				erasure.RereadEvery, extra.Round(10*time.Millisecond))
-		}
-		fmt.Fprintf(w, "%s: the ledger costs %s of RSS (%s at the peak), %s to ready, %.2f%% of a core idle%s\n", full.build,
-			mib(full.rss-empty.rss), mib(full.peak-empty.peak), (full.ready - empty.ready).Round(10*time.Millisecond),
-			100*(full.idleCPU-empty.idleCPU).Seconds()/o.Idle.Seconds(), reread)
+	ready := r.ready.Round(10 * time.Millisecond).String()
+	if r.ready == 0 {
+		ready = "not ready after " + o.ReadyTimeout.String()
 	}
+	fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s (%s) | %.2f%% of a core |\n", r.build, r.ledger, r.users, ready,
+		r.startCPU.Round(10*time.Millisecond), mib(r.rss), mib(r.peak), 100*r.idleCPU.Seconds()/o.Idle.Seconds())
+}
+
+// ledgerCost prints what the ledger costs a build: the difference of its
+// run on the ledger with its run on the empty one.
+func ledgerCost(w io.Writer, empty, full ledgerRun, o LedgerOptions) {
+	if full.exited != "" || full.ready == 0 {
+		fmt.Fprintf(w, "%s: never ready on the ledger\n", full.build)
+		return
+	}
+	// This build reads the records in force again every RereadEvery: as
+	// its start-up read, which the idle window does not hold.
+	reread := ""
+	if full.build == "this build" {
+		extra := max(0, full.startCPU-empty.startCPU)
+		reread = fmt.Sprintf(", + %.3f%% for the read of the records in force every %s (%s of CPU, as at start)", 100*extra.Seconds()/erasure.RereadEvery.Seconds(),
+			erasure.RereadEvery, extra.Round(10*time.Millisecond))
+	}
+	fmt.Fprintf(w, "%s: the ledger costs %s of RSS (%s at the peak), %s to ready, %.2f%% of a core idle%s\n", full.build,
+		mib(full.rss-empty.rss), mib(full.peak-empty.peak), (full.ready - empty.ready).Round(10*time.Millisecond),
+		100*(full.idleCPU-empty.idleCPU).Seconds()/o.Idle.Seconds(), reread)
 }
