@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"syscall"
 	"testing"
 	"time"
 
@@ -154,14 +153,14 @@ func TestStore(t *testing.T) {
 	}
 	// The journal: every record recorded since a moment; the expired one
 	// is there, and left out of a ledger.
-	entries, err := s.loadSince(ctx, now.Add(-time.Minute))
+	entries, _, err := s.loadSince(ctx, now.Add(-time.Minute))
 	if err != nil || len(entries) != 3 {
 		t.Fatalf("journal: %v %+v", err, entries)
 	}
-	if l := (&Ledger{}).with(entries, now); l.Len() != 2 || l.Erased("acme", "u3", now.UnixMilli(), Position{}) {
+	if l, _ := (&Ledger{}).with(entries, now); l.Len() != 2 || l.Erased("acme", "u3", now.UnixMilli(), Position{}) {
 		t.Errorf("ledger from the journal: %d users", l.Len())
 	}
-	if entries, err := s.loadSince(ctx, now.Add(time.Millisecond)); err != nil || len(entries) != 0 {
+	if entries, _, err := s.loadSince(ctx, time.Now().Add(time.Minute)); err != nil || len(entries) != 0 {
 		t.Errorf("journal of the future: %v %+v", err, entries)
 	}
 	// A second erasure of u2, never expiring as the first, erasing less:
@@ -182,10 +181,13 @@ func TestStore(t *testing.T) {
 func TestLedgerWith(t *testing.T) {
 	old := NewLedger([]Record{{Tenant: "acme", User: "u1", UpTo: t0}, {Tenant: "globex", User: "u1", UpTo: t0}}, t0)
 	ms := t0.UnixMilli()
-	if old.with([]entry{{tenant: "acme", user: "u1", erased: erased{upTo: ms - 1}}}, t0) != old {
+	if l, grew := old.with([]entry{{tenant: "acme", user: "u1", erased: erased{upTo: ms - 1, expires: forever}}}, t0); l != old || grew {
 		t.Error("an entry erasing nothing new made a new ledger")
 	}
-	next := old.with([]entry{{tenant: "acme", user: "u2", erased: erased{upTo: ms}}, {tenant: "acme", user: "u3", erased: erased{upTo: ms}, expires: ms}}, t0)
+	next, grew := old.with([]entry{{tenant: "acme", user: "u2", erased: erased{upTo: ms, expires: forever}}, {tenant: "acme", user: "u3", erased: erased{upTo: ms, expires: ms}}}, t0)
+	if !grew {
+		t.Error("a new user did not grow the ledger")
+	}
 	if next.Len() != 3 || !next.Erased("acme", "u2", ms, Position{}) || next.Erased("acme", "u3", ms, Position{}) || old.Erased("acme", "u2", ms, Position{}) || old.Len() != 2 {
 		t.Errorf("with: %d users, old %d", next.Len(), old.Len())
 	}
@@ -214,9 +216,9 @@ func TestWatch(t *testing.T) {
 	if err := w.Start(ctx); err != nil || w.Held() != nil || w.Status().State != "loaded" {
 		t.Fatalf("start: %v, held %v, %+v", err, w.Held(), w.Status())
 	}
-	// Past the first full read, only the journal is read: the record
-	// must come from it.
-	w.fullEvery = 1 << 30
+	// Past the first read of the records in force, only the journal is
+	// read: the record must come from it.
+	w.rereadEvery = time.Hour
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); w.Run(rctx) }()
@@ -249,75 +251,4 @@ func TestWatch(t *testing.T) {
 	if !w.Current().Erased("acme", "u1", t0.UnixMilli(), Position{}) {
 		t.Error("a failed load dropped the ledger in force")
 	}
-}
-
-// BenchmarkRefresh100k is one refresh of a ledger of 100,000 erased users
-// from the Bigtable emulator: the full read every worker makes each
-// --erasure-refresh, and the ledger built from it.
-func BenchmarkRefresh100k(b *testing.B) {
-	dc, ac := testenv.Clients(b)
-	ctx := context.Background()
-	name := testenv.Name("ledger")
-	createLedger(b, ac, name)
-	const n = 100_000
-	now := time.Now().UTC()
-	tbl := dc.Open(name)
-	var keys []string
-	var muts []*bigtable.Mutation
-	for i := range n {
-		m := bigtable.NewMutation()
-		ts := bigtable.Time(now.Add(7 * 24 * time.Hour))
-		m.Set(Family, colUpTo, ts, millis(now))
-		m.Set(Family, colRecordedAt, ts, millis(now))
-		m.Set(Family, colRequestedBy, ts, []byte("ticket-1234"))
-		keys, muts = append(keys, recordKey("acme", fmt.Sprintf("user-%07d", i))), append(muts, m)
-		if len(keys) == 10_000 || i == n-1 {
-			if errs, err := tbl.ApplyBulk(ctx, keys, muts); err != nil || errs != nil {
-				b.Fatal(err, errs)
-			}
-			keys, muts = keys[:0], muts[:0]
-		}
-	}
-	s := NewStore(dc, name)
-	cpu := func(b *testing.B, f func()) {
-		b.ReportAllocs()
-		var before, after syscall.Rusage
-		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &before)
-		for b.Loop() {
-			f()
-		}
-		// The worker's own CPU (the emulator's is another process's):
-		// what a refresh costs the worker.
-		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &after)
-		used := time.Duration(after.Utime.Nano() + after.Stime.Nano() - before.Utime.Nano() - before.Stime.Nano())
-		b.ReportMetric(float64(used.Microseconds())/1000/float64(b.N), "cpu-ms/op")
-	}
-	b.Run("full read", func(b *testing.B) {
-		cpu(b, func() {
-			l, _, err := s.LoadLedger(ctx, now)
-			if err != nil || l.Len() != n {
-				b.Fatal(err, l.Len())
-			}
-		})
-	})
-	// A refresh between full reads: the journal of the last minutes (the
-	// records above were written without journal rows), one record new.
-	base, _, err := s.LoadLedger(ctx, now)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := s.Put(ctx, Record{Tenant: "acme", User: "new", UpTo: now, RecordedAt: now}); err != nil {
-		b.Fatal(err)
-	}
-	b.Run("journal", func(b *testing.B) {
-		cpu(b, func() {
-			entries, err := s.loadSince(ctx, time.Now().Add(-JournalMargin))
-			if err != nil || len(entries) != 1 {
-				b.Fatal(err, len(entries))
-			}
-			if l := base.with(entries, now); l.Len() != n+1 {
-				b.Fatal(l.Len())
-			}
-		})
-	})
 }

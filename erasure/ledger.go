@@ -7,6 +7,7 @@
 package erasure
 
 import (
+	"math"
 	"strings"
 	"time"
 
@@ -46,10 +47,27 @@ type Ledger struct {
 }
 
 // erased is what the ledger holds of one user: the union of the user's
-// records in force.
+// records in force, held until the last of them expires.
 type erased struct {
 	upTo  int64 // erased_up_to, Unix milliseconds
 	below *Mark // nil: no record of the user has a mark
+	// expires is when the last of the records expires, Unix milliseconds
+	// (forever: never). The union is held that long: a record that
+	// expires earlier erases as long as the last, which errs on the side
+	// of the erasure (it covers the user's events up to its erased_up_to,
+	// or appended before it, nothing after).
+	expires int64
+}
+
+// forever is the expiry of a record that never expires.
+const forever = math.MaxInt64
+
+// expiresAt is a record's Expires as erased holds it.
+func expiresAt(t time.Time) int64 {
+	if t.IsZero() {
+		return forever
+	}
+	return t.UnixMilli()
 }
 
 // covers reports whether e erases the event at millis read at p.
@@ -57,14 +75,21 @@ func (e erased) covers(millis int64, p Position) bool {
 	return millis <= e.upTo || e.below.covers(p)
 }
 
-// merge is e and o together: the later erased_up_to, the union of marks.
+// merge is e and o together: the later erased_up_to, the union of marks,
+// the later expiry.
 func (e erased) merge(o erased) erased {
-	return erased{upTo: max(e.upTo, o.upTo), below: union(e.below, o.below)}
+	return erased{upTo: max(e.upTo, o.upTo), below: union(e.below, o.below), expires: max(e.expires, o.expires)}
 }
 
-// contains reports whether e erases everything o does.
-func (e erased) contains(o erased) bool {
+// erasesAll reports whether e erases every event o does (for as long as
+// either is held: see contains).
+func (e erased) erasesAll(o erased) bool {
 	return e.upTo >= o.upTo && e.below.contains(o.below)
+}
+
+// contains reports whether e erases everything o does, for as long.
+func (e erased) contains(o erased) bool {
+	return e.erasesAll(o) && e.expires >= o.expires
 }
 
 // NewLedger builds a ledger from records, the latest erased_up_to of a
@@ -75,7 +100,7 @@ func NewLedger(records []Record, now time.Time) *Ledger {
 		if !r.Expires.IsZero() && !r.Expires.After(now) {
 			continue
 		}
-		l.add(r.Tenant, r.User, erased{upTo: r.UpTo.UnixMilli(), below: r.Below})
+		l.add(r.Tenant, r.User, erased{upTo: r.UpTo.UnixMilli(), below: r.Below, expires: expiresAt(r.Expires)})
 	}
 	return l
 }
@@ -180,25 +205,29 @@ func (l *Ledger) Tenants() []string {
 	return out
 }
 
-// with returns l and the entries in force at now: l itself when they erase
-// nothing new, else a new ledger that shares l's maps of the tenants they
-// do not touch (l is never changed: workers read it concurrently).
-func (l *Ledger) with(entries []entry, now time.Time) *Ledger {
+// with returns l and the entries in force at now: l itself when they add
+// nothing (no erasure, no longer life), else a new ledger that shares l's
+// maps of the tenants they do not touch (l is never changed: workers read
+// it concurrently). grew reports whether they erase something l does not
+// (Ledger.gen).
+func (l *Ledger) with(entries []entry, now time.Time) (_ *Ledger, grew bool) {
 	nowMs := now.UnixMilli()
 	var touched map[string]bool
 	for _, e := range entries {
-		if e.expires != 0 && e.expires <= nowMs {
+		if e.expires <= nowMs {
 			continue
 		}
-		if had, ok := l.users[e.tenant][e.user]; !ok || !had.contains(e.erased) {
+		had, ok := l.users[e.tenant][e.user]
+		if !ok || !had.contains(e.erased) {
 			if touched == nil {
 				touched = map[string]bool{}
 			}
 			touched[e.tenant] = true
+			grew = grew || !ok || !had.erasesAll(e.erased)
 		}
 	}
 	if touched == nil {
-		return l
+		return l, false
 	}
 	next := &Ledger{users: make(map[string]map[string]erased, len(l.users)+len(touched)), n: l.n, gen: l.gen}
 	for t, u := range l.users {
@@ -212,16 +241,35 @@ func (l *Ledger) with(entries []entry, now time.Time) *Ledger {
 		next.users[t] = u
 	}
 	for _, e := range entries {
-		if touched[e.tenant] && (e.expires == 0 || e.expires > nowMs) {
+		if touched[e.tenant] && e.expires > nowMs {
 			next.add(e.tenant, e.user, e.erased)
 		}
 	}
-	return next
+	return next, grew
+}
+
+// withHeld adds to l, a ledger just read and not yet in force, what prev
+// holds that has not expired at now: a read of the records in force then
+// never drops what a journal read put in force, and the expired leave
+// memory.
+func (l *Ledger) withHeld(prev *Ledger, now time.Time) {
+	nowMs := now.UnixMilli()
+	if prev == nil {
+		return
+	}
+	for t, users := range prev.users {
+		for u, e := range users {
+			if e.expires > nowMs {
+				l.add(t, u, e)
+			}
+		}
+	}
 }
 
 // newer reports whether l erases something prev does not: a user prev
 // does not have, a later erased_up_to, or a mark prev's does not contain.
-// Records that expired do not count: l then erases less, never more.
+// Records that expired do not count: l then erases less, never more; nor
+// does a longer life.
 func (l *Ledger) newer(prev *Ledger) bool {
 	if l.Len() == 0 {
 		return false
@@ -232,7 +280,7 @@ func (l *Ledger) newer(prev *Ledger) bool {
 			had = prev.users[t]
 		}
 		for u, e := range users {
-			if before, ok := had[u]; !ok || !before.contains(e) {
+			if before, ok := had[u]; !ok || !before.erasesAll(e) {
 				return true
 			}
 		}

@@ -41,8 +41,8 @@ func TestMarkErasesByOffset(t *testing.T) {
 	// Erased again, with the topic created again (its ends smaller on one
 	// partition) and a partition added: the union of both.
 	second := &Mark{Topic: "clicks", Ends: []int64{3, 25, 7}}
-	l2 := l.with([]entry{{tenant: "acme", user: "u1", erased: erased{upTo: ms - 1, below: second}}}, t0)
-	if l2 == l || !l2.newer(l) {
+	l2, grew := l.with([]entry{{tenant: "acme", user: "u1", erased: erased{upTo: ms - 1, below: second, expires: forever}}}, t0)
+	if l2 == l || !l2.newer(l) || !grew {
 		t.Fatal("a wider mark is nothing new to the ledger")
 	}
 	for _, p := range []Position{{"clicks", 0, 9}, {"clicks", 1, 24}, {"clicks", 2, 6}} {
@@ -50,7 +50,7 @@ func TestMarkErasesByOffset(t *testing.T) {
 			t.Errorf("after a second erasure, %+v is not erased", p)
 		}
 	}
-	if l.with([]entry{{tenant: "acme", user: "u1", erased: erased{upTo: ms, below: &Mark{Topic: "clicks", Ends: []int64{5}}}}}, t0) != l {
+	if l3, _ := l.with([]entry{{tenant: "acme", user: "u1", erased: erased{upTo: ms, below: &Mark{Topic: "clicks", Ends: []int64{5}}, expires: forever}}}, t0); l3 != l {
 		t.Error("a mark the first contains made a new ledger")
 	}
 }
@@ -86,8 +86,8 @@ func FuzzDecodeMark(f *testing.F) {
 }
 
 // A record written again with its mark (as forget does once it has read
-// the end offsets) comes back with it, from a full read and from the
-// journal, and the marks of one forget are held once.
+// the end offsets) comes back with it, from a full read, from the journal
+// and from the expiry index, and the marks of one forget are held once.
 func TestStoreKeepsMarks(t *testing.T) {
 	dc, ac := testenv.Clients(t)
 	ctx := context.Background()
@@ -115,12 +115,18 @@ func TestStoreKeepsMarks(t *testing.T) {
 	if l.users["acme"]["u1"].below != l.users["acme"]["u2"].below {
 		t.Error("the users of one forget hold a mark each")
 	}
-	entries, err := s.loadSince(ctx, now.Add(-time.Minute))
-	if err != nil || len(entries) != 2 {
+	// A journal row per write (keyed by its time): each record, then
+	// each again with its mark.
+	entries, _, err := s.loadSince(ctx, now.Add(-time.Minute))
+	if err != nil || len(entries) != 4 {
 		t.Fatalf("journal: %v %+v", err, entries)
 	}
-	if j := (&Ledger{}).with(entries, now); !j.Erased("acme", "u2", late, at) {
+	if j, _ := (&Ledger{}).with(entries, now); !j.Erased("acme", "u2", late, at) {
 		t.Error("the journal lost the mark")
+	}
+	idx, err := s.loadInForce(ctx, now)
+	if err != nil || idx.l.Len() != 2 || !idx.l.Erased("acme", "u1", late, at) || idx.rows != 2 {
+		t.Errorf("expiry index: %v, %d users in %d rows", err, idx.l.Len(), idx.rows)
 	}
 	recs, _, err := s.Load(ctx, now)
 	if err != nil || len(recs) != 2 || recs[0].Below == nil || !slices.Equal(recs[0].Below.Ends, mark.Ends) {

@@ -22,14 +22,28 @@ import (
 // record expires, and the family's GC rule is a max-age of GCMaxAge: the
 // one-second strategy of the event table, so each record expires on its
 // own time (the copies it must suppress differ per erasure), and Bigtable
-// collects it after. Until then the loader leaves expired records out.
+// collects it after. Until then the readers leave expired records out.
 //
-// Each record is also written as a journal row, keyed by the time it was
-// recorded (#j#<Unix ms, 13 digits>#tenant#user: a key no tenant's row
-// can have, as a tenant id is never empty). A refresh reads the journal
-// rows of the last few minutes, a key range, so it costs what was
-// recorded since, not the size of the ledger; every FullEvery refreshes
-// the records are read in full. Journal rows expire with their record.
+// Each record is written in three rows; the journal's and the index's
+// keys start with the separator, which no record row's can (a tenant id
+// is never empty):
+//
+//   - the record row, tenant#user: every column, for forget, audit and
+//     the retention statement;
+//   - a journal row, keyed by the time it was written
+//     (#j#<Unix ms, 13 digits>#tenant#user): a refresh reads the journal
+//     rows of the last few minutes, a key range, so it costs what was
+//     recorded since, not the size of the ledger;
+//   - an expiry index row, keyed by the time it expires
+//     (#x#<Unix ms, 13 digits>#tenant#user; a record that never expires
+//     under the largest time, 9999999999999): a worker starting reads the
+//     key range from now on, the records in force, whatever the ledger
+//     held before, and reads it again every RereadEvery.
+//
+// Journal and index rows expire with their record. Workers only read the
+// table; forget writes the three rows, and worker setup writes the index
+// rows of records an earlier release wrote (Index), then the marker row
+// that says the index is whole (#m#indexed).
 const (
 	Family   = "e"
 	GCMaxAge = time.Second
@@ -44,6 +58,18 @@ const (
 	colBelow       = "below"        // the Mark, encoded (see Mark.encode)
 
 	journalPrefix = "#j#"
+	indexPrefix   = "#x#"
+
+	// colHasIndex, in a journal row, says its record has its index row
+	// (an earlier release's forget wrote none: see Index).
+	colHasIndex = "x"
+
+	// indexedKey is the marker row: present, every record in force has
+	// its index row (written by worker setup, Index).
+	indexedKey   = "#m#indexed"
+	colIndexed   = "indexed"    // the index's version, as text
+	colIndexedAt = "indexed_at" // when setup last indexed, Unix milliseconds, 8 bytes big-endian
+	indexVersion = "1"
 )
 
 // never is the cell timestamp of a record that must never expire: the
@@ -61,27 +87,52 @@ var ErrMissing = errors.New("the erasure ledger table does not exist. `worker se
 type Store struct {
 	tbl  *bigtable.Table
 	name string
+	// clock keys the journal rows Put writes: the time of the write, not
+	// the record's RecordedAt (when forget began, minutes before its last
+	// record when it erases many users).
+	clock func() time.Time
 }
 
 // NewStore returns the store of the ledger table named table.
 func NewStore(c *bigtable.Client, table string) *Store {
-	return &Store{tbl: c.Open(table), name: table}
+	return &Store{tbl: c.Open(table), name: table, clock: time.Now}
 }
 
 // Table is the ledger table's name.
 func (s *Store) Table() string { return s.name }
 
-// Put writes r: its record row, then its journal row. Each is one row
-// mutation, all there or not at all; a failure between the two leaves a
-// record the next full read finds (and Put fails: forget deletes nothing).
-// Put again with the same RecordedAt, it writes the same cells again: so
-// forget adds the mark to a record it has written (see Mark).
+// Put writes r: its record row, its journal row (keyed by the time of the
+// write), then its index row.
+// Each is one row mutation, all there or not at all; a failure between two
+// leaves a record some reader misses, and Put fails: forget deletes
+// nothing, and run again writes all three. Put again with the same
+// RecordedAt, it writes the same cells again: so forget adds the mark to a
+// record it has written (see Mark).
 func (s *Store) Put(ctx context.Context, r Record) error {
-	if err := rowkey.ValidateID("tenant", r.Tenant); err != nil {
+	keys, muts, err := Rows(r, s.clock())
+	if err != nil {
 		return err
 	}
+	for i, key := range keys {
+		if err := s.tbl.Apply(ctx, key, muts[i]); err != nil {
+			if status.Code(err) == codes.NotFound {
+				return fmt.Errorf("record the erasure in %s: %w", s.name, ErrMissing)
+			}
+			return fmt.Errorf("record the erasure in %s: %w", s.name, err)
+		}
+	}
+	return nil
+}
+
+// Rows is r's rows: its record row, its journal row (keyed by written) and
+// its index row, in the order Put writes them; the ledger bench writes
+// them in bulk (loadtest ledger).
+func Rows(r Record, written time.Time) (keys []string, muts []*bigtable.Mutation, _ error) {
+	if err := rowkey.ValidateID("tenant", r.Tenant); err != nil {
+		return nil, nil, err
+	}
 	if p := rowkey.IDProblem(r.User); p != "" {
-		return fmt.Errorf("the user id %s", p)
+		return nil, nil, fmt.Errorf("the user id %s", p)
 	}
 	ts := never
 	if !r.Expires.IsZero() {
@@ -94,27 +145,30 @@ func (s *Store) Put(ctx context.Context, r Record) error {
 	m.Set(Family, colRequestedBy+at, ts, []byte(r.RequestedBy))
 	j := bigtable.NewMutation()
 	j.Set(Family, colUpTo, ts, millis(r.UpTo))
+	j.Set(Family, colHasIndex, ts, nil)
+	// The index row holds what a worker needs, named as in the record
+	// row: two erasures of a user that expire at the same time (two that
+	// never do) share the row, and neither overwrites the other's cells.
+	x := bigtable.NewMutation()
+	x.Set(Family, colUpTo+at, ts, millis(r.UpTo))
 	if r.Below != nil {
-		m.Set(Family, colBelow+at, ts, r.Below.encode())
-		j.Set(Family, colBelow, ts, r.Below.encode())
+		b := r.Below.encode()
+		m.Set(Family, colBelow+at, ts, b)
+		j.Set(Family, colBelow, ts, b)
+		x.Set(Family, colBelow+at, ts, b)
 	}
-	for _, row := range []struct {
-		key string
-		m   *bigtable.Mutation
-	}{{recordKey(r.Tenant, r.User), m}, {journalKey(r.RecordedAt, r.Tenant, r.User), j}} {
-		if err := s.tbl.Apply(ctx, row.key, row.m); err != nil {
-			if status.Code(err) == codes.NotFound {
-				return fmt.Errorf("record the erasure in %s: %w", s.name, ErrMissing)
-			}
-			return fmt.Errorf("record the erasure in %s: %w", s.name, err)
-		}
-	}
-	return nil
+	keys = []string{recordKey(r.Tenant, r.User), journalKey(written, r.Tenant, r.User), indexKey(ts, r.Tenant, r.User)}
+	return keys, []*bigtable.Mutation{m, j, x}, nil
 }
 
-// journalKey is the journal row of a record.
-func journalKey(recordedAt time.Time, tenant, user string) string {
-	return fmt.Sprintf("%s%013d%c%s", journalPrefix, max(0, recordedAt.UnixMilli()), rowkey.Sep, recordKey(tenant, user))
+// journalKey is the journal row of a record written at written.
+func journalKey(written time.Time, tenant, user string) string {
+	return fmt.Sprintf("%s%013d%c%s", journalPrefix, max(0, written.UnixMilli()), rowkey.Sep, recordKey(tenant, user))
+}
+
+// indexKey is the index row of a record whose cells carry ts.
+func indexKey(ts bigtable.Timestamp, tenant, user string) string {
+	return fmt.Sprintf("%s%013d%c%s", indexPrefix, min(max(0, int64(ts)/1000), rowkey.MaxMillis), rowkey.Sep, recordKey(tenant, user))
 }
 
 // Load reads every record in force at now: expired records are left out
@@ -123,7 +177,7 @@ func journalKey(recordedAt time.Time, tenant, user string) string {
 func (s *Store) Load(ctx context.Context, now time.Time) (_ []Record, ignored int, _ error) {
 	var out []Record
 	ms := marks{}
-	ignored, err := s.scan(ctx, now, nil, func(tenant, user string, cells []bigtable.ReadItem) {
+	_, ignored, err := s.read(ctx, "read", recordRanges, nil, now, parseRecordKey, func(tenant, user string, cells []bigtable.ReadItem) {
 		// A user's row holds the cells of each forget, named by when it
 		// recorded (see colUpTo). Each still in force is a record.
 		byAt := map[string]*Record{}
@@ -157,47 +211,107 @@ func (s *Store) Load(ctx context.Context, now time.Time) (_ []Record, ignored in
 	return out, ignored, err
 }
 
-// LoadLedger reads the ledger in force at now, as the workers need it:
-// erased_up_to and the mark alone, no Record built.
+// LoadLedger reads every record row in force at now, as the workers need
+// it: erased_up_to and the mark alone, no Record built. It reads the whole
+// ledger: a worker does so only at its first start on a ledger worker
+// setup has not indexed (see Watch), and the bench reads it for the
+// figure of the release before.
 func (s *Store) LoadLedger(ctx context.Context, now time.Time) (_ *Ledger, ignored int, _ error) {
-	l := &Ledger{users: map[string]map[string]erased{}}
-	ms := marks{}
-	only := bigtable.ColumnFilter("^(" + colUpTo + "|" + colBelow + `)\..*`)
-	ignored, err := s.scan(ctx, now, only, func(tenant, user string, cells []bigtable.ReadItem) {
-		for _, it := range cells {
-			name, _, _ := strings.Cut(strings.TrimPrefix(it.Column, Family+":"), ".")
-			switch {
-			case name == colUpTo && len(it.Value) == 8:
-				l.add(tenant, user, erased{upTo: int64(binary.BigEndian.Uint64(it.Value))})
-			case name == colBelow:
-				if m, err := ms.decode(it.Value); err == nil {
-					// Joined with the user's up_to (math.MinInt64: it
-					// erases by the mark alone).
-					l.add(tenant, user, erased{upTo: math.MinInt64, below: m})
-				}
-			}
-		}
-	})
-	if err != nil {
-		return nil, ignored, err
-	}
-	return l, ignored, nil
+	r, err := s.loadAll(ctx, now)
+	return r.l, r.ignored, err
 }
 
-// scan reads the record rows (not the journal's), handing f the cells of
-// each record still in force at now; filter, when set, narrows the cells
-// read.
-func (s *Store) scan(ctx context.Context, now time.Time, filter bigtable.Filter, f func(tenant, user string, cells []bigtable.ReadItem)) (ignored int, _ error) {
-	filters := bigtable.Filter(bigtable.FamilyFilter("^" + Family + "$"))
+// LoadUsers reads the records in force at now of the users of tenant
+// (their record rows alone): what forget needs to know of who is erased
+// already, whatever the size of the ledger.
+func (s *Store) LoadUsers(ctx context.Context, tenant string, users []string, now time.Time) (*Ledger, error) {
+	keys := make(bigtable.RowList, 0, len(users))
+	for _, u := range users {
+		keys = append(keys, recordKey(tenant, u))
+	}
+	ld := newLoader()
+	_, _, err := s.read(ctx, "read", keys, ledgerColumns, now, parseRecordKey, ld.cells)
+	if err != nil {
+		return nil, err
+	}
+	return ld.l, nil
+}
+
+// loaded is what one read of the ledger found.
+type loaded struct {
+	l             *Ledger
+	rows, ignored int
+}
+
+// loadAll reads every record row.
+func (s *Store) loadAll(ctx context.Context, now time.Time) (loaded, error) {
+	ld := newLoader()
+	rows, ignored, err := s.read(ctx, "read", recordRanges, ledgerColumns, now, parseRecordKey, ld.cells)
+	if err != nil {
+		return loaded{}, err
+	}
+	return loaded{l: ld.l, rows: rows, ignored: ignored}, nil
+}
+
+// recordRanges are the record rows: every key but the journal's, the
+// index's and the marker's, which all start with '#'.
+var recordRanges = bigtable.RowRangeList{bigtable.NewRange("", "#"), bigtable.InfiniteRange("$")}
+
+// ledgerColumns are the columns a worker needs of a record or index row.
+var ledgerColumns = bigtable.ColumnFilter("^(" + colUpTo + "|" + colBelow + `)\..*`)
+
+// loader builds a ledger from the cells of record or index rows.
+type loader struct {
+	l  *Ledger
+	ms marks
+}
+
+func newLoader() *loader {
+	return &loader{l: &Ledger{users: map[string]map[string]erased{}}, ms: marks{}}
+}
+
+// cells adds the erasures of one user's cells: each up_to and each mark
+// with its expiry, the cell's timestamp.
+func (ld *loader) cells(tenant, user string, cells []bigtable.ReadItem) {
+	for _, it := range cells {
+		name, _, _ := strings.Cut(strings.TrimPrefix(it.Column, Family+":"), ".")
+		e := erased{upTo: math.MinInt64, expires: forever}
+		if it.Timestamp != never {
+			e.expires = int64(it.Timestamp) / 1000
+		}
+		switch {
+		case name == colUpTo && len(it.Value) == 8:
+			e.upTo = int64(binary.BigEndian.Uint64(it.Value))
+		case name == colBelow:
+			m, err := ld.ms.decode(it.Value)
+			if err != nil {
+				continue
+			}
+			// Joined with the user's up_to (math.MinInt64: it erases by
+			// the mark alone).
+			e.below = m
+		default:
+			continue
+		}
+		ld.l.add(tenant, user, e)
+	}
+}
+
+// read reads the rows of rs whose key names a user (key; the others are
+// counted as ignored), handing f the cells of family Family of each still
+// in force at now; filter, when set, narrows the cells read (nil reads
+// every cell). what says what for, in errors.
+func (s *Store) read(ctx context.Context, what string, rs bigtable.RowSet, filter bigtable.Filter, now time.Time,
+	key func(string) (tenant, user string, ok bool), f func(tenant, user string, cells []bigtable.ReadItem)) (rows, ignored int, _ error) {
+	var opts []bigtable.ReadOption
 	if filter != nil {
-		filters = bigtable.ChainFilters(filters, filter)
+		opts = append(opts, bigtable.RowFilter(bigtable.ChainFilters(bigtable.FamilyFilter("^"+Family+"$"), filter)))
 	}
 	nowTS := bigtable.Time(now)
-	// Every key but the journal's, which all start with '#'.
-	ranges := bigtable.RowRangeList{bigtable.NewRange("", "#"), bigtable.InfiniteRange("$")}
 	var cells []bigtable.ReadItem
-	err := s.tbl.ReadRows(ctx, ranges, func(row bigtable.Row) bool {
-		tenant, user, ok := parseRecordKey(row.Key())
+	err := s.tbl.ReadRows(ctx, rs, func(row bigtable.Row) bool {
+		rows++
+		tenant, user, ok := key(row.Key())
 		if !ok {
 			ignored++
 			return true
@@ -214,44 +328,44 @@ func (s *Store) scan(ctx context.Context, now time.Time, filter bigtable.Filter,
 			f(tenant, user, cells)
 		}
 		return true
-	}, bigtable.RowFilter(filters))
+	}, opts...)
 	if status.Code(err) == codes.NotFound {
-		return 0, fmt.Errorf("read %s: %w", s.name, ErrMissing)
+		return 0, 0, fmt.Errorf("%s %s: %w", what, s.name, ErrMissing)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("read the erasure ledger %s: %w", s.name, err)
+		return 0, 0, fmt.Errorf("%s the erasure ledger %s: %w", what, s.name, err)
 	}
-	return ignored, nil
+	return rows, ignored, nil
 }
 
 // entry is a journal row: one record, as a refresh needs it.
 type entry struct {
 	tenant, user string
 	erased
-	expires int64 // Unix milliseconds; 0: never
 }
 
-// loadSince reads the journal rows of the records recorded at or after
-// since (by the recording host's clock).
-func (s *Store) loadSince(ctx context.Context, since time.Time) ([]entry, error) {
+// loadSince reads the journal rows of the records written at or after
+// since (by the writing host's clock).
+func (s *Store) loadSince(ctx context.Context, since time.Time) (_ []entry, rows int, _ error) {
 	var out []entry
 	known := marks{}
 	from := fmt.Sprintf("%s%013d", journalPrefix, max(0, since.UnixMilli()))
 	rng := bigtable.NewRange(from, rowkey.PrefixEnd(journalPrefix))
 	err := s.tbl.ReadRows(ctx, rng, func(row bigtable.Row) bool {
+		rows++
 		rest := strings.TrimPrefix(row.Key(), journalPrefix)
-		ms, key, ok := strings.Cut(rest, string(rowkey.Sep))
+		at, key, ok := strings.Cut(rest, string(rowkey.Sep))
 		tenant, user, ok2 := parseRecordKey(key)
-		if _, err := strconv.ParseInt(ms, 10, 64); err != nil || !ok || !ok2 {
+		if _, err := strconv.ParseInt(at, 10, 64); err != nil || !ok || !ok2 {
 			return true
 		}
-		e := entry{tenant: tenant, user: user, erased: erased{upTo: math.MinInt64}}
+		e := entry{tenant: tenant, user: user, erased: erased{upTo: math.MinInt64, expires: forever}}
 		for _, it := range row[Family] {
 			switch {
 			case it.Column == Family+":"+colUpTo && len(it.Value) == 8:
 				e.upTo = int64(binary.BigEndian.Uint64(it.Value))
 				if it.Timestamp != never {
-					e.expires = it.Timestamp.Time().UnixMilli()
+					e.expires = int64(it.Timestamp) / 1000
 				}
 			case it.Column == Family+":"+colBelow:
 				e.below, _ = known.decode(it.Value)
@@ -263,12 +377,12 @@ func (s *Store) loadSince(ctx context.Context, since time.Time) ([]entry, error)
 		return true
 	}, bigtable.RowFilter(bigtable.FamilyFilter("^"+Family+"$")))
 	if status.Code(err) == codes.NotFound {
-		return nil, fmt.Errorf("read %s: %w", s.name, ErrMissing)
+		return nil, 0, fmt.Errorf("read %s: %w", s.name, ErrMissing)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read the erasure journal of %s: %w", s.name, err)
+		return nil, 0, fmt.Errorf("read the erasure journal of %s: %w", s.name, err)
 	}
-	return out, nil
+	return out, rows, nil
 }
 
 func millis(t time.Time) []byte {

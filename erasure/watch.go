@@ -27,18 +27,27 @@ func Bound(refresh, writeTimeout time.Duration) time.Duration {
 	return StaleAfter*refresh + writeTimeout
 }
 
-// FullEvery is how many refreshes apart the records are read in full; the
-// refreshes between read the journal of the last minutes only (see
-// Store). A full read drops the records that expired, and finds a record
-// the journal reads missed: one whose recording host's clock was more than
-// JournalMargin behind the worker's.
-const FullEvery = 12
+// RereadEvery is how often a worker reads the records in force again (the
+// expiry index from now on: the working set, not the ledger's history);
+// the refreshes between read the journal of the last minutes only (see
+// Store). A reread drops from memory the records that expired, and finds
+// a record the journal reads missed: one whose journal row's time lies
+// more than JournalMargin behind the worker's clock when it can first be
+// read.
+const RereadEvery = 15 * time.Minute
 
 // JournalMargin is how far before the last load a refresh reads the
 // journal from: room for the clocks of the host that ran forget and of
-// the worker to disagree, and for a record to become visible some time
-// after the time it carries.
+// the worker to disagree (forget's lies within ClockTolerance of
+// Bigtable's, the worker's is not checked), and for a record to become
+// visible some time after the time it carries.
 const JournalMargin = 5 * time.Minute
+
+// ClockTolerance is how far forget's clock may lie from Bigtable's: forget
+// refuses to record beyond it, so that a journal row carries Bigtable's
+// time within it, and a worker whose clock lies within JournalMargin -
+// ClockTolerance of Bigtable's reads it.
+const ClockTolerance = time.Minute
 
 // Watch holds the ledger in force and loads it again every interval.
 //
@@ -52,23 +61,26 @@ type Watch struct {
 	interval time.Duration
 	log      *slog.Logger
 	now      func() time.Time
-	// fullEvery is FullEvery, but for tests.
-	fullEvery int
+	// rereadEvery is RereadEvery, but for tests.
+	rereadEvery time.Duration
 
 	cur atomic.Pointer[Ledger]
 
-	mu        sync.Mutex
-	loadedAt  time.Time // last successful load
-	fullAt    time.Time // last successful full read
-	sinceFull int       // refreshes since it
-	ignored   int       // rows the last load could not read as records
-	lastErr   error     // why the last load failed, nil when it did not
-	warned    bool      // lastErr has been logged
+	mu       sync.Mutex
+	loadedAt time.Time // last successful load
+	readAt   time.Time // last successful read of the records in force
+	rereadAt time.Time // when the next is due
+	indexed  bool      // the last read of the records in force read the index
+	lastRead string    // what the last load read, and how many rows
+	lastRows int       // how many rows
+	ignored  int       // rows the last read of the records could not read as records
+	lastErr  error     // why the last load failed, nil when it did not
+	warned   bool      // lastErr has been logged
 }
 
 // NewWatch returns a watch of store's ledger, to be started with Start.
 func NewWatch(store *Store, interval time.Duration, log *slog.Logger) *Watch {
-	w := &Watch{store: store, interval: interval, log: log, now: time.Now, fullEvery: FullEvery}
+	w := &Watch{store: store, interval: interval, log: log, now: time.Now, rereadEvery: RereadEvery}
 	w.cur.Store(&Ledger{})
 	return w
 }
@@ -85,7 +97,14 @@ func (w *Watch) Start(ctx context.Context) error {
 	for {
 		err := w.load(ctx)
 		if err == nil {
-			w.log.Info("erasure ledger loaded", "table", w.store.Table(), "erased_users", w.Current().Len(), "refresh", w.interval)
+			w.mu.Lock()
+			indexed, read := w.indexed, w.lastRead
+			w.mu.Unlock()
+			w.log.Info("erasure ledger loaded", "table", w.store.Table(), "erased_users", w.Current().Len(), "read", read, "refresh", w.interval)
+			if !indexed {
+				w.log.Warn("the erasure ledger has no expiry index yet (records of an earlier release): this start read every record, as each start will until `worker setup` indexes it",
+					"table", w.store.Table())
+			}
 			return nil
 		}
 		if errors.Is(err, ErrMissing) {
@@ -117,49 +136,77 @@ func (w *Watch) refresh(ctx context.Context) {
 	}
 }
 
-// load reads the ledger, in full or the journal since the last load, and
-// puts it in force.
+// load reads the records in force, or the journal since the last load,
+// and puts them in force.
 func (w *Watch) load(ctx context.Context) error {
 	start := w.now()
 	prev := w.cur.Load()
 	w.mu.Lock()
-	// A full read at the first load and every fullEvery-th after; the
-	// loads between read the journal since the last load, even after a
-	// full read failed (one that keeps failing must not stop the others).
-	full := w.fullAt.IsZero() || w.sinceFull+1 >= w.fullEvery
+	// The records in force at the first load and every rereadEvery after;
+	// the loads between read the journal since the last load, even after
+	// a reread failed (one that keeps failing must not stop the others:
+	// it is tried again a minute of refreshes later).
+	first := w.readAt.IsZero()
+	reread := first || !start.Before(w.rereadAt)
 	since := w.loadedAt.Add(-JournalMargin)
 	w.mu.Unlock()
-	// A full read grows with the ledger: it may take longer than a
-	// refresh; a journal read may not.
+	// A read of the records in force grows with the working set: it may
+	// take longer than a refresh; a journal read may not.
 	timeout := max(w.interval, 5*time.Second)
-	if full {
+	if reread {
 		timeout = max(StaleAfter*w.interval, 30*time.Second)
 	}
 	lctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var next *Ledger
-	var ignored int
-	var err error
-	if full {
-		next, ignored, err = w.store.LoadLedger(lctx, start)
+	var (
+		next    *Ledger
+		grew    bool
+		got     loaded
+		indexed = true
+		what    string
+		err     error
+	)
+	if reread {
+		// A ledger worker setup has not indexed yet holds records of an
+		// earlier release without index rows: the first load reads every
+		// record, once; the rereads after read the index, as what the
+		// first read holds stays until it expires.
+		if first {
+			indexed, err = w.store.indexed(lctx)
+		}
+		switch {
+		case err != nil:
+		case indexed:
+			got, err = w.store.loadInForce(lctx, start)
+			what = "records in force (expiry index)"
+		default:
+			got, err = w.store.loadAll(lctx, start)
+			what = "every record (not indexed)"
+		}
+		if err == nil {
+			next = got.l
+			next.withHeld(prev, start)
+			grew = next.newer(prev)
+		}
 	} else {
 		var entries []entry
-		if entries, err = w.store.loadSince(lctx, since); err == nil {
-			next = prev.with(entries, start)
+		if entries, got.rows, err = w.store.loadSince(lctx, since); err == nil {
+			next, grew = prev.with(entries, start)
+			what = "journal since " + since.UTC().Format(time.RFC3339)
 		}
 	}
 	if err != nil {
 		w.mu.Lock()
 		w.lastErr = err
-		if full && !w.fullAt.IsZero() {
-			w.sinceFull = 0 // the next full read in fullEvery loads
+		if reread && !first {
+			w.rereadAt = start.Add(min(w.rereadEvery, 12*w.interval))
 		}
 		w.mu.Unlock()
 		return err
 	}
 	if next != prev {
 		next.gen = prev.gen
-		if next.newer(prev) {
+		if grew {
 			next.gen++
 		}
 		w.cur.Store(next)
@@ -168,10 +215,12 @@ func (w *Watch) load(ctx context.Context) error {
 	// The load counts from when it began: a record written after that
 	// may not be in it.
 	w.loadedAt, w.lastErr = start, nil
-	if full {
-		w.fullAt, w.sinceFull, w.ignored = start, 0, ignored
-	} else {
-		w.sinceFull++
+	w.lastRead, w.lastRows = fmt.Sprintf("%s: %d rows", what, got.rows), got.rows
+	if reread {
+		w.readAt, w.rereadAt, w.ignored = start, start.Add(w.rereadEvery), got.ignored
+		if first {
+			w.indexed = indexed
+		}
 	}
 	w.mu.Unlock()
 	return nil
@@ -212,12 +261,21 @@ type Status struct {
 	// LoadedAt is when the load in force began: every record written
 	// before it is obeyed.
 	LoadedAt time.Time `json:"loaded_at"`
-	// FullReadAt is the last read of every record (the others read the
-	// journal of what was recorded since).
+	// FullReadAt is the last read of the records in force, every
+	// RereadEvery (the other loads read the journal of what was recorded
+	// since). Its name is the one it had when that read was of every
+	// record.
 	FullReadAt time.Time `json:"full_read_at"`
-	Refresh    string    `json:"refresh"`
-	Ignored    int       `json:"ignored_rows,omitempty"`
-	Error      string    `json:"error,omitempty"`
+	// Indexed is false when the ledger had no expiry index when the
+	// worker started (records of an earlier release, before worker setup
+	// indexed them): that start read every record.
+	Indexed bool `json:"indexed"`
+	// LastRead says what the last load read: the journal, or the records
+	// in force, and how many rows.
+	LastRead string `json:"last_read,omitempty"`
+	Refresh  string `json:"refresh"`
+	Ignored  int    `json:"ignored_rows,omitempty"`
+	Error    string `json:"error,omitempty"`
 }
 
 // Status returns the watch's state.
@@ -226,7 +284,7 @@ func (w *Watch) Status() Status {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	s := Status{Table: w.store.Table(), State: "loaded", ErasedUsers: l.Len(), Generation: l.gen,
-		LoadedAt: w.loadedAt, FullReadAt: w.fullAt, Refresh: w.interval.String(), Ignored: w.ignored}
+		LoadedAt: w.loadedAt, FullReadAt: w.readAt, Indexed: w.indexed, LastRead: w.lastRead, Refresh: w.interval.String(), Ignored: w.ignored}
 	if w.lastErr != nil {
 		s.Error = w.lastErr.Error()
 	}

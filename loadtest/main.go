@@ -4,6 +4,7 @@
 //	go run ./loadtest --embedded --count 200000        # in-process Kafka and emulator, a worker process
 //	go run ./loadtest --rate 20000 --duration 5m       # against a running worker (docs/operations.md)
 //	go run ./loadtest bench --events 300000            # the ceilings and the worker in one run (BENCHMARKS.md)
+//	go run ./loadtest ledger --erasures 1000000        # a worker on an erasure ledger of three years (BENCHMARKS.md)
 //
 // It produces at a target rate (or as fast as it can) for a count or a
 // duration, with a tenant mix, Zipf-skewed users, a payload size and a share
@@ -80,6 +81,9 @@ type options struct {
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) > 0 && args[0] == "bench" {
 		return runBench(ctx, args[1:], stdout)
+	}
+	if len(args) > 0 && args[0] == "ledger" {
+		return runLedger(ctx, args[1:], stdout)
 	}
 	var o options
 	fs := envflag.NewUnprefixed("loadtest", "loadtest: drive the worker with synthetic click events and check what it wrote.", os.Stderr)
@@ -199,6 +203,37 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	o.Brokers, o.Workers = strings.Split(brokers, ","), configs
 	return bench.Run(ctx, o, stdout)
+}
+
+// runLedger is the ledger subcommand: a worker on an erasure ledger of
+// many erased users, against one on an empty ledger, this build and a
+// baseline's.
+func runLedger(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := envflag.NewUnprefixed("loadtest ledger", "loadtest ledger: fill an erasure ledger as three years of erasures leave it, and measure a worker on it against one on an empty ledger: time to ready, resident set, CPU while idle (BENCHMARKS.md). "+
+		"The emulator holds the ledger in memory (about 1.5 KiB per erased user, two rows each): run it against an emulator of its own.", os.Stderr)
+	var o bench.LedgerOptions
+	var brokers string
+	fs.String(&brokers, "brokers", "KAFKA_BROKERS", "", "Kafka brokers (scripts/services.sh starts one)")
+	fs.Int(&o.Erasures, "erasures", "", 1_000_000, "erased users in the ledger")
+	fs.Int(&o.InForce, "in-force", "", 200_000, "of them, how many expire after now (recorded within the last --record-life)")
+	fs.Int(&o.Forever, "forever", "", 50_000, "of them, how many never expire (a topic that keeps records forever, or whose settings could not be read)")
+	fs.Int(&o.Tenants, "ledger-tenants", "", 1000, "tenants the erased users belong to")
+	fs.Duration(&o.RecordLife, "record-life", "", 14*24*time.Hour, "how long a record lives: the input topic's keep and the tenants' TTLs")
+	fs.String(&o.TenantsFile, "tenants", "", "tenants.yaml", "the workers' tenants file")
+	fs.String(&o.Baseline, "baseline-bin", "", "", "another build of the worker to measure on the same ledger (e.g. one built from before the expiry index)")
+	fs.Duration(&o.Idle, "idle", "", 2*time.Minute, "how long each worker is watched once ready (a build before the index read every record each minute)")
+	fs.Duration(&o.ReadyTimeout, "ready-timeout", "", 3*time.Minute, "how long a worker may take to be ready; one that is not is reported so, and watched for --idle anyway")
+	if err := fs.Parse(args); err != nil {
+		if envflag.IsHelp(err) {
+			return nil
+		}
+		return err
+	}
+	if brokers == "" || os.Getenv("BIGTABLE_EMULATOR_HOST") == "" {
+		return errors.New("ledger needs KAFKA_BROKERS and BIGTABLE_EMULATOR_HOST")
+	}
+	o.Brokers = strings.Split(brokers, ",")
+	return bench.RunLedger(ctx, o, stdout)
 }
 
 type multiFlag []string

@@ -2,8 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
+	"time"
+
+	"cloud.google.com/go/bigtable"
 
 	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/sink"
@@ -97,5 +103,60 @@ func TestLedgerGuardSeesEveryFamily(t *testing.T) {
 	out, err := e.cmd(t, "setup", "--family", "d")
 	if err == nil || !strings.Contains(err.Error(), "--new-erasure-ledger") {
 		t.Errorf("setup --family d over events in family c, without a ledger: %v\n%s", err, out)
+	}
+}
+
+// A ledger written by a release before the expiry index (record and
+// journal rows, no index row, no marker) is obeyed by a worker starting on
+// it, which reads every record and says so; worker setup indexes it once
+// and says how many records, and a worker starting after reads them from
+// the index. Setup again indexes nothing.
+func TestSetupIndexesALedgerOfAnEarlierRelease(t *testing.T) {
+	e := newEnv(t, tenantsYAML)
+	if out, err := e.cmd(t, "setup"); err != nil {
+		t.Fatalf("setup: %v\n%s", err, out)
+	}
+	ctx := context.Background()
+	ledger := e.dc.Open(e.table + "-erasures")
+	del := bigtable.NewMutation()
+	del.DeleteRow()
+	if err := ledger.Apply(ctx, "#m#indexed", del); err != nil {
+		t.Fatal(err)
+	}
+	// The rows the earlier release's forget wrote for acme's u-1.
+	now := time.Now().Add(-10 * time.Minute).UTC().Truncate(time.Millisecond)
+	ts := bigtable.Time(now.Add(24 * time.Hour))
+	be := func(t time.Time) []byte { return binary.BigEndian.AppendUint64(nil, uint64(t.UnixMilli())) }
+	at := fmt.Sprintf(".%013d", now.UnixMilli())
+	rec, jr := bigtable.NewMutation(), bigtable.NewMutation()
+	rec.Set(erasure.Family, "up_to"+at, ts, be(now))
+	rec.Set(erasure.Family, "recorded_at"+at, ts, be(now))
+	rec.Set(erasure.Family, "requested_by"+at, ts, []byte("ticket-1"))
+	jr.Set(erasure.Family, "up_to", ts, be(now))
+	if errs, err := ledger.ApplyBulk(ctx, []string{"acme#u-1", "#j#" + at[1:] + "#acme#u-1"}, []*bigtable.Mutation{rec, jr}); err != nil || errs != nil {
+		t.Fatal(err, errs)
+	}
+	start := func() erasure.Status {
+		w := erasure.NewWatch(erasure.NewStore(e.dc, e.table+"-erasures"), time.Second, slog.New(slog.DiscardHandler))
+		if err := w.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if !w.Current().Erased("acme", "u-1", now.UnixMilli(), erasure.Position{}) {
+			t.Error("the earlier release's record is not obeyed")
+		}
+		return w.Status()
+	}
+	if st := start(); st.Indexed || !strings.Contains(st.LastRead, "every record") {
+		t.Errorf("a start before the index: %+v", st)
+	}
+	out, err := e.cmd(t, "setup")
+	if err != nil || !strings.Contains(out, "indexed erasure ledger") || !strings.Contains(out, ": 1 records in force") {
+		t.Errorf("setup over the earlier release's ledger: %v\n%s", err, out)
+	}
+	if st := start(); !st.Indexed || st.LastRead != "records in force (expiry index): 1 rows" {
+		t.Errorf("a start after the index: %+v", st)
+	}
+	if out, err := e.cmd(t, "setup"); err != nil || strings.Contains(out, "indexed") {
+		t.Errorf("setup again: %v\n%s", err, out)
 	}
 }

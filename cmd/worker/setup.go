@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"time"
 
 	"cloud.google.com/go/bigtable"
 
@@ -120,6 +121,19 @@ func setupLedger(ctx context.Context, s *session, target, events sink.Target, re
 		}
 	} else {
 		fmt.Fprintf(stdout, "erasure ledger %s already has GC rule %q; nothing to do\n", target, rule)
+	}
+	// The expiry index, by which a worker starting reads the records in
+	// force alone: a ledger of an earlier release has none. Only setup
+	// and forget write the ledger; the workers cannot.
+	n, already, err := erasure.NewStore(s.dc, target.Table).Index(ctx, time.Now())
+	if err != nil {
+		return fmt.Errorf("setup of the erasure ledger: %w (run setup again: the records indexed so far are indexed again, and until it finishes each worker start reads every record)", err)
+	}
+	switch {
+	case !already && !res.CreatedFamily:
+		fmt.Fprintf(stdout, "indexed erasure ledger %s by expiry: %d records in force, written by an earlier release; a worker starting now reads the records in force alone\n", target, n)
+	case already && n > 0:
+		fmt.Fprintf(stdout, "indexed erasure ledger %s by expiry: %d records in force that an earlier release's forget wrote since the last setup (a worker started since did not read them)\n", target, n)
 	}
 	return nil
 }

@@ -151,13 +151,18 @@ func Forget(ctx context.Context, rows *bigtable.Table, ledger *erasure.Store, r 
 		rc: Receipt{Tenant: r.Tenant, DryRun: r.DryRun, RequestedBy: r.RequestedBy, ErasedUpTo: ErasedUpTo(r.Now, r.Before, r.MaxClockSkew),
 			SecondPassAfter: wait.String(), Table: r.Table, Ledger: ledger.Table(), TenantsVersion: r.TenantsVersion}}
 	e.rc.Unreachable, e.keep = unreachable(r.Facts, r.Backups, r.BackupsDecidedBy, r.LongestTTL)
+	if !r.DryRun {
+		if err := checkClock(ctx, ledger, r.Now, log); err != nil {
+			return Receipt{}, err
+		}
+	}
 	// Who is erased already: a forget run again after it was interrupted
 	// finds no row left, and must still record and make both passes.
 	if err := e.probeReplication(ctx); err != nil {
 		return Receipt{}, err
 	}
 	var err error
-	if e.erased, _, err = ledger.LoadLedger(ctx, r.Now); err != nil {
+	if e.erased, err = ledger.LoadUsers(ctx, r.Tenant, r.Users, r.Now); err != nil {
 		return Receipt{}, err
 	}
 	e.rc.begun = true
@@ -165,6 +170,36 @@ func Forget(ctx context.Context, rows *bigtable.Table, ledger *erasure.Store, r 
 		e.rc.Replication.Summary = fmt.Sprintf("stopped after %d waits for consistency, with the error", e.rc.Replication.waits)
 	}
 	return e.rc, err
+}
+
+// checkClock refuses to record when now, forget's clock, lies more than
+// erasure.ClockTolerance from Bigtable's: the workers read the journal
+// from their last load less erasure.JournalMargin, and a record whose
+// journal row (keyed by this host's clock) carries a time further behind
+// would reach them only at their next read of the records in force
+// (erasure.RereadEvery); one further ahead would erase the users' events
+// to come that much longer.
+func checkClock(ctx context.Context, ledger *erasure.Store, now time.Time, log *slog.Logger) error {
+	server, err := ledger.ServerTime(ctx)
+	if err != nil {
+		return fmt.Errorf("%w; nothing was recorded or deleted", err)
+	}
+	// now was read a moment before (seconds at most): well within the
+	// tolerance.
+	off := now.Sub(server)
+	if off.Abs() > erasure.ClockTolerance {
+		way := "ahead of"
+		if off < 0 {
+			way = "behind"
+		}
+		return fmt.Errorf("refusing to record: this host's clock (%s) is %s %s Bigtable's (%s), more than %s: "+
+			"the workers would read the records late, or they would erase the users' events to come. Fix the host's clock (NTP); nothing was recorded or deleted",
+			now.UTC().Format(time.RFC3339Nano), duration.Format(off.Abs().Round(time.Millisecond)), way, server.Format(time.RFC3339Nano), duration.Format(erasure.ClockTolerance))
+	}
+	if off.Abs() > erasure.ClockTolerance/4 {
+		log.Warn("this host's clock lies off Bigtable's; forget refuses beyond the tolerance", "offset", off.Round(time.Millisecond), "tolerance", erasure.ClockTolerance)
+	}
+	return nil
 }
 
 // eraser runs one forget.
@@ -253,10 +288,8 @@ func (e *eraser) record(ctx context.Context, first time.Time) error {
 			e.rc.NotFound++
 			ur.RowsPerPass = []int64{0}
 		} else if !r.DryRun {
-			rec := erasure.Record{Tenant: r.Tenant, User: u, UpTo: e.rc.ErasedUpTo, RecordedAt: r.Now, RequestedBy: r.RequestedBy}
-			if e.keep >= 0 {
-				rec.Expires = r.Now.Add(e.keep)
-			}
+			rec := erasure.Record{Tenant: r.Tenant, User: u, UpTo: e.rc.ErasedUpTo, RecordedAt: r.Now, RequestedBy: r.RequestedBy,
+				Expires: recordExpires(r.Now, e.rc.ErasedUpTo, e.keep, r.LongestTTL)}
 			// The record before the rows: a crash between the two leaves
 			// the user erased to the workers, and running again deletes.
 			if err := e.store.Put(ctx, rec); err != nil {
@@ -347,6 +380,22 @@ func unreachable(f retention.Facts, backups time.Duration, backupsDecidedBy stri
 		out = append(out, retention.StoreLife{Store: "backups of the table", Longest: duration.Format(backups), DecidedBy: backupsDecidedBy})
 	}
 	return out, RecordLife(f, backups, longestTTL)
+}
+
+// recordExpires is when a record of an erasure up to upTo, recorded at now,
+// expires: keep (RecordLife) after now, and no sooner than the tenant's
+// longest TTL after upTo, which lies --max-clock-skew after now: an event
+// at erased_up_to lives that long, and until then a worker could still
+// write it. Zero (never) when keep is negative.
+func recordExpires(now, upTo time.Time, keep, longestTTL time.Duration) time.Time {
+	if keep < 0 {
+		return time.Time{}
+	}
+	exp := now.Add(keep)
+	if last := upTo.Add(longestTTL); last.After(exp) {
+		exp = last
+	}
+	return exp
 }
 
 // RecordLife is how long a ledger record of a tenant whose longest TTL is

@@ -219,3 +219,31 @@ func TestSingleCluster(t *testing.T) {
 		t.Errorf("profile unreadable: %q, %v", s, err)
 	}
 }
+
+// forget refuses to record when its clock lies more than the tolerance
+// from Bigtable's, behind (the workers would read its journal rows late)
+// or ahead (it would erase the users' events to come): nothing is
+// recorded or deleted, and the error says why. Within it, forget runs.
+func TestForgetRefusesAClockOffBigtables(t *testing.T) {
+	dc, events, store := replicationSetup(t)
+	log := slog.New(slog.DiscardHandler)
+	for _, c := range []struct {
+		off  time.Duration
+		word string
+	}{{-erasure.ClockTolerance - time.Minute, "behind"}, {erasure.ClockTolerance + time.Minute, "ahead of"}} {
+		r := replicationRequest(Replication{Statement: "single-cluster profile: x", Table: events})
+		r.Now = r.Now.Add(c.off)
+		_, err := Forget(context.Background(), dc.Open(events), store, r, log)
+		if err == nil || !strings.Contains(err.Error(), c.word+" Bigtable's") || !strings.Contains(err.Error(), "nothing was recorded") {
+			t.Errorf("a clock %s off: %v", c.off, err)
+		}
+		if l, _, err := store.LoadLedger(context.Background(), time.Now()); err != nil || l.Len() != 0 || userRows(t, dc, events) != 2 {
+			t.Errorf("after the refusal: ledger of %d users (%v), %d rows; want none and 2", l.Len(), err, userRows(t, dc, events))
+		}
+	}
+	r := replicationRequest(Replication{Statement: "single-cluster profile: x", Table: events})
+	r.Now = r.Now.Add(-erasure.ClockTolerance / 2)
+	if _, err := Forget(context.Background(), dc.Open(events), store, r, log); err != nil || userRows(t, dc, events) != 0 {
+		t.Errorf("a clock within the tolerance: %v", err)
+	}
+}

@@ -423,8 +423,10 @@ func startWorker(ctx context.Context, bin string, brokers []string, tenantsFile,
 // stop stops the worker and deletes its table: the emulator never frees
 // memory otherwise.
 func (w *workerProc) stop(ctx context.Context) {
-	_ = w.cmd.Process.Signal(syscall.SIGTERM)
-	_ = w.cmd.Wait()
+	if w.cmd != nil { // nil: waited for already
+		_ = w.cmd.Process.Signal(syscall.SIGTERM)
+		_ = w.cmd.Wait()
+	}
 	ac, err := bigtable.NewAdminClient(context.WithoutCancel(ctx), "local", "local")
 	if err == nil {
 		_ = ac.DeleteTable(context.WithoutCancel(ctx), w.table)
