@@ -24,6 +24,7 @@ type proc struct {
 	termAt  time.Time     // SIGTERM sent
 	exited  time.Time     // set before done closes
 	exitErr error         // set before done closes
+	cpu     time.Duration // its CPU time, set before done closes
 	done    chan struct{} // closed when the process has exited
 }
 
@@ -52,6 +53,9 @@ func startWorker(bin, dir, name string, args []string) (*proc, error) {
 		err := cmd.Wait()
 		f.Close()
 		p.exited, p.exitErr = time.Now(), err
+		if st := cmd.ProcessState; st != nil {
+			p.cpu = st.UserTime() + st.SystemTime()
+		}
 		close(p.done)
 	}()
 	return p, nil

@@ -25,6 +25,7 @@ type result struct {
 	failedPolls  int
 	produced     int64 // events in the topic
 	load         loadSummary
+	cpu          cpuUse // from the load's start to the window's end
 }
 
 // steadyFrom is how long after the load starts the steady window opens:
@@ -95,6 +96,7 @@ func (res *result) print(w io.Writer, o Options) {
 	}
 	fmt.Fprintf(w, "  workers killed after the grace period: %s; ERROR log lines: %d\n", orNone(strings.Join(killed, ", ")), errs)
 	fmt.Fprintf(w, "load average (1 min) during the load: %s\n", res.load)
+	fmt.Fprintf(w, "CPU from the load's start to the window's end: %s\n", res.cpu)
 	if o.Command != "" {
 		fmt.Fprintf(w, "command: %s\n", o.Command)
 	}

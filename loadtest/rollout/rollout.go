@@ -205,6 +205,7 @@ func (r *run) measure(ctx context.Context, cfg *tenants.Config) (*result, error)
 	defer stopLoads()
 
 	res := &result{name: r.name, loadStart: time.Now()}
+	cpuStart := markCPU(r.procs)
 	fmt.Fprintf(r.stdout, "producing %d events/s; warm-up %s\n", o.Rate, o.Warmup)
 	if err := sleep(o.Warmup); err != nil {
 		return nil, err
@@ -220,6 +221,7 @@ func (r *run) measure(ctx context.Context, cfg *tenants.Config) (*result, error)
 		return nil, err
 	}
 	res.windowEnd = time.Now()
+	res.cpu = cpuBetween(cpuStart, markCPU(r.procs), r.procs)
 	if err := stopLoad(); err != nil {
 		return nil, err
 	}
