@@ -89,24 +89,39 @@ func parseLog(r io.Reader) (workerLog, error) {
 	return l, sc.Err()
 }
 
-// generations returns the generations that some worker joined within
-// [from, to], each at the first join seen, and how many partitions changed
-// owner in them: owned by another worker than in the generation before.
-func generations(logs map[string]workerLog, from, to time.Time) (gens int, moves int) {
+// genStats is what the workers' logs say of the generations in a window.
+type genStats struct {
+	count int // generations some worker joined in the window
+	moves int // partitions owned by another worker than in the generation before
+	// late is the longest a worker took to take up a generation after
+	// the first worker did (the log line is written as the worker starts
+	// fetching it): kafka-go has joined it meanwhile, but the worker's
+	// partitions wait.
+	late    time.Duration
+	lateGen int32
+}
+
+// generations returns, for the generations that some worker joined within
+// [from, to] (each at the first join seen), their count, how many
+// partitions changed owner in them, and the latest take-up of one.
+func generations(logs map[string]workerLog, from, to time.Time) genStats {
 	type gen struct {
-		first  time.Time
-		owners map[int]string // partition → worker name
+		first, last time.Time
+		owners      map[int]string // partition → worker name
 	}
 	byID := map[int32]*gen{}
 	for name, l := range logs {
 		for _, j := range l.joins {
 			g := byID[j.generation]
 			if g == nil {
-				g = &gen{first: j.at, owners: map[int]string{}}
+				g = &gen{first: j.at, last: j.at, owners: map[int]string{}}
 				byID[j.generation] = g
 			}
 			if j.at.Before(g.first) {
 				g.first = j.at
+			}
+			if j.at.After(g.last) {
+				g.last = j.at
 			}
 			for _, p := range j.partitions {
 				g.owners[p] = name
@@ -118,19 +133,22 @@ func generations(logs map[string]workerLog, from, to time.Time) (gens int, moves
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
+	var st genStats
 	var last map[int]string
 	for _, id := range ids {
 		g := byID[id]
-		in := !g.first.Before(from) && !g.first.After(to)
-		if in {
-			gens++
+		if !g.first.Before(from) && !g.first.After(to) {
+			st.count++
 			for p, owner := range g.owners {
 				if prev, ok := last[p]; ok && prev != owner {
-					moves++
+					st.moves++
 				}
+			}
+			if late := g.last.Sub(g.first); late > st.late {
+				st.late, st.lateGen = late, id
 			}
 		}
 		last = g.owners
 	}
-	return gens, moves
+	return st
 }

@@ -45,11 +45,16 @@ func TestParseLog(t *testing.T) {
 	at := func(s string) time.Time { tm, _ := time.Parse(time.RFC3339, "2026-11-26T01:54:"+s+"Z"); return tm }
 	// Generation 2 is joined by both workers: one generation; partitions
 	// 2 and 3 moved from a to b. Generation 3 gives b a's 0 and 1.
-	if gens, moves := generations(logs, at("05"), at("30")); gens != 2 || moves != 4 {
-		t.Errorf("generations from :05: %d with %d moves, want 2 with 4", gens, moves)
+	if st := generations(logs, at("05"), at("30")); st.count != 2 || st.moves != 4 {
+		t.Errorf("generations from :05: %d with %d moves, want 2 with 4", st.count, st.moves)
 	}
-	// A generation counts from its first join, whichever log says it.
-	if gens, moves := generations(logs, at("10.45"), at("30")); gens != 1 || moves != 2 {
-		t.Errorf("generations from :10.45: %d with %d moves, want 1 (generation 3) with 2", gens, moves)
+	// A generation counts from its first join, whichever log says it, and
+	// a worker that takes it up later is late by the difference.
+	st := generations(logs, at("10.45"), at("30"))
+	if st.count != 1 || st.moves != 2 {
+		t.Errorf("generations from :10.45: %d with %d moves, want 1 (generation 3) with 2", st.count, st.moves)
+	}
+	if st = generations(logs, at("05"), at("30")); st.late != 100*time.Millisecond || st.lateGen != 2 {
+		t.Errorf("latest take-up: %s in generation %d, want 100ms in generation 2", st.late, st.lateGen)
 	}
 }

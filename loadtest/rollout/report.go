@@ -54,13 +54,14 @@ func (res *result) print(w io.Writer, o Options) {
 
 	steady := measure(res.samples, res.loadStart.Add(steadyFrom), res.rolloutStart, goal, 2*time.Second)
 	roll := measure(res.samples, res.rolloutStart, res.windowEnd, goal, 2*time.Second)
-	steadyGens, _ := generations(res.logs, res.loadStart, res.rolloutStart)
-	gens, moves := generations(res.logs, res.rolloutStart, res.windowEnd)
+	steadyGens := generations(res.logs, res.loadStart, res.rolloutStart).count
+	gens := generations(res.logs, res.rolloutStart, res.windowEnd)
 	fmt.Fprintf(w, "warm-up, %s with no worker change: %d generations; longest stretch without a commit while lagging: one partition %s, whole group %s\n",
 		res.rolloutStart.Sub(res.loadStart.Add(steadyFrom)).Round(time.Second), steadyGens, secs(steady.partition.length), secs(steady.group.length))
 	fmt.Fprintf(w, "rollout: %s from the first new worker's start to the last old worker's exit; window to %s (cool-down)\n",
 		secs(res.rolloutEnd.Sub(res.rolloutStart)), rel(res.windowEnd))
-	fmt.Fprintf(w, "  generations (rebalances): %d; partitions that changed owner: %d\n", gens, moves)
+	fmt.Fprintf(w, "  generations (rebalances): %d; partitions that changed owner: %d; latest take-up of a generation by a worker: %s after the first (generation %d)\n",
+		gens.count, gens.moves, secs(gens.late), gens.lateGen)
 	fmt.Fprintf(w, "  longest stretch, one partition: %s (partition %d, from %s)%s\n",
 		secs(roll.partition.length), roll.partition.partition, rel(roll.partition.from), verdict(roll.partition.length, goal))
 	fmt.Fprintf(w, "  longest stretch, whole group:   %s (from %s)%s\n", secs(roll.group.length), rel(roll.group.from), verdict(roll.group.length, goal))
