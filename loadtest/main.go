@@ -5,6 +5,7 @@
 //	go run ./loadtest --rate 20000 --duration 5m       # against a running worker (docs/operations.md)
 //	go run ./loadtest bench --events 300000            # the ceilings and the worker in one run (BENCHMARKS.md)
 //	go run ./loadtest ledger --erasures 1000000        # a worker on an erasure ledger of three years (BENCHMARKS.md)
+//	go run ./loadtest rollout --worker-bin ./worker    # a rolling restart of a group under load (RELIABILITY.md)
 //
 // It produces at a target rate (or as fast as it can) for a count or a
 // duration, with a tenant mix, Zipf-skewed users, a payload size and a share
@@ -30,6 +31,7 @@ import (
 	"github.com/cellttl/cellttl/internal/envflag"
 	"github.com/cellttl/cellttl/internal/inproc"
 	"github.com/cellttl/cellttl/loadtest/bench"
+	"github.com/cellttl/cellttl/loadtest/rollout"
 	"github.com/cellttl/cellttl/loadtest/synth"
 	"github.com/cellttl/cellttl/loadtest/verify"
 )
@@ -84,6 +86,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if len(args) > 0 && args[0] == "ledger" {
 		return runLedger(ctx, args[1:], stdout)
+	}
+	if len(args) > 0 && args[0] == "rollout" {
+		return runRollout(ctx, args[1:], stdout)
 	}
 	var o options
 	fs := envflag.NewUnprefixed("loadtest", "loadtest: drive the worker with synthetic click events and check what it wrote.", os.Stderr)
@@ -234,6 +239,60 @@ func runLedger(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	o.Brokers = strings.Split(brokers, ",")
 	return bench.RunLedger(ctx, o, stdout)
+}
+
+// runRollout is the rollout subcommand: its flags, then the measurement.
+func runRollout(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := envflag.NewUnprefixed("loadtest rollout", "loadtest rollout: a rolling restart of a group of workers under steady load, measured from the group's committed offsets (RELIABILITY.md).", os.Stderr)
+	var o rollout.Options
+	var brokers string
+	fs.String(&brokers, "brokers", "KAFKA_BROKERS", "", "Kafka brokers (scripts/services.sh starts one)")
+	fs.String(&o.WorkerBin, "worker-bin", "", "", "the worker build to roll (required; scripts/rollout.sh builds one from a commit)")
+	fs.Int(&o.Partitions, "partitions", "", 24, "partitions of the input topic")
+	fs.Int(&o.Workers, "workers", "", 6, "worker processes in the group (replicas)")
+	fs.Int(&o.Rate, "rate", "", 2000, "events per second, produced steadily throughout")
+	fs.BytesInt(&o.PayloadBytes, "payload-bytes", "", 100, "bytes of filler per event")
+	fs.String(&o.TenantsFile, "tenants", "", "tenants.yaml", "tenants file of the workers and of the events")
+	fs.Duration(&o.Warmup, "warmup", "", 30*time.Second, "load before the rollout starts")
+	fs.Duration(&o.Cooldown, "cooldown", "", 20*time.Second, "load after the last old worker exited, inside the measured window")
+	fs.Int(&o.Surge, "surge", "", 1, "new workers started at a time (maxSurge; maxUnavailable is 0)")
+	fs.Duration(&o.MinReady, "min-ready", "", 10*time.Second, "how long a new worker stays ready before an old one is stopped (minReadySeconds)")
+	fs.Duration(&o.Probe, "probe-interval", "", time.Second, "how often a new worker's /readyz is asked")
+	fs.Duration(&o.Grace, "grace", "", 45*time.Second, "SIGKILL this long after SIGTERM (terminationGracePeriodSeconds)")
+	fs.Duration(&o.Poll, "poll", "", 100*time.Millisecond, "how often the group's committed offsets and the topic's end offsets are read")
+	fs.Duration(&o.SessionTimeout, "session-timeout", "", 30*time.Second, "the workers' --session-timeout (the worker's default); the heartbeat is a tenth of it")
+	fs.Duration(&o.CommitInterval, "commit-interval", "", time.Second, "the workers' --commit-interval (the worker's default)")
+	fs.String(&o.WorkerFlags, "worker-flags", "", "", "more flags for every worker, space-separated")
+	fs.String(&o.Dir, "dir", "", "", "where the workers' logs go (default: a new temporary directory)")
+	fs.Bool(&o.Keep, "keep", "", false, "keep the topic, group and table afterwards")
+	if err := fs.Parse(args); err != nil {
+		if envflag.IsHelp(err) {
+			return nil
+		}
+		return err
+	}
+	if brokers == "" || os.Getenv("BIGTABLE_EMULATOR_HOST") == "" {
+		return errors.New("rollout needs KAFKA_BROKERS and BIGTABLE_EMULATOR_HOST: eval \"$(scripts/services.sh start)\" first")
+	}
+	if o.WorkerBin == "" {
+		return errors.New("rollout needs --worker-bin: a worker binary (scripts/rollout.sh builds one from a commit)")
+	}
+	o.Brokers = strings.Split(brokers, ",")
+	o.Command = "go run ./loadtest rollout " + shellJoin(args)
+	return rollout.Run(ctx, o, stdout)
+}
+
+// shellJoin quotes args as a shell would take them back.
+func shellJoin(args []string) string {
+	const plain = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,@%+"
+	q := make([]string, len(args))
+	for i, a := range args {
+		q[i] = a
+		if a == "" || strings.Trim(a, plain) != "" {
+			q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(q, " ")
 }
 
 type multiFlag []string

@@ -222,7 +222,7 @@ func benchApplyBulk(ctx context.Context, p *expiry.Policy, m synth.Mix, values [
 	batches := make(chan []sink.Row)
 	errs := make(chan error, writers)
 	watch := watchCPU(0)
-	cpu0, start := selfCPU(), time.Now()
+	cpu0, start := SelfCPU(), time.Now()
 	for range writers {
 		go func() {
 			for b := range batches {
@@ -243,7 +243,7 @@ func benchApplyBulk(ctx context.Context, p *expiry.Policy, m synth.Mix, values [
 			return measured{}, err
 		}
 	}
-	return measured{rate: float64(len(rows)) / time.Since(start).Seconds(), cpuPerEvent: perEvent(selfCPU()-cpu0, len(rows)), cores: watch.shares()}, nil
+	return measured{rate: float64(len(rows)) / time.Since(start).Seconds(), cpuPerEvent: perEvent(SelfCPU()-cpu0, len(rows)), cores: watch.shares()}, nil
 }
 
 // benchRow is the row the worker makes of generated event seq: the raw
@@ -347,7 +347,7 @@ func produceAll(ctx context.Context, brokers []string, topic string, msgs []kafk
 // from the first message to the last; its CPU time is counted from the
 // reader's start (joining the group costs little of it).
 func benchConsume(ctx context.Context, brokers []string, topic string, n int) (measured, error) {
-	cpu0, watch := selfCPU(), watchCPU(0)
+	cpu0, watch := SelfCPU(), watchCPU(0)
 	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, GroupID: topic + "-raw", MinBytes: 1, MaxBytes: 10 << 20,
 		MaxWait: 250 * time.Millisecond, StartOffset: kafka.FirstOffset, QueueCapacity: 1000})
 	defer r.Close()
@@ -362,7 +362,7 @@ func benchConsume(ctx context.Context, brokers []string, topic string, n int) (m
 			start = time.Now()
 		}
 	}
-	return measured{rate: float64(n-1) / time.Since(start).Seconds(), cpuPerEvent: perEvent(selfCPU()-cpu0, n), cores: watch.shares()}, nil
+	return measured{rate: float64(n-1) / time.Since(start).Seconds(), cpuPerEvent: perEvent(SelfCPU()-cpu0, n), cores: watch.shares()}, nil
 }
 
 func buildWorker(ctx context.Context) (string, error) {
@@ -472,7 +472,7 @@ func benchWorker(ctx context.Context, bin string, brokers []string, tenantsFile,
 			continue
 		}
 		if t.Reading && cpu0 == 0 {
-			if cpu0, err = procCPU(pid); err != nil {
+			if cpu0, err = ProcCPU(pid); err != nil {
 				return measured{}, err
 			}
 			watch = watchCPU(pid)
@@ -489,7 +489,7 @@ func benchWorker(ctx context.Context, bin string, brokers []string, tenantsFile,
 		}
 		if done >= int64(len(msgs)) {
 			last = time.Now()
-			if cpu1, err = procCPU(pid); err != nil {
+			if cpu1, err = ProcCPU(pid); err != nil {
 				return measured{}, err
 			}
 			if watch == nil { // done before it was seen reading

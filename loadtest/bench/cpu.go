@@ -9,8 +9,8 @@ import (
 	"time"
 )
 
-// selfCPU is the CPU time (user + system) this process has used.
-func selfCPU() time.Duration {
+// SelfCPU is the CPU time (user + system) this process has used.
+func SelfCPU() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
@@ -22,9 +22,9 @@ func selfCPU() time.Duration {
 // worker runs on (it is part of the kernel's ABI, not a build option).
 const userHZ = 100
 
-// procCPU is the CPU time (user + system, all threads) process pid has
+// ProcCPU is the CPU time (user + system, all threads) process pid has
 // used, to 10 ms (Linux).
-func procCPU(pid int) (time.Duration, error) {
+func ProcCPU(pid int) (time.Duration, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err

@@ -301,7 +301,7 @@ type watched struct {
 }
 
 func watchCPU(worker int) *cpuWatch {
-	w := &cpuWatch{at: time.Now(), self: selfCPU()}
+	w := &cpuWatch{at: time.Now(), self: SelfCPU()}
 	dir := os.Getenv("TESTENV_SERVICES_DIR")
 	if dir == "" {
 		dir = ".services"
@@ -319,7 +319,7 @@ func watchCPU(worker int) *cpuWatch {
 		w.procs = append(w.procs, watched{name: "worker", pid: worker})
 	}
 	for i := range w.procs {
-		w.procs[i].cpu, _ = procCPU(w.procs[i].pid)
+		w.procs[i].cpu, _ = ProcCPU(w.procs[i].pid)
 	}
 	return w
 }
@@ -329,11 +329,11 @@ func (w *cpuWatch) shares() string {
 	wall := time.Since(w.at).Seconds()
 	var parts []string
 	for _, p := range w.procs {
-		if c, err := procCPU(p.pid); err == nil {
+		if c, err := ProcCPU(p.pid); err == nil {
 			parts = append(parts, fmt.Sprintf("%s %.0f%%", p.name, 100*(c-p.cpu).Seconds()/wall))
 		}
 	}
-	parts = append(parts, fmt.Sprintf("bench %.0f%%", 100*(selfCPU()-w.self).Seconds()/wall))
+	parts = append(parts, fmt.Sprintf("bench %.0f%%", 100*(SelfCPU()-w.self).Seconds()/wall))
 	return strings.Join(parts, ", ") + " of a core"
 }
 

@@ -92,13 +92,13 @@ func RunLedger(ctx context.Context, o LedgerOptions, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "ledger %s: %d erased users of %d tenants (%d expired, %d in force, %d never expiring), written in %s\n",
 		ledger, o.Erasures, o.Tenants, o.Erasures-o.InForce-o.Forever, o.InForce, o.Forever, time.Since(start).Round(time.Second))
 	// What worker setup does once on a ledger of the release before.
-	start, cpu0 := time.Now(), selfCPU()
+	start, cpu0 := time.Now(), SelfCPU()
 	n, _, err := erasure.NewStore(dc, ledger).Index(ctx, time.Now())
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "worker setup's index of it: %d records in force indexed in %s (%s of its CPU)\n\n", n, time.Since(start).Round(100*time.Millisecond),
-		(selfCPU() - cpu0).Round(10*time.Millisecond))
+		(SelfCPU() - cpu0).Round(10*time.Millisecond))
 
 	builds := []struct{ name, bin string }{{"this build", bin}}
 	if o.Baseline != "" {
@@ -236,7 +236,7 @@ func measureLedgerWorker(ctx context.Context, bin string, o LedgerOptions, ledge
 			return r, err
 		}
 	}
-	if r.startCPU, err = procCPU(pid); err != nil {
+	if r.startCPU, err = ProcCPU(pid); err != nil {
 		if gone() {
 			r.exitedAfter = time.Since(started)
 			return r, nil
@@ -250,7 +250,7 @@ func measureLedgerWorker(ctx context.Context, bin string, o LedgerOptions, ledge
 		r.exitedAfter = time.Since(started)
 		return r, nil
 	}
-	cpu, err := procCPU(pid)
+	cpu, err := ProcCPU(pid)
 	if err != nil {
 		return r, err
 	}

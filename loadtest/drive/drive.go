@@ -35,6 +35,9 @@ type Options struct {
 	Seed         uint64  // 0: from the clock
 	StatusURL    string  // the worker's /status
 	Settle       time.Duration
+	// Stop, when closed, ends Produce before Count or Duration: a caller
+	// that decides the end as it goes (loadtest rollout) closes it.
+	Stop <-chan struct{}
 }
 
 // Sample is one second of the run.
@@ -212,6 +215,11 @@ func Produce(ctx context.Context, o *Options, g *synth.Generator, produced *atom
 	}
 	end := time.Now().Add(o.Duration)
 	done := func() bool {
+		select {
+		case <-o.Stop: // a nil Stop never ends it
+			return true
+		default:
+		}
 		if o.Count > 0 {
 			return len(recs) >= o.Count
 		}
