@@ -277,23 +277,23 @@ func TestDeadLetterTopicsCreatedWithTheirRetention(t *testing.T) {
 // replicasOf is the replication factor of topic's first partition.
 func replicasOf(t *testing.T, brokers []string, topic string) int {
 	t.Helper()
-	tr := &kafka.Transport{}
-	defer tr.CloseIdleConnections()
-	c := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: tr, Timeout: 10 * time.Second}
-	md, err := c.Metadata(context.Background(), &kafka.MetadataRequest{Topics: []string{topic}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tp := range md.Topics {
-		if tp.Name == topic && tp.Error == nil && len(tp.Partitions) > 0 {
-			return len(tp.Partitions[0].Replicas)
-		}
+	if tp := topicOf(t, brokers, topic); tp != nil && len(tp.Partitions) > 0 {
+		return len(tp.Partitions[0].Replicas)
 	}
 	return 0
 }
 
 // partitionsOf is how many partitions topic has (0 when it does not exist).
 func partitionsOf(t *testing.T, brokers []string, topic string) int {
+	t.Helper()
+	if tp := topicOf(t, brokers, topic); tp != nil {
+		return len(tp.Partitions)
+	}
+	return 0
+}
+
+// topicOf is topic as the metadata gives it, nil when it does not exist.
+func topicOf(t *testing.T, brokers []string, topic string) *kafka.Topic {
 	t.Helper()
 	tr := &kafka.Transport{}
 	defer tr.CloseIdleConnections()
@@ -302,12 +302,12 @@ func partitionsOf(t *testing.T, brokers []string, topic string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tp := range md.Topics {
-		if tp.Name == topic && tp.Error == nil {
-			return len(tp.Partitions)
+	for i := range md.Topics {
+		if md.Topics[i].Name == topic && md.Topics[i].Error == nil {
+			return &md.Topics[i]
 		}
 	}
-	return 0
+	return nil
 }
 
 // configSourceTopic is DescribeConfigs' DYNAMIC_TOPIC_CONFIG: a setting of
