@@ -34,11 +34,10 @@ import (
 //     (#j#<Unix ms, 13 digits>#tenant#user): a refresh reads the journal
 //     rows of the last few minutes, a key range, so it costs what was
 //     recorded since, not the size of the ledger;
-//   - an expiry index row, keyed by the time it expires
-//     (#x#<Unix ms, 13 digits>#tenant#user; a record that never expires
-//     under the largest time, 9999999999999): a worker starting reads the
-//     key range from now on, the records in force, whatever the ledger
-//     held before, and reads it again every RereadEvery.
+//   - a cell in an expiry index row, a row of the records that expire in
+//     the same hour (see indexKey): a worker starting reads the key range
+//     from now on, the records in force, whatever the ledger held
+//     before, and reads it again every RereadEvery.
 //
 // Journal and index rows expire with their record. Workers only read the
 // table; forget writes the three rows, and worker setup writes the index
@@ -146,29 +145,24 @@ func Rows(r Record, written time.Time) (keys []string, muts []*bigtable.Mutation
 	j := bigtable.NewMutation()
 	j.Set(Family, colUpTo, ts, millis(r.UpTo))
 	j.Set(Family, colHasIndex, ts, nil)
-	// The index row holds what a worker needs, named as in the record
-	// row: two erasures of a user that expire at the same time (two that
-	// never do) share the row, and neither overwrites the other's cells.
+	// The index cell holds what a worker needs: erased_up_to and the
+	// mark, in a row of the records that expire in the same hour.
 	x := bigtable.NewMutation()
-	x.Set(Family, colUpTo+at, ts, millis(r.UpTo))
+	var below []byte
 	if r.Below != nil {
-		b := r.Below.encode()
-		m.Set(Family, colBelow+at, ts, b)
-		j.Set(Family, colBelow, ts, b)
-		x.Set(Family, colBelow+at, ts, b)
+		below = r.Below.encode()
+		m.Set(Family, colBelow+at, ts, below)
+		j.Set(Family, colBelow, ts, below)
 	}
-	keys = []string{recordKey(r.Tenant, r.User), journalKey(written, r.Tenant, r.User), indexKey(ts, r.Tenant, r.User)}
+	recorded := max(0, r.RecordedAt.UnixMilli())
+	x.Set(Family, indexColumn(r.Tenant, r.User, recorded), ts, append(millis(r.UpTo), below...))
+	keys = []string{recordKey(r.Tenant, r.User), journalKey(written, r.Tenant, r.User), indexKey(ts, r.Tenant, r.User, recorded)}
 	return keys, []*bigtable.Mutation{m, j, x}, nil
 }
 
 // journalKey is the journal row of a record written at written.
 func journalKey(written time.Time, tenant, user string) string {
 	return fmt.Sprintf("%s%013d%c%s", journalPrefix, max(0, written.UnixMilli()), rowkey.Sep, recordKey(tenant, user))
-}
-
-// indexKey is the index row of a record whose cells carry ts.
-func indexKey(ts bigtable.Timestamp, tenant, user string) string {
-	return fmt.Sprintf("%s%013d%c%s", indexPrefix, min(max(0, int64(ts)/1000), rowkey.MaxMillis), rowkey.Sep, recordKey(tenant, user))
 }
 
 // Load reads every record in force at now: expired records are left out
@@ -257,10 +251,10 @@ func (s *Store) loadAll(ctx context.Context, now time.Time) (loaded, error) {
 // index's and the marker's, which all start with '#'.
 var recordRanges = bigtable.RowRangeList{bigtable.NewRange("", "#"), bigtable.InfiniteRange("$")}
 
-// ledgerColumns are the columns a worker needs of a record or index row.
+// ledgerColumns are the columns a worker needs of a record row.
 var ledgerColumns = bigtable.ColumnFilter("^(" + colUpTo + "|" + colBelow + `)\..*`)
 
-// loader builds a ledger from the cells of record or index rows.
+// loader builds a ledger from the cells of record rows, or index cells.
 type loader struct {
 	l  *Ledger
 	ms marks
