@@ -37,8 +37,8 @@ import (
 // when the record has one; its timestamp, the record's expiry.
 const indexShards = 16
 
-// indexKey is the index row of a record of tenant's user, recorded at
-// recorded (Unix ms), whose cells carry ts.
+// indexKey is the index row of the cell of a record of tenant's user,
+// recorded at recorded (Unix ms), whose cells carry ts.
 func indexKey(ts bigtable.Timestamp, tenant, user string, recorded int64) string {
 	h := fnv.New32a()
 	h.Write([]byte(recordKey(tenant, user)))
@@ -78,7 +78,7 @@ func (ld *loader) indexCell(it bigtable.ReadItem) bool {
 	return true
 }
 
-// loadInForce reads the index rows of the records in force at now: the
+// loadInForce reads the index cells of the records in force at now: the
 // key range from now's hour on, whatever expired before. Its count is of
 // records (cells), expired ones of the hour among them.
 func (s *Store) loadInForce(ctx context.Context, now time.Time) (loaded, error) {
@@ -113,7 +113,7 @@ func (s *Store) loadInForce(ctx context.Context, now time.Time) (loaded, error) 
 }
 
 // indexed reports whether worker setup has indexed the ledger: whether
-// every record in force has its index row.
+// every record in force has its index cell.
 func (s *Store) indexed(ctx context.Context) (bool, error) {
 	_, ok, err := s.indexedAt(ctx)
 	return ok, err
@@ -144,13 +144,13 @@ func (s *Store) indexedAt(ctx context.Context) (at time.Time, ok bool, _ error) 
 // up to 100,000 mutations in one).
 const indexBatch = 10_000
 
-// Index writes the index row of every record in force at now that a
+// Index writes the index cell of every record in force at now that a
 // release before the index wrote without one, then the marker that says
 // the index is whole; worker setup runs it (each run), the workers cannot
 // (they only read the ledger). The first time, it reads every record row.
 // After (already), it indexes only what an earlier release's forget wrote
 // since the last Index: the journal rows since then (less JournalMargin)
-// that do not say their record has its index row. indexed counts the
+// that do not say their record has its index cell. indexed counts the
 // records indexed. Run again, it writes the same cells again.
 func (s *Store) Index(ctx context.Context, now time.Time) (indexed int, already bool, _ error) {
 	at, already, err := s.indexedAt(ctx)
@@ -181,7 +181,7 @@ func (s *Store) Index(ctx context.Context, now time.Time) (indexed int, already 
 	return indexed, already, nil
 }
 
-// indexRecords writes the index rows of every record row in force at now.
+// indexRecords writes the index cells of every record row in force at now.
 func (s *Store) indexRecords(ctx context.Context, now time.Time, w *indexWriter) (indexed int, _ error) {
 	_, _, err := s.read(ctx, "read", recordRanges, ledgerColumns, now, parseRecordKey, func(tenant, user string, cells []bigtable.ReadItem) {
 		// Each forget of the user is a record: its up_to and mark cells,
@@ -217,7 +217,7 @@ func (s *Store) indexRecords(ctx context.Context, now time.Time, w *indexWriter)
 	return indexed, err
 }
 
-// indexJournal writes the index rows of the records whose journal rows,
+// indexJournal writes the index cells of the records whose journal rows,
 // written at or after since, do not say they have one (an earlier
 // release's forget wrote them), in force at now.
 func (s *Store) indexJournal(ctx context.Context, since, now time.Time, w *indexWriter) (indexed int, _ error) {

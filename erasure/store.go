@@ -39,7 +39,7 @@ import (
 //     from now on, the records in force, whatever the ledger held
 //     before, and reads it again every RereadEvery.
 //
-// Journal and index rows expire with their record. Workers only read the
+// Journal rows and index cells expire with their record. Workers only read the
 // table; forget writes the three rows, and worker setup writes the index
 // rows of records an earlier release wrote (Index), then the marker row
 // that says the index is whole (#m#indexed).
@@ -59,12 +59,12 @@ const (
 	journalPrefix = "#j#"
 	indexPrefix   = "#x#"
 
-	// colHasIndex, in a journal row, says its record has its index row
+	// colHasIndex, in a journal row, says its record has its index cell
 	// (an earlier release's forget wrote none: see Index).
 	colHasIndex = "x"
 
 	// indexedKey is the marker row: present, every record in force has
-	// its index row (written by worker setup, Index).
+	// its index cell (written by worker setup, Index).
 	indexedKey   = "#m#indexed"
 	colIndexed   = "indexed"    // the index's version, as text
 	colIndexedAt = "indexed_at" // when setup last indexed, Unix milliseconds, 8 bytes big-endian
@@ -101,10 +101,9 @@ func NewStore(c *bigtable.Client, table string) *Store {
 func (s *Store) Table() string { return s.name }
 
 // Put writes r: its record row, its journal row (keyed by the time of the
-// write), then its index row.
-// Each is one row mutation, all there or not at all; a failure between two
-// leaves a record some reader misses, and Put fails: forget deletes
-// nothing, and run again writes all three. Put again with the same
+// write), then its index cell. Each is one row mutation, all there or not
+// at all; a failure between two leaves a record some reader misses, and
+// Put fails: forget deletes nothing, and run again writes all three. Put again with the same
 // RecordedAt, it writes the same cells again: so forget adds the mark to a
 // record it has written (see Mark).
 func (s *Store) Put(ctx context.Context, r Record) error {
@@ -124,8 +123,8 @@ func (s *Store) Put(ctx context.Context, r Record) error {
 }
 
 // Rows is r's rows: its record row, its journal row (keyed by written) and
-// its index row, in the order Put writes them; the ledger bench writes
-// them in bulk (loadtest ledger).
+// its index cell's row, in the order Put writes them; the ledger bench
+// writes them in bulk (loadtest ledger).
 func Rows(r Record, written time.Time) (keys []string, muts []*bigtable.Mutation, _ error) {
 	if err := rowkey.ValidateID("tenant", r.Tenant); err != nil {
 		return nil, nil, err

@@ -168,7 +168,7 @@ func (w *Watch) load(ctx context.Context) error {
 	)
 	if reread {
 		// A ledger worker setup has not indexed yet holds records of an
-		// earlier release without index rows: the first load reads every
+		// earlier release without index cells: the first load reads every
 		// record, once; the rereads after read the index, as what the
 		// first read holds stays until it expires.
 		if first {
