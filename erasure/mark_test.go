@@ -108,7 +108,8 @@ func TestStoreKeepsMarks(t *testing.T) {
 	}
 	late := now.Add(time.Hour).UnixMilli()
 	at := Position{"clicks", 1, 7}
-	l, _, err := s.LoadLedger(ctx, now)
+	got, err := s.loadAll(ctx, now)
+	l := got.l
 	if err != nil || l.Len() != 2 || !l.Erased("acme", "u1", late, at) || l.Erased("acme", "u1", late, Position{"clicks", 1, 8}) {
 		t.Fatalf("full read: %v, %d users, the mark not obeyed", err, l.Len())
 	}

@@ -204,16 +204,6 @@ func (s *Store) Load(ctx context.Context, now time.Time) (_ []Record, ignored in
 	return out, ignored, err
 }
 
-// LoadLedger reads every record row in force at now, as the workers need
-// it: erased_up_to and the mark alone, no Record built. It reads the whole
-// ledger: a worker does so only at its first start on a ledger worker
-// setup has not indexed (see Watch), and the bench reads it for the
-// figure of the release before.
-func (s *Store) LoadLedger(ctx context.Context, now time.Time) (_ *Ledger, ignored int, _ error) {
-	r, err := s.loadAll(ctx, now)
-	return r.l, r.ignored, err
-}
-
 // LoadUsers reads the records in force at now of the users of tenant
 // (their record rows alone): what forget needs to know of who is erased
 // already, whatever the size of the ledger.
@@ -236,7 +226,9 @@ type loaded struct {
 	rows, ignored int
 }
 
-// loadAll reads every record row.
+// loadAll reads every record row in force at now, as the workers need
+// it: erased_up_to and the mark alone, no Record built. A worker does so
+// only at its first start on a ledger worker setup has not indexed.
 func (s *Store) loadAll(ctx context.Context, now time.Time) (loaded, error) {
 	ld := newLoader()
 	rows, ignored, err := s.read(ctx, "read", recordRanges, ledgerColumns, now, parseRecordKey, ld.cells)
