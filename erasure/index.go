@@ -27,7 +27,7 @@ import (
 //
 // and, for the records that never expire, after every hour,
 //
-//	#x#9999999999999#<the day they were recorded, Unix ms, 13 digits>#<shard>
+//	#x#9999999999999#<the 30 days they were recorded in, Unix ms, 13 digits>#<shard>
 //
 // where the shard (two hex digits) spreads the users of one forget, which
 // all expire at the same millisecond, over indexShards rows. A cell's
@@ -44,8 +44,9 @@ func indexKey(ts bigtable.Timestamp, tenant, user string, recorded int64) string
 	h.Write([]byte(recordKey(tenant, user)))
 	shard := h.Sum32() % indexShards
 	if ts == never {
-		day := recorded - recorded%(24*3600*1000)
-		return fmt.Sprintf("%s%013d#%013d#%02x", indexPrefix, rowkey.MaxMillis, day, shard)
+		// By 30 days: a fleet records few that never expire, or all.
+		const period = 30 * 24 * 3600 * 1000
+		return fmt.Sprintf("%s%013d#%013d#%02x", indexPrefix, rowkey.MaxMillis, recorded-recorded%period, shard)
 	}
 	ms := min(max(0, int64(ts)/1000), rowkey.MaxMillis-1)
 	return fmt.Sprintf("%s%013d#%02x", indexPrefix, ms-ms%(3600*1000), shard)
