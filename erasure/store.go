@@ -222,7 +222,9 @@ func (s *Store) LoadUsers(ctx context.Context, tenant string, users []string, no
 
 // loaded is what one read of the ledger found.
 type loaded struct {
-	l             *Ledger
+	l *Ledger
+	// rows counts the rows read (the index's: its cells, a record each);
+	// ignored, those that name no user.
 	rows, ignored int
 }
 
