@@ -2,8 +2,11 @@ package erasure
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -15,36 +18,103 @@ import (
 	"github.com/cellttl/cellttl/rowkey"
 )
 
-// parseIndexKey splits an index row key (see indexKey).
-func parseIndexKey(key string) (tenant, user string, ok bool) {
-	rest, ok := strings.CutPrefix(key, indexPrefix)
-	if !ok {
-		return "", "", false
+// The expiry index holds one cell per record, in rows of the records that
+// expire in the same hour: a worker reads the records in force as a few
+// thousand rows, not one row each (a row costs the client and the server
+// far more than a cell). A row key is
+//
+//	#x#<the hour's first Unix ms, 13 digits>#<shard>
+//
+// and, for the records that never expire, after every hour,
+//
+//	#x#9999999999999#<the 30 days they were recorded in, Unix ms, 13 digits>#<shard>
+//
+// where the shard (two hex digits) spreads the users of one forget, which
+// all expire at the same millisecond, over indexShards rows. A cell's
+// column is tenant#user#<recorded ms, 13 digits>: the erasures of a user
+// that expire in the same hour are cells of their own. Its value is
+// erased_up_to (Unix ms, 8 bytes big-endian), then the mark, encoded,
+// when the record has one; its timestamp, the record's expiry.
+const indexShards = 16
+
+// indexKey is the index row of the cell of a record of tenant's user,
+// recorded at recorded (Unix ms), whose cells carry ts.
+func indexKey(ts bigtable.Timestamp, tenant, user string, recorded int64) string {
+	h := fnv.New32a()
+	h.Write([]byte(recordKey(tenant, user)))
+	shard := h.Sum32() % indexShards
+	if ts == never {
+		// By 30 days: a fleet records few that never expire, or all.
+		const period = 30 * 24 * 3600 * 1000
+		return fmt.Sprintf("%s%013d#%013d#%02x", indexPrefix, rowkey.MaxMillis, recorded-recorded%period, shard)
 	}
-	at, rest, ok := strings.Cut(rest, string(rowkey.Sep))
-	if _, err := strconv.ParseInt(at, 10, 64); err != nil || len(at) != 13 || !ok {
-		return "", "", false
-	}
-	return parseRecordKey(rest)
+	ms := min(max(0, int64(ts)/1000), rowkey.MaxMillis-1)
+	return fmt.Sprintf("%s%013d#%02x", indexPrefix, ms-ms%(3600*1000), shard)
 }
 
-// loadInForce reads the index rows of the records in force at now: the key
-// range from now on, whatever expired before.
+// indexColumn is the column of a record's index cell.
+func indexColumn(tenant, user string, recorded int64) string {
+	return fmt.Sprintf("%s%c%013d", recordKey(tenant, user), rowkey.Sep, recorded)
+}
+
+// indexCell adds to the ledger the record of one index cell: a cell that
+// is not one (not written by forget or setup) is counted as ignored.
+func (ld *loader) indexCell(it bigtable.ReadItem) bool {
+	col := strings.TrimPrefix(it.Column, Family+":")
+	i := strings.LastIndexByte(col, rowkey.Sep)
+	tenant, user, ok := parseRecordKey(col[:max(i, 0)])
+	if i < 0 || !ok || len(it.Value) < 8 {
+		return false
+	}
+	e := erased{upTo: int64(binary.BigEndian.Uint64(it.Value)), expires: forever}
+	if it.Timestamp != never {
+		e.expires = int64(it.Timestamp) / 1000
+	}
+	if len(it.Value) > 8 {
+		// A mark that does not decode erases by time alone: the record
+		// still stands.
+		e.below, _ = ld.ms.decode(it.Value[8:])
+	}
+	ld.l.add(tenant, user, e)
+	return true
+}
+
+// loadInForce reads the index cells of the records in force at now: the
+// key range from now's hour on, whatever expired before. Its count is of
+// records (cells), expired ones of the hour among them.
 func (s *Store) loadInForce(ctx context.Context, now time.Time) (loaded, error) {
 	ld := newLoader()
-	from := fmt.Sprintf("%s%013d", indexPrefix, max(0, now.UnixMilli()))
+	ms := max(0, now.UnixMilli())
+	from := fmt.Sprintf("%s%013d", indexPrefix, ms-ms%(3600*1000))
 	rng := bigtable.NewRange(from, rowkey.PrefixEnd(indexPrefix))
-	// No filter: an index row holds the worker's columns alone, and a
-	// filter costs the server each cell.
-	rows, ignored, err := s.read(ctx, "read the expiry index of", rng, nil, now, parseIndexKey, ld.cells)
-	if err != nil {
-		return loaded{}, err
+	nowTS := bigtable.Time(now)
+	var got loaded
+	// No filter: an index row holds index cells alone, and a filter
+	// costs the server each cell.
+	err := s.tbl.ReadRows(ctx, rng, func(row bigtable.Row) bool {
+		for _, it := range row[Family] {
+			got.rows++
+			if it.Timestamp <= nowTS {
+				continue
+			}
+			if !ld.indexCell(it) {
+				got.ignored++
+			}
+		}
+		return true
+	})
+	if status.Code(err) == codes.NotFound {
+		return loaded{}, fmt.Errorf("read %s: %w", s.name, ErrMissing)
 	}
-	return loaded{l: ld.l, rows: rows, ignored: ignored}, nil
+	if err != nil {
+		return loaded{}, fmt.Errorf("read the expiry index of the erasure ledger %s: %w", s.name, err)
+	}
+	got.l = ld.l
+	return got, nil
 }
 
 // indexed reports whether worker setup has indexed the ledger: whether
-// every record in force has its index row.
+// every record in force has its index cell.
 func (s *Store) indexed(ctx context.Context) (bool, error) {
 	_, ok, err := s.indexedAt(ctx)
 	return ok, err
@@ -71,16 +141,17 @@ func (s *Store) indexedAt(ctx context.Context) (at time.Time, ok bool, _ error) 
 	return at, ok, nil
 }
 
-// indexBatch is how many rows Index writes per request.
-const indexBatch = 1000
+// indexBatch is how many cells Index writes per request (Bigtable takes
+// up to 100,000 mutations in one).
+const indexBatch = 10_000
 
-// Index writes the index row of every record in force at now that a
+// Index writes the index cell of every record in force at now that a
 // release before the index wrote without one, then the marker that says
 // the index is whole; worker setup runs it (each run), the workers cannot
 // (they only read the ledger). The first time, it reads every record row.
 // After (already), it indexes only what an earlier release's forget wrote
 // since the last Index: the journal rows since then (less JournalMargin)
-// that do not say their record has its index row. indexed counts the
+// that do not say their record has its index cell. indexed counts the
 // records indexed. Run again, it writes the same cells again.
 func (s *Store) Index(ctx context.Context, now time.Time) (indexed int, already bool, _ error) {
 	at, already, err := s.indexedAt(ctx)
@@ -111,16 +182,33 @@ func (s *Store) Index(ctx context.Context, now time.Time) (indexed int, already 
 	return indexed, already, nil
 }
 
-// indexRecords writes the index rows of every record row in force at now.
+// indexRecords writes the index cells of every record row in force at now.
 func (s *Store) indexRecords(ctx context.Context, now time.Time, w *indexWriter) (indexed int, _ error) {
 	_, _, err := s.read(ctx, "read", recordRanges, ledgerColumns, now, parseRecordKey, func(tenant, user string, cells []bigtable.ReadItem) {
+		// Each forget of the user is a record: its up_to and mark cells,
+		// named by when it recorded.
+		byAt := map[string]*indexEntry{}
 		for _, it := range cells {
-			// Each forget's cells go to the index row of the time they
-			// expire, named as they are.
-			w.set(indexKey(it.Timestamp, tenant, user), strings.TrimPrefix(it.Column, Family+":"), it)
-			if strings.HasPrefix(it.Column, Family+":"+colUpTo+".") {
-				indexed++
+			name, at, _ := strings.Cut(strings.TrimPrefix(it.Column, Family+":"), ".")
+			e := byAt[at]
+			if e == nil {
+				e = &indexEntry{ts: it.Timestamp}
+				byAt[at] = e
 			}
+			switch name {
+			case colUpTo:
+				e.upTo = it.Value
+			case colBelow:
+				e.below = it.Value
+			}
+		}
+		for at, e := range byAt {
+			recorded, err := strconv.ParseInt(at, 10, 64)
+			if err != nil || len(e.upTo) != 8 {
+				continue
+			}
+			w.set(indexKey(e.ts, tenant, user, recorded), indexColumn(tenant, user, recorded), e.ts, append(slices.Clone(e.upTo), e.below...))
+			indexed++
 		}
 		w.maybeFlush()
 	})
@@ -130,7 +218,7 @@ func (s *Store) indexRecords(ctx context.Context, now time.Time, w *indexWriter)
 	return indexed, err
 }
 
-// indexJournal writes the index rows of the records whose journal rows,
+// indexJournal writes the index cells of the records whose journal rows,
 // written at or after since, do not say they have one (an earlier
 // release's forget wrote them), in force at now.
 func (s *Store) indexJournal(ctx context.Context, since, now time.Time, w *indexWriter) (indexed int, _ error) {
@@ -143,27 +231,26 @@ func (s *Store) indexJournal(ctx context.Context, since, now time.Time, w *index
 		if _, err := strconv.ParseInt(at, 10, 64); err != nil || !ok {
 			return true
 		}
-		var cells []bigtable.ReadItem
+		var e indexEntry
 		for _, it := range row[Family] {
 			switch it.Column {
 			case Family + ":" + colHasIndex:
 				return true
-			case Family + ":" + colUpTo, Family + ":" + colBelow:
-				if it.Timestamp > nowTS {
-					cells = append(cells, it)
-				}
+			case Family + ":" + colUpTo:
+				e.upTo, e.ts = it.Value, it.Timestamp
+			case Family + ":" + colBelow:
+				e.below = it.Value
 			}
 		}
-		for _, it := range cells {
-			// Named by the journal row's time, which an earlier
-			// release's forget made the record's recorded_at: the
-			// cells are the record row's own, and indexed again they
-			// are written again, not added.
-			w.set(indexKey(it.Timestamp, tenant, user), strings.TrimPrefix(it.Column, Family+":")+"."+at, it)
-			if it.Column == Family+":"+colUpTo {
-				indexed++
-			}
+		if len(e.upTo) != 8 || e.ts <= nowTS {
+			return true
 		}
+		// Named by the journal row's time, which an earlier release's
+		// forget made the record's recorded_at: the cell is the one the
+		// records' index gave it, written again, not added.
+		recorded, _ := strconv.ParseInt(at, 10, 64)
+		w.set(indexKey(e.ts, tenant, user, recorded), indexColumn(tenant, user, recorded), e.ts, append(slices.Clone(e.upTo), e.below...))
+		indexed++
 		w.maybeFlush()
 		return w.err == nil
 	}, bigtable.RowFilter(bigtable.FamilyFilter("^"+Family+"$")))
@@ -173,16 +260,23 @@ func (s *Store) indexJournal(ctx context.Context, since, now time.Time, w *index
 	return indexed, w.err
 }
 
-// indexWriter writes index cells in batches of rows.
-type indexWriter struct {
-	s    *Store
-	ctx  context.Context
-	rows map[string]*bigtable.Mutation
-	keys []string
-	err  error
+// indexEntry is one record's cells, as the index is written from them.
+type indexEntry struct {
+	ts          bigtable.Timestamp
+	upTo, below []byte
 }
 
-func (w *indexWriter) set(key, column string, it bigtable.ReadItem) {
+// indexWriter writes index cells in batches of rows.
+type indexWriter struct {
+	s     *Store
+	ctx   context.Context
+	rows  map[string]*bigtable.Mutation
+	keys  []string
+	cells int
+	err   error
+}
+
+func (w *indexWriter) set(key, column string, ts bigtable.Timestamp, value []byte) {
 	if w.rows == nil {
 		w.rows = map[string]*bigtable.Mutation{}
 	}
@@ -192,11 +286,12 @@ func (w *indexWriter) set(key, column string, it bigtable.ReadItem) {
 		w.rows[key] = m
 		w.keys = append(w.keys, key)
 	}
-	m.Set(Family, column, it.Timestamp, it.Value)
+	m.Set(Family, column, ts, value)
+	w.cells++
 }
 
 func (w *indexWriter) maybeFlush() {
-	if w.err == nil && len(w.keys) >= indexBatch {
+	if w.err == nil && w.cells >= indexBatch {
 		w.err = w.flush()
 	}
 }
@@ -221,7 +316,7 @@ func (w *indexWriter) flush() error {
 	if err != nil {
 		return fmt.Errorf("write the expiry index of the erasure ledger %s: %w", w.s.name, err)
 	}
-	w.rows, w.keys = nil, nil
+	w.rows, w.keys, w.cells = nil, nil, 0
 	return nil
 }
 

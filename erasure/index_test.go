@@ -61,9 +61,9 @@ func indexedLedger(t testing.TB) *Store {
 	return s
 }
 
-// history is n records that expired before at (recorded over the days
-// before it), as three years of erasures leave them, then the records in
-// force at at: inForce that expire later, and forever that never do.
+// history is n records that expired before at (n < 1,380: before at's
+// hour), as three years of erasures leave them, then the records in force
+// at at: inForce that expire later, and forever that never do.
 func history(at time.Time, n, inForce, forever int) []Record {
 	var recs []Record
 	add := func(user string, recorded, expires time.Time) {
@@ -71,8 +71,11 @@ func history(at time.Time, n, inForce, forever int) []Record {
 			RecordedAt: recorded, Expires: expires, RequestedBy: "ticket"})
 	}
 	for i := range n {
-		// Expired by at, yet still after the real clock: GC leaves them.
-		add(fmt.Sprintf("gone-%d", i), at.Add(-time.Duration(n-i)*time.Minute-time.Hour), at.Add(-time.Duration(i+1)*time.Millisecond))
+		// Recorded two days before at and expired a day later, over
+		// hours before at's (GC leaves them when at lies ahead of the
+		// real clock).
+		recorded := at.Add(-48*time.Hour + time.Duration(i)*time.Minute)
+		add(fmt.Sprintf("gone-%d", i), recorded, recorded.Add(24*time.Hour))
 	}
 	for i := range inForce {
 		add(fmt.Sprintf("held-%d", i), at.Add(-time.Duration(inForce-i)*time.Minute), at.Add(time.Duration(i+1)*time.Hour))
@@ -105,9 +108,9 @@ func erasedAt(l *Ledger, r Record) bool {
 // read; the 4 in force, 1 of them forever, are read and obeyed.
 func TestStartReadsOnlyTheRecordsInForce(t *testing.T) {
 	s := indexedLedger(t)
-	// An hour ahead of the real clock, so that GC keeps the records this
+	// A day ahead of the real clock, so that GC keeps the records this
 	// worker's clock has seen expire.
-	now := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
+	now := time.Now().Add(24 * time.Hour).UTC().Truncate(time.Millisecond)
 	recs := history(now, 300, 3, 1)
 	writeRecords(t, s, false, recs...)
 	w := watchAt(s, &now)
@@ -136,7 +139,7 @@ func TestStartReadsOnlyTheRecordsInForce(t *testing.T) {
 // records in force are read again, those alone.
 func TestRefreshesNeverReadEveryRecord(t *testing.T) {
 	s := indexedLedger(t)
-	now := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
+	now := time.Now().Add(24 * time.Hour).UTC().Truncate(time.Millisecond)
 	writeRecords(t, s, false, history(now, 300, 3, 1)...)
 	w := watchAt(s, &now)
 	if err := w.Start(context.Background()); err != nil {
@@ -205,8 +208,8 @@ func TestRecordsOfAnEarlierReleaseAreObeyed(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := w.Current()
-	if st := w.Status(); !st.Indexed || l.Len() != 4 || w.rows() != 4 {
-		t.Errorf("start on the indexed ledger: %+v, %d users from %d rows", st, l.Len(), w.rows())
+	if st := w.Status(); !st.Indexed || l.Len() != 4 || w.rows() != 5 {
+		t.Errorf("start on the indexed ledger: %+v, %d users from %d records", st, l.Len(), w.rows())
 	}
 	for _, r := range recs {
 		if !erasedAt(l, r) {
@@ -295,8 +298,8 @@ func TestRereadFindsWhatTheJournalMissed(t *testing.T) {
 }
 
 // Two records of a user in the index that expire at the same time (two
-// that never do) share a row, and the narrower, later one does not
-// overwrite the wider.
+// that never do) share a row, each in its own cell: the narrower, later
+// one does not overwrite the wider.
 func TestIndexKeepsEveryRecordOfAUser(t *testing.T) {
 	s := indexedLedger(t)
 	ctx := context.Background()
@@ -308,7 +311,29 @@ func TestIndexKeepsEveryRecordOfAUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := s.loadInForce(ctx, now)
-	if err != nil || got.rows != 1 || !got.l.Erased("acme", "u2", now.UnixMilli(), Position{}) {
-		t.Errorf("index: %v, %d rows", err, got.rows)
+	if err != nil || got.rows != 2 || !got.l.Erased("acme", "u2", now.UnixMilli(), Position{}) {
+		t.Errorf("index: %v, %d records", err, got.rows)
+	}
+}
+
+// BenchmarkRefreshWithNewErasures is what a refresh does with a forget of
+// ten users at the working set of ten million erasures over three years
+// (150,000 in force over 1,000 tenants): the new ledger, sharing the maps
+// of the tenants the forget does not touch (the journal read itself is a
+// few rows).
+func BenchmarkRefreshWithNewErasures(b *testing.B) {
+	now := time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC)
+	l := &Ledger{}
+	for i := range 150_000 {
+		l.add(fmt.Sprintf("tenant-%04d", i%1000), fmt.Sprintf("user-%09d", i), erased{upTo: 1, expires: forever})
+	}
+	var entries []entry
+	for i := range 10 {
+		entries = append(entries, entry{tenant: fmt.Sprintf("tenant-%04d", i*97), user: fmt.Sprintf("new-%d", i), erased: erased{upTo: 1, expires: forever}})
+	}
+	for b.Loop() {
+		if next, grew := l.with(entries, now); !grew || next.Len() != 150_010 {
+			b.Fatal("the forget did not reach the ledger")
+		}
 	}
 }

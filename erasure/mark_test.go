@@ -108,7 +108,8 @@ func TestStoreKeepsMarks(t *testing.T) {
 	}
 	late := now.Add(time.Hour).UnixMilli()
 	at := Position{"clicks", 1, 7}
-	l, _, err := s.LoadLedger(ctx, now)
+	got, err := s.loadAll(ctx, now)
+	l := got.l
 	if err != nil || l.Len() != 2 || !l.Erased("acme", "u1", late, at) || l.Erased("acme", "u1", late, Position{"clicks", 1, 8}) {
 		t.Fatalf("full read: %v, %d users, the mark not obeyed", err, l.Len())
 	}
@@ -126,7 +127,7 @@ func TestStoreKeepsMarks(t *testing.T) {
 	}
 	idx, err := s.loadInForce(ctx, now)
 	if err != nil || idx.l.Len() != 2 || !idx.l.Erased("acme", "u1", late, at) || idx.rows != 2 {
-		t.Errorf("expiry index: %v, %d users in %d rows", err, idx.l.Len(), idx.rows)
+		t.Errorf("expiry index: %v, %d users of %d records", err, idx.l.Len(), idx.rows)
 	}
 	recs, _, err := s.Load(ctx, now)
 	if err != nil || len(recs) != 2 || recs[0].Below == nil || !slices.Equal(recs[0].Below.Ends, mark.Ends) {

@@ -34,13 +34,12 @@ import (
 //     (#j#<Unix ms, 13 digits>#tenant#user): a refresh reads the journal
 //     rows of the last few minutes, a key range, so it costs what was
 //     recorded since, not the size of the ledger;
-//   - an expiry index row, keyed by the time it expires
-//     (#x#<Unix ms, 13 digits>#tenant#user; a record that never expires
-//     under the largest time, 9999999999999): a worker starting reads the
-//     key range from now on, the records in force, whatever the ledger
-//     held before, and reads it again every RereadEvery.
+//   - a cell in an expiry index row, a row of the records that expire in
+//     the same hour (see indexKey): a worker starting reads the key range
+//     from now on, the records in force, whatever the ledger held
+//     before, and reads it again every RereadEvery.
 //
-// Journal and index rows expire with their record. Workers only read the
+// Journal rows and index cells expire with their record. Workers only read the
 // table; forget writes the three rows, and worker setup writes the index
 // rows of records an earlier release wrote (Index), then the marker row
 // that says the index is whole (#m#indexed).
@@ -60,12 +59,12 @@ const (
 	journalPrefix = "#j#"
 	indexPrefix   = "#x#"
 
-	// colHasIndex, in a journal row, says its record has its index row
+	// colHasIndex, in a journal row, says its record has its index cell
 	// (an earlier release's forget wrote none: see Index).
 	colHasIndex = "x"
 
 	// indexedKey is the marker row: present, every record in force has
-	// its index row (written by worker setup, Index).
+	// its index cell (written by worker setup, Index).
 	indexedKey   = "#m#indexed"
 	colIndexed   = "indexed"    // the index's version, as text
 	colIndexedAt = "indexed_at" // when setup last indexed, Unix milliseconds, 8 bytes big-endian
@@ -102,10 +101,9 @@ func NewStore(c *bigtable.Client, table string) *Store {
 func (s *Store) Table() string { return s.name }
 
 // Put writes r: its record row, its journal row (keyed by the time of the
-// write), then its index row.
-// Each is one row mutation, all there or not at all; a failure between two
-// leaves a record some reader misses, and Put fails: forget deletes
-// nothing, and run again writes all three. Put again with the same
+// write), then its index cell. Each is one row mutation, all there or not
+// at all; a failure between two leaves a record some reader misses, and
+// Put fails: forget deletes nothing, and run again writes all three. Put again with the same
 // RecordedAt, it writes the same cells again: so forget adds the mark to a
 // record it has written (see Mark).
 func (s *Store) Put(ctx context.Context, r Record) error {
@@ -125,8 +123,8 @@ func (s *Store) Put(ctx context.Context, r Record) error {
 }
 
 // Rows is r's rows: its record row, its journal row (keyed by written) and
-// its index row, in the order Put writes them; the ledger bench writes
-// them in bulk (loadtest ledger).
+// its index cell's row, in the order Put writes them; the ledger bench
+// writes them in bulk (loadtest ledger).
 func Rows(r Record, written time.Time) (keys []string, muts []*bigtable.Mutation, _ error) {
 	if err := rowkey.ValidateID("tenant", r.Tenant); err != nil {
 		return nil, nil, err
@@ -146,29 +144,24 @@ func Rows(r Record, written time.Time) (keys []string, muts []*bigtable.Mutation
 	j := bigtable.NewMutation()
 	j.Set(Family, colUpTo, ts, millis(r.UpTo))
 	j.Set(Family, colHasIndex, ts, nil)
-	// The index row holds what a worker needs, named as in the record
-	// row: two erasures of a user that expire at the same time (two that
-	// never do) share the row, and neither overwrites the other's cells.
+	// The index cell holds what a worker needs: erased_up_to and the
+	// mark, in a row of the records that expire in the same hour.
 	x := bigtable.NewMutation()
-	x.Set(Family, colUpTo+at, ts, millis(r.UpTo))
+	var below []byte
 	if r.Below != nil {
-		b := r.Below.encode()
-		m.Set(Family, colBelow+at, ts, b)
-		j.Set(Family, colBelow, ts, b)
-		x.Set(Family, colBelow+at, ts, b)
+		below = r.Below.encode()
+		m.Set(Family, colBelow+at, ts, below)
+		j.Set(Family, colBelow, ts, below)
 	}
-	keys = []string{recordKey(r.Tenant, r.User), journalKey(written, r.Tenant, r.User), indexKey(ts, r.Tenant, r.User)}
+	recorded := max(0, r.RecordedAt.UnixMilli())
+	x.Set(Family, indexColumn(r.Tenant, r.User, recorded), ts, append(millis(r.UpTo), below...))
+	keys = []string{recordKey(r.Tenant, r.User), journalKey(written, r.Tenant, r.User), indexKey(ts, r.Tenant, r.User, recorded)}
 	return keys, []*bigtable.Mutation{m, j, x}, nil
 }
 
 // journalKey is the journal row of a record written at written.
 func journalKey(written time.Time, tenant, user string) string {
 	return fmt.Sprintf("%s%013d%c%s", journalPrefix, max(0, written.UnixMilli()), rowkey.Sep, recordKey(tenant, user))
-}
-
-// indexKey is the index row of a record whose cells carry ts.
-func indexKey(ts bigtable.Timestamp, tenant, user string) string {
-	return fmt.Sprintf("%s%013d%c%s", indexPrefix, min(max(0, int64(ts)/1000), rowkey.MaxMillis), rowkey.Sep, recordKey(tenant, user))
 }
 
 // Load reads every record in force at now: expired records are left out
@@ -211,16 +204,6 @@ func (s *Store) Load(ctx context.Context, now time.Time) (_ []Record, ignored in
 	return out, ignored, err
 }
 
-// LoadLedger reads every record row in force at now, as the workers need
-// it: erased_up_to and the mark alone, no Record built. It reads the whole
-// ledger: a worker does so only at its first start on a ledger worker
-// setup has not indexed (see Watch), and the bench reads it for the
-// figure of the release before.
-func (s *Store) LoadLedger(ctx context.Context, now time.Time) (_ *Ledger, ignored int, _ error) {
-	r, err := s.loadAll(ctx, now)
-	return r.l, r.ignored, err
-}
-
 // LoadUsers reads the records in force at now of the users of tenant
 // (their record rows alone): what forget needs to know of who is erased
 // already, whatever the size of the ledger.
@@ -239,11 +222,15 @@ func (s *Store) LoadUsers(ctx context.Context, tenant string, users []string, no
 
 // loaded is what one read of the ledger found.
 type loaded struct {
-	l             *Ledger
+	l *Ledger
+	// rows counts the rows read (the index's: its cells, a record each);
+	// ignored, those that name no user.
 	rows, ignored int
 }
 
-// loadAll reads every record row.
+// loadAll reads every record row in force at now, as the workers need
+// it: erased_up_to and the mark alone, no Record built. A worker does so
+// only at its first start on a ledger worker setup has not indexed.
 func (s *Store) loadAll(ctx context.Context, now time.Time) (loaded, error) {
 	ld := newLoader()
 	rows, ignored, err := s.read(ctx, "read", recordRanges, ledgerColumns, now, parseRecordKey, ld.cells)
@@ -257,10 +244,10 @@ func (s *Store) loadAll(ctx context.Context, now time.Time) (loaded, error) {
 // index's and the marker's, which all start with '#'.
 var recordRanges = bigtable.RowRangeList{bigtable.NewRange("", "#"), bigtable.InfiniteRange("$")}
 
-// ledgerColumns are the columns a worker needs of a record or index row.
+// ledgerColumns are the columns a worker needs of a record row.
 var ledgerColumns = bigtable.ColumnFilter("^(" + colUpTo + "|" + colBelow + `)\..*`)
 
-// loader builds a ledger from the cells of record or index rows.
+// loader builds a ledger from the cells of record rows, or index cells.
 type loader struct {
 	l  *Ledger
 	ms marks

@@ -71,8 +71,8 @@ type Watch struct {
 	readAt   time.Time // last successful read of the records in force
 	rereadAt time.Time // when the next is due
 	indexed  bool      // the last read of the records in force read the index
-	lastRead string    // what the last load read, and how many rows
-	lastRows int       // how many rows
+	lastRead string    // what the last load read, and how many rows or records
+	lastRows int       // how many
 	ignored  int       // rows the last read of the records could not read as records
 	lastErr  error     // why the last load failed, nil when it did not
 	warned   bool      // lastErr has been logged
@@ -168,7 +168,7 @@ func (w *Watch) load(ctx context.Context) error {
 	)
 	if reread {
 		// A ledger worker setup has not indexed yet holds records of an
-		// earlier release without index rows: the first load reads every
+		// earlier release without index cells: the first load reads every
 		// record, once; the rereads after read the index, as what the
 		// first read holds stays until it expires.
 		if first {
@@ -178,10 +178,10 @@ func (w *Watch) load(ctx context.Context) error {
 		case err != nil:
 		case indexed:
 			got, err = w.store.loadInForce(lctx, start)
-			what = "records in force (expiry index)"
+			what = "records in force (expiry index): %d records"
 		default:
 			got, err = w.store.loadAll(lctx, start)
-			what = "every record (not indexed)"
+			what = "every record (not indexed): %d rows"
 		}
 		if err == nil {
 			next = got.l
@@ -192,7 +192,7 @@ func (w *Watch) load(ctx context.Context) error {
 		var entries []entry
 		if entries, got.rows, err = w.store.loadSince(lctx, since); err == nil {
 			next, grew = prev.with(entries, start)
-			what = "journal since " + since.UTC().Format(time.RFC3339)
+			what = "journal since " + since.UTC().Format(time.RFC3339) + ": %d rows"
 		}
 	}
 	if err != nil {
@@ -215,7 +215,7 @@ func (w *Watch) load(ctx context.Context) error {
 	// The load counts from when it began: a record written after that
 	// may not be in it.
 	w.loadedAt, w.lastErr = start, nil
-	w.lastRead, w.lastRows = fmt.Sprintf("%s: %d rows", what, got.rows), got.rows
+	w.lastRead, w.lastRows = fmt.Sprintf(what, got.rows), got.rows
 	if reread {
 		w.readAt, w.rereadAt, w.ignored = start, start.Add(w.rereadEvery), got.ignored
 		if first {

@@ -153,7 +153,7 @@ func TestSetupIndexesALedgerOfAnEarlierRelease(t *testing.T) {
 	if err != nil || !strings.Contains(out, "indexed erasure ledger") || !strings.Contains(out, ": 1 records in force") {
 		t.Errorf("setup over the earlier release's ledger: %v\n%s", err, out)
 	}
-	if st := start(); !st.Indexed || st.LastRead != "records in force (expiry index): 1 rows" {
+	if st := start(); !st.Indexed || st.LastRead != "records in force (expiry index): 1 records" {
 		t.Errorf("a start after the index: %+v", st)
 	}
 	if out, err := e.cmd(t, "setup"); err != nil || strings.Contains(out, "indexed") {

@@ -60,7 +60,7 @@ func (c *twoClusters) Wait(ctx context.Context, table string) error {
 	} else {
 		c.replicate()
 	}
-	l, _, err := c.ledger.LoadLedger(ctx, time.Now())
+	l, err := c.ledger.LoadUsers(ctx, "acme", []string{"u-1"}, time.Now())
 	if err != nil {
 		return err
 	}
@@ -187,7 +187,7 @@ func TestForgetReplicationRefusedOrStated(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "nothing was recorded") || !strings.Contains(err.Error(), "--replication single-cluster") {
 		t.Errorf("forget without the right to wait: %v", err)
 	}
-	l, _, lerr := store.LoadLedger(context.Background(), time.Now())
+	l, lerr := store.LoadUsers(context.Background(), "acme", []string{"u-1"}, time.Now())
 	if lerr != nil || l.Len() != 0 || userRows(t, dc, events) != 2 {
 		t.Errorf("after the refusal: ledger %v (%v), %d rows; want empty and 2", l, lerr, userRows(t, dc, events))
 	}
@@ -237,7 +237,7 @@ func TestForgetRefusesAClockOffBigtables(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.word+" Bigtable's") || !strings.Contains(err.Error(), "nothing was recorded") {
 			t.Errorf("a clock %s off: %v", c.off, err)
 		}
-		if l, _, err := store.LoadLedger(context.Background(), time.Now()); err != nil || l.Len() != 0 || userRows(t, dc, events) != 2 {
+		if l, err := store.LoadUsers(context.Background(), "acme", []string{"u-1"}, time.Now()); err != nil || l.Len() != 0 || userRows(t, dc, events) != 2 {
 			t.Errorf("after the refusal: ledger of %d users (%v), %d rows; want none and 2", l.Len(), err, userRows(t, dc, events))
 		}
 	}

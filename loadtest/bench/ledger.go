@@ -49,6 +49,7 @@ type ledgerRun struct {
 	users         int           // erased users in force, as /status says
 	exited        string        // how it exited before the end, if it did
 	exitedAfter   time.Duration
+	load          string // the machine's load average when it started (others' work slows the emulator)
 }
 
 // RunLedger fills a ledger table with o.Erasures erased users, as three
@@ -206,7 +207,7 @@ func measureLedgerWorker(ctx context.Context, bin string, o LedgerOptions, ledge
 		w.stop(ctx)
 	}()
 	pid := w.cmd.Process.Pid
-	r := ledgerRun{ledger: ledger}
+	r := ledgerRun{ledger: ledger, load: loadAverage()}
 	if r.ledger == "" {
 		r.ledger = "empty"
 	}
@@ -260,6 +261,15 @@ func measureLedgerWorker(ctx context.Context, bin string, o LedgerOptions, ledge
 		r.users = st
 	}
 	return r, nil
+}
+
+// loadAverage is the machine's load average over the last minute (Linux).
+func loadAverage() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	return strings.Fields(string(data))[0]
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
@@ -323,7 +333,7 @@ func fetchErasures(ctx context.Context, admin string) (int, error) {
 
 // ledgerHeader is the head of the table of runs.
 func ledgerHeader(w io.Writer, o LedgerOptions) {
-	fmt.Fprintf(w, "| build | ledger | erased users in force | ready | CPU to ready | RSS after %s idle (peak) | idle CPU |\n|---|---|---|---|---|---|---|\n", o.Idle)
+	fmt.Fprintf(w, "| build | ledger | erased users in force | ready | CPU to ready | RSS after %s idle (peak) | idle CPU | load average at start |\n|---|---|---|---|---|---|---|---|\n", o.Idle)
 }
 
 func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
@@ -332,16 +342,16 @@ func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 func ledgerRow(w io.Writer, r ledgerRun, o LedgerOptions) {
 	switch {
 	case r.exited != "":
-		fmt.Fprintf(w, "| %s | %s | - | exited after %s (%s), never ready | %s | - | - |\n", r.build, r.ledger, r.exitedAfter.Round(time.Second), r.exited,
-			r.startCPU.Round(10*time.Millisecond))
+		fmt.Fprintf(w, "| %s | %s | - | exited after %s (%s), never ready | %s | - | - | %s |\n", r.build, r.ledger, r.exitedAfter.Round(time.Second), r.exited,
+			r.startCPU.Round(10*time.Millisecond), r.load)
 		return
 	}
 	ready := r.ready.Round(10 * time.Millisecond).String()
 	if r.ready == 0 {
 		ready = "not ready after " + o.ReadyTimeout.String()
 	}
-	fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s (%s) | %.2f%% of a core |\n", r.build, r.ledger, r.users, ready,
-		r.startCPU.Round(10*time.Millisecond), mib(r.rss), mib(r.peak), 100*r.idleCPU.Seconds()/o.Idle.Seconds())
+	fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s (%s) | %.2f%% of a core | %s |\n", r.build, r.ledger, r.users, ready,
+		r.startCPU.Round(10*time.Millisecond), mib(r.rss), mib(r.peak), 100*r.idleCPU.Seconds()/o.Idle.Seconds(), r.load)
 }
 
 // ledgerCost prints what the ledger costs a build: the difference of its
