@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/cellttl/cellttl/internal/duration"
@@ -24,6 +25,11 @@ import (
 // Problem, joins every topic's problem and says the fix.
 func (d *Writer) Check(ctx context.Context) ([]TopicRetention, error) {
 	rs, err := d.check(ctx)
+	if ctx.Err() != nil {
+		// Cut short (the worker is stopping): what was read is partial,
+		// and an unread topic is not a topic with a problem.
+		return d.Topics(), fmt.Errorf("dead-letter topics: check cut short: %w", context.Cause(ctx))
+	}
 	d.mu.Lock()
 	d.state, d.checkProblem = rs, err
 	d.mu.Unlock()
@@ -217,7 +223,7 @@ func (d *Writer) readSettings(ctx context.Context, md *kafka.MetadataResponse, r
 	if assumed && (len(prev) == 0 || prev[0].Policy == "" || !prev[0].RetentionCheckAssumed) { // said once, not every check
 		d.log.Warn("could not read every broker's log.retention.check.interval.ms; assuming at least Kafka's default", "assumed", duration.Format(check))
 	}
-	if describeErr := describeTopics(ctx, d.client, rs, check, assumed); describeErr != nil {
+	if describeErr := d.describe(ctx, md, rs, check, assumed); describeErr != nil {
 		d.log.Warn("could not read every dead-letter topic's settings; letters keep no payload until they are read again", "err", describeErr)
 	}
 	for i := range rs {
@@ -225,16 +231,46 @@ func (d *Writer) readSettings(ctx context.Context, md *kafka.MetadataResponse, r
 		if r.Policy == "" && r.Problem == nil {
 			// Unread: letters go there without payload, and that is said
 			// (/readyz), not left to a warning.
+			r.unread = true
 			r.Problem = &ProduceError{Err: fmt.Errorf("the settings of dead-letter topic %s could not be read: its letters keep no payload until they are", r.Topic),
 				Fix: fmt.Sprintf("grant this worker's principal DESCRIBE_CONFIGS on topic %s, or see whether the brokers answer", r.Topic)}
 		}
 		for _, p := range prev {
-			if p.Topic == r.Topic && p.Policy != "" {
+			// Unread now says nothing about the keep (its Keeps is 0,
+			// which would read as forever).
+			if p.Topic == r.Topic && p.Policy != "" && r.Policy != "" {
 				d.keepChanged(r.Topic, p.Keeps, r.Keeps)
 			}
 		}
 	}
 }
+
+// describe reads rs's settings (describeTopics). A topic just created
+// (by this check, or by another worker starting at the same moment: the
+// metadata md did not have it) is known to the controller before every
+// broker has learned it, and a broker that has not answers
+// UNKNOWN_TOPIC_OR_PARTITION for a few milliseconds: it is asked again,
+// for up to createdSettle, rather than reported unreadable until the next
+// check.
+func (d *Writer) describe(ctx context.Context, md *kafka.MetadataResponse, rs []TopicRetention, check time.Duration, assumed bool) error {
+	if !slices.ContainsFunc(rs, func(r TopicRetention) bool { return !d.known(md, r.Topic) }) {
+		return describeTopics(ctx, d.client, rs, check, assumed)
+	}
+	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(20*time.Millisecond), backoff.WithMaxElapsedTime(createdSettle))
+	var err error
+	_ = backoff.Retry(func() error {
+		err = describeTopics(ctx, d.client, rs, check, assumed)
+		if errors.Is(err, kafka.UnknownTopicOrPartition) {
+			return err
+		}
+		return backoff.Permanent(err)
+	}, backoff.WithContext(b, ctx))
+	return err
+}
+
+// createdSettle bounds the wait for a topic just created to be known to
+// the broker that reads its settings: milliseconds on a healthy cluster.
+const createdSettle = 5 * time.Second
 
 // judge decides whether r, read without a problem, may take letters: a
 // topic that keeps records forever is refused (unless accepted, and never

@@ -126,9 +126,13 @@ type TopicRetention struct {
 	Partitions, Replicas int
 	ShortOf              string `json:",omitempty"`
 	// Problem is why the topic takes no dead letters, nil when it does;
-	// refused, that it keeps records forever and is not to be written.
+	// refused, that it keeps records forever and is not to be written;
+	// unread, that its settings could not be read (letters go there
+	// without payload). Neither is a problem a letter produced there
+	// disproves: only the next check that reads the settings ends it.
 	Problem error `json:"-"`
 	refused bool
+	unread  bool
 }
 
 // unbounded reports why a topic keeps records forever, "" when it does not.

@@ -187,11 +187,13 @@ func (d *Writer) produced(pe *ProduceError, to ...string) {
 	if pe == nil {
 		// Dead letters flow to these topics: whatever Check found there
 		// (a denied write, a missing topic) is over too; a topic refused for
-		// its retention is not written to, so stays refused.
+		// its retention is not written to, so stays refused, and one whose
+		// settings could not be read stays so until a check reads them (a
+		// letter without payload goes through all the same).
 		var problems []error
 		for i := range d.state {
 			r := &d.state[i]
-			if slices.Contains(to, r.Topic) && !r.refused {
+			if slices.Contains(to, r.Topic) && !r.refused && !r.unread {
 				r.Problem = nil
 			}
 			if r.Problem != nil {
@@ -229,6 +231,9 @@ func (d *Writer) Run(ctx context.Context, interval time.Duration) {
 		before := d.checkProblem
 		d.mu.Unlock()
 		_, err := d.Check(ctx)
+		if ctx.Err() != nil {
+			return // stopping: a check cut short says nothing
+		}
 		switch {
 		case err != nil && (before == nil || before.Error() != err.Error()):
 			d.log.Error("dead-letter topics cannot take dead letters; the letters bound for them wait, uncommitted", "err", err)
