@@ -46,8 +46,11 @@ type Facts struct {
 	// Checkpoints are the retime and migrate checkpoint files to look at.
 	Checkpoints []CheckpointFact
 	// OwnTTLs: events may give their own TTL (--ttl-from), as short as
-	// their tenant's min_ttl.
-	OwnTTLs bool
+	// their tenant's min_ttl. OwnTTLsRecorded, when not "", says that the
+	// table's record of the workers' setting decided it (the setting as
+	// flags say it), not the command's own flag.
+	OwnTTLs         bool
+	OwnTTLsRecorded string
 	// Ledger names the erasure ledger table; LedgerRecordLife is the rule
 	// by which worker forget sets how long a record lives (package
 	// erasure/forget's RecordLife, handed in: forget imports retention).
@@ -199,7 +202,11 @@ func tenantStatement(f Facts, id string) TenantStatement {
 func shortestLife(f Facts, id, name string, ttl time.Duration) (time.Duration, string) {
 	text := fmt.Sprintf("%s TTL is %s", name, duration.Format(ttl))
 	if b, _ := f.Policy.TenantBounds(id); f.OwnTTLs && b.Min < ttl {
-		return b.Min, fmt.Sprintf("%s events may ask for as little as min_ttl %s (--ttl-from; the TTL is %s)", name, duration.Format(b.Min), duration.Format(ttl))
+		from := "--ttl-from"
+		if f.OwnTTLsRecorded != "" {
+			from = f.OwnTTLsRecorded + ", the table's recorded setting"
+		}
+		return b.Min, fmt.Sprintf("%s events may ask for as little as min_ttl %s (%s; the TTL is %s)", name, duration.Format(b.Min), from, duration.Format(ttl))
 	}
 	return ttl, text
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/cellttl/cellttl/internal/kafkaconn"
 	"github.com/cellttl/cellttl/retention"
 	"github.com/cellttl/cellttl/sink"
+	"github.com/cellttl/cellttl/tablemeta"
 	"github.com/cellttl/cellttl/tenants"
 )
 
@@ -129,6 +130,16 @@ func gatherFacts(ctx context.Context, o *runOptions, cfg *tenants.Config, s *ses
 		return f, err
 	case !fam.Exists:
 		return f, fmt.Errorf("family %s does not exist: run worker setup", o.table.Target())
+	}
+	// The workers record the --ttl-from they write with on the table: a
+	// statement run without the flag (or from another shell) must not
+	// leave out the short TTLs their events may ask for.
+	rec, err := tablemeta.NewStore(s.dc, o.table.Table).Read(ctx)
+	if err != nil {
+		return f, err
+	}
+	if set, ok := rec.Current(); ok && set.TTLFrom != "" && !f.OwnTTLs {
+		f.OwnTTLs, f.OwnTTLsRecorded = true, set.Describe()
 	}
 	f.FamilyRule = sink.DescribeGC(fam.Rule)
 	f.FamilyMaxAge, f.FamilyHasMaxAge = sink.MaxAge(fam.Rule)

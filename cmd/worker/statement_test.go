@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellttl/cellttl/tablemeta"
+
 	"cloud.google.com/go/bigtable"
 )
 
@@ -126,5 +128,16 @@ func statementCountsMinTTL(t *testing.T, e *env, brokers []string) {
 	}
 	if out, err := e.cmd(t, "retention", append(brokers, "--tenant", "globex")...); err != nil {
 		t.Errorf("globex without --ttl-from, an input topic keeping 1d5m1s: %v\n%s", err, out)
+	}
+	// The workers write with --ttl-from (the table records it): a
+	// statement run without the flag counts the min_ttl all the same.
+	if _, _, err := tablemeta.NewStore(e.dc, e.table).ClaimTTLFrom(context.Background(),
+		tablemeta.Claim{TTLFrom: "json:ttl", Change: true, By: "worker run", Now: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	out, err = e.cmd(t, "retention", append(brokers, "--tenant", "globex")...)
+	if codeOf(err) != 1 || !strings.Contains(out, "BREACH globex: input topic "+e.topic+" keeps records 1d") ||
+		!strings.Contains(out, `(--ttl-from "json:ttl", the table's recorded setting; the TTL is 3d)`) {
+		t.Errorf("globex without --ttl-from, the table's rows written with it: exit %d\n%s", codeOf(err), out)
 	}
 }
