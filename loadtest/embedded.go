@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cellttl/cellttl/internal/inproc"
+	"github.com/cellttl/cellttl/loadtest/bench"
 )
 
 // embedded is in-process Kafka and Bigtable with a worker process between.
@@ -60,7 +60,7 @@ func startEmbedded(ctx context.Context, o *options, log *slog.Logger) (*embedded
 		e.stop()
 		return nil, fmt.Errorf("worker setup: %v\n%s", err, out)
 	}
-	port, err := freePort()
+	port, err := bench.FreePort()
 	if err != nil {
 		e.stop()
 		return nil, err
@@ -101,13 +101,4 @@ func (e *embedded) stop() {
 	if e.dir != "" {
 		os.RemoveAll(e.dir)
 	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -3,7 +3,6 @@ package rollout
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/cellttl/cellttl/loadtest/bench"
 )
 
 // proc is one worker process: a pod of the Deployment.
@@ -31,7 +32,7 @@ type proc struct {
 // startWorker starts `worker run` of bin in the group, its log (JSON, info)
 // in dir/<name>.log.
 func startWorker(bin, dir, name string, args []string) (*proc, error) {
-	port, err := freePort()
+	port, err := bench.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -127,13 +128,4 @@ func runOnce(ctx context.Context, bin string, args ...string) error {
 		return fmt.Errorf("%s %s: %w\n%s", filepath.Base(bin), strings.Join(args, " "), err, out)
 	}
 	return nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
