@@ -297,6 +297,54 @@ func TestRereadFindsWhatTheJournalMissed(t *testing.T) {
 	}
 }
 
+// A worker whose clock runs ahead of the journal's misses nothing between
+// rereads, up to RereadEvery ahead: its journal reads start from the
+// latest time the journal has shown it, not from its own clock. Ten
+// minutes ahead, with and without a record read before (a quiet ledger,
+// then a busy one); the build before read from its own clock less
+// JournalMargin and saw these records only at the next reread.
+func TestJournalReadsFollowTheJournalsClock(t *testing.T) {
+	s := indexedLedger(t)
+	real := time.Now().UTC().Truncate(time.Millisecond)
+	ahead := real.Add(10 * time.Minute)
+	w := watchAt(s, &ahead)
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for i, quiet := range []bool{true, false} {
+		real = real.Add(time.Second)
+		r := Record{Tenant: "acme", User: fmt.Sprintf("user-%d", i), UpTo: real, RecordedAt: real, Expires: real.Add(24 * time.Hour)}
+		writeRecords(t, s, false, r)
+		ahead = ahead.Add(5 * time.Second)
+		if err := w.load(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if !erasedAt(w.Current(), r) {
+			t.Errorf("a worker 10 minutes ahead missed a record written now (quiet ledger %t): %s", quiet, w.Status().LastRead)
+		}
+	}
+}
+
+// The cursor: the earlier of the last load and the journal's newest row,
+// never earlier than a reread interval before the last load.
+func TestJournalFrom(t *testing.T) {
+	loaded := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		newest time.Time
+		want   time.Time
+	}{
+		{time.Time{}, loaded.Add(-RereadEvery - JournalMargin)},                            // nothing read yet
+		{loaded.Add(-time.Hour), loaded.Add(-RereadEvery - JournalMargin)},                 // quiet
+		{loaded.Add(-2 * time.Minute), loaded.Add(-2*time.Minute - JournalMargin)},         // busy, or the worker ahead
+		{loaded.Add(time.Minute), loaded.Add(-JournalMargin)},                              // the worker behind
+		{loaded.Add(-RereadEvery - time.Minute), loaded.Add(-RereadEvery - JournalMargin)}, // ahead by more: the reread's
+	} {
+		if got := journalFrom(loaded, c.newest, RereadEvery); !got.Equal(c.want) {
+			t.Errorf("newest %s: from %s, want %s", c.newest, got, c.want)
+		}
+	}
+}
+
 // Two records of a user in the index that expire at the same time (two
 // that never do) share a row, each in its own cell: the narrower, later
 // one does not overwrite the wider.

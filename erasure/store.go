@@ -332,9 +332,12 @@ type entry struct {
 }
 
 // loadSince reads the journal rows of the records written at or after
-// since (by the writing host's clock).
-func (s *Store) loadSince(ctx context.Context, since time.Time) (_ []entry, rows int, _ error) {
+// since (by the writing host's clock). newest is the latest time a row
+// read carries (zero when none did): the journal's own clock, which
+// forget holds within ClockTolerance of Bigtable's.
+func (s *Store) loadSince(ctx context.Context, since time.Time) (_ []entry, rows int, newest time.Time, _ error) {
 	var out []entry
+	var newestMs int64
 	known := marks{}
 	from := fmt.Sprintf("%s%013d", journalPrefix, max(0, since.UnixMilli()))
 	rng := bigtable.NewRange(from, rowkey.PrefixEnd(journalPrefix))
@@ -343,9 +346,11 @@ func (s *Store) loadSince(ctx context.Context, since time.Time) (_ []entry, rows
 		rest := strings.TrimPrefix(row.Key(), journalPrefix)
 		at, key, ok := strings.Cut(rest, string(rowkey.Sep))
 		tenant, user, ok2 := parseRecordKey(key)
-		if _, err := strconv.ParseInt(at, 10, 64); err != nil || !ok || !ok2 {
+		ms, err := strconv.ParseInt(at, 10, 64)
+		if err != nil || !ok || !ok2 {
 			return true
 		}
+		newestMs = max(newestMs, ms)
 		e := entry{tenant: tenant, user: user, erased: erased{upTo: math.MinInt64, expires: forever}}
 		for _, it := range row[Family] {
 			switch {
@@ -364,12 +369,15 @@ func (s *Store) loadSince(ctx context.Context, since time.Time) (_ []entry, rows
 		return true
 	}, bigtable.RowFilter(bigtable.FamilyFilter("^"+Family+"$")))
 	if status.Code(err) == codes.NotFound {
-		return nil, 0, fmt.Errorf("read %s: %w", s.name, ErrMissing)
+		return nil, 0, time.Time{}, fmt.Errorf("read %s: %w", s.name, ErrMissing)
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("read the erasure journal of %s: %w", s.name, err)
+		return nil, 0, time.Time{}, fmt.Errorf("read the erasure journal of %s: %w", s.name, err)
 	}
-	return out, rows, nil
+	if newestMs > 0 {
+		newest = time.UnixMilli(newestMs)
+	}
+	return out, rows, newest, nil
 }
 
 func millis(t time.Time) []byte {

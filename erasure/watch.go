@@ -30,17 +30,17 @@ func Bound(refresh, writeTimeout time.Duration) time.Duration {
 // RereadEvery is how often a worker reads the records in force again (the
 // expiry index from now on: the working set, not the ledger's history);
 // the refreshes between read the journal of the last minutes only (see
-// Store). A reread drops from memory the records that expired, and finds
-// a record the journal reads missed: one whose journal row's time lies
-// more than JournalMargin behind the worker's clock when it can first be
-// read.
+// Store and journalFrom). A reread drops from memory the records that
+// expired, and finds a record the journal reads missed: one whose journal
+// row became readable more than JournalMargin after the time it carries,
+// or whose time lies more than RereadEvery + JournalMargin behind the
+// worker's clock.
 const RereadEvery = 15 * time.Minute
 
-// JournalMargin is how far before the last load a refresh reads the
-// journal from: room for the clocks of the host that ran forget and of
-// the worker to disagree (forget's lies within ClockTolerance of
-// Bigtable's, the worker's is not checked), and for a record to become
-// visible some time after the time it carries.
+// JournalMargin is how far before its cursor a refresh reads the journal:
+// room for the clocks of the hosts that ran forget to disagree (each lies
+// within ClockTolerance of Bigtable's), and for a record to become
+// readable some time after the time it carries.
 const JournalMargin = 5 * time.Minute
 
 // ClockTolerance is how far forget's clock may lie from Bigtable's: forget
@@ -71,11 +71,14 @@ type Watch struct {
 	readAt   time.Time // last successful read of the records in force
 	rereadAt time.Time // when the next is due
 	indexed  bool      // the last read of the records in force read the index
-	lastRead string    // what the last load read, and how many rows or records
-	lastRows int       // how many
-	ignored  int       // rows the last read of the records could not read as records
-	lastErr  error     // why the last load failed, nil when it did not
-	warned   bool      // lastErr has been logged
+	// newest is the latest time a journal row read carried: the
+	// journal's clock (see journalFrom).
+	newest   time.Time
+	lastRead string // what the last load read, and how many rows or records
+	lastRows int    // how many
+	ignored  int    // rows the last read of the records could not read as records
+	lastErr  error  // why the last load failed, nil when it did not
+	warned   bool   // lastErr has been logged
 }
 
 // NewWatch returns a watch of store's ledger, to be started with Start.
@@ -148,7 +151,7 @@ func (w *Watch) load(ctx context.Context) error {
 	// it is tried again a minute of refreshes later).
 	first := w.readAt.IsZero()
 	reread := first || !start.Before(w.rereadAt)
-	since := w.loadedAt.Add(-JournalMargin)
+	since := journalFrom(w.loadedAt, w.newest, w.rereadEvery)
 	w.mu.Unlock()
 	// A read of the records in force grows with the working set: it may
 	// take longer than a refresh; a journal read may not.
@@ -164,6 +167,7 @@ func (w *Watch) load(ctx context.Context) error {
 		got     loaded
 		indexed = true
 		what    string
+		newest  time.Time
 		err     error
 	)
 	if reread {
@@ -190,7 +194,7 @@ func (w *Watch) load(ctx context.Context) error {
 		}
 	} else {
 		var entries []entry
-		if entries, got.rows, err = w.store.loadSince(lctx, since); err == nil {
+		if entries, got.rows, newest, err = w.store.loadSince(lctx, since); err == nil {
 			next, grew = prev.with(entries, start)
 			what = "journal since " + since.UTC().Format(time.RFC3339) + ": %d rows"
 		}
@@ -215,6 +219,7 @@ func (w *Watch) load(ctx context.Context) error {
 	// The load counts from when it began: a record written after that
 	// may not be in it.
 	w.loadedAt, w.lastErr = start, nil
+	w.newest = later(w.newest, newest)
 	w.lastRead, w.lastRows = fmt.Sprintf(what, got.rows), got.rows
 	if reread {
 		w.readAt, w.rereadAt, w.ignored = start, start.Add(w.rereadEvery), got.ignored
@@ -224,6 +229,33 @@ func (w *Watch) load(ctx context.Context) error {
 	}
 	w.mu.Unlock()
 	return nil
+}
+
+// journalFrom is where a refresh reads the journal from, for a worker
+// that last loaded at loaded (its own clock) and has read journal rows up
+// to newest (the journal's clock, zero before any). The journal is keyed
+// by the clock of the host that ran forget, which lies within
+// ClockTolerance of Bigtable's; the worker's own is not checked, and a
+// worker running ahead that read from loaded less JournalMargin would
+// pass over records just written. So the cursor is the earlier of loaded
+// and newest, but never earlier than reread less the reread interval: a
+// worker whose clock runs up to that far ahead misses nothing between
+// rereads, and a ledger without new records costs a read of the last
+// rereadEvery + JournalMargin of the journal (quiet, by then), not of its
+// history.
+func journalFrom(loaded, newest time.Time, rereadEvery time.Duration) time.Time {
+	cursor := later(newest, loaded.Add(-rereadEvery))
+	if loaded.Before(cursor) {
+		cursor = loaded
+	}
+	return cursor.Add(-JournalMargin)
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // Current returns the ledger in force. It never blocks.

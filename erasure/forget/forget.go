@@ -174,11 +174,11 @@ func Forget(ctx context.Context, rows *bigtable.Table, ledger *erasure.Store, r 
 
 // checkClock refuses to record when now, forget's clock, lies more than
 // erasure.ClockTolerance from Bigtable's: the workers read the journal
-// from their last load less erasure.JournalMargin, and a record whose
-// journal row (keyed by this host's clock) carries a time further behind
-// would reach them only at their next read of the records in force
-// (erasure.RereadEvery); one further ahead would erase the users' events
-// to come that much longer.
+// from the newest row they have read less erasure.JournalMargin, and a
+// record whose journal row (keyed by this host's clock) carries a time
+// further behind another forget's would reach them only at their next
+// read of the records in force (erasure.RereadEvery); one further ahead
+// would erase the users' events to come that much longer.
 func checkClock(ctx context.Context, ledger *erasure.Store, now time.Time, log *slog.Logger) error {
 	server, err := ledger.ServerTime(ctx)
 	if err != nil {
