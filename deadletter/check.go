@@ -217,7 +217,7 @@ func (d *Writer) checkShape(md *kafka.MetadataResponse, rs, prev []TopicRetentio
 // problem, and its letters keep no payload until they are read again: the
 // last reading may no longer hold (a retention raised while the settings
 // could not be read would keep payloads past their events). A topic whose
-// keep changed since prev is recorded (keepChanged).
+// keep changed since the last reading is recorded (keepChanged).
 func (d *Writer) readSettings(ctx context.Context, md *kafka.MetadataResponse, rs, prev []TopicRetention) {
 	check, assumed := retentionCheck(ctx, d.client, md.Brokers)
 	if assumed && (len(prev) == 0 || prev[0].Policy == "" || !prev[0].RetentionCheckAssumed) { // said once, not every check
@@ -235,11 +235,18 @@ func (d *Writer) readSettings(ctx context.Context, md *kafka.MetadataResponse, r
 			r.Problem = &ProduceError{Err: fmt.Errorf("the settings of dead-letter topic %s could not be read: its letters keep no payload until they are", r.Topic),
 				Fix: fmt.Sprintf("grant this worker's principal DESCRIBE_CONFIGS on topic %s, or see whether the brokers answer", r.Topic)}
 		}
-		for _, p := range prev {
-			// Unread now says nothing about the keep (its Keeps is 0,
-			// which would read as forever).
-			if p.Topic == r.Topic && p.Policy != "" && r.Policy != "" {
-				d.keepChanged(r.Topic, p.Keeps, r.Keeps)
+		if r.Policy != "" {
+			// Measured from the last reading, not the last check: a keep
+			// raised while the settings could not be read is a growth too.
+			d.mu.Lock()
+			was, had := d.readKeeps[r.Topic]
+			if d.readKeeps == nil {
+				d.readKeeps = map[string]time.Duration{}
+			}
+			d.readKeeps[r.Topic] = r.Keeps
+			d.mu.Unlock()
+			if had {
+				d.keepChanged(r.Topic, was, r.Keeps)
 			}
 		}
 	}
@@ -253,7 +260,9 @@ func (d *Writer) readSettings(ctx context.Context, md *kafka.MetadataResponse, r
 // for up to createdSettle, rather than reported unreadable until the next
 // check.
 func (d *Writer) describe(ctx context.Context, md *kafka.MetadataResponse, rs []TopicRetention, check time.Duration, assumed bool) error {
-	if !slices.ContainsFunc(rs, func(r TopicRetention) bool { return !d.known(md, r.Topic) }) {
+	// Only a topic that now exists: one that could not be created has its
+	// problem already, and would answer so for the whole wait.
+	if !slices.ContainsFunc(rs, func(r TopicRetention) bool { return !d.known(md, r.Topic) && r.Problem == nil }) {
 		return describeTopics(ctx, d.client, rs, check, assumed)
 	}
 	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(20*time.Millisecond), backoff.WithMaxElapsedTime(createdSettle))
@@ -301,7 +310,7 @@ func (d *Writer) judge(ctx context.Context, r *TopicRetention) {
 // failAll gives every topic the same problem.
 func (d *Writer) failAll(rs []TopicRetention, err error) ([]TopicRetention, error) {
 	for i := range rs {
-		rs[i].Problem = err
+		rs[i].Problem, rs[i].unread = err, true // nothing read: as unread settings
 	}
 	return rs, err
 }

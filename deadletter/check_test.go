@@ -3,8 +3,11 @@ package deadletter
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
+	"maps"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -33,7 +36,7 @@ func TestCheckReadsTopicsJustCreated(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	lag := &unknownAtFirst{RoundTripper: d.client.Transport, left: 2}
+	lag := &describeFault{RoundTripper: d.client.Transport, left: 2, code: kafka.UnknownTopicOrPartition}
 	d.client.Transport = lag
 	rs, err := d.Check(t.Context())
 	if err != nil {
@@ -89,32 +92,80 @@ func TestCheckReadsTopicsJustCreatedByAnother(t *testing.T) {
 	}
 }
 
-// unknownAtFirst answers the first left DescribeConfigs requests for
-// topics as a broker that has not learned them yet does.
-type unknownAtFirst struct {
+// describeFault answers the next left DescribeConfigs requests for topics
+// with code: UNKNOWN_TOPIC_OR_PARTITION as a broker that has not learned
+// a new topic yet does, TOPIC_AUTHORIZATION_FAILED as one whose ACLs
+// deny it.
+type describeFault struct {
 	kafka.RoundTripper
 	mu   sync.Mutex
 	left int
+	code kafka.Error
 }
 
-func (u *unknownAtFirst) RoundTrip(ctx context.Context, addr net.Addr, req protocol.Message) (protocol.Message, error) {
+func (u *describeFault) fail(n int) {
+	u.mu.Lock()
+	u.left = n
+	u.mu.Unlock()
+}
+
+func (u *describeFault) RoundTrip(ctx context.Context, addr net.Addr, req protocol.Message) (protocol.Message, error) {
 	if q, ok := req.(*describeconfigs.Request); ok && len(q.Resources) > 0 && q.Resources[0].ResourceType == int8(kafka.ResourceTypeTopic) {
 		u.mu.Lock()
-		lagging := u.left > 0
-		if lagging {
+		failing := u.left > 0
+		if failing {
 			u.left--
 		}
 		u.mu.Unlock()
-		if lagging {
+		if failing {
 			res := &describeconfigs.Response{}
 			for _, r := range q.Resources {
 				res.Resources = append(res.Resources, describeconfigs.ResponseResource{ResourceType: r.ResourceType, ResourceName: r.ResourceName,
-					ErrorCode: int16(kafka.UnknownTopicOrPartition)})
+					ErrorCode: int16(u.code)})
 			}
 			return res, nil
 		}
 	}
 	return u.RoundTripper.RoundTrip(ctx, addr, req)
+}
+
+// A keep raised while the settings could not be read is a growth all the
+// same: it is measured from the last reading, not from the last check
+// (whose unread topic says nothing). Letters placed for 37 minutes now
+// stay 30 days: the worker says so, and /readyz with it.
+func TestKeepGrownWhileUnreadIsReported(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	topic := testenv.Name("dead")
+	testenv.CreateTopicWith(t, brokers, topic, 1, testenv.DeadLetterConfigs)
+	d, err := NewWriter(brokers, Topics{Base: topic, Retention: time.Hour}, kafkaconn.Security{}, nil, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	fault := &describeFault{RoundTripper: d.client.Transport, code: kafka.TopicAuthorizationFailed}
+	d.client.Transport = fault
+	if _, err := d.Check(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	fault.fail(1)
+	if _, err := d.Check(t.Context()); err == nil || !strings.Contains(err.Error(), "could not be read") {
+		t.Fatalf("a check that could not read the settings: %v", err)
+	}
+	res, err := d.client.AlterConfigs(t.Context(), &kafka.AlterConfigsRequest{Resources: []kafka.AlterConfigRequestResource{{
+		ResourceType: kafka.ResourceTypeTopic, ResourceName: topic, Configs: []kafka.AlterConfigRequestConfig{
+			{Name: "retention.ms", Value: "2592000000"}, {Name: "segment.ms", Value: "120000"}, {Name: "cleanup.policy", Value: "delete"}}}}})
+	if err == nil {
+		err = errors.Join(slices.Collect(maps.Values(res.Errors))...)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Check(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Problem(); err == nil || !strings.Contains(err.Error(), "keeps records up to 30d") {
+		t.Errorf("a keep grown from 37m to 30d while unread: problem %v", err)
+	}
 }
 
 // A check cut short by the worker stopping says nothing about the topics:
@@ -152,5 +203,22 @@ func TestCheckCutShortChangesNothing(t *testing.T) {
 	}
 	if err := d.Problem(); err != nil {
 		t.Errorf("a check cut short left a problem: %v", err)
+	}
+}
+
+// A check that could not even read the metadata read no settings: letters
+// go without payload, and a letter produced meanwhile does not make the
+// topics ready (/readyz) before a check reads them.
+func TestMetadataFailureStaysAProblemUntilRead(t *testing.T) {
+	transport := &kafka.Transport{}
+	defer transport.CloseIdleConnections()
+	d := &Writer{topics: Topics{Base: "dlq"}, log: quiet, now: time.Now,
+		client: &kafka.Client{Addr: kafka.TCP("127.0.0.1:1"), Transport: transport, Timeout: time.Second}}
+	if _, err := d.Check(t.Context()); err == nil {
+		t.Fatal("a check without a broker found no problem")
+	}
+	d.produced(nil, "dlq")
+	if err := d.Problem(); err == nil {
+		t.Error("a letter produced without payload cleared a check that read nothing")
 	}
 }

@@ -64,6 +64,10 @@ type Writer struct {
 	state []TopicRetention
 	// grown are the topics whose keep grew under the worker, by name.
 	grown map[string]growth
+	// readKeeps is each topic's keep as the last check that read its
+	// settings found it: a growth is measured from there, across checks
+	// that could not read them.
+	readKeeps map[string]time.Duration
 	// checkProblem is what Check found, produceProblem what produces meet:
 	// why dead letters cannot be produced, nil when they can.
 	checkProblem, produceProblem error

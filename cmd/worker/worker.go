@@ -149,7 +149,7 @@ func (w *worker) openKafka(ctx context.Context, mp metric.MeterProvider) error {
 	// letters is said at once, not at the first bad event. The worker runs
 	// anyway (good events flow); /readyz answers 503 until it is fixed.
 	rs, err := w.dlq.Check(ctx)
-	if err != nil {
+	if err != nil && ctx.Err() == nil {
 		log.Error("dead-letter topics cannot take dead letters; the letters bound for them will wait, uncommitted, until they can", "err", err)
 	}
 	logDeadLetterTopics(rs, w.cfg.Policy, log)
