@@ -153,14 +153,14 @@ func TestStore(t *testing.T) {
 	}
 	// The journal: every record recorded since a moment; the expired one
 	// is there, and left out of a ledger.
-	entries, _, _, err := s.loadSince(ctx, now.Add(-time.Minute))
+	entries, _, _, _, err := s.loadSince(ctx, now.Add(-time.Minute), now)
 	if err != nil || len(entries) != 3 {
 		t.Fatalf("journal: %v %+v", err, entries)
 	}
 	if l, _ := (&Ledger{}).with(entries, now); l.Len() != 2 || l.Erased("acme", "u3", now.UnixMilli(), Position{}) {
 		t.Errorf("ledger from the journal: %d users", l.Len())
 	}
-	if entries, _, _, err := s.loadSince(ctx, time.Now().Add(time.Minute)); err != nil || len(entries) != 0 {
+	if entries, _, _, _, err := s.loadSince(ctx, time.Now().Add(time.Minute), time.Now()); err != nil || len(entries) != 0 {
 		t.Errorf("journal of the future: %v %+v", err, entries)
 	}
 	// A second erasure of u2, never expiring as the first, erasing less:

@@ -303,9 +303,15 @@ func TestRereadFindsWhatTheJournalMissed(t *testing.T) {
 // minutes ahead, with and without a record read before (a quiet ledger,
 // then a busy one); the build before read from its own clock less
 // JournalMargin and saw these records only at the next reread.
+//
+// A row stamped a year ahead (a forget host's clock wrong, an earlier
+// release's) must not hold the cursor at the worker's own clock: it is
+// there from the start.
 func TestJournalReadsFollowTheJournalsClock(t *testing.T) {
 	s := indexedLedger(t)
 	real := time.Now().UTC().Truncate(time.Millisecond)
+	future := real.AddDate(1, 0, 0)
+	writeRecords(t, s, false, Record{Tenant: "acme", User: "from-the-future", UpTo: future, RecordedAt: future, Expires: future.Add(24 * time.Hour)})
 	ahead := real.Add(10 * time.Minute)
 	w := watchAt(s, &ahead)
 	if err := w.Start(context.Background()); err != nil {

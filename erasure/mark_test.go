@@ -118,7 +118,7 @@ func TestStoreKeepsMarks(t *testing.T) {
 	}
 	// A journal row per write (keyed by its time): each record, then
 	// each again with its mark.
-	entries, _, _, err := s.loadSince(ctx, now.Add(-time.Minute))
+	entries, _, _, _, err := s.loadSince(ctx, now.Add(-time.Minute), now)
 	if err != nil || len(entries) != 4 {
 		t.Fatalf("journal: %v %+v", err, entries)
 	}

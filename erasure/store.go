@@ -333,11 +333,13 @@ type entry struct {
 
 // loadSince reads the journal rows of the records written at or after
 // since (by the writing host's clock). newest is the latest time a row
-// read carries (zero when none did): the journal's own clock, which
-// forget holds within ClockTolerance of Bigtable's.
-func (s *Store) loadSince(ctx context.Context, since time.Time) (_ []entry, rows int, newest time.Time, _ error) {
+// read carries up to upTo (zero when none did): the journal's own clock,
+// which forget holds within ClockTolerance of Bigtable's; beyond is the
+// latest time past upTo, zero when no row lies past it.
+func (s *Store) loadSince(ctx context.Context, since, upTo time.Time) (_ []entry, rows int, newest, beyond time.Time, _ error) {
 	var out []entry
-	var newestMs int64
+	var newestMs, beyondMs int64
+	upToMs := upTo.UnixMilli()
 	known := marks{}
 	from := fmt.Sprintf("%s%013d", journalPrefix, max(0, since.UnixMilli()))
 	rng := bigtable.NewRange(from, rowkey.PrefixEnd(journalPrefix))
@@ -350,7 +352,11 @@ func (s *Store) loadSince(ctx context.Context, since time.Time) (_ []entry, rows
 		if err != nil || !ok || !ok2 {
 			return true
 		}
-		newestMs = max(newestMs, ms)
+		if ms <= upToMs {
+			newestMs = max(newestMs, ms)
+		} else {
+			beyondMs = max(beyondMs, ms)
+		}
 		e := entry{tenant: tenant, user: user, erased: erased{upTo: math.MinInt64, expires: forever}}
 		for _, it := range row[Family] {
 			switch {
@@ -369,15 +375,18 @@ func (s *Store) loadSince(ctx context.Context, since time.Time) (_ []entry, rows
 		return true
 	}, bigtable.RowFilter(bigtable.FamilyFilter("^"+Family+"$")))
 	if status.Code(err) == codes.NotFound {
-		return nil, 0, time.Time{}, fmt.Errorf("read %s: %w", s.name, ErrMissing)
+		return nil, 0, time.Time{}, time.Time{}, fmt.Errorf("read %s: %w", s.name, ErrMissing)
 	}
 	if err != nil {
-		return nil, 0, time.Time{}, fmt.Errorf("read the erasure journal of %s: %w", s.name, err)
+		return nil, 0, time.Time{}, time.Time{}, fmt.Errorf("read the erasure journal of %s: %w", s.name, err)
 	}
 	if newestMs > 0 {
 		newest = time.UnixMilli(newestMs)
 	}
-	return out, rows, newest, nil
+	if beyondMs > 0 {
+		beyond = time.UnixMilli(beyondMs)
+	}
+	return out, rows, newest, beyond, nil
 }
 
 func millis(t time.Time) []byte {

@@ -73,12 +73,13 @@ type Watch struct {
 	indexed  bool      // the last read of the records in force read the index
 	// newest is the latest time a journal row read carried: the
 	// journal's clock (see journalFrom).
-	newest   time.Time
-	lastRead string // what the last load read, and how many rows or records
-	lastRows int    // how many
-	ignored  int    // rows the last read of the records could not read as records
-	lastErr  error  // why the last load failed, nil when it did not
-	warned   bool   // lastErr has been logged
+	newest    time.Time
+	saidAhead bool   // journalAhead has warned
+	lastRead  string // what the last load read, and how many rows or records
+	lastRows  int    // how many
+	ignored   int    // rows the last read of the records could not read as records
+	lastErr   error  // why the last load failed, nil when it did not
+	warned    bool   // lastErr has been logged
 }
 
 // NewWatch returns a watch of store's ledger, to be started with Start.
@@ -194,7 +195,13 @@ func (w *Watch) load(ctx context.Context) error {
 		}
 	} else {
 		var entries []entry
-		if entries, got.rows, newest, err = w.store.loadSince(lctx, since); err == nil {
+		var beyond time.Time
+		// A row past this worker's clock does not move the cursor (it
+		// could only hold it at the last load, where a clock running
+		// ahead misses records): a forget host's clock ahead, one an
+		// earlier release wrote, or this worker's behind.
+		if entries, got.rows, newest, beyond, err = w.store.loadSince(lctx, since, start); err == nil {
+			w.journalAhead(beyond, start)
 			next, grew = prev.with(entries, start)
 			what = "journal since " + since.UTC().Format(time.RFC3339) + ": %d rows"
 		}
@@ -229,6 +236,22 @@ func (w *Watch) load(ctx context.Context) error {
 	}
 	w.mu.Unlock()
 	return nil
+}
+
+// journalAhead says, once, that the journal holds a row whose time lies
+// more than ClockTolerance past this worker's clock at start.
+func (w *Watch) journalAhead(beyond, start time.Time) {
+	if beyond.IsZero() || beyond.Sub(start) <= ClockTolerance {
+		return
+	}
+	w.mu.Lock()
+	said := w.saidAhead
+	w.saidAhead = true
+	w.mu.Unlock()
+	if !said {
+		w.log.Warn("the erasure journal holds a row stamped ahead of this worker's clock: this worker's clock runs behind (see NTP), or a forget host's ran ahead when it recorded",
+			"table", w.store.Table(), "row_time", beyond.UTC(), "worker_clock", start.UTC(), "ahead_by", beyond.Sub(start).Round(time.Second))
+	}
 }
 
 // journalFrom is where a refresh reads the journal from, for a worker
