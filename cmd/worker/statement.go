@@ -131,16 +131,6 @@ func gatherFacts(ctx context.Context, o *runOptions, cfg *tenants.Config, s *ses
 	case !fam.Exists:
 		return f, fmt.Errorf("family %s does not exist: run worker setup", o.table.Target())
 	}
-	// The workers record the --ttl-from they write with on the table: a
-	// statement run without the flag (or from another shell) must not
-	// leave out the short TTLs their events may ask for.
-	rec, err := tablemeta.NewStore(s.dc, o.table.Table).Read(ctx)
-	if err != nil {
-		return f, err
-	}
-	if set, ok := rec.Current(); ok && set.TTLFrom != "" && !f.OwnTTLs {
-		f.OwnTTLs, f.OwnTTLsRecorded = true, set.Describe()
-	}
 	f.FamilyRule = sink.DescribeGC(fam.Rule)
 	f.FamilyMaxAge, f.FamilyHasMaxAge = sink.MaxAge(fam.Rule)
 	// The dead-letter topics the flags name, and any other class the broker
@@ -168,6 +158,16 @@ func gatherFacts(ctx context.Context, o *runOptions, cfg *tenants.Config, s *ses
 			f.DeadLetters = append(f.DeadLetters, k)
 		}
 	}
+	// The workers record the --ttl-from they write with on the table: a
+	// statement run without the flag (or from another shell) must not
+	// leave out the short TTLs their events may ask for.
+	rec, err := tablemeta.NewStore(s.dc, o.table.Table).Read(ctx)
+	if err != nil {
+		return f, err
+	}
+	if set, ok := ownTTLsWithin(rec, f.Input, time.Now()); ok && !f.OwnTTLs {
+		f.OwnTTLs, f.OwnTTLsRecorded = true, set.Describe()
+	}
 	rt, err := kafkaconn.ReadRecordTimes(ctx, o.kafka.Brokers, o.kafka.Security, o.kafka.Topic, o.pipe.Decoder.MaxClockSkew)
 	if err != nil && !errors.Is(err, context.Canceled) {
 		f.RecordTimes = err.Error()
@@ -175,6 +175,24 @@ func gatherFacts(ctx context.Context, o *runOptions, cfg *tenants.Config, s *ses
 		f.RecordTimesBounded, f.RecordTimes = rt.Bounded, rt.Summary
 	}
 	return f, ctx.Err()
+}
+
+// ownTTLsWithin returns the latest --ttl-from setting recorded on the table
+// that was in force within the input topic's keep of now: the topic still
+// holds events whose rows were written under it, as short-lived as their
+// tenant's min_ttl. A keep that could not be read, or forever, reaches
+// back over the whole record.
+func ownTTLsWithin(rec tablemeta.Record, input retention.TopicKeep, now time.Time) (tablemeta.Setting, bool) {
+	for i := len(rec.TTLFrom) - 1; i >= 0; i-- {
+		set := rec.TTLFrom[i]
+		if i+1 < len(rec.TTLFrom) && input.Unknown == "" && input.Keeps > 0 && now.Sub(rec.TTLFrom[i+1].Since) > input.Keeps {
+			break // replaced before the topic's oldest record
+		}
+		if set.TTLFrom != "" {
+			return set, true
+		}
+	}
+	return tablemeta.Setting{}, false
 }
 
 // ledgerRecordLife is forget's rule for how long a ledger record lives,
