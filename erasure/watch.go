@@ -264,8 +264,10 @@ func (w *Watch) journalAhead(beyond, start time.Time) {
 // and newest, but never earlier than reread less the reread interval: a
 // worker whose clock runs up to that far ahead misses nothing between
 // rereads, and a ledger without new records costs a read of the last
-// rereadEvery + JournalMargin of the journal (quiet, by then), not of its
-// history.
+// rereadEvery + JournalMargin of the journal, not of its history. The
+// price: a burst of records followed by none is read again for up to
+// that long (20 minutes), where the margin alone read it for 5; known
+// records change nothing in memory (Ledger.with).
 func journalFrom(loaded, newest time.Time, rereadEvery time.Duration) time.Time {
 	cursor := later(newest, loaded.Add(-rereadEvery))
 	if loaded.Before(cursor) {
