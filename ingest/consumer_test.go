@@ -239,6 +239,70 @@ func TestGenerationEndCommitsSettledOffsets(t *testing.T) {
 	}
 }
 
+// The events in flight as a generation ends (fetched, handed out, not yet
+// written) settle before it commits, when they do so within
+// settleOnEndTimeout: the next owners start after them rather than write
+// them again. The first member holds 20 events' acks until its generation
+// is ending, then settles them 200 ms later; with a commit interval far
+// longer than the test, only the commit at the generation's end can have
+// committed them.
+func TestGenerationEndWaitsForEventsInFlight(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	topic, group := testenv.Name("topic"), testenv.Name("group")
+	testenv.CreateTopic(t, brokers, topic, 4)
+	cfg := ConsumerConfig{Brokers: brokers, Topic: topic, Group: group, SessionTimeout: 6 * time.Second, CommitInterval: time.Hour}
+	log := slog.New(slog.DiscardHandler)
+	ending := make(chan struct{})
+	var once sync.Once
+	testHookGenerationEnding = func() { once.Do(func() { close(ending) }) }
+	t.Cleanup(func() { testHookGenerationEnding = nil })
+	c1, err := NewConsumer(cfg, nil, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c1.Close()
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		return len(owned(c1)) == 4, fmt.Sprintf("first member owns %v", owned(c1))
+	})
+	values := make([][]byte, 20)
+	for i := range values {
+		values[i] = []byte(fmt.Sprint(i))
+	}
+	testenv.Produce(t, brokers, topic, values...)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var inFlight []Ack
+	for range 20 {
+		_, ack, err := fetch(ctx, c1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inFlight = append(inFlight, ack)
+	}
+	c2, err := NewConsumer(cfg, nil, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	select {
+	case <-ending:
+	case <-ctx.Done():
+		t.Fatal("the first member's generation never ended")
+	}
+	time.Sleep(200 * time.Millisecond) // the writes finishing
+	c1.Settle(inFlight)
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		a, b := owned(c1), owned(c2)
+		return len(a) == 2 && len(b) == 2, fmt.Sprintf("members own %v and %v", a, b)
+	})
+	committed, end := testenv.Offsets(t, brokers, group, topic, 4)
+	for p := range end {
+		if committed[p] != end[p] {
+			t.Errorf("partition %d: committed %d, end %d: the ending generation did not wait for its events in flight", p, committed[p], end[p])
+		}
+	}
+}
+
 // Against the real broker: a pod replaced (one member leaves, a new one
 // joins) moves only its own partitions; the members that stay keep
 // theirs, through both rebalances.

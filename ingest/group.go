@@ -46,7 +46,7 @@ func (c *Consumer) generations(ctx context.Context) {
 		ended := make(chan struct{})
 		gen.Start(func(gctx context.Context) {
 			defer close(ended)
-			c.fetchGeneration(gctx, gen, parts)
+			c.fetchGeneration(ctx, gctx, gen, parts)
 		})
 		select {
 		case <-ended:
@@ -114,10 +114,11 @@ func (c *Consumer) joined(ctx context.Context, gen *kafka.Generation) []*partiti
 }
 
 // fetchGeneration reads parts until the group ends generation gen (gctx
-// ends), or the fetcher must stop the worker; then it forgets the
-// generation, so that nothing is committed through it or for its
-// partitions.
-func (c *Consumer) fetchGeneration(gctx context.Context, gen *kafka.Generation, parts []*partition) {
+// ends), or the fetcher must stop the worker; then it lets what it fetched
+// settle (briefly), commits, and forgets the generation, so that nothing
+// is committed through it or for its partitions. ctx is the consumer's:
+// once it ends, the worker is stopping and Close commits.
+func (c *Consumer) fetchGeneration(ctx, gctx context.Context, gen *kafka.Generation, parts []*partition) {
 	partMax := max(1<<20, c.cfg.MaxEventBytes+64<<10)
 	f := &fetcher{
 		transport: c.rt, client: c.client, topic: c.cfg.Topic,
@@ -138,6 +139,7 @@ func (c *Consumer) fetchGeneration(gctx context.Context, gen *kafka.Generation, 
 		c.failOnce.Do(func() { close(c.failed) })
 		<-gctx.Done()
 	}
+	c.settleOnEnd(ctx)
 	c.commitOnEnd()
 	c.committer.end(gen)
 	c.mu.Lock()
@@ -146,6 +148,42 @@ func (c *Consumer) fetchGeneration(gctx context.Context, gen *kafka.Generation, 
 	}
 	c.mu.Unlock()
 }
+
+// settleOnEndTimeout bounds how long a generation that ends waits for the
+// events it handed out to settle: the group's rebalance waits for this
+// member meanwhile, so it is short, a few of Bigtable's write latencies.
+const settleOnEndTimeout = time.Second
+
+// settleOnEnd waits, up to settleOnEndTimeout, until every event fetched
+// in the generation ending has settled (written, dead-lettered or
+// skipped), so that commitOnEnd commits them: the writes in flight as a
+// generation ends are otherwise written again by the partitions' next
+// owners (the same cells: a cost, not a duplicate). Events fetched and not
+// yet handed out are handed out meanwhile, and settle too. A worker
+// stopping (ctx ended) does not wait here: Close drains.
+func (c *Consumer) settleOnEnd(ctx context.Context) {
+	if h := testHookGenerationEnding; h != nil {
+		h()
+	}
+	wait := time.NewTimer(settleOnEndTimeout)
+	defer wait.Stop()
+	poll := time.NewTicker(5 * time.Millisecond)
+	defer poll.Stop()
+	for c.tracker.Pending() > 0 {
+		select {
+		case <-poll.C:
+		case <-wait.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// testHookGenerationEnding, when set (by tests, before any consumer
+// starts), is called as a generation that ends begins to wait for its
+// events to settle.
+var testHookGenerationEnding func()
 
 // commitOnEndTimeout bounds the commit a generation makes as it ends: the
 // group's rebalance waits for this member meanwhile.
