@@ -195,48 +195,10 @@ func TestRebalancesFollowWithoutPause(t *testing.T) {
 // second member's arrival alone commits what the first had settled, so
 // the new owners start there rather than from the last periodic commit.
 func TestGenerationEndCommitsSettledOffsets(t *testing.T) {
-	brokers := testenv.Kafka(t)
-	topic, group := testenv.Name("topic"), testenv.Name("group")
-	testenv.CreateTopic(t, brokers, topic, 4)
-	cfg := ConsumerConfig{Brokers: brokers, Topic: topic, Group: group, SessionTimeout: 6 * time.Second, CommitInterval: time.Hour}
-	log := slog.New(slog.DiscardHandler)
-	c1, err := NewConsumer(cfg, nil, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c1.Close()
-	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
-		return len(owned(c1)) == 4, fmt.Sprintf("first member owns %v", owned(c1))
-	})
-	values := make([][]byte, 20)
-	for i := range values {
-		values[i] = []byte(fmt.Sprint(i))
-	}
-	testenv.Produce(t, brokers, topic, values...)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for range 20 {
-		_, ack, err := fetch(ctx, c1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c1.Done(ack)
-	}
-	c2, err := NewConsumer(cfg, nil, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c2.Close()
-	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
-		a, b := owned(c1), owned(c2)
-		return len(a) == 2 && len(b) == 2, fmt.Sprintf("members own %v and %v", a, b)
-	})
-	committed, end := testenv.Offsets(t, brokers, group, topic, 4)
-	for p := range end {
-		if committed[p] != end[p] {
-			t.Errorf("partition %d: committed %d, end %d: the ending generation did not commit what it had settled", p, committed[p], end[p])
-		}
-	}
+	g := firstMemberFetched(t, 20)
+	g.c1.Settle(g.acks)
+	g.secondJoins(t)
+	g.committedToTheEnd(t, "the ending generation did not commit what it had settled")
 }
 
 // The events in flight as a generation ends (fetched, handed out, not yet
@@ -247,58 +209,88 @@ func TestGenerationEndCommitsSettledOffsets(t *testing.T) {
 // longer than the test, only the commit at the generation's end can have
 // committed them.
 func TestGenerationEndWaitsForEventsInFlight(t *testing.T) {
-	brokers := testenv.Kafka(t)
-	topic, group := testenv.Name("topic"), testenv.Name("group")
-	testenv.CreateTopic(t, brokers, topic, 4)
-	cfg := ConsumerConfig{Brokers: brokers, Topic: topic, Group: group, SessionTimeout: 6 * time.Second, CommitInterval: time.Hour}
-	log := slog.New(slog.DiscardHandler)
 	ending := make(chan struct{})
 	var once sync.Once
 	testHookGenerationEnding = func() { once.Do(func() { close(ending) }) }
 	t.Cleanup(func() { testHookGenerationEnding = nil })
-	c1, err := NewConsumer(cfg, nil, log)
+	g := firstMemberFetched(t, 20)
+	go func() {
+		select {
+		case <-ending:
+			time.Sleep(200 * time.Millisecond) // the writes finishing
+			g.c1.Settle(g.acks)
+		case <-t.Context().Done():
+		}
+	}()
+	g.secondJoins(t)
+	g.committedToTheEnd(t, "the ending generation did not wait for its events in flight")
+}
+
+// endingGeneration is a group of one member that owns a topic's 4
+// partitions and has fetched n events (acks, not settled), with a commit
+// interval far longer than the test.
+type endingGeneration struct {
+	brokers      []string
+	cfg          ConsumerConfig
+	c1           *Consumer
+	acks         []Ack
+	topic, group string
+}
+
+func firstMemberFetched(t *testing.T, n int) *endingGeneration {
+	t.Helper()
+	g := &endingGeneration{brokers: testenv.Kafka(t), topic: testenv.Name("topic"), group: testenv.Name("group")}
+	testenv.CreateTopic(t, g.brokers, g.topic, 4)
+	g.cfg = ConsumerConfig{Brokers: g.brokers, Topic: g.topic, Group: g.group, SessionTimeout: 6 * time.Second, CommitInterval: time.Hour}
+	c1, err := NewConsumer(g.cfg, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c1.Close()
+	t.Cleanup(func() { c1.Close() })
+	g.c1 = c1
 	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
 		return len(owned(c1)) == 4, fmt.Sprintf("first member owns %v", owned(c1))
 	})
-	values := make([][]byte, 20)
+	values := make([][]byte, n)
 	for i := range values {
 		values[i] = []byte(fmt.Sprint(i))
 	}
-	testenv.Produce(t, brokers, topic, values...)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	testenv.Produce(t, g.brokers, g.topic, values...)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	var inFlight []Ack
-	for range 20 {
+	for range n {
 		_, ack, err := fetch(ctx, c1)
 		if err != nil {
 			t.Fatal(err)
 		}
-		inFlight = append(inFlight, ack)
+		g.acks = append(g.acks, ack)
 	}
-	c2, err := NewConsumer(cfg, nil, log)
+	return g
+}
+
+// secondJoins starts a second member and waits until the two share the
+// partitions: the first member's generation has ended.
+func (g *endingGeneration) secondJoins(t *testing.T) {
+	t.Helper()
+	c2, err := NewConsumer(g.cfg, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c2.Close()
-	select {
-	case <-ending:
-	case <-ctx.Done():
-		t.Fatal("the first member's generation never ended")
-	}
-	time.Sleep(200 * time.Millisecond) // the writes finishing
-	c1.Settle(inFlight)
+	t.Cleanup(func() { c2.Close() })
 	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
-		a, b := owned(c1), owned(c2)
+		a, b := owned(g.c1), owned(c2)
 		return len(a) == 2 && len(b) == 2, fmt.Sprintf("members own %v and %v", a, b)
 	})
-	committed, end := testenv.Offsets(t, brokers, group, topic, 4)
+}
+
+// committedToTheEnd fails unless the group has committed every partition
+// to its end.
+func (g *endingGeneration) committedToTheEnd(t *testing.T, why string) {
+	t.Helper()
+	committed, end := testenv.Offsets(t, g.brokers, g.group, g.topic, 4)
 	for p := range end {
 		if committed[p] != end[p] {
-			t.Errorf("partition %d: committed %d, end %d: the ending generation did not wait for its events in flight", p, committed[p], end[p])
+			t.Errorf("partition %d: committed %d, end %d: %s", p, committed[p], end[p], why)
 		}
 	}
 }
