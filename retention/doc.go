@@ -1,6 +1,10 @@
-// Package retention changes the retention of data already written: it
-// re-times a tenant's cells to the current tenants file (Retime), erases a
-// user's rows (Forget), and checks every cell against the rule (Audit).
+// Package retention is how long each copy of a tenant's data lives: the
+// statement of every store (StatementOf, from Facts that Gather reads off
+// the live system), and the jobs that change the retention of data already
+// written: re-time a tenant's cells to the current tenants file (Retime),
+// delete a user's rows (DeleteUserRows, which the erasure protocol of
+// package retention/forget runs), and check every cell against the rule
+// (Audit).
 //
 // It relies on two properties of cellttl's layout: the row key holds each
 // event's base time to the millisecond (rowkey), and the rule is a pure

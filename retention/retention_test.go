@@ -331,7 +331,7 @@ func TestRetimeRefusesAnotherJobsCheckpoint(t *testing.T) {
 	}
 }
 
-func TestForget(t *testing.T) {
+func TestDeleteUserRows(t *testing.T) {
 	dc, ac := testenv.Clients(t)
 	p := policy(t, "default_ttl: 2d\n")
 	tgt := sink.Target(testenv.Table(t, ac, dc, p.GCMaxAge()))
@@ -343,7 +343,7 @@ func TestForget(t *testing.T) {
 	}
 	evs := seed(t, dc, tgt, p, "acme", ages)
 	seed(t, dc, tgt, p, "globex", ages[:1]) // another tenant's u0
-	rep, err := Forget(ctx, tbl, ForgetOptions{Tenant: "acme", User: "u0", Before: time.Now().Add(-5 * time.Hour)})
+	rep, err := DeleteUserRows(ctx, tbl, UserRows{Tenant: "acme", User: "u0", Before: time.Now().Add(-5 * time.Hour)})
 	if err != nil || rep.Rows != 2 {
 		t.Fatalf("forget before 5h ago: %+v, %v; want 2 rows", rep, err)
 	}
@@ -351,17 +351,17 @@ func TestForget(t *testing.T) {
 	if len(got[evs[0].key]) == 0 || len(got[evs[7].key]) != 0 || len(got[evs[14].key]) != 0 {
 		t.Error("--before erased the wrong rows")
 	}
-	if rep, err = Forget(ctx, tbl, ForgetOptions{Tenant: "acme", User: "u0", DryRun: true}); err != nil || rep.Rows != 1 {
+	if rep, err = DeleteUserRows(ctx, tbl, UserRows{Tenant: "acme", User: "u0", DryRun: true}); err != nil || rep.Rows != 1 {
 		t.Fatalf("dry run: %+v, %v", rep, err)
 	}
-	if rep, err = Forget(ctx, tbl, ForgetOptions{Tenant: "acme", User: "u0"}); err != nil || rep.Rows != 1 {
+	if rep, err = DeleteUserRows(ctx, tbl, UserRows{Tenant: "acme", User: "u0"}); err != nil || rep.Rows != 1 {
 		t.Fatalf("forget: %+v, %v", rep, err)
 	}
 	got = cells(t, tbl, tgt.Family)
 	if len(got) != 21-3+1 {
 		t.Errorf("%d rows left, want 19: the other users and the other tenant untouched", len(got))
 	}
-	if _, err := Forget(ctx, tbl, ForgetOptions{Tenant: "acme", User: "u#0"}); err == nil {
+	if _, err := DeleteUserRows(ctx, tbl, UserRows{Tenant: "acme", User: "u#0"}); err == nil {
 		t.Error("a user id with the separator was accepted")
 	}
 }

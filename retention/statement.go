@@ -51,12 +51,9 @@ type Facts struct {
 	// flags say it), not the command's own flag.
 	OwnTTLs         bool
 	OwnTTLsRecorded string
-	// Ledger names the erasure ledger table; LedgerRecordLife is the rule
-	// by which worker forget sets how long a record lives (package
-	// erasure/forget's RecordLife, handed in: forget imports retention).
-	// Without it, the statement has no ledger line.
-	Ledger           string
-	LedgerRecordLife func(f Facts, longestTTL time.Duration) time.Duration
+	// Ledger names the erasure ledger table; "" leaves the ledger out of
+	// the statement.
+	Ledger string
 }
 
 // CheckpointFact is what a checkpoint file holds.
@@ -191,7 +188,7 @@ func tenantStatement(f Facts, id string) TenantStatement {
 	for _, cp := range f.Checkpoints {
 		ts.Stores = append(ts.Stores, checkpointLife(cp))
 	}
-	if f.LedgerRecordLife != nil {
+	if f.Ledger != "" {
 		ts.Stores = append(ts.Stores, ledgerLife(f, name, longest))
 	}
 	return ts
@@ -215,7 +212,7 @@ func shortestLife(f Facts, id, name string, ttl time.Duration) (time.Duration, s
 // user of the tenant keeps the user's id, by forget's rule, then until
 // Bigtable collects it.
 func ledgerLife(f Facts, name string, longest time.Duration) StoreLife {
-	keep := f.LedgerRecordLife(f, longest)
+	keep := LedgerRecordLife(f, 0, longest) // the statement knows no backups
 	line := StoreLife{Store: fmt.Sprintf("erasure ledger %s, ids of erased users", f.Ledger), Longest: lifeText(Forever)}
 	rule := fmt.Sprintf("worker forget sets each record's expiry: the longest of %s longest TTL %s, the input topic's keep and each dead-letter topic's "+
 		"(and forget's --backup-retention when longer)", name, duration.Format(longest))
@@ -313,4 +310,26 @@ func lifeText(d time.Duration) string {
 		return "0s"
 	}
 	return duration.Format(d)
+}
+
+// LedgerRecordLife is how long a ledger record of a tenant whose longest TTL is
+// longestTTL must live, from when it is recorded: as long as any copy it
+// must suppress can remain (the input topic's keep, each dead-letter
+// topic's, the backups' when positive), and as long as the tenant's
+// longest TTL (past it, every event the record covers has expired, and is
+// never written whatever its source). Forever (-1) when a topic keeps
+// copies forever or its settings cannot be read. worker forget sets each
+// record's expiry by it, and the statement reports the ledger by it.
+func LedgerRecordLife(f Facts, backups, longestTTL time.Duration) time.Duration {
+	keep := max(longestTTL, backups)
+	for _, k := range append([]TopicKeep{f.Input}, f.DeadLetters...) {
+		switch {
+		case k.Missing:
+		case k.Unknown != "" || k.Keeps == Forever:
+			return Forever
+		default:
+			keep = max(keep, k.Keeps)
+		}
+	}
+	return keep
 }

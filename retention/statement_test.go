@@ -20,11 +20,6 @@ func statementFacts() Facts {
 		DeadLetters:        []TopicKeep{{Topic: "clicks.dlq", Keeps: 24 * time.Hour, Settings: "retention.ms 1d"}},
 		RecordTimesBounded: true, RecordTimes: "bounded",
 		Ledger: "clicks-erasures",
-		// The rule of forget, as the command hands it: the longest of the
-		// tenant's longest TTL and the topics' keeps.
-		LedgerRecordLife: func(f Facts, longestTTL time.Duration) time.Duration {
-			return max(longestTTL, f.Input.Keeps, f.DeadLetters[0].Keeps)
-		},
 	}
 }
 
@@ -80,7 +75,6 @@ func TestStatementIncludesTheLedger(t *testing.T) {
 		t.Errorf("the unlisted tenants' ledger line (their 2d TTL): %+v", l)
 	}
 	f.DeadLetters[0].Keeps = Forever
-	f.LedgerRecordLife = func(Facts, time.Duration) time.Duration { return Forever }
 	l = storeOf(t, StatementOf(f, []string{"acme"}).Tenants[0], "erasure ledger")
 	if l.Longest != "forever" || !strings.Contains(l.Breach, "forever") {
 		t.Errorf("a ledger whose records never expire: %+v", l)

@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/cellttl/cellttl/erasure"
-	"github.com/cellttl/cellttl/erasure/forget"
 	"github.com/cellttl/cellttl/internal/envflag"
 	"github.com/cellttl/cellttl/internal/kafkaconn"
 	"github.com/cellttl/cellttl/retention"
+	"github.com/cellttl/cellttl/retention/forget"
 	"github.com/cellttl/cellttl/rowkey"
 )
 
@@ -128,7 +128,7 @@ func runForget(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	facts, err := gatherFacts(ctx, o, s.cfg, s)
+	facts, err := gatherFacts(ctx, o, s)
 	if err != nil {
 		return fmt.Errorf("read how long the topics keep copies (the ledger record must live as long): %w", err)
 	}

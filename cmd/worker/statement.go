@@ -6,19 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"text/tabwriter"
 	"time"
 
-	"github.com/cellttl/cellttl/deadletter"
-	"github.com/cellttl/cellttl/erasure/forget"
-	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/cellttl/cellttl/internal/envflag"
-	"github.com/cellttl/cellttl/internal/kafkaconn"
 	"github.com/cellttl/cellttl/retention"
-	"github.com/cellttl/cellttl/sink"
-	"github.com/cellttl/cellttl/tablemeta"
-	"github.com/cellttl/cellttl/tenants"
 )
 
 // retentionOptions are the flags of worker retention: its own, and the
@@ -68,7 +60,7 @@ func runRetention(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	defer done()
-	facts, err := gatherFacts(ctx, o, s.cfg, s)
+	facts, err := gatherFacts(ctx, o, s)
 	if err != nil {
 		return err
 	}
@@ -116,114 +108,10 @@ func runRetention(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	return nil
 }
 
-// gatherFacts reads what the statement is computed from.
-func gatherFacts(ctx context.Context, o *runOptions, cfg *tenants.Config, s *session) (retention.Facts, error) {
-	f := retention.Facts{Policy: cfg.Policy, UnlistedDeadLettered: cfg.Unlisted == tenants.UnlistedDeadLetter,
-		UnlistedBound: o.pipe.UnlistedDeadLetterTTL, Table: o.table.Target().String(), OwnTTLs: o.pipe.Fields.TTL != "",
-		Ledger: o.table.ErasureTable(), LedgerRecordLife: ledgerRecordLife}
-	if f.UnlistedBound == 0 {
-		f.UnlistedBound = cfg.Policy.DefaultTTL
-	}
-	fam, err := sink.ReadFamily(ctx, s.ac, o.table.Target())
-	switch {
-	case err != nil:
-		return f, err
-	case !fam.Exists:
-		return f, fmt.Errorf("family %s does not exist: run worker setup", o.table.Target())
-	}
-	f.FamilyRule = sink.DescribeGC(fam.Rule)
-	f.FamilyMaxAge, f.FamilyHasMaxAge = sink.MaxAge(fam.Rule)
-	// The dead-letter topics the flags name, and any other class the broker
-	// still has (named by earlier flags: its letters are there).
-	dlqs := o.dlq.Topics(o.kafka.Topic).Names()
-	onBroker, err := deadletter.TopicsOn(ctx, o.kafka.Brokers, o.kafka.Security, o.dlq.Base(o.kafka.Topic))
-	if err != nil {
-		return f, err
-	}
-	for _, t := range onBroker {
-		if !slices.Contains(dlqs, t) {
-			dlqs = append(dlqs, t)
-		}
-	}
-	topics := append([]string{o.kafka.Topic}, dlqs...)
-	rs, err := deadletter.ReadTopics(ctx, o.kafka.Brokers, o.kafka.Security, topics)
-	if rs == nil {
-		return f, fmt.Errorf("read the topics' settings: %w", err)
-	}
-	for i, r := range rs {
-		k := topicKeep(r)
-		if i == 0 {
-			f.Input = k
-		} else {
-			f.DeadLetters = append(f.DeadLetters, k)
-		}
-	}
-	// The workers record the --ttl-from they write with on the table: a
-	// statement run without the flag (or from another shell) must not
-	// leave out the short TTLs their events may ask for.
-	rec, err := tablemeta.NewStore(s.dc, o.table.Table).Read(ctx)
-	if err != nil {
-		return f, err
-	}
-	if set, ok := ownTTLsWithin(rec, f.Input, time.Now()); ok && !f.OwnTTLs {
-		f.OwnTTLs, f.OwnTTLsRecorded = true, set.Describe()
-	}
-	rt, err := kafkaconn.ReadRecordTimes(ctx, o.kafka.Brokers, o.kafka.Security, o.kafka.Topic, o.pipe.Decoder.MaxClockSkew)
-	if err != nil && !errors.Is(err, context.Canceled) {
-		f.RecordTimes = err.Error()
-	} else {
-		f.RecordTimesBounded, f.RecordTimes = rt.Bounded, rt.Summary
-	}
-	return f, ctx.Err()
-}
-
-// ownTTLsWithin returns the latest --ttl-from setting recorded on the table
-// that was in force within the input topic's keep of now: the topic still
-// holds events whose rows were written under it, as short-lived as their
-// tenant's min_ttl. A keep that could not be read, or forever, reaches
-// back over the whole record.
-func ownTTLsWithin(rec tablemeta.Record, input retention.TopicKeep, now time.Time) (tablemeta.Setting, bool) {
-	for i := len(rec.TTLFrom) - 1; i >= 0; i-- {
-		set := rec.TTLFrom[i]
-		if i+1 < len(rec.TTLFrom) && input.Unknown == "" && input.Keeps > 0 && now.Sub(rec.TTLFrom[i+1].Since) > input.Keeps {
-			break // replaced before the topic's oldest record
-		}
-		if set.TTLFrom != "" {
-			return set, true
-		}
-	}
-	return tablemeta.Setting{}, false
-}
-
-// ledgerRecordLife is forget's rule for how long a ledger record lives,
-// without backups: the statement does not know them.
-func ledgerRecordLife(f retention.Facts, longestTTL time.Duration) time.Duration {
-	return forget.RecordLife(f, 0, longestTTL)
-}
-
-// topicKeep is a topic's reading for the statement.
-func topicKeep(r deadletter.TopicRetention) retention.TopicKeep {
-	k := retention.TopicKeep{Topic: r.Topic, Keeps: r.Keeps}
-	if errors.Is(r.Problem, deadletter.ErrTopicMissing) {
-		k.Missing = true
-		return k
-	}
-	if r.Problem != nil {
-		k.Unknown = r.Problem.Error()
-		return k
-	}
-	retentionText := duration.Format(r.Retention)
-	if r.Retention < 0 {
-		retentionText = "-1 (forever)"
-	}
-	check := duration.Format(r.RetentionCheck)
-	if r.RetentionCheckAssumed {
-		check += " (Kafka's default, assumed: the broker's could not be read)"
-	}
-	k.Settings = fmt.Sprintf("cleanup.policy=%s, retention.ms %s + segment.ms %s + the broker's retention check %s", r.Policy, retentionText,
-		duration.Format(r.Segment), check)
-	if r.Keeps <= 0 {
-		k.Keeps = retention.Forever
-	}
-	return k
+// gatherFacts reads what the statement is computed from, with the
+// command's settings.
+func gatherFacts(ctx context.Context, o *runOptions, s *session) (retention.Facts, error) {
+	return retention.Gather(ctx, retention.Sources{Config: s.cfg, Table: o.table, Admin: s.ac, Data: s.dc,
+		Brokers: o.kafka.Brokers, Security: o.kafka.Security, Topic: o.kafka.Topic, DeadLetters: o.dlq,
+		TTLFrom: o.pipe.Fields.TTL, UnlistedDeadLetterTTL: o.pipe.UnlistedDeadLetterTTL, MaxClockSkew: o.pipe.Decoder.MaxClockSkew}, time.Now())
 }

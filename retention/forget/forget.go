@@ -4,11 +4,9 @@
 // say which stores it could not erase from and how long the ledger record
 // must therefore live.
 //
-// It is not part of package erasure: erasure is the ledger (its records,
-// its table, the watch the workers hold), which the hot path and package
-// retention import; the protocol uses both the ledger and retention's row
-// deletion and store lives, so inside erasure it would make an import
-// cycle, and a package of two jobs.
+// It sits under retention, whose statement, row deletion and record life
+// it uses: package erasure is the ledger alone (its records, its table, the
+// watch the workers hold), which the hot path imports.
 package forget
 
 import (
@@ -278,7 +276,7 @@ func (e *eraser) done() {
 func (e *eraser) record(ctx context.Context, first time.Time) error {
 	r := e.r
 	for _, u := range r.Users {
-		rep, err := retention.Forget(ctx, e.rows, retention.ForgetOptions{Tenant: r.Tenant, User: u, Before: first, DryRun: true, Tracers: r.Tracers, Pseudonyms: r.Pseudonyms})
+		rep, err := retention.DeleteUserRows(ctx, e.rows, retention.UserRows{Tenant: r.Tenant, User: u, Before: first, DryRun: true, Tracers: r.Tracers, Pseudonyms: r.Pseudonyms})
 		if err != nil {
 			return err
 		}
@@ -309,7 +307,7 @@ func (e *eraser) pass(ctx context.Context, before time.Time) error {
 		if ur.Record == nil {
 			continue
 		}
-		rep, err := retention.Forget(ctx, e.rows, retention.ForgetOptions{Tenant: e.r.Tenant, User: ur.User, Before: before, Tracers: e.r.Tracers, Pseudonyms: e.r.Pseudonyms})
+		rep, err := retention.DeleteUserRows(ctx, e.rows, retention.UserRows{Tenant: e.r.Tenant, User: ur.User, Before: before, Tracers: e.r.Tracers, Pseudonyms: e.r.Pseudonyms})
 		if err != nil {
 			return err
 		}
@@ -355,7 +353,7 @@ func (e *eraser) tenantsVersion() string {
 
 // unreachable lists the stores forget cannot erase from, with the longest
 // a copy can remain there from now, and returns how long a ledger record
-// must live (RecordLife).
+// must live (retention.LedgerRecordLife).
 func unreachable(f retention.Facts, backups time.Duration, backupsDecidedBy string, longestTTL time.Duration) ([]retention.StoreLife, time.Duration) {
 	var out []retention.StoreLife
 	add := func(store string, k retention.TopicKeep) {
@@ -379,11 +377,11 @@ func unreachable(f retention.Facts, backups time.Duration, backupsDecidedBy stri
 	if backups > 0 {
 		out = append(out, retention.StoreLife{Store: "backups of the table", Longest: duration.Format(backups), DecidedBy: backupsDecidedBy})
 	}
-	return out, RecordLife(f, backups, longestTTL)
+	return out, retention.LedgerRecordLife(f, backups, longestTTL)
 }
 
 // recordExpires is when a record of an erasure up to upTo, recorded at now,
-// expires: keep (RecordLife) after now, and no sooner than the tenant's
+// expires: keep (retention.LedgerRecordLife) after now, and no sooner than the tenant's
 // longest TTL after upTo, which lies --max-clock-skew after now: an event
 // at erased_up_to lives that long, and until then a worker could still
 // write it. Zero (never) when keep is negative.
@@ -396,28 +394,6 @@ func recordExpires(now, upTo time.Time, keep, longestTTL time.Duration) time.Tim
 		exp = last
 	}
 	return exp
-}
-
-// RecordLife is how long a ledger record of a tenant whose longest TTL is
-// longestTTL must live, from when it is recorded: as long as any copy it
-// must suppress can remain (the input topic's keep, each dead-letter
-// topic's, the backups' when positive), and as long as the tenant's
-// longest TTL (past it, every event the record covers has expired, and is
-// never written whatever its source). Forever (-1) when a topic keeps
-// copies forever or its settings cannot be read. The retention statement
-// reports the ledger by this rule.
-func RecordLife(f retention.Facts, backups, longestTTL time.Duration) time.Duration {
-	keep := max(longestTTL, backups)
-	for _, k := range append([]retention.TopicKeep{f.Input}, f.DeadLetters...) {
-		switch {
-		case k.Missing:
-		case k.Unknown != "" || k.Keeps == retention.Forever:
-			return retention.Forever
-		default:
-			keep = max(keep, k.Keeps)
-		}
-	}
-	return keep
 }
 
 // mark reads the input topic's end offsets once every user is recorded,

@@ -12,8 +12,8 @@ import (
 	"github.com/cellttl/cellttl/rowkey"
 )
 
-// ForgetOptions say whose rows to erase.
-type ForgetOptions struct {
+// UserRows say whose rows to delete.
+type UserRows struct {
 	Tenant, User string
 	// Before, when set, erases only the events whose time is before it.
 	Before time.Time
@@ -25,8 +25,8 @@ type ForgetOptions struct {
 	Pseudonyms *Pseudonyms
 }
 
-// ForgetReport says what Forget erased (or, dry, would erase).
-type ForgetReport struct {
+// UserRowsReport says what DeleteUserRows erased (or, dry, would erase).
+type UserRowsReport struct {
 	Rows  int64 `json:"rows"`
 	Bytes int64 `json:"bytes"`
 	// Range is the key range erased, for the audit trail.
@@ -34,26 +34,26 @@ type ForgetReport struct {
 	End   string `json:"end"`
 }
 
-// Forget deletes a user's rows now, expired or not: the user's rows are one
+// DeleteUserRows deletes a user's rows now, expired or not: the user's rows are one
 // key range (tenant, hash bucket, user), and with Before, the part of it
 // before a time. Rows are deleted in batches; a crash part-way leaves the
 // rest, and running again finishes.
-func Forget(ctx context.Context, tbl *bigtable.Table, o ForgetOptions) (_ ForgetReport, err error) {
+func DeleteUserRows(ctx context.Context, tbl *bigtable.Table, o UserRows) (_ UserRowsReport, err error) {
 	ctx, span := tracerOf(o.Tracers).Start(ctx, "cellttl.forget", trace.WithAttributes(attribute.String("cellttl.tenant", o.Tenant), attribute.Bool("cellttl.dry_run", o.DryRun)))
 	defer func() { endSpan(span, Report{}, err) }()
 	if err := rowkey.ValidateID("tenant", o.Tenant); err != nil {
-		return ForgetReport{}, err
+		return UserRowsReport{}, err
 	}
 	if problem := rowkey.IDProblem(o.User); problem != "" {
 		// Not quoted: the error reaches logs, which outlive every TTL.
-		return ForgetReport{}, fmt.Errorf("%s: the user id %s", o.Pseudonyms.Ref(o.Tenant, o.User), problem)
+		return UserRowsReport{}, fmt.Errorf("%s: the user id %s", o.Pseudonyms.Ref(o.Tenant, o.User), problem)
 	}
 	start := rowkey.UserPrefix(o.Tenant, o.User)
 	end := rowkey.PrefixEnd(start)
 	if !o.Before.IsZero() {
 		end = rowkey.UserTimeKey(o.Tenant, o.User, max(0, o.Before.UnixMilli()))
 	}
-	rep := ForgetReport{Start: start, End: end}
+	rep := UserRowsReport{Start: start, End: end}
 	var keys []string
 	var muts []*bigtable.Mutation
 	var applyErr error
@@ -83,7 +83,7 @@ func Forget(ctx context.Context, tbl *bigtable.Table, o ForgetOptions) (_ Forget
 		err = applyErr
 	}
 	if err != nil {
-		return rep, fmt.Errorf("forget the rows of %s: %w", o.Pseudonyms.Ref(o.Tenant, o.User), err)
+		return rep, fmt.Errorf("delete the rows of %s: %w", o.Pseudonyms.Ref(o.Tenant, o.User), err)
 	}
 	return rep, nil
 }
