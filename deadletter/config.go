@@ -37,6 +37,7 @@ func DefaultConfig() Config {
 // defaults.
 func (c *Config) RegisterFlags(f *envflag.FlagSet) {
 	c.RegisterTopicFlags(f)
+	c.registerCreationFlags(f)
 	c.RegisterKeyFlags(f)
 	f.Section("Dead letters")
 	f.Advanced()
@@ -60,14 +61,20 @@ func (c Config) Keys() (*Keys, error) {
 	return LoadKeys(c.KeyFile)
 }
 
-// RegisterTopicFlags declares the dead-letter topics and their retention,
-// without the watch of a running worker: for the commands that read the
-// letters or their topics' settings.
+// RegisterTopicFlags declares the names of the dead-letter topics: for the
+// commands that read the letters or their topics' settings (which they
+// read from the broker, not from the flags the worker creates them with).
 func (c *Config) RegisterTopicFlags(f *envflag.FlagSet) {
 	f.Section("Dead letters")
 	f.String(&c.Topic, "dlq-topic", "KAFKA_DLQ_TOPIC", c.Topic, "dead-letter topic (default <topic>.dlq)")
-	f.Duration(&c.Retention, "dlq-retention", "DLQ_RETENTION", c.Retention, "retention.ms the dead-letter topic is created with; a letter keeps its payload only where it is gone before its event expires")
 	f.Value(&c.Classes, "dlq-classes", "DLQ_CLASSES", "retention classes, e.g. 1h,1d,7d: topics <dlq-topic>.<class> created with that retention, so that letters of short TTLs keep their payload too")
+}
+
+// registerCreationFlags declares how the worker creates the dead-letter
+// topics, and which it accepts.
+func (c *Config) registerCreationFlags(f *envflag.FlagSet) {
+	f.Section("Dead letters")
+	f.Duration(&c.Retention, "dlq-retention", "DLQ_RETENTION", c.Retention, "retention.ms the dead-letter topic is created with; a letter keeps its payload only where it is gone before its event expires")
 	f.Bool(&c.AcceptUnbounded, "dlq-accept-unbounded", "", false, "use a dead-letter topic that keeps records forever (retention.ms -1) for letters without payload, instead of refusing it (a compacted topic is refused all the same: it refuses letters without a key)")
 }
 

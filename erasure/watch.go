@@ -376,3 +376,24 @@ func (w *Watch) RegisterMetrics(m metric.Meter) error {
 	}
 	return nil
 }
+
+// Follow loads the ledger (within a minute) and keeps it fresh in the
+// background until stop is called: for the jobs that write or rewrite rows
+// beside the workers (redrive, retime, migrate), which must obey it as the
+// workers do.
+func Follow(ctx context.Context, store *Store, refresh time.Duration, log *slog.Logger) (w *Watch, stop func(), err error) {
+	w = NewWatch(store, refresh, log)
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	err = w.Start(sctx)
+	cancel()
+	if err != nil {
+		return nil, nil, err
+	}
+	bg, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.Run(bg)
+	}()
+	return w, func() { cancel(); <-done }, nil
+}

@@ -20,63 +20,10 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/cellttl/cellttl/deadletter"
-	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/event"
-	"github.com/cellttl/cellttl/internal/kafkaconn"
 	"github.com/cellttl/cellttl/sink"
 	"github.com/cellttl/cellttl/tenants"
 )
-
-// Options say which letters to redrive and how.
-type Options struct {
-	Brokers  []string
-	Security kafkaconn.Security
-	// Topics are the dead-letter topics to read (the base and its classes).
-	Topics []string
-	// InputTopic is the worker's input topic: a letter is trusted only for
-	// a record of it, and a record read again from it only when its hash
-	// is the one the letter kept.
-	InputTopic string
-	// Keys, when set, verify each letter's signature: a letter without a
-	// good one is not trusted (outcome Untrusted), whatever it says.
-	Keys *deadletter.Keys
-	// Partition, when not negative, reads that partition only; From and To
-	// bound the offsets read (To exclusive, 0 for the end as it is when
-	// the run starts).
-	Partition int
-	From, To  int64
-	// Reasons keeps only letters of these reason classes (all when empty).
-	Reasons []string
-	// Apply writes; without it the run only says what it would do.
-	Apply bool
-	// Checkpoint, when set, is a file recording the next offset of each
-	// partition read: a run started again with the same file goes on
-	// where it stopped. Filters names the selection (topics, offsets,
-	// reasons, tenants file): a checkpoint of another is refused.
-	Checkpoint string
-	Filters    string
-	// MaxEventBytes bounds a record fetched from the input topic.
-	MaxEventBytes int
-	Now           func() time.Time
-	// Erasures returns the erasure ledger in force (nil: none): a letter
-	// of an erased user is never written again. The writer should hold
-	// the same ledger as its Gate, so a user erased during the run is not
-	// written either.
-	Erasures func() *erasure.Ledger
-	// StrictRetention applies the worker's --strict-retention rule to each
-	// letter: an event whose time lies past the letter's time (when the
-	// worker saw it, or now if earlier) + the decoder's MaxClockSkew is not
-	// written (outcome TimeAhead).
-	StrictRetention bool
-	// WriteBound bounds one write, the writer's retries included (none
-	// when 0): a redrive is a job that must end, and a write Bigtable
-	// keeps refusing as a whole (a permission, a table gone) would
-	// otherwise be retried for as long as the worker would retry it. The
-	// run then stops with the error; run again, it resumes from its
-	// checkpoint.
-	WriteBound time.Duration
-}
 
 // Outcomes of a letter, the keys of Report.Outcomes.
 const (
@@ -115,10 +62,19 @@ func (r *Report) count(reason, outcome string) {
 }
 
 // Run redrives the letters o names through decoder d under cfg, writing
-// to w when o.Apply.
+// to w when o.Apply. The report says what was done, also with an error.
 func Run(ctx context.Context, o Options, d *event.Decoder, cfg *tenants.Config, w *sink.Writer, log *slog.Logger) (*Report, error) {
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	if err := o.topics(ctx); err != nil {
+		return nil, err
+	}
+	if o.Keys == nil {
+		log.Warn("letters are not verified: without --dlq-signing-key-file, a letter anyone produced to a dead-letter topic is trusted as the worker's")
 	}
 	transport, err := o.Security.Transport()
 	if err != nil {
@@ -126,12 +82,13 @@ func Run(ctx context.Context, o Options, d *event.Decoder, cfg *tenants.Config, 
 	}
 	defer transport.CloseIdleConnections()
 	client := &kafka.Client{Addr: kafka.TCP(o.Brokers...), Transport: transport, Timeout: 30 * time.Second}
-	cp, err := loadCheckpoint(o.Checkpoint, o.Filters)
+	selection := o.selection(cfg.Version)
+	cp, err := loadCheckpoint(o.Checkpoint, selection)
 	if err != nil {
 		return nil, err
 	}
 	rep := &Report{ByReason: map[string]map[string]int64{}, Outcomes: map[string]int64{}, Applied: o.Apply}
-	r := &run{o: o, d: d, cfg: cfg, w: w, log: log, client: client, rep: rep, cp: cp.Next}
+	r := &run{o: o, d: d, cfg: cfg, w: w, log: log, client: client, rep: rep, cp: cp.Next, selection: selection}
 	for _, topic := range o.Topics {
 		if err := r.topic(ctx, topic); err != nil {
 			return rep, err
@@ -149,6 +106,8 @@ type run struct {
 	client *kafka.Client
 	rep    *Report
 	cp     map[string]int64
+	// selection names the letters of the run, in its checkpoint.
+	selection string
 }
 
 // batchRows bounds the rows written at once.
@@ -319,7 +278,7 @@ func (r *run) flush(ctx context.Context, p *pending, next int64) error {
 		return nil // a dry run moves no checkpoint: the real run must see every letter
 	}
 	r.cp[p.key] = next
-	return saveCheckpoint(r.o.Checkpoint, checkpoint{Filters: r.o.Filters, Next: r.cp})
+	return saveCheckpoint(r.o.Checkpoint, checkpoint{Filters: r.selection, Next: r.cp})
 }
 
 // write writes p's rows, within WriteBound when set, and counts each

@@ -3,7 +3,10 @@ package tablemeta
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"strconv"
 	"time"
 
@@ -151,3 +154,35 @@ func (s *Store) record(ctx context.Context, c Claim, cur Setting, ok bool) (_ Se
 
 // colTTLFromEnd ends the range of the settings' columns ('/' follows '.').
 const colTTLFromEnd = "ttl_from/"
+
+// ClaimAndSay makes c (ClaimTTLFrom, within a minute) and says in the log
+// what it found: the first writer's record, a change recorded, a
+// --ttl-from-change left over, or agreement. A refusal is an error that
+// says the command refuses to start.
+func (s *Store) ClaimAndSay(ctx context.Context, c Claim, log *slog.Logger) error {
+	if c.Host == "" {
+		c.Host, _ = os.Hostname()
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	set, recorded, err := s.ClaimTTLFrom(ctx, c)
+	var mm *MismatchError
+	switch {
+	case errors.As(err, &mm):
+		return fmt.Errorf("refusing to start: %w", err)
+	case err != nil:
+		return err
+	case c.DryRun && set.Since.IsZero():
+		log.Info("--ttl-from not recorded: a dry run", "ttl_from", set.Describe())
+	case recorded && !set.Change:
+		log.Info("recorded the --ttl-from setting the table's rows are written with: the first writer", "ttl_from", set.Describe(), "table", s.name)
+	case recorded:
+		log.Warn("recorded a new --ttl-from setting for the table: rows written before keep the setting they were written with (worker audit reports a row that outlives its own TTL); remove "+ChangeFlag+" once the change has rolled out",
+			"ttl_from", set.Describe(), "table", s.name)
+	case c.Change:
+		log.Warn(ChangeFlag+" given, and the table's setting is already this one: remove the flag, which would let the next change through unchecked", "ttl_from", set.Describe())
+	default:
+		log.Info("--ttl-from agrees with the table's record", "ttl_from", set.Describe(), "since", set.Since, "recorded_by", set.By)
+	}
+	return nil
+}

@@ -2,6 +2,7 @@ package tablemeta
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -225,4 +226,44 @@ func (c VersionCheck) String() string {
 		return fmt.Sprintf("tenants file version %s is the workers' (%s; %s)", c.Version, of, live)
 	}
 	return fmt.Sprintf("tenants file version %s is not the workers' %s (%s; %s)", c.Version, w.Version, of, live)
+}
+
+// AllowVersionFlag lets worker forget erase with a tenants file other than
+// the workers'.
+const AllowVersionFlag = "--allow-tenants-version-mismatch"
+
+// ErrVersionDiffers is a tenants file refused for not being the workers'.
+var ErrVersionDiffers = errors.New("not the workers' tenants file")
+
+// versionRefused is CheckTenantsVersion's refusal: it says why in full,
+// and is ErrVersionDiffers.
+type versionRefused string
+
+func (e versionRefused) Error() string        { return string(e) }
+func (e versionRefused) Is(target error) bool { return target == ErrVersionDiffers }
+
+// CheckTenantsVersion checks worker forget's tenants file version against
+// the one the workers recorded last (CheckVersion), and refuses another
+// (an error wrapping ErrVersionDiffers) unless allow: forget sets how long
+// a ledger record lives from the tenant's longest TTL in its own file.
+// Nothing recorded (workers of an earlier release) is said, not refused:
+// an erasure must not wait for an upgrade.
+func (s *Store) CheckTenantsVersion(ctx context.Context, version string, allow bool, log *slog.Logger) (*VersionCheck, error) {
+	rec, err := s.Read(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read the tenants file version the workers run: %w", err)
+	}
+	c := CheckVersion(rec, version, time.Now())
+	switch {
+	case c.Outcome == Differs && !allow:
+		return nil, versionRefused(fmt.Sprintf("refusing to erase: %s. forget sets how long each ledger record lives from the tenant's longest TTL in its own tenants file: "+
+			"from a file other than the workers' (a TTL lengthened since), a record can expire while copies it must suppress can still be written. "+
+			"Run forget with the workers' tenants file, or pass %s (a flag only)", c, AllowVersionFlag))
+	case c.Outcome == Differs:
+		c.Overridden = true
+		log.Warn("erasing with a tenants file other than the workers' ("+AllowVersionFlag+")", "check", c.String())
+	case c.Outcome == NotRecorded:
+		log.Warn("tenants file not checked against the workers'", "check", c.String())
+	}
+	return &c, nil
 }

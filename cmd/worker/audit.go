@@ -15,14 +15,15 @@ import (
 	"github.com/cellttl/cellttl/tablemeta"
 )
 
-// auditOptions are the flags of worker audit.
-type auditOptions struct {
+// auditCmd is worker audit: every cell against the rule of the current
+// tenants file. Exit status 1 when any breaks it, for scheduled jobs.
+type auditCmd struct {
 	tableOptions
 	audit                     retention.AuditOptions
 	tenantList, format, shard string
 }
 
-func (o *auditOptions) flags(out io.Writer) *envflag.FlagSet {
+func (o *auditCmd) flags(out io.Writer) *envflag.FlagSet {
 	f := envflag.New("worker audit", "worker audit: per tenant, live and expired-but-stored rows, cells that break the rule, when the live data leaves.\n"+
 		"Exit status: 0 every cell follows the rule and no erased user has a row, 1 otherwise (or an error, the erasure ledger missing among them), 2 bad flags.", out)
 	o.register(f)
@@ -34,13 +35,8 @@ func (o *auditOptions) flags(out io.Writer) *envflag.FlagSet {
 	return f
 }
 
-// runAudit is worker audit: every cell against the rule of the current
-// tenants file. Exit status 1 when any breaks it, for scheduled jobs.
-func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	o := auditOptions{tableOptions: defaultTableOptions()}
-	if err := parse(o.flags(stderr), args); err != nil {
-		return err
-	}
+// run audits the table against the file and the erasure ledger.
+func (o *auditCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 	ao, tenantList, format := o.audit, o.tenantList, o.format
 	var err error
 	shard := o.shard

@@ -106,14 +106,15 @@ type comparison struct {
 	Notes []string `json:"notes"`
 }
 
-// checkOptions are the flags of worker check.
-type checkOptions struct {
+// checkCmd is worker check: validate a tenants file, and explain what
+// loading it changes, against the table's GC rule and an earlier file.
+type checkCmd struct {
 	tableOptions
 	against, format string
 	offline         bool
 }
 
-func (o *checkOptions) flags(out io.Writer) *envflag.FlagSet {
+func (o *checkCmd) flags(out io.Writer) *envflag.FlagSet {
 	f := envflag.New("worker check", "worker check: validate a tenants file and explain what loading it would change.\n"+
 		"Exit status: 0 valid and safe to reload, 1 valid but needs `worker setup --update-gc-policy` and a restart, 2 invalid, 3 valid but the table could not be read.", out)
 	o.register(f)
@@ -124,13 +125,9 @@ func (o *checkOptions) flags(out io.Writer) *envflag.FlagSet {
 	return f
 }
 
-// runCheck is worker check: validate a tenants file, and explain what
-// loading it changes, against the table's GC rule and an earlier file.
-func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	o := checkOptions{tableOptions: defaultTableOptions()}
-	if err := parse(o.flags(stderr), args); err != nil {
-		return err
-	}
+// run checks the file and prints the findings; the exit status is the
+// verdict.
+func (o *checkCmd) run(ctx context.Context, stdout, _ io.Writer) error {
 	against, format, offline := o.against, o.format, o.offline
 	if err := checkFormat(format); err != nil {
 		return err

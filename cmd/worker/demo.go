@@ -37,7 +37,9 @@ tenants:
 
 var demoTenantIDs = []string{"flash", "brief", "walk-in", "keeper"}
 
-type demoOptions struct {
+// demoCmd is worker demo: the real worker against in-process Kafka and
+// Bigtable (internal/inproc), fed with synthetic clicks.
+type demoCmd struct {
 	rate       int
 	produceFor time.Duration
 	every      time.Duration
@@ -46,13 +48,7 @@ type demoOptions struct {
 	logLevel   string
 }
 
-// demoFlags are worker demo's flags, for the table of commands.
-func demoFlags(out io.Writer) *envflag.FlagSet {
-	var o demoOptions
-	return o.flags(out)
-}
-
-func (o *demoOptions) flags(out io.Writer) *envflag.FlagSet {
+func (o *demoCmd) flags(out io.Writer) *envflag.FlagSet {
 	f := envflag.New("worker demo", "worker demo: the whole pipeline in one process, with in-process Kafka and Bigtable emulator and synthetic clicks.\n"+
 		"Tenants (TTL): flash 5s, brief 15s, walk-in (unlisted: default 30s), keeper 45s. It ends when every tenant's cells are gone\n"+
 		"(about a minute), unless --watch; Ctrl-C stops it.", out)
@@ -66,13 +62,9 @@ func (o *demoOptions) flags(out io.Writer) *envflag.FlagSet {
 	return f
 }
 
-// runDemo runs the real worker against in-process Kafka and Bigtable
-// (internal/inproc), fed with synthetic clicks.
-func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var o demoOptions
-	if err := parse(o.flags(stderr), args); err != nil {
-		return err
-	}
+// run starts the services in-process, produces, and prints the summaries
+// until every tenant's cells are gone.
+func (o *demoCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if o.rate < 1 || o.every <= 0 {
 		return usageError(errors.New("--rate and --every must be positive"))
 	}
@@ -93,7 +85,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	defer env.close()
 	fmt.Fprintf(stdout, "producing %d clicks/s for %s (1 in 25 an hour old, 1 in 40 malformed), then watching GC until every tenant's cells are gone; Ctrl-C stops\n\n", o.rate, duration.Format(o.produceFor))
 
-	w, err := newWorker(ctx, &env.ro, env.cfg, env.dc, env.ac, nil, nil, log)
+	w, err := newWorker(ctx, env.ro, env.cfg, env.dc, env.ac, nil, nil, log)
 	if err != nil {
 		return err
 	}
@@ -113,7 +105,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	defer done()
 	sctx, stopSummaries := context.WithCancel(ctx)
 	defer stopSummaries()
-	wg.Go(func() { env.summaries(sctx, stdout, &o, w.pipeline.Stats(), produced, done) })
+	wg.Go(func() { env.summaries(sctx, stdout, o, w.pipeline.Stats(), produced, done) })
 	err = w.serve(wctx, nil)
 	stopProducing()
 	stopSummaries()
@@ -130,7 +122,7 @@ type demoEnv struct {
 	dc      *bigtable.Client
 	ac      *bigtable.AdminClient
 	cfg     *tenants.Config
-	ro      runOptions
+	ro      *runCmd
 	started time.Time
 }
 
@@ -155,7 +147,7 @@ func startDemo(ctx context.Context, stdout io.Writer) (_ *demoEnv, err error) {
 	if env.cfg, err = tenants.Parse([]byte(demoTenants)); err != nil {
 		return nil, fmt.Errorf("demo tenants: %w", err)
 	}
-	env.ro = defaultRunOptions()
+	env.ro = newRunCmd()
 	env.ro.tenants.Path = "" // the demo's tenants are fixed: nothing to reload
 	env.ro.admin.Addr = ""
 	env.ro.kafka.Brokers, env.ro.kafka.Group = env.brokers, "cellttl-demo"

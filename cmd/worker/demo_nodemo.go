@@ -10,11 +10,15 @@ import (
 	"github.com/cellttl/cellttl/internal/envflag"
 )
 
-// demoFlags: a build without the demo has none of its flags.
-func demoFlags(io.Writer) *envflag.FlagSet { return nil }
+// demoCmd in a build without the demo (-tags nodemo, the production
+// image): the in-process Kafka and Bigtable emulator stay out of the
+// binary, and the command has no flags.
+type demoCmd struct{}
 
-// runDemo in a build without the demo (-tags nodemo, the production image):
-// the in-process Kafka and Bigtable emulator stay out of the binary.
-func runDemo(context.Context, []string, io.Writer, io.Writer) error {
+func (demoCmd) flags(out io.Writer) *envflag.FlagSet {
+	return envflag.New("worker demo", "worker demo: not in this build (-tags nodemo).", out)
+}
+
+func (demoCmd) run(context.Context, io.Writer, io.Writer) error {
 	return usageError(errors.New("this build has no demo (built with -tags nodemo); run `go run ./cmd/worker demo` from a checkout"))
 }

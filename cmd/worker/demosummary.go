@@ -22,7 +22,7 @@ import (
 // summaries prints the per-tenant summary every o.every until ctx ends, or
 // until, once produced is closed, no cell is left (without --watch): it
 // then calls done.
-func (env *demoEnv) summaries(ctx context.Context, stdout io.Writer, o *demoOptions, stats *pipeline.Stats, produced <-chan struct{}, done func()) {
+func (env *demoEnv) summaries(ctx context.Context, stdout io.Writer, o *demoCmd, stats *pipeline.Stats, produced <-chan struct{}, done func()) {
 	t := time.NewTicker(o.every)
 	defer t.Stop()
 	target := env.ro.table.Target()

@@ -61,7 +61,7 @@ func TestEnvironmentVariables(t *testing.T) {
 // worker's.
 func TestCommandsRegisterOnlyTheirGroups(t *testing.T) {
 	names := func(cmd string) map[string]bool {
-		f := commandTable()[cmd].flags(&bytes.Buffer{})
+		f := commandTable()[cmd]().flags(&bytes.Buffer{})
 		set := map[string]bool{}
 		for _, n := range f.Names() {
 			set[n] = true

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,17 +17,22 @@ import (
 	"github.com/cellttl/cellttl/retention"
 	"github.com/cellttl/cellttl/retention/forget"
 	"github.com/cellttl/cellttl/rowkey"
+	"github.com/cellttl/cellttl/tablemeta"
 )
 
 // exitNothingFound is forget's exit status when a user had no row and no
 // erasure was recorded for it: most often a mistyped id.
 const exitNothingFound = 3
 
-// forgetOptions are forget's flags: its own, and those of the worker's it
-// needs (the workers' bound, how far ahead an event's time may lie, and
-// the topics whose retention a ledger record must outlive).
-type forgetOptions struct {
-	runOptions
+// forgetCmd is worker forget: erase users' rows, and record the erasure in
+// the ledger every worker obeys, so that no replay brings them back. Its
+// flags: its own, and the worker's it needs (the topics whose retention a
+// ledger record must outlive, how far ahead an event's time may lie, the
+// workers' bound).
+type forgetCmd struct {
+	tableOptions
+	topics      topicOptions
+	bound       erasureBound
 	tenant      string
 	users       userList
 	usersFrom   string
@@ -54,12 +58,15 @@ type userList []string
 func (u *userList) String() string     { return strings.Join(*u, ",") }
 func (u *userList) Set(v string) error { *u = append(*u, v); return nil }
 
-func (fo *forgetOptions) flags(out io.Writer) *envflag.FlagSet {
+func newForgetCmd() *forgetCmd {
+	return &forgetCmd{tableOptions: defaultTableOptions(), topics: defaultTopicOptions(), bound: defaultErasureBound()}
+}
+
+func (fo *forgetCmd) flags(out io.Writer) *envflag.FlagSet {
 	f := envflag.New("worker forget", "worker forget: erase users of a tenant. It records each erasure in the erasure ledger (which every worker obeys: "+
 		"no event of the user at or before erased_up_to is written again, from a backlog, a replay or a redrive), deletes the rows, waits for the workers' "+
 		"bound, deletes again, and prints a receipt. It takes the worker's settings that decide the bound and the topics' retention, from the same flags and environment.\n"+
 		"Exit status: 0 done, 1 an error, 2 bad flags (or a tenants file that is not the version the workers run: see --allow-tenants-version-mismatch), 3 a user had no row and nothing was recorded for it (see --allow-empty).", out)
-	o := &fo.runOptions
 	f.Section("Erasure")
 	f.String(&fo.tenant, "tenant", "", "", "the users' tenant (required)")
 	f.Value(&fo.users, "user", "", "a user to erase, matched exactly as the row key holds it; may be given several times")
@@ -68,7 +75,7 @@ func (fo *forgetOptions) flags(out io.Writer) *envflag.FlagSet {
 	f.String(&fo.requestedBy, "requested-by", "", "", "who asked for the erasure, for the audit log and the ledger (required; a ticket or a name, never the user's id)")
 	f.Bool(&fo.dryRun, "dry-run", "", false, "count the rows; record and delete nothing")
 	f.Bool(&fo.allowEmpty, "allow-empty", "", false, "record the erasure of a user even when no row matches (a user whose events may still be on their way); exit 0")
-	f.Bool(&fo.allowVersion, versionFlag[2:], "", false, "erase although this tenants file is not the version the workers recorded last: the ledger records' life then follows this file's longest TTL, not the workers' (a flag only: no environment variable)")
+	f.Bool(&fo.allowVersion, tablemeta.AllowVersionFlag[2:], "", false, "erase although this tenants file is not the version the workers recorded last: the ledger records' life then follows this file's longest TTL, not the workers' (a flag only: no environment variable)")
 	f.Duration(&fo.secondPass, "second-pass-after", "", 0, fmt.Sprintf("wait between the two deletions (default: the workers' bound, %d × --erasure-refresh + --write-timeout)", erasure.StaleAfter))
 	f.Duration(&fo.backups, "backup-retention", "BACKUP_RETENTION", 0, "the longest a backup of the table is kept, when backups are taken: listed on the receipt, and the ledger record lives at least as long")
 	f.String(&fo.format, "format", "", "text", "output: text or json")
@@ -76,27 +83,21 @@ func (fo *forgetOptions) flags(out io.Writer) *envflag.FlagSet {
 		"wait (for consistency after recording and around the second pass; needs bigtable.tables.generateConsistencyToken and bigtable.tables.checkConsistency on both tables) or "+
 		"single-cluster (forget and every worker route to one cluster; forget checks its own app profile when it may read it)")
 	f.String(&fo.pseudonymKey, "log-pseudonym-key-file", envflag.Env, "", "file of the key (base64, at least 32 bytes) under which the audit log names each user, by an HMAC of tenant and id; without it the log names no user, only the tenant")
-	o.tableOptions.register(f)
-	o.kafka.RegisterConnectionFlags(f)
-	o.dlq.RegisterTopicFlags(f)
-	o.pipe.RegisterClockFlags(f)
-	o.registerErasureBound(f)
+	fo.tableOptions.register(f)
+	fo.topics.register(f)
+	fo.bound.register(f)
 	return f
 }
 
-// runForget is worker forget: erase users' rows, and record the erasure in
-// the ledger every worker obeys, so that no replay brings them back.
-func runForget(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fo := forgetOptions{runOptions: defaultRunOptions()}
-	if err := parse(fo.flags(stderr), args); err != nil {
-		return err
-	}
-	o := &fo.runOptions
+// run checks the request, reads how long the topics keep copies, and runs
+// the erasure protocol (retention/forget); the receipt goes to stdout.
+func (fo *forgetCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
+	kafka := fo.topics.kafka
 	users, err := fo.userIDs()
 	if err != nil {
 		return usageError(err)
 	}
-	if err := errors.Join(checkFormat(fo.format), checkReplication(fo.replication), o.kafka.Validate(), o.dlq.Validate(o.kafka.Topic)); err != nil {
+	if err := errors.Join(checkFormat(fo.format), checkReplication(fo.replication), fo.topics.validate()); err != nil {
 		return usageError(err)
 	}
 	if fo.requestedBy == "" {
@@ -119,38 +120,41 @@ func runForget(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return usageError(fmt.Errorf("--before %s: must lie between 1970 and now", fo.before))
 		}
 	}
-	s, log, done, err := o.openJob(ctx, stderr)
+	s, log, done, err := fo.openJob(ctx, stderr)
 	if err != nil {
 		return err
 	}
 	defer done()
-	versionCheck, err := checkTenantsVersion(ctx, s.dc, o.table.Table, s.cfg.Version, fo.allowVersion, log)
+	versionCheck, err := tablemeta.NewStore(s.dc, fo.table.Table).CheckTenantsVersion(ctx, s.cfg.Version, fo.allowVersion, log)
+	if errors.Is(err, tablemeta.ErrVersionDiffers) {
+		return usageError(err)
+	}
 	if err != nil {
 		return err
 	}
-	facts, err := gatherFacts(ctx, o, s)
+	facts, err := retention.Gather(ctx, fo.topics.sources(s, fo.table), time.Now())
 	if err != nil {
 		return fmt.Errorf("read how long the topics keep copies (the ledger record must live as long): %w", err)
 	}
-	repl := forget.Replication{Table: o.table.Table, Wait: s.ac.WaitForReplication}
+	repl := forget.Replication{Table: fo.table.Table, Wait: s.ac.WaitForReplication}
 	if fo.replication == replicationSingle {
-		ap, err := o.table.ReadAppProfile(ctx)
+		ap, err := fo.table.ReadAppProfile(ctx)
 		repl.Wait = nil
-		if repl.Statement, err = forget.SingleCluster(o.table.AppProfile, ap, err, log); err != nil {
+		if repl.Statement, err = forget.SingleCluster(fo.table.AppProfile, ap, err, log); err != nil {
 			return err
 		}
 	}
-	rc, err := forget.Forget(ctx, s.dc.Open(o.table.Table), erasure.NewStore(s.dc, o.table.ErasureTable()), forget.Request{
+	rc, err := forget.Forget(ctx, s.dc.Open(fo.table.Table), erasure.NewStore(s.dc, fo.table.ErasureTable()), forget.Request{
 		Tenant: fo.tenant, Users: users, RequestedBy: fo.requestedBy, Operator: operator(),
-		Now: now, Before: before, MaxClockSkew: o.pipe.Decoder.MaxClockSkew,
+		Now: now, Before: before, MaxClockSkew: fo.topics.pipe.Decoder.MaxClockSkew,
 		DryRun: fo.dryRun, AllowEmpty: fo.allowEmpty,
-		SecondPassAfter: fo.secondPass, Refresh: o.erasureRefresh, WriteTimeout: o.writer.AttemptTimeout,
-		Table: o.table.Target().String(), Facts: facts, LongestTTL: s.cfg.Policy.LongestTTL(fo.tenant),
+		SecondPassAfter: fo.secondPass, Refresh: fo.bound.refresh, WriteTimeout: fo.bound.writer.AttemptTimeout,
+		Table: fo.table.Target().String(), Facts: facts, LongestTTL: s.cfg.Policy.LongestTTL(fo.tenant),
 		Backups: fo.backups, BackupsDecidedBy: "--backup-retention", Tracers: s.tracers,
 		Pseudonyms: names, TenantsVersion: versionCheck, Replication: repl,
 		EndOffsets: func(ctx context.Context) (string, []int64, error) {
-			ends, err := kafkaconn.EndOffsets(ctx, o.kafka.Brokers, o.kafka.Security, o.kafka.Topic)
-			return o.kafka.Topic, ends, err
+			ends, err := kafkaconn.EndOffsets(ctx, kafka.Brokers, kafka.Security, kafka.Topic)
+			return kafka.Topic, ends, err
 		},
 	}, log)
 	if !rc.Begun() {
@@ -179,71 +183,17 @@ func checkReplication(v string) error {
 	return nil
 }
 
-// userIDs gathers --user and --users-from, checked as row keys hold ids.
-// Errors name the line, never the id: they reach logs.
-func (fo *forgetOptions) userIDs() ([]string, error) {
+// userIDs checks --tenant and gathers the users of --user and
+// --users-from (forget.Users).
+func (fo *forgetCmd) userIDs() ([]string, error) {
 	var errs []error
 	if fo.tenant == "" {
 		errs = append(errs, errors.New("--tenant is required"))
 	} else if err := rowkey.ValidateID("--tenant", fo.tenant); err != nil {
 		errs = append(errs, err)
 	}
-	users := append([]string(nil), fo.users...)
-	for i, u := range fo.users {
-		if p := rowkey.IDProblem(u); p != "" {
-			errs = append(errs, fmt.Errorf("--user number %d: the user id %s", i+1, p))
-		}
-	}
-	if fo.usersFrom != "" {
-		fromFile, err := readUsers(fo.usersFrom)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		users = append(users, fromFile...)
-	}
-	if len(users) == 0 && len(errs) == 0 {
-		errs = append(errs, errors.New("--user or --users-from is required"))
-	}
-	seen := map[string]bool{}
-	out := users[:0]
-	for _, u := range users {
-		if !seen[u] {
-			seen[u] = true
-			out = append(out, u)
-		}
-	}
-	return out, errors.Join(errs...)
-}
-
-// readUsers reads a --users-from file: one id per line, exactly as given
-// (only the line end is taken off: ids may hold spaces).
-func readUsers(path string) ([]string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("--users-from: %w", err)
-	}
-	defer f.Close()
-	var users []string
-	var errs []error
-	sc := bufio.NewScanner(f)
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSuffix(sc.Text(), "\r")
-		if n == 1 {
-			line = strings.TrimPrefix(line, "\ufeff") // a byte order mark, not part of the id
-		}
-		if strings.TrimSpace(line) == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		if p := rowkey.IDProblem(line); p != "" {
-			errs = append(errs, fmt.Errorf("--users-from %s line %d: the user id %s", path, n, p))
-			continue
-		}
-		users = append(users, line)
-	}
-	if err := sc.Err(); err != nil {
-		errs = append(errs, fmt.Errorf("--users-from %s: %w", path, err))
-	}
-	return users, errors.Join(errs...)
+	users, err := forget.Users(fo.users, fo.usersFrom)
+	return users, errors.Join(append(errs, err)...)
 }
 
 // printReceipt writes the receipt, as text or json.
@@ -277,7 +227,7 @@ func printReceipt(w io.Writer, rc forget.Receipt, format string) error {
 	if c := rc.TenantsVersion; c != nil {
 		fmt.Fprintf(w, "checked: %s", c)
 		if c.Overridden {
-			fmt.Fprintf(w, " (erased anyway: %s)", versionFlag)
+			fmt.Fprintf(w, " (erased anyway: %s)", tablemeta.AllowVersionFlag)
 		}
 		fmt.Fprintln(w)
 	}

@@ -75,90 +75,64 @@ func exitCode(err error, stderr io.Writer) int {
 
 var errHelp = errors.New("help requested")
 
-// run dispatches to a command. ctx ends at SIGINT or SIGTERM.
+// run dispatches to a command: it parses the command's flags, then runs it.
+// ctx ends at SIGINT or SIGTERM.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cmd := "run"
+	name := "run"
 	switch {
 	case len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help"):
-		cmd = "help"
+		name = "help"
 	case len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-':
-		cmd, args = args[0], args[1:]
+		name, args = args[0], args[1:]
 	}
-	if cmd == "help" {
+	if name == "help" {
 		fmt.Fprintln(stdout, usage)
 		return nil
 	}
-	c, ok := commandTable()[cmd]
+	newCmd, ok := commandTable()[name]
 	if !ok {
-		return &exitError{code: 2, err: fmt.Errorf("unknown command %q\n\n%s", cmd, usage)}
+		return &exitError{code: 2, err: fmt.Errorf("unknown command %q\n\n%s", name, usage)}
 	}
-	return c.run(ctx, args, stdout, stderr)
+	c := newCmd()
+	if err := parse(c.flags(stderr), args); err != nil {
+		return err
+	}
+	return c.run(ctx, stdout, stderr)
 }
 
-// command is one of the worker's commands.
-type command struct {
-	run func(ctx context.Context, args []string, stdout, stderr io.Writer) error
-	// flags makes the command's flag set, with its defaults: parse reads
-	// every command's variables from them, so that one environment (a
-	// Deployment's, a shell's) serves every command.
-	flags func(out io.Writer) *envflag.FlagSet
+// command is one of the worker's commands: the flags it takes, with their
+// defaults, and what it does once they are parsed. Each command registers
+// only the groups of flags it reads.
+type command interface {
+	flags(out io.Writer) *envflag.FlagSet
+	run(ctx context.Context, stdout, stderr io.Writer) error
 }
 
-// commandTable is the worker's commands by name. A function, not a
-// variable: the commands call parse, which reads the table.
-func commandTable() map[string]command {
-	return map[string]command{
-		"run": {func(ctx context.Context, args []string, _, stderr io.Writer) error {
-			return runWorker(ctx, args, stderr)
-		}, func(w io.Writer) *envflag.FlagSet { o := defaultRunOptions(); return o.flags(w) }},
-		"setup": {runSetup, func(w io.Writer) *envflag.FlagSet {
-			o := setupOptions{tableOptions: defaultTableOptions()}
-			return o.flags(w)
-		}},
-		"read": {runRead, func(w io.Writer) *envflag.FlagSet {
-			o := readOptions{tableOptions: defaultTableOptions()}
-			return o.flags(w)
-		}},
-		"check": {runCheck, func(w io.Writer) *envflag.FlagSet {
-			o := checkOptions{tableOptions: defaultTableOptions()}
-			return o.flags(w)
-		}},
-		"retime": {runRetime, func(w io.Writer) *envflag.FlagSet {
-			o := retimeOptions{tableOptions: defaultTableOptions()}
-			return o.flags(w)
-		}},
-		"migrate": {runMigrate, func(w io.Writer) *envflag.FlagSet {
-			o := migrateOptions{tableOptions: defaultTableOptions()}
-			return o.flags(w)
-		}},
-		"forget": {runForget, func(w io.Writer) *envflag.FlagSet {
-			o := forgetOptions{runOptions: defaultRunOptions()}
-			return o.flags(w)
-		}},
-		"audit": {runAudit, func(w io.Writer) *envflag.FlagSet {
-			o := auditOptions{tableOptions: defaultTableOptions()}
-			return o.flags(w)
-		}},
-		"retention": {runRetention, func(w io.Writer) *envflag.FlagSet {
-			o := retentionOptions{runOptions: defaultRunOptions()}
-			return o.flags(w)
-		}},
-		"redrive": {runRedrive, func(w io.Writer) *envflag.FlagSet {
-			o := redriveOptions{runOptions: defaultRunOptions()}
-			return o.flags(w)
-		}},
-		"demo": {runDemo, demoFlags},
+// commandTable makes each command with its defaults, by name. A function,
+// not a variable: parse reads every command's flags (allVariables).
+func commandTable() map[string]func() command {
+	return map[string]func() command{
+		"run":       func() command { return newRunCmd() },
+		"setup":     func() command { return &setupCmd{tableOptions: defaultTableOptions()} },
+		"read":      func() command { return newReadCmd() },
+		"check":     func() command { return &checkCmd{tableOptions: defaultTableOptions()} },
+		"retime":    func() command { return newRetimeCmd() },
+		"migrate":   func() command { return newMigrateCmd() },
+		"forget":    func() command { return newForgetCmd() },
+		"audit":     func() command { return &auditCmd{tableOptions: defaultTableOptions()} },
+		"retention": func() command { return newRetentionCmd() },
+		"redrive":   func() command { return newRedriveCmd() },
+		"demo":      func() command { return &demoCmd{} },
 	}
 }
 
 // allVariables are the variables of every command's flags, legacy names
-// included.
+// included: one environment (a Deployment's, a shell's) serves every
+// command, so a variable of another command's is no error.
 func allVariables() []string {
 	var vs []string
-	for _, c := range commandTable() {
-		if f := c.flags(io.Discard); f != nil {
-			vs = append(vs, f.Variables()...)
-		}
+	for _, newCmd := range commandTable() {
+		vs = append(vs, newCmd().flags(io.Discard).Variables()...)
 	}
 	return vs
 }

@@ -19,8 +19,10 @@ import (
 	"github.com/cellttl/cellttl/tenants"
 )
 
-// migrateOptions are the flags of worker migrate.
-type migrateOptions struct {
+// migrateCmd is worker migrate: take a table full of data from one tenants
+// file to another whose GC rule differs (default_ttl, strategy), in the
+// order that keeps every cell's promises.
+type migrateCmd struct {
 	tableOptions
 	against, format        string
 	yes, replicated, force bool
@@ -28,7 +30,11 @@ type migrateOptions struct {
 	retime                 retention.RetimeOptions
 }
 
-func (o *migrateOptions) flags(out io.Writer) *envflag.FlagSet {
+func newMigrateCmd() *migrateCmd {
+	return &migrateCmd{tableOptions: defaultTableOptions(), retime: retention.RetimeOptions{Passes: 1}}
+}
+
+func (o *migrateCmd) flags(out io.Writer) *envflag.FlagSet {
 	f := envflag.New("worker migrate", "worker migrate: move a table written under --against to --tenants, whose default_ttl or strategy differs.\n"+
 		"Without --yes it prints the plan. Stop the workers first; start them with the new file when it is done.\n"+
 		"Exit status: 0 done (or planned), 1 an error, 2 bad flags or files, 3 interrupted (run it again).", out)
@@ -44,14 +50,8 @@ func (o *migrateOptions) flags(out io.Writer) *envflag.FlagSet {
 	return f
 }
 
-// runMigrate is worker migrate: take a table full of data from one tenants
-// file to another whose GC rule differs (default_ttl, strategy), in the
-// order that keeps every cell's promises.
-func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	o := migrateOptions{tableOptions: defaultTableOptions(), retime: retention.RetimeOptions{Passes: 1}}
-	if err := parse(o.flags(stderr), args); err != nil {
-		return err
-	}
+// run prints the plan, and with --yes applies it.
+func (o *migrateCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 	against, format, yes, replicated, force, only, ro := o.against, o.format, o.yes, o.replicated, o.force, o.only, o.retime
 	if err := ro.Validate(); err != nil {
 		return usageError(err)
@@ -203,7 +203,7 @@ func (m *migration) apply(ctx context.Context, steps []retention.Step, stderr io
 	ro.Log, ro.Tracers = log, s.tracers
 	ro.Job = retention.Job{Table: o.table.Table, Family: o.table.Family, Config: m.oldCfg.Version + " to " + s.cfg.Version}
 	// Rows of erased users are deleted, never given a new timestamp.
-	erasures, stopErasures, err := watchErasures(ctx, s, o.table, defaultErasureRefresh, log)
+	erasures, stopErasures, err := followErasures(ctx, s, o.table, defaultErasureRefresh, log)
 	if err != nil {
 		return retention.Report{}, err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,10 +11,14 @@ import (
 	"cloud.google.com/go/bigtable"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/cellttl/cellttl/deadletter"
 	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/expiry"
+	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/cellttl/cellttl/internal/envflag"
+	"github.com/cellttl/cellttl/pipeline"
+	"github.com/cellttl/cellttl/retention"
 	"github.com/cellttl/cellttl/sink"
 	"github.com/cellttl/cellttl/telemetry"
 	"github.com/cellttl/cellttl/tenants"
@@ -124,22 +129,79 @@ func (o *tableOptions) openJob(ctx context.Context, stderr io.Writer) (s *sessio
 	return s, log, func() { stopTraces(); s.Close() }, nil
 }
 
-// watchErasures loads the erasure ledger and keeps it fresh until stop is
-// called: for the commands that write events (redrive), which must obey it
-// as the worker does.
-func watchErasures(ctx context.Context, s *session, t sink.TableConfig, refresh time.Duration, log *slog.Logger) (w *erasure.Watch, stop func(), err error) {
-	w = erasure.NewWatch(erasure.NewStore(s.dc, t.ErasureTable()), refresh, log)
-	sctx, scancel := context.WithTimeout(ctx, time.Minute)
-	err = w.Start(sctx)
-	scancel()
-	if err != nil {
-		return nil, nil, err
-	}
-	bg, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		w.Run(bg)
-	}()
-	return w, func() { cancel(); <-done }, nil
+// followErasures loads the erasure ledger of the session's table and keeps
+// it fresh until stop: for the jobs that write or rewrite rows beside the
+// workers (redrive, retime, migrate).
+func followErasures(ctx context.Context, s *session, t sink.TableConfig, refresh time.Duration, log *slog.Logger) (*erasure.Watch, func(), error) {
+	return erasure.Follow(ctx, erasure.NewStore(s.dc, t.ErasureTable()), refresh, log)
+}
+
+// defaultErasureRefresh: with the default --write-timeout (30s), a user
+// erased at t has no row written after t + 3×5s + 30s = 45s, the wait
+// worker forget makes between its passes.
+const defaultErasureRefresh = 5 * time.Second
+
+// registerErasureRefresh declares --erasure-refresh, for the commands that
+// write events (the worker and redrive).
+func registerErasureRefresh(f *envflag.FlagSet, d *time.Duration) {
+	f.Section("Erasure")
+	f.Advanced()
+	f.Duration(d, "erasure-refresh", "ERASURE_REFRESH", *d, fmt.Sprintf("how often the erasure ledger is read again; writes wait while the ledger loaded last is older than %d of these, so a user erased at t has no row written after t + %d×this + --write-timeout", erasure.StaleAfter, erasure.StaleAfter))
+}
+
+// erasureBound are the flags of the workers' erasure bound, --write-timeout
+// and --erasure-refresh: for the commands that write events as the worker
+// does (redrive) or wait for the bound (forget).
+type erasureBound struct {
+	writer  sink.WriterConfig
+	refresh time.Duration
+}
+
+func defaultErasureBound() erasureBound {
+	return erasureBound{writer: sink.DefaultWriterConfig(), refresh: defaultErasureRefresh}
+}
+
+func (b *erasureBound) register(f *envflag.FlagSet) {
+	b.writer.RegisterTimeoutFlag(f)
+	registerErasureRefresh(f, &b.refresh)
+}
+
+// registerStrictRetention declares --strict-retention: for the worker, and
+// for redrive, which decides each letter by the worker's rule.
+func registerStrictRetention(f *envflag.FlagSet, strict *bool, usage string) {
+	f.Bool(strict, "strict-retention", "STRICT_RETENTION", false, usage)
+}
+
+// topicOptions are the flags of the commands that read the topics beside
+// the worker (forget, retention, redrive): the input topic and how to
+// reach the brokers, the dead-letter topics' names, and the mapping and
+// clock the worker decides events by.
+type topicOptions struct {
+	kafka ingest.Config
+	dlq   deadletter.Config
+	pipe  pipeline.Config
+}
+
+func defaultTopicOptions() topicOptions {
+	return topicOptions{kafka: ingest.DefaultConfig(), dlq: deadletter.DefaultConfig(), pipe: pipeline.DefaultConfig()}
+}
+
+// register declares the connection, the dead-letter topics' names and
+// --max-clock-skew.
+func (t *topicOptions) register(f *envflag.FlagSet) {
+	t.kafka.RegisterConnectionFlags(f)
+	t.dlq.RegisterTopicFlags(f)
+	t.pipe.RegisterClockFlags(f)
+}
+
+func (t *topicOptions) validate() error {
+	return errors.Join(t.kafka.Validate(), t.dlq.Validate(t.kafka.Topic))
+}
+
+// sources are where the retention statement's facts are read, with these
+// flags (retention.Gather).
+func (t *topicOptions) sources(s *session, table sink.TableConfig) retention.Sources {
+	return retention.Sources{Config: s.cfg, Table: table, Admin: s.ac, Data: s.dc,
+		Brokers: t.kafka.Brokers, Security: t.kafka.Security, Topic: t.kafka.Topic, DeadLetters: t.dlq,
+		TTLFrom: t.pipe.Fields.TTL, UnlistedDeadLetterTTL: t.pipe.UnlistedDeadLetterTTL, MaxClockSkew: t.pipe.Decoder.MaxClockSkew}
 }

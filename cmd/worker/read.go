@@ -21,8 +21,9 @@ import (
 	"github.com/cellttl/cellttl/sink"
 )
 
-// readOptions are the flags of worker read.
-type readOptions struct {
+// readCmd is worker read: a tenant's live events, read as a correct reader
+// reads them.
+type readCmd struct {
 	tableOptions
 	query                reader.Query
 	since, until, format string
@@ -31,7 +32,11 @@ type readOptions struct {
 	registry registry.Config
 }
 
-func (o *readOptions) flags(out io.Writer) *envflag.FlagSet {
+func newReadCmd() *readCmd {
+	return &readCmd{tableOptions: defaultTableOptions(), registry: registry.DefaultConfig()}
+}
+
+func (o *readCmd) flags(out io.Writer) *envflag.FlagSet {
 	f := envflag.New("worker read", "worker read: a tenant's live events, with their expiry, read with the filter that hides expired cells.", out)
 	o.register(f)
 	f.Section("Read")
@@ -46,13 +51,8 @@ func (o *readOptions) flags(out io.Writer) *envflag.FlagSet {
 	return f
 }
 
-// runRead is worker read: a tenant's live events, read as a correct reader
-// reads them.
-func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	o := readOptions{tableOptions: defaultTableOptions(), registry: registry.DefaultConfig()}
-	if err := parse(o.flags(stderr), args); err != nil {
-		return err
-	}
+// run checks the GC rule the read filter relies on, and prints the events.
+func (o *readCmd) run(ctx context.Context, stdout, _ io.Writer) error {
 	q, since, until, format := o.query, o.since, o.until, o.format
 	if q.Tenant == "" {
 		return usageError(errors.New("--tenant is required"))

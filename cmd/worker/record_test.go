@@ -138,10 +138,10 @@ func TestForgetChecksTheWorkersTenantsVersion(t *testing.T) {
 	})
 
 	out, err := e.cmd(t, "forget", append(forget, "--tenants", old)...)
-	if codeOf(err) != 2 || !strings.Contains(err.Error(), v1) || !strings.Contains(err.Error(), v2) || !strings.Contains(err.Error(), versionFlag) {
+	if codeOf(err) != 2 || !strings.Contains(err.Error(), v1) || !strings.Contains(err.Error(), v2) || !strings.Contains(err.Error(), tablemeta.AllowVersionFlag) {
 		t.Fatalf("forget with the old file: exit %d, %v\n%s", codeOf(err), err, out)
 	}
-	check(t, e, append(forget, "--tenants", old, versionFlag), tablemeta.Differs, true, v2)
+	check(t, e, append(forget, "--tenants", old, tablemeta.AllowVersionFlag), tablemeta.Differs, true, v2)
 	check(t, e, forget, tablemeta.Matches, false, v2)
 }
 

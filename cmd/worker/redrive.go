@@ -10,33 +10,45 @@ import (
 	"maps"
 	"slices"
 	"text/tabwriter"
+	"time"
 
-	"github.com/cellttl/cellttl/deadletter"
 	"github.com/cellttl/cellttl/internal/envflag"
+	"github.com/cellttl/cellttl/internal/registry"
 	"github.com/cellttl/cellttl/redrive"
 	"github.com/cellttl/cellttl/sink"
 	"github.com/cellttl/cellttl/tablemeta"
 )
 
-// redriveOptions are the flags of worker redrive: its own, and the
-// worker's that decide and write an event as the worker does.
-type redriveOptions struct {
-	runOptions
-	redrive                redrive.Options
-	topic, reasons, format string
-	// trustUnsigned writes letters no key verifies: the operator vouches
-	// that only the workers can write to the dead-letter topics.
-	trustUnsigned bool
+// redriveCmd is worker redrive: dead letters through the worker's path
+// again, under the tenants file and mapping in force now (a tenant added
+// since, a field mapping fixed). Its flags: its own, and the worker's that
+// decide and write an event, so that the letters are decided as the
+// worker would decide them.
+type redriveCmd struct {
+	tableOptions
+	topics        topicOptions
+	bound         erasureBound
+	registry      registry.Config
+	ttlFromChange bool
+	redrive       redrive.Options
+	topic         string
+	reasons       string
+	format        string
 }
 
 // exitUntrusted is redrive's exit status when letters were not trusted:
 // passed over (a checkpoint moves past them), and the operator must know.
 const exitUntrusted = 4
 
-func (rd *redriveOptions) flags(out io.Writer) *envflag.FlagSet {
+func newRedriveCmd() *redriveCmd {
+	return &redriveCmd{tableOptions: defaultTableOptions(), topics: defaultTopicOptions(), bound: defaultErasureBound(),
+		registry: registry.DefaultConfig(), redrive: redrive.Options{Partition: -1}}
+}
+
+func (rd *redriveCmd) flags(out io.Writer) *envflag.FlagSet {
 	f := envflag.New("worker redrive", "worker redrive: send dead letters through the worker's decode, expiry and write again, each keyed to its original record, so that it gets exactly the cells it would have got (run twice, the same cells); a dry run unless --apply. The letters of users erased with worker forget are not written (the erasure ledger, read again every --erasure-refresh).\n"+
 		"It takes the worker's settings that decide and write an event, from the same flags and environment. Exit status: 0 done, 1 an error, 2 bad flags, 4 letters were not trusted (see the log).", out)
-	o, ro := &rd.runOptions, &rd.redrive
+	ro, t := &rd.redrive, &rd.topics
 	f.Section("Redrive")
 	f.String(&rd.topic, "from-topic", "", "", "the dead-letter topic to read (default: --dlq-topic and its --dlq-classes topics)")
 	f.Int(&ro.Partition, "partition", "", ro.Partition, "read this partition only (default: all)")
@@ -45,93 +57,65 @@ func (rd *redriveOptions) flags(out io.Writer) *envflag.FlagSet {
 	f.String(&rd.reasons, "reason", "", "", "comma-separated reason classes to redrive (not_json, invalid_id, unlisted_tenant, bigtable_refused…; default: all)")
 	f.Bool(&ro.Apply, "apply", "", false, "write; without it, say what would be written")
 	f.String(&ro.Checkpoint, "checkpoint", "", "", "a file recording how far an --apply run has come; run again with the same file to go on")
-	f.Bool(&rd.trustUnsigned, "trust-unsigned-letters", envflag.NoEnv, false, "with --apply and no --dlq-signing-key-file: write letters no key verifies, trusting that only the workers can produce to the dead-letter topics (a flag only: no environment variable)")
+	f.Bool(&ro.TrustUnsigned, "trust-unsigned-letters", envflag.NoEnv, false, "with --apply and no --dlq-signing-key-file: write letters no key verifies, trusting that only the workers can produce to the dead-letter topics (a flag only: no environment variable)")
 	f.String(&rd.format, "format", "", "text", "output: text or json")
-	o.tableOptions.register(f)
-	o.kafka.RegisterConnectionFlags(f)
-	o.dlq.RegisterTopicFlags(f)
-	o.dlq.RegisterKeyFlags(f)
-	o.pipe.RegisterMappingFlags(f)
-	tablemeta.RegisterChangeFlag(f, &o.ttlFromChange)
-	o.pipe.RegisterClockFlags(f)
+	rd.tableOptions.register(f)
+	t.kafka.RegisterConnectionFlags(f)
+	t.dlq.RegisterTopicFlags(f)
+	t.dlq.RegisterKeyFlags(f)
+	t.pipe.RegisterMappingFlags(f)
+	tablemeta.RegisterChangeFlag(f, &rd.ttlFromChange)
+	t.pipe.RegisterClockFlags(f)
 	f.Section("Redrive")
 	registerStrictRetention(f, &ro.StrictRetention, "decide each letter by the worker's --strict-retention rule: an event whose time lies further past its letter's time (when the worker saw it) than --max-clock-skew is not written (outcome time_ahead)")
-	o.registry.RegisterFlags(f)
-	o.registerErasureBound(f)
+	rd.registry.RegisterFlags(f)
+	rd.bound.register(f)
 	return f
 }
 
-// runRedrive is worker redrive: dead letters through the worker's path
-// again, under the tenants file and mapping in force now (a tenant added
-// since, a field mapping fixed). It takes the worker's flags, so that the
-// letters are decided as the worker would decide them.
-func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	rd := redriveOptions{runOptions: defaultRunOptions(), redrive: redrive.Options{Partition: -1}}
-	if err := parse(rd.flags(stderr), args); err != nil {
+// run checks the table, follows the erasure ledger, and redrives the
+// letters through a writer of the worker's kind; the report goes to stdout.
+func (rd *redriveCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
+	if err := checkFormat(rd.format); err != nil {
 		return err
 	}
-	o, ro, topic, reasons, format := &rd.runOptions, rd.redrive, rd.topic, rd.reasons, rd.format
-	if err := checkFormat(format); err != nil {
-		return err
-	}
-	if err := errors.Join(o.kafka.Validate(), o.dlq.Validate(o.kafka.Topic), o.pipe.Resolve(), o.registry.Validate()); err != nil {
+	t, ro := &rd.topics, rd.redrive
+	if err := errors.Join(t.validate(), t.pipe.Resolve(), rd.registry.Validate()); err != nil {
 		return usageError(err)
 	}
-	ro.Brokers, ro.Security, ro.Reasons, ro.MaxEventBytes = o.kafka.Brokers, o.kafka.Security, splitList(reasons), o.pipe.Decoder.MaxBytes
-	ro.InputTopic = o.kafka.Topic
-	keys, err := o.dlq.Keys()
+	ro.Brokers, ro.Security, ro.InputTopic, ro.Base = t.kafka.Brokers, t.kafka.Security, t.kafka.Topic, t.dlq.Base(t.kafka.Topic)
+	ro.Reasons, ro.MaxEventBytes = splitList(rd.reasons), t.pipe.Decoder.MaxBytes
+	if rd.topic != "" {
+		ro.Topics = []string{rd.topic}
+	}
+	keys, err := t.dlq.Keys()
 	if err != nil {
 		return usageError(err)
 	}
-	ro.Keys = keys
-	if keys == nil && ro.Apply && !rd.trustUnsigned {
-		// Unsigned, a letter is whatever anyone who may produce to a
-		// dead-letter topic wrote: its source, its time, its reason.
-		return usageError(errors.New("--apply without --dlq-signing-key-file: letters cannot be verified. Give the workers' signing keys, " +
-			"or pass --trust-unsigned-letters if only the workers can produce to the dead-letter topics"))
+	if ro.Keys = keys; ro.Validate() != nil {
+		return usageError(ro.Validate())
 	}
-	s, log, done, err := o.openJob(ctx, stderr)
+	s, log, done, err := rd.openJob(ctx, stderr)
 	if err != nil {
 		return err
 	}
 	defer done()
-	if ro.Topics = []string{topic}; topic == "" {
-		// Every dead-letter topic the broker has: the classes the flags
-		// name and those earlier flags named.
-		if ro.Topics, err = deadletter.TopicsOn(ctx, o.kafka.Brokers, o.kafka.Security, o.dlq.Base(o.kafka.Topic)); err != nil {
-			return err
-		}
-		if len(ro.Topics) == 0 {
-			return fmt.Errorf("no dead-letter topic %s (nor %s.<class>) on the brokers", o.dlq.Base(o.kafka.Topic), o.dlq.Base(o.kafka.Topic))
-		}
-	}
-	// A checkpoint belongs to one selection of letters under one tenants
-	// file: another run with other filters must not skip what it never read.
-	// The key decides which letters are trusted: a run with another key
-	// must not skip the letters this one refused.
-	keyID := "none"
-	if keys != nil {
-		keyID = keys.ID()
-	} else {
-		log.Warn("letters are not verified: without --dlq-signing-key-file, a letter anyone produced to a dead-letter topic is trusted as the worker's")
-	}
-	ro.Filters = fmt.Sprintf("topics=%v partition=%d from=%d to=%d reasons=%v tenants=%s key=%s", ro.Topics, ro.Partition, ro.From, ro.To, ro.Reasons, s.cfg.Version, keyID)
-	if err := checkRedriveTable(ctx, s, o, ro.Apply, log); err != nil {
+	if err := rd.checkTable(ctx, s, ro.Apply, log); err != nil {
 		return err
 	}
-	erasures, stop, err := watchErasures(ctx, s, o.table, o.erasureRefresh, log)
+	erasures, stop, err := followErasures(ctx, s, rd.table, rd.bound.refresh, log)
 	if err != nil {
 		return err
 	}
 	defer stop()
-	wcfg := o.writer
+	wcfg := rd.bound.writer
 	wcfg.Held, wcfg.Gate = erasures.Held, erasures
 	ro.Erasures = erasures.Current
-	w, err := sink.NewWriter(s.dc, o.table.Target(), wcfg, nil, log)
+	w, err := sink.NewWriter(s.dc, rd.table.Target(), wcfg, nil, log)
 	if err != nil {
 		return err
 	}
-	schemas, err := o.openSchemas(nil, log)
+	schemas, err := openSchemas(rd.registry, &t.pipe, nil, log)
 	if err != nil {
 		return err
 	}
@@ -141,35 +125,36 @@ func runRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	// Four attempts' worth, retries included: beyond that Bigtable refuses
 	// the writes as a whole, which waiting will not mend within a job.
 	ro.WriteBound = 4 * wcfg.AttemptTimeout
-	rep, err := redrive.Run(ctx, ro, &o.pipe.Decoder, s.cfg, w, log)
-	if rep != nil {
-		log.Info("redrive", "operator", operator(), "topics", ro.Topics, "applied", ro.Apply, "letters", rep.Letters, "outcomes", rep.Outcomes)
-		if perr := printRedrive(stdout, format, rep); perr != nil && err == nil {
-			err = perr
-		}
-		if n := rep.Outcomes[redrive.Untrusted]; n > 0 && err == nil {
-			err = &exitError{code: exitUntrusted, quiet: format == "json",
-				err: fmt.Errorf("%d letters were not trusted and were passed over (the log says why each)", n)}
-		}
+	rep, err := redrive.Run(ctx, ro, &t.pipe.Decoder, s.cfg, w, log)
+	if rep == nil {
+		return err
+	}
+	log.Info("redrive", "operator", operator(), "topics", ro.Topics, "applied", ro.Apply, "letters", rep.Letters, "outcomes", rep.Outcomes)
+	if perr := printRedrive(stdout, rd.format, rep); perr != nil && err == nil {
+		err = perr
+	}
+	if n := rep.Outcomes[redrive.Untrusted]; n > 0 && err == nil {
+		err = &exitError{code: exitUntrusted, quiet: rd.format == "json",
+			err: fmt.Errorf("%d letters were not trusted and were passed over (the log says why each)", n)}
 	}
 	return err
 }
 
-// checkRedriveTable checks that the letters can be written as the workers
-// write them: the cells are computed for the tenants file's GC rule (under
+// checkTable checks that the letters can be written as the workers write
+// them: the cells are computed for the tenants file's GC rule (under
 // another one they would be collected at once, or outlive their TTL), and
 // under the --ttl-from the table's rows are written with (a dry run
 // checks, records nothing).
-func checkRedriveTable(ctx context.Context, s *session, o *runOptions, apply bool, log *slog.Logger) error {
-	if err := sink.CheckGC(ctx, s.ac, o.table.Target(), s.cfg.Policy.GCMaxAge()); err != nil {
+func (rd *redriveCmd) checkTable(ctx context.Context, s *session, apply bool, log *slog.Logger) error {
+	if err := sink.CheckGC(ctx, s.ac, rd.table.Target(), s.cfg.Policy.GCMaxAge()); err != nil {
 		return fmt.Errorf("refusing to redrive: %w (the tenants file asks for %s)", err, describePolicy(s.cfg.Policy))
 	}
-	if err := tablemeta.CheckFamily(ctx, s.ac, o.table.Table); err != nil {
+	if err := tablemeta.CheckFamily(ctx, s.ac, rd.table.Table); err != nil {
 		return fmt.Errorf("refusing to redrive: %w", err)
 	}
-	return claimTTLFrom(ctx, s.dc, o.table.Table, o.pipe.Fields.TTL, o.ttlFromChange, !apply, "worker redrive", log)
+	claim := tablemeta.Claim{TTLFrom: rd.topics.pipe.Fields.TTL, Change: rd.ttlFromChange, By: "worker redrive", Now: time.Now(), DryRun: !apply}
+	return tablemeta.NewStore(s.dc, rd.table.Table).ClaimAndSay(ctx, claim, log)
 }
-
 func printRedrive(stdout io.Writer, format string, rep *redrive.Report) error {
 	if format == "json" {
 		return json.NewEncoder(stdout).Encode(rep)

@@ -19,14 +19,19 @@ import (
 // (with --resume) to finish.
 const exitInterrupted = 3
 
-// retimeOptions are the flags of worker retime.
-type retimeOptions struct {
+// retimeCmd is worker retime: move the cells of tenants' rows to the
+// timestamps the current tenants file gives them.
+type retimeCmd struct {
 	tableOptions
 	tenantList, format string
 	retime             retention.RetimeOptions
 }
 
-func (o *retimeOptions) flags(out io.Writer) *envflag.FlagSet {
+func newRetimeCmd() *retimeCmd {
+	return &retimeCmd{tableOptions: defaultTableOptions(), retime: retention.RetimeOptions{Passes: 2, PassDelay: time.Minute}}
+}
+
+func (o *retimeCmd) flags(out io.Writer) *envflag.FlagSet {
 	f := envflag.New("worker retime", "worker retime: apply the tenants file's TTLs to the cells already written for some tenants.\n"+
 		"Exit status: 0 done, 2 bad flags or file, 3 interrupted (run again with --resume), 1 other errors.", out)
 	o.register(f)
@@ -40,13 +45,9 @@ func (o *retimeOptions) flags(out io.Writer) *envflag.FlagSet {
 	return f
 }
 
-// runRetime is worker retime: move the cells of tenants' rows to the
-// timestamps the current tenants file gives them.
-func runRetime(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	o := retimeOptions{tableOptions: defaultTableOptions(), retime: retention.RetimeOptions{Passes: 2, PassDelay: time.Minute}}
-	if err := parse(o.flags(stderr), args); err != nil {
-		return err
-	}
+// run re-times the tenants' rows under the GC rule the file describes,
+// obeying the erasure ledger.
+func (o *retimeCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 	tenantList, format, ro := o.tenantList, o.format, o.retime
 	ro.Tenants = splitList(tenantList)
 	if len(ro.Tenants) == 0 {
@@ -70,7 +71,7 @@ func runRetime(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	ro.Log, ro.Tracers = log, s.tracers
 	ro.Job = retention.Job{Table: o.table.Table, Family: o.table.Family, Config: s.cfg.Version}
 	// Rows of erased users are deleted, never given a new timestamp.
-	erasures, stopErasures, err := watchErasures(ctx, s, o.table, defaultErasureRefresh, log)
+	erasures, stopErasures, err := followErasures(ctx, s, o.table, defaultErasureRefresh, log)
 	if err != nil {
 		return err
 	}

@@ -8,18 +8,13 @@ import (
 	"log/slog"
 	"os"
 	"runtime/debug"
-	"slices"
-	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/cellttl/cellttl/admin"
 	"github.com/cellttl/cellttl/deadletter"
-	"github.com/cellttl/cellttl/erasure"
-	"github.com/cellttl/cellttl/expiry"
 	"github.com/cellttl/cellttl/ingest"
-	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/cellttl/cellttl/internal/envflag"
 	"github.com/cellttl/cellttl/internal/registry"
 	"github.com/cellttl/cellttl/pipeline"
@@ -29,9 +24,9 @@ import (
 	"github.com/cellttl/cellttl/telemetry"
 )
 
-// runOptions are the flags of worker run, each declared by the package
-// whose config it fills.
-type runOptions struct {
+// runCmd is worker run: consume, compute cell timestamps, write. Its flags
+// are each declared by the package whose config they fill.
+type runCmd struct {
 	tableOptions
 	startupTimeout time.Duration
 	// strictRetention refuses to run where the retention promise cannot
@@ -52,8 +47,8 @@ type runOptions struct {
 	registry      registry.Config
 }
 
-func defaultRunOptions() runOptions {
-	return runOptions{
+func newRunCmd() *runCmd {
+	return &runCmd{
 		tableOptions:   defaultTableOptions(),
 		kafka:          ingest.DefaultConfig(),
 		dlq:            deadletter.DefaultConfig(),
@@ -66,40 +61,8 @@ func defaultRunOptions() runOptions {
 	}
 }
 
-// defaultErasureRefresh: with the default --write-timeout (30s), a user
-// erased at t has no row written after t + 3×5s + 30s = 45s, the wait
-// worker forget makes between its passes.
-const defaultErasureRefresh = 5 * time.Second
-
-// registerErasureRefresh declares --erasure-refresh, for the commands that
-// write events (the worker and redrive).
-func registerErasureRefresh(f *envflag.FlagSet, d *time.Duration) {
-	f.Section("Erasure")
-	f.Advanced()
-	f.Duration(d, "erasure-refresh", "ERASURE_REFRESH", *d, fmt.Sprintf("how often the erasure ledger is read again; writes wait while the ledger loaded last is older than %d of these, so a user erased at t has no row written after t + %d×this + --write-timeout", erasure.StaleAfter, erasure.StaleAfter))
-}
-
-// registerErasureBound declares the flags of the workers' erasure bound,
-// --erasure-refresh and --write-timeout: for the commands that write events
-// as the worker does (redrive) or wait for the bound (forget).
-func (o *runOptions) registerErasureBound(f *envflag.FlagSet) {
-	o.writer.RegisterTimeoutFlag(f)
-	registerErasureRefresh(f, &o.erasureRefresh)
-}
-
-// registerStrictRetention declares --strict-retention: for the worker, and
-// for redrive, which decides each letter by the worker's rule.
-func registerStrictRetention(f *envflag.FlagSet, strict *bool, usage string) {
-	f.Bool(strict, "strict-retention", "STRICT_RETENTION", false, usage)
-}
-
-func (o *runOptions) flags(out io.Writer) *envflag.FlagSet {
+func (o *runCmd) flags(out io.Writer) *envflag.FlagSet {
 	f := envflag.New("worker run", "worker run: consume click events and write them with per-tenant TTLs.", out)
-	o.register(f)
-	return f
-}
-
-func (o *runOptions) register(f *envflag.FlagSet) {
 	o.tableOptions.register(f)
 	o.tenants.RegisterReloadFlags(f)
 	o.kafka.RegisterFlags(f)
@@ -114,10 +77,11 @@ func (o *runOptions) register(f *envflag.FlagSet) {
 	registerStrictRetention(f, &o.strictRetention, "hold to --max-clock-skew the time a producer stamps, which would buy retention: refuse to start, and hold the writes (failing /readyz) while the input topic lets producers stamp records further ahead or its settings go unread for 3 × --dlq-check-interval; dead-letter an event whose time lies further ahead of the worker's clock (reason time_ahead)")
 	f.Advanced()
 	f.Duration(&o.startupTimeout, "startup-timeout", "STARTUP_TIMEOUT", o.startupTimeout, "how long start-up waits for Bigtable and Kafka to answer, trying again, before it gives up")
+	return f
 }
 
 // resolve checks every flag, each error naming its flag (exit status 2).
-func (o *runOptions) resolve() error {
+func (o *runCmd) resolve() error {
 	if err := o.tableOptions.resolve(); err != nil {
 		return err
 	}
@@ -133,12 +97,9 @@ func (o *runOptions) resolve() error {
 	return nil
 }
 
-// runWorker is worker run: consume, compute cell timestamps, write.
-func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
-	o := defaultRunOptions()
-	if err := parse(o.flags(stderr), args); err != nil {
-		return err
-	}
+// run checks the flags, waits for Bigtable and Kafka, builds the worker
+// and serves until ctx ends.
+func (o *runCmd) run(ctx context.Context, _, stderr io.Writer) error {
 	if err := o.resolve(); err != nil {
 		return err
 	}
@@ -181,7 +142,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 			log.Warn("telemetry shutdown", "err", err)
 		}
 	}()
-	w, err := newWorker(ctx, &o, cfg, s.dc, s.ac, tel.MeterProvider(), tel.TracerProvider(), log)
+	w, err := newWorker(ctx, o, cfg, s.dc, s.ac, tel.MeterProvider(), tel.TracerProvider(), log)
 	if err != nil {
 		return err
 	}
@@ -210,47 +171,18 @@ func limitMemory(maxInflight int64, log *slog.Logger) {
 	log.Info("memory limit for the garbage collector", "bytes", limit, "max_inflight_bytes", maxInflight)
 }
 
-// logDeadLetterTopics says, topic by topic, how long a dead letter's
-// payload can stay there, and which tenants' letters no topic can keep
-// with their payload.
-func logDeadLetterTopics(rs []deadletter.TopicRetention, p *expiry.Policy, log *slog.Logger) {
-	shortest := time.Duration(0)
-	for _, r := range rs {
-		if r.Problem != nil {
-			continue
-		}
-		log.Info("dead-letter topic ready", "topic", r.Topic, "created", r.Created, "retention", duration.Format(r.Retention), "segment", duration.Format(r.Segment),
-			"cleanup_policy", r.Policy, "keeps_up_to", duration.Format(r.Keeps), "max_message_bytes", r.MaxMessageBytes, "writable", r.Writable,
-			"partitions", r.Partitions, "replicas", r.Replicas)
-		if r.Keeps > 0 && (shortest == 0 || r.Keeps < shortest) {
-			shortest = r.Keeps
-		}
-	}
-	var short []string
-	for id, ttl := range p.Tenants {
-		if shortest == 0 || ttl < shortest {
-			short = append(short, id+" "+duration.Format(ttl))
-		}
-	}
-	if len(short) > 0 {
-		slices.Sort(short)
-		log.Warn("dead letters of these tenants keep no payload (their TTL ends before any dead-letter topic deletes them); add a shorter class with --dlq-classes to keep it",
-			"tenants", strings.Join(short[:min(len(short), 20)], ", "), "count", len(short), "shortest_keep", duration.Format(shortest))
-	}
-}
-
-// openSchemas sets the decoder to read values through the schema registry
-// when --value-format asks for one; nil, and JSON, otherwise. Close the
-// schemas when done.
-func (o *runOptions) openSchemas(mp metric.MeterProvider, log *slog.Logger) (*registry.Schemas, error) {
-	if o.registry.ValueFormat() == schema.JSON {
+// openSchemas sets pipe's decoder to read values through the schema
+// registry when --value-format asks for one; nil, and JSON, otherwise.
+// Close the schemas when done.
+func openSchemas(cfg registry.Config, pipe *pipeline.Config, mp metric.MeterProvider, log *slog.Logger) (*registry.Schemas, error) {
+	if cfg.ValueFormat() == schema.JSON {
 		return nil, nil
 	}
-	s, err := registry.New(o.registry, o.pipe.Decoder.Mapping, mp, log)
+	s, err := registry.New(cfg, pipe.Decoder.Mapping, mp, log)
 	if err != nil {
 		return nil, err
 	}
-	o.pipe.Decoder.Values, o.pipe.Schemas = s, s
-	log.Info("values are read through the schema registry", "value_format", o.registry.Format, "schema_registry", o.registry.URL)
+	pipe.Decoder.Values, pipe.Schemas = s, s
+	log.Info("values are read through the schema registry", "value_format", cfg.Format, "schema_registry", cfg.URL)
 	return s, nil
 }

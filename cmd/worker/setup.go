@@ -12,10 +12,13 @@ import (
 	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/internal/envflag"
 	"github.com/cellttl/cellttl/sink"
+	"github.com/cellttl/cellttl/tablemeta"
 )
 
-// setupOptions are the flags of worker setup.
-type setupOptions struct {
+// setupCmd is worker setup: the table and family with the GC rule the
+// tenants file's strategy needs, the workers' record and the erasure
+// ledger.
+type setupCmd struct {
 	tableOptions
 	setup sink.SetupOptions
 	// newLedger allows creating an empty erasure ledger beside an event
@@ -23,7 +26,7 @@ type setupOptions struct {
 	newLedger bool
 }
 
-func (o *setupOptions) flags(out io.Writer) *envflag.FlagSet {
+func (o *setupCmd) flags(out io.Writer) *envflag.FlagSet {
 	f := envflag.New("worker setup", "worker setup: create the table and column family with the GC rule the strategy needs, the family where the workers record the --ttl-from and tenants file version they run, and the erasure ledger.", out)
 	o.register(f)
 	// Flags only: an environment variable shared by accident (a stray
@@ -35,13 +38,8 @@ func (o *setupOptions) flags(out io.Writer) *envflag.FlagSet {
 	return f
 }
 
-// runSetup is worker setup: the table and family with the GC rule the
-// tenants file's strategy needs.
-func runSetup(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	o := setupOptions{tableOptions: defaultTableOptions()}
-	if err := parse(o.flags(stderr), args); err != nil {
-		return err
-	}
+// run sets up what is missing, never replacing a ledger silently.
+func (o *setupCmd) run(ctx context.Context, stdout, _ io.Writer) error {
 	opts := o.setup
 	s, err := o.open(ctx)
 	if err != nil {
@@ -134,6 +132,20 @@ func setupLedger(ctx context.Context, s *session, target, events sink.Target, re
 		fmt.Fprintf(stdout, "indexed erasure ledger %s by expiry: %d records in force, written by an earlier release; a worker starting now reads the records in force alone\n", target, n)
 	case already && n > 0:
 		fmt.Fprintf(stdout, "indexed erasure ledger %s by expiry: %d records in force that an earlier release's forget wrote since the last setup (a worker started since did not read them)\n", target, n)
+	}
+	return nil
+}
+
+// setupRecord adds the record's family to the event table (worker setup).
+func setupRecord(ctx context.Context, ac *bigtable.AdminClient, table string, stdout io.Writer) error {
+	created, err := tablemeta.Setup(ctx, ac, table)
+	if err != nil {
+		return fmt.Errorf("setup of the workers' record: %w", err)
+	}
+	if created {
+		fmt.Fprintf(stdout, "created family %s, where the workers record the --ttl-from and tenants file version they run (GC rule: the newest cell of each column)\n", tablemeta.Target(table))
+	} else {
+		fmt.Fprintf(stdout, "family %s (the workers' record) already exists; nothing to do\n", tablemeta.Target(table))
 	}
 	return nil
 }

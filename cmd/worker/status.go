@@ -7,7 +7,6 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/cellttl/cellttl/erasure"
@@ -18,28 +17,6 @@ import (
 	"github.com/cellttl/cellttl/pipeline"
 	"github.com/cellttl/cellttl/tenants"
 )
-
-// lastError remembers the latest error of a kind, for /status.
-type lastError struct {
-	mu  sync.Mutex
-	err string
-	at  time.Time
-}
-
-func (l *lastError) set(err error) {
-	if err == nil {
-		return
-	}
-	l.mu.Lock()
-	l.err, l.at = err.Error(), time.Now()
-	l.mu.Unlock()
-}
-
-func (l *lastError) get() (string, time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.err, l.at
-}
 
 // statusSource renders /status from a running worker's parts.
 type statusSource struct {

@@ -35,7 +35,7 @@ import (
 // worker is a running worker's parts: the consumer, the dead-letter
 // writer, the Bigtable writer and the pipeline between them.
 type worker struct {
-	o        *runOptions
+	o        *runCmd
 	cfg      *tenants.Config
 	rules    *sink.RuleWatch
 	erasures *erasure.Watch
@@ -55,7 +55,7 @@ type worker struct {
 // newWorker builds the parts, checks the dead-letter topic and joins the
 // consumer group. The parts record their metrics through mp and their
 // spans through tp (nothing when nil).
-func newWorker(ctx context.Context, o *runOptions, cfg *tenants.Config, dc *bigtable.Client, ac *bigtable.AdminClient, mp metric.MeterProvider, tp trace.TracerProvider, log *slog.Logger) (*worker, error) {
+func newWorker(ctx context.Context, o *runCmd, cfg *tenants.Config, dc *bigtable.Client, ac *bigtable.AdminClient, mp metric.MeterProvider, tp trace.TracerProvider, log *slog.Logger) (_ *worker, err error) {
 	if mp == nil {
 		mp = noop.NewMeterProvider()
 	}
@@ -69,7 +69,7 @@ func newWorker(ctx context.Context, o *runOptions, cfg *tenants.Config, dc *bigt
 	// be written, so the worker knows who was erased before it writes.
 	w.erasures = erasure.NewWatch(erasure.NewStore(dc, o.table.ErasureTable()), o.erasureRefresh, log)
 	lctx, cancel := context.WithTimeout(ctx, o.startupTimeout)
-	err := w.erasures.Start(lctx)
+	err = w.erasures.Start(lctx)
 	cancel()
 	if err != nil {
 		return nil, err
@@ -77,6 +77,11 @@ func newWorker(ctx context.Context, o *runOptions, cfg *tenants.Config, dc *bigt
 	if err := w.claimRecord(ctx, dc); err != nil {
 		return nil, err
 	}
+	defer func() {
+		if err != nil {
+			_ = w.closeKafka()
+		}
+	}()
 	if err := w.openKafka(ctx, mp); err != nil {
 		return nil, err
 	}
@@ -87,16 +92,13 @@ func newWorker(ctx context.Context, o *runOptions, cfg *tenants.Config, dc *bigt
 	wcfg.Held = func() error { return cmp.Or(w.rules.Held(), w.erasures.Held(), w.times.Problem()) }
 	wcfg.Gate = w.erasures
 	if w.writer, err = sink.NewWriter(dc, o.table.Target(), wcfg, mp, log); err != nil {
-		_ = errors.Join(w.consumer.Close(), w.dlq.Close())
 		return nil, err
 	}
 	w.reloader = tenants.NewReloader(o.tenants.Path, cfg, o.tenants.ReloadInterval, log)
 	if err := errors.Join(w.reloader.RegisterMetrics(mp.Meter(meterName)), w.erasures.RegisterMetrics(mp.Meter(meterName))); err != nil {
-		_ = errors.Join(w.consumer.Close(), w.dlq.Close())
 		return nil, err
 	}
-	if w.schemas, err = o.openSchemas(mp, log); err != nil {
-		_ = errors.Join(w.consumer.Close(), w.dlq.Close())
+	if w.schemas, err = openSchemas(o.registry, &o.pipe, mp, log); err != nil {
 		return nil, err
 	}
 	pcfg := o.pipe
@@ -112,10 +114,11 @@ func newWorker(ctx context.Context, o *runOptions, cfg *tenants.Config, dc *bigt
 // must write nothing.
 func (w *worker) claimRecord(ctx context.Context, dc *bigtable.Client) error {
 	o := w.o
-	if err := claimTTLFrom(ctx, dc, o.table.Table, o.pipe.Fields.TTL, o.ttlFromChange, false, "worker run", w.log); err != nil {
+	store := tablemeta.NewStore(dc, o.table.Table)
+	if err := store.ClaimAndSay(ctx, tablemeta.Claim{TTLFrom: o.pipe.Fields.TTL, Change: o.ttlFromChange, By: "worker run", Now: time.Now()}, w.log); err != nil {
 		return err
 	}
-	w.record = tablemeta.NewRecorder(tablemeta.NewStore(dc, o.table.Table), w.log)
+	w.record = tablemeta.NewRecorder(store, w.log)
 	if err := w.record.Record(ctx, w.cfg.Version); err != nil {
 		return fmt.Errorf("refusing to start: %w", err)
 	}
@@ -124,8 +127,8 @@ func (w *worker) claimRecord(ctx context.Context, dc *bigtable.Client) error {
 
 // openKafka builds the Kafka parts: the dead-letter writer, checked before
 // the group is joined, the watch of the input topic's record times, and
-// the consumer, which joins the group. On an error, what it opened is
-// closed.
+// the consumer, which joins the group. On an error, closeKafka closes what
+// it opened.
 func (w *worker) openKafka(ctx context.Context, mp metric.MeterProvider) error {
 	o, log := w.o, w.log
 	brokers, sec := o.kafka.Brokers, o.kafka.Security
@@ -152,22 +155,32 @@ func (w *worker) openKafka(ctx context.Context, mp metric.MeterProvider) error {
 	if err != nil && ctx.Err() == nil {
 		log.Error("dead-letter topics cannot take dead letters; the letters bound for them will wait, uncommitted, until they can", "err", err)
 	}
-	logDeadLetterTopics(rs, w.cfg.Policy, log)
+	deadletter.LogTopics(rs, w.cfg.Policy.Tenants, log)
 	if w.times, err = kafkaconn.NewRecordTimeWatch(brokers, o.kafka.Topic, sec, o.pipe.Decoder.MaxClockSkew, o.strictRetention, log); err != nil {
-		_ = w.dlq.Close()
 		return err
 	}
 	if _, err := w.times.Check(ctx); o.strictRetention && (err != nil || w.times.Problem() != nil) {
-		_ = w.dlq.Close()
-		w.times.Close()
 		return fmt.Errorf("refusing to start (--strict-retention): %w", cmp.Or(err, w.times.Problem()))
 	}
 	w.consumer, err = ingest.NewConsumer(ccfg, mp, log)
-	if err != nil {
-		_ = w.dlq.Close()
-		return err
+	return err
+}
+
+// closeKafka closes the Kafka parts openKafka opened: the consumer (its
+// final commit, then it leaves the group), the watch, the dead-letter
+// writer.
+func (w *worker) closeKafka() error {
+	var errs []error
+	if w.consumer != nil {
+		errs = append(errs, w.consumer.Close())
 	}
-	return nil
+	if w.times != nil {
+		w.times.Close()
+	}
+	if w.dlq != nil {
+		errs = append(errs, w.dlq.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // meterName scopes the metrics the command registers: the tenants
@@ -203,7 +216,7 @@ func (w *worker) serve(ctx context.Context, metrics http.Handler) error {
 		srv := admin.New(o.admin, metrics, st.status, w.readinessChecks(), log)
 		addr, err := srv.Start()
 		if err != nil {
-			return errors.Join(err, w.consumer.Close(), w.dlq.Close())
+			return errors.Join(err, w.closeKafka())
 		}
 		log.Info("admin server listening", "addr", addr.String())
 		defer func() {
@@ -228,34 +241,4 @@ func (w *worker) serve(ctx context.Context, metrics http.Handler) error {
 	t := w.pipeline.Stats().Totals()
 	log.Info("worker stopping", "consumed", t.Consumed, "written", t.Written, "expired", t.Expired, "dead_lettered", t.DeadLettered, "clamped", t.Clamped, "erased", t.Erased, "committed", w.consumer.Committed())
 	return errors.Join(runErr, closeErr, w.dlq.Close())
-}
-
-// readinessChecks: in the consumer group, Bigtable answering and taking
-// writes, the dead-letter topic taking dead letters, a config loaded.
-func (w *worker) readinessChecks() []admin.Check {
-	return []admin.Check{
-		{Name: "kafka", Fn: func(context.Context) error { return errors.Join(w.consumer.Ready(), w.times.Problem()) }},
-		{Name: "bigtable", Fn: func(ctx context.Context) error {
-			if err := w.writer.Reachable(ctx); err != nil {
-				return err
-			}
-			// Reads can pass while every write is refused (an app profile
-			// that routes nowhere, missing write permission), or held (the
-			// family's GC rule changed under the worker).
-			return errors.Join(w.rules.Problem(), w.writer.Outage(), w.erasures.Held())
-		}},
-		{Name: "dead-letter", Fn: func(context.Context) error { return w.dlq.Problem() }},
-		{Name: "schema-registry", Fn: func(context.Context) error {
-			if w.schemas == nil {
-				return nil
-			}
-			return w.schemas.Problem()
-		}},
-		{Name: "config", Fn: func(context.Context) error {
-			if w.reloader.Current() == nil {
-				return errors.New("no tenants config loaded")
-			}
-			return nil
-		}},
-	}
 }
