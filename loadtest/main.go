@@ -171,7 +171,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.Int(&o.Partitions, "partitions", "", 6, "partitions of the topics")
 	fs.Int(&o.Writers, "writers", "", 4, "concurrent ApplyBulk calls of the raw Bigtable measurement (the worker's default)")
 	var configs multiFlag
-	fs.Var(&configs, "worker", `worker flags of one worker measurement, e.g. "--writers 8"; repeat for more (default: one run with the defaults)`)
+	fs.Value(&configs, "worker", "", `worker flags of one worker measurement, e.g. "--writers 8"; repeat for more (default: one run with the defaults)`)
 	fs.String(&o.TenantsFile, "tenants", "", "tenants.yaml", "tenants file")
 	fs.Int(&o.TenantCount, "tenant-count", "", 0, "instead of --tenants, a generated tenants file of this many tenants (TTLs from 1h to 7d)")
 	fs.String(&o.Baseline, "baseline-bin", "", "", "another build of the worker to time in the same run, interleaved with this one (e.g. one built from an earlier commit)")
