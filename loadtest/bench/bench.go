@@ -16,6 +16,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/cellttl/cellttl/internal/lab"
 	"github.com/cellttl/cellttl/loadtest/synth"
 	"github.com/cellttl/cellttl/tenants"
 )
@@ -79,7 +80,7 @@ func Run(ctx context.Context, o Options, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "    cores: %s\n", a.cores)
 
 	topic := run + "-raw"
-	if err := createTopic(o.Brokers, topic, o.Partitions); err != nil {
+	if err := lab.CreateTopic(ctx, o.Brokers, topic, o.Partitions, nil); err != nil {
 		return err
 	}
 	if err := produceAll(ctx, o.Brokers, topic, msgs); err != nil {
@@ -95,11 +96,11 @@ func Run(ctx context.Context, o Options, stdout io.Writer) error {
 	floor := a.cpuPerEvent + b.cpuPerEvent
 	fmt.Fprintf(stdout, "    floor (a) + (b):                                              %5.2f µs CPU/event\n", floor)
 
-	bin, err := buildWorker(ctx)
+	bin, remove, err := buildWorker(ctx)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(filepath.Dir(bin))
+	defer remove()
 	best, err := benchWorkers(ctx, o, stdout, bin, run, msgs, ceiling, floor)
 	if err != nil {
 		return err

@@ -15,6 +15,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/cellttl/cellttl/internal/lab"
 	"github.com/cellttl/cellttl/loadtest/synth"
 )
 
@@ -115,7 +116,7 @@ func Run(ctx context.Context, o *Options, stdout io.Writer) (*Result, error) {
 		case <-tick.C:
 		}
 		s := Sample{At: time.Since(start), Produced: produced.Load()}
-		t, err := FetchStatus(ctx, o.StatusURL)
+		t, err := lab.FetchStatus(ctx, o.StatusURL)
 		if err == nil {
 			s.workerReachable = true
 			s.Written, s.Dead, s.Lag = t.Written-base.Written, t.Dead-base.Dead, t.Lag
@@ -152,15 +153,15 @@ func newResult(runID string, samples []Sample, elapsed time.Duration, gen *synth
 
 // waitStatus reads the worker's status, waiting up to a minute for it to
 // answer.
-func waitStatus(ctx context.Context, url string) (Status, error) {
+func waitStatus(ctx context.Context, url string) (lab.Status, error) {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		st, err := FetchStatus(ctx, url)
+		st, err := lab.FetchStatus(ctx, url)
 		if err == nil {
 			return st, nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return Status{}, fmt.Errorf("the worker's status at %s does not answer: %w", url, err)
+			return lab.Status{}, fmt.Errorf("the worker's status at %s does not answer: %w", url, err)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}

@@ -21,6 +21,7 @@ import (
 	"cloud.google.com/go/bigtable"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/cellttl/cellttl/internal/lab"
 	"github.com/cellttl/cellttl/loadtest/drive"
 	"github.com/cellttl/cellttl/loadtest/synth"
 	"github.com/cellttl/cellttl/tenants"
@@ -110,7 +111,7 @@ func (r *run) prepare(ctx context.Context) error {
 	if err := res.Errors[r.name]; err != nil {
 		return fmt.Errorf("create topic %s: %w", r.name, err)
 	}
-	if err := runOnce(ctx, r.o.WorkerBin, "setup", "--tenants", r.o.TenantsFile, "--table", r.name, "--log-level", "warn"); err != nil {
+	if err := lab.Run(ctx, r.o.WorkerBin, nil, "setup", "--tenants", r.o.TenantsFile, "--table", r.name, "--log-level", "warn"); err != nil {
 		return err
 	}
 	first, err := r.start()
@@ -283,7 +284,7 @@ func (r *run) roll(ctx context.Context, sleep func(time.Duration) error) ([]step
 	for _, s := range steps {
 		for _, p := range s.replaced {
 			select {
-			case <-p.done:
+			case <-p.Done():
 			case <-ctx.Done():
 				return nil, ctx.Err()
 			}
@@ -328,9 +329,9 @@ func (r *run) stopAll() error {
 	}
 	var errs []error
 	for _, p := range r.procs {
-		<-p.done
-		if p.exitErr != nil {
-			errs = append(errs, fmt.Errorf("worker %s: %w (log %s)", p.name, p.exitErr, p.logPath))
+		<-p.Done()
+		if p.Err() != nil {
+			errs = append(errs, fmt.Errorf("worker %s: %w (log %s)", p.name, p.Err(), p.logPath))
 		}
 	}
 	return errors.Join(errs...)
@@ -354,12 +355,7 @@ func (r *run) collect(res *result) error {
 // o.Keep: the emulator holds every row in memory.
 func (r *run) cleanup(ctx context.Context) {
 	for _, p := range r.procs {
-		select {
-		case <-p.done:
-		default:
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
+		p.Kill()
 	}
 	if r.o.Keep {
 		fmt.Fprintf(r.stdout, "kept topic, group and table %s\n", r.name)
