@@ -39,13 +39,9 @@ func size(short, long int) int {
 	return short
 }
 
-const tenantsYAML = `strategy: default-expiration
-default_ttl: 2d
-record_real_timestamp: true
-tenants:
-  acme: 1h
-  globex: 3d
-`
+// tenantsYAML is the tests' tenants file; tenantIDs adds two it leaves
+// to the default.
+const tenantsYAML = testenv.TenantsYAML
 
 var tenantIDs = []string{"acme", "globex", "initech", "umbrella"}
 

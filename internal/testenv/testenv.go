@@ -111,6 +111,17 @@ func Table(t testing.TB, ac *bigtable.AdminClient, _ *bigtable.Client, maxAge ti
 	return tgt
 }
 
+// TenantsYAML is the tenants file the worker's tests and the fault suite
+// share: acme 1h, globex 3d, any other tenant the default 2d, written_at
+// recorded.
+const TenantsYAML = `strategy: default-expiration
+default_ttl: 2d
+record_real_timestamp: true
+tenants:
+  acme: 1h
+  globex: 3d
+`
+
 // DeadLetterConfigs are what a test gives the dead-letter topics it makes
 // before the worker starts: a retention short enough (30 minutes, with
 // 2-minute segments) that dead letters of the tests' TTLs, an hour and

@@ -9,8 +9,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -113,19 +115,11 @@ func Run(ctx context.Context, o Options, stdout io.Writer) error {
 
 // events makes the run's events, of the tenants cfg lists.
 func events(o Options, cfg *tenants.Config) (m synth.Mix, run string, msgs []kafka.Message, recs []synth.Record, err error) {
-	var listed []string
-	for t := range cfg.Policy.Tenants {
-		listed = append(listed, t)
-	}
-	if m, err = synth.ParseMix(listed, ""); err != nil {
+	if m, err = synth.ParseMix(slices.Collect(maps.Keys(cfg.Policy.Tenants)), ""); err != nil {
 		return synth.Mix{}, "", nil, nil, err
 	}
 	run = fmt.Sprintf("b%x", time.Now().UnixNano()/1e6%0xffffff)
-	shape := o.Shape
-	if shape.Name == "" {
-		shape = synth.Contract()
-	}
-	gen := synth.New(synth.Config{Run: run, Mix: m, Shape: shape, Users: 10000, ZipfS: 1.1, PayloadBytes: o.PayloadBytes, Seed: 1})
+	gen := synth.New(synth.Config{Run: run, Mix: m, Shape: o.Shape, PayloadBytes: o.PayloadBytes, Seed: 1})
 	now := time.Now()
 	msgs = make([]kafka.Message, o.Events)
 	recs = make([]synth.Record, o.Events)

@@ -99,7 +99,7 @@ func benchLatency(ctx context.Context, stdout io.Writer, cfg *tenants.Config, m 
 	bgErr := make(chan error, 1)
 	go func() {
 		var n atomic.Int64
-		_, err := drive.Produce(ctx, bgo, synth.New(synth.Config{Run: bg, Mix: m, Shape: synth.Contract(), Users: 10000, ZipfS: 1.1, PayloadBytes: payload, Seed: 3}), &n)
+		_, err := drive.Produce(ctx, bgo, synth.New(synth.Config{Run: bg, Mix: m, PayloadBytes: payload, Seed: 3}), &n)
 		bgErr <- err
 	}()
 	loaded, err := rawLatency(ctx, p, m, run+"-loaded", payload, rate, d, def)
@@ -135,7 +135,7 @@ func rawLatency(ctx context.Context, p *expiry.Policy, m synth.Mix, run string, 
 		return latencyPhase{}, err
 	}
 	defer cleanup()
-	gen := synth.New(synth.Config{Run: run + "-raw", Mix: m, Shape: synth.Contract(), Users: 10000, ZipfS: 1.1, PayloadBytes: payload, Seed: 2})
+	gen := synth.New(synth.Config{Run: run + "-raw", Mix: m, PayloadBytes: payload, Seed: 2})
 	jobs := make(chan rawBatch)
 	ws := &rawWriters{tbl: tbl, family: family}
 	var wg sync.WaitGroup
@@ -249,7 +249,7 @@ func workerLatency(ctx context.Context, name, bin string, brokers []string, cfg 
 	}
 	load := &drive.Options{
 		Brokers: brokers, Topic: name, Mix: m, Shape: synth.Contract(), Rate: rate, Duration: d,
-		Users: 10000, ZipfS: 1.1, PayloadBytes: payload, StatusURL: w.Admin + "/status?tenants=false", Settle: 2 * time.Minute,
+		Users: synth.DefaultUsers, ZipfS: synth.DefaultZipfS, PayloadBytes: payload, StatusURL: w.Admin + "/status?tenants=false", Settle: 2 * time.Minute,
 	}
 	const applyBulk = "db_client_operation_duration_seconds" // one MutateRows call of the worker
 	before, err := scrapeHistogram(ctx, w.Admin+"/metrics", applyBulk)

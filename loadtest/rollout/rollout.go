@@ -12,7 +12,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -156,15 +158,11 @@ func (r *run) start() (*proc, error) {
 // group committed everything and stops the workers.
 func (r *run) measure(ctx context.Context, cfg *tenants.Config) (*result, error) {
 	o := r.o
-	var listed []string
-	for t := range cfg.Policy.Tenants {
-		listed = append(listed, t)
-	}
-	mix, err := synth.ParseMix(listed, "")
+	mix, err := synth.ParseMix(slices.Collect(maps.Keys(cfg.Policy.Tenants)), "")
 	if err != nil {
 		return nil, err
 	}
-	gen := synth.New(synth.Config{Run: r.name, Mix: mix, Shape: synth.Contract(), Users: 10000, ZipfS: 1.1, PayloadBytes: o.PayloadBytes, Seed: 1})
+	gen := synth.New(synth.Config{Run: r.name, Mix: mix, PayloadBytes: o.PayloadBytes, Seed: 1})
 	stop := make(chan struct{})
 	load := &drive.Options{Brokers: o.Brokers, Topic: r.name, Mix: mix, Shape: synth.Contract(), Rate: o.Rate, Duration: 24 * time.Hour, Stop: stop}
 	var produced atomic.Int64
