@@ -251,15 +251,8 @@ func Produce(ctx context.Context, o *Options, g *synth.Generator, produced *atom
 		if n == 0 {
 			continue
 		}
-		msgs := make([]kafka.Message, n)
-		now := time.Now()
-		for i := range msgs {
-			seq := len(recs)
-			msg, rec := g.Next(seq, now)
-			recs = append(recs, rec)
-			msg.Headers = append(msg.Headers, kafka.Header{Key: "loadtest-run", Value: []byte(g.Run())}, kafka.Header{Key: "loadtest-seq", Value: []byte(fmt.Sprint(seq))})
-			msgs[i] = msg
-		}
+		var msgs []kafka.Message
+		msgs, recs = chunk(g, recs, n)
 		select {
 		case err := <-errs:
 			wg.Wait()
@@ -282,4 +275,20 @@ func Produce(ctx context.Context, o *Options, g *synth.Generator, produced *atom
 	default:
 	}
 	return recs, nil
+}
+
+// chunk makes the next n events of g, numbered on from len(recs), each
+// with its run and number in headers, and returns them with recs grown by
+// their records.
+func chunk(g *synth.Generator, recs []synth.Record, n int) ([]kafka.Message, []synth.Record) {
+	msgs := make([]kafka.Message, n)
+	now := time.Now()
+	for i := range msgs {
+		seq := len(recs)
+		msg, rec := g.Next(seq, now)
+		recs = append(recs, rec)
+		msg.Headers = append(msg.Headers, kafka.Header{Key: "loadtest-run", Value: []byte(g.Run())}, kafka.Header{Key: "loadtest-seq", Value: []byte(fmt.Sprint(seq))})
+		msgs[i] = msg
+	}
+	return msgs, recs
 }
