@@ -205,21 +205,9 @@ func (r *run) measure(ctx context.Context, cfg *tenants.Config) (*result, error)
 
 	res := &result{name: r.name, loadStart: time.Now()}
 	cpuStart := markCPU(r.procs)
-	fmt.Fprintf(r.stdout, "producing %d events/s; warm-up %s\n", o.Rate, o.Warmup)
-	if err := sleep(o.Warmup); err != nil {
+	if err := r.window(ctx, res, sleep); err != nil {
 		return nil, err
 	}
-	res.rolloutStart = time.Now()
-	fmt.Fprintf(r.stdout, "rolling %d workers, %d at a time, min-ready %s\n", o.Workers, o.Surge, o.MinReady)
-	if res.steps, err = r.roll(ctx, sleep); err != nil {
-		return nil, err
-	}
-	res.rolloutEnd = time.Now()
-	fmt.Fprintf(r.stdout, "rollout done in %s; cool-down %s\n", res.rolloutEnd.Sub(res.rolloutStart).Round(100*time.Millisecond), o.Cooldown)
-	if err := sleep(o.Cooldown); err != nil {
-		return nil, err
-	}
-	res.windowEnd = time.Now()
 	res.cpu = cpuBetween(cpuStart, markCPU(r.procs), r.procs)
 	if err := stopLoad(); err != nil {
 		return nil, err
@@ -236,6 +224,29 @@ func (r *run) measure(ctx context.Context, cfg *tenants.Config) (*result, error)
 		return nil, err
 	}
 	return res, r.collect(res)
+}
+
+// window is the measured window under load: the warm-up, the rollout and
+// the cool-down, each end noted in res.
+func (r *run) window(ctx context.Context, res *result, sleep func(time.Duration) error) error {
+	o := r.o
+	fmt.Fprintf(r.stdout, "producing %d events/s; warm-up %s\n", o.Rate, o.Warmup)
+	if err := sleep(o.Warmup); err != nil {
+		return err
+	}
+	res.rolloutStart = time.Now()
+	fmt.Fprintf(r.stdout, "rolling %d workers, %d at a time, min-ready %s\n", o.Workers, o.Surge, o.MinReady)
+	steps, err := r.roll(ctx, sleep)
+	if err != nil {
+		return err
+	}
+	res.steps, res.rolloutEnd = steps, time.Now()
+	fmt.Fprintf(r.stdout, "rollout done in %s; cool-down %s\n", res.rolloutEnd.Sub(res.rolloutStart).Round(100*time.Millisecond), o.Cooldown)
+	if err := sleep(o.Cooldown); err != nil {
+		return err
+	}
+	res.windowEnd = time.Now()
+	return nil
 }
 
 // step is one batch of the rollout: the new workers, the old ones they
