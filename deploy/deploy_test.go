@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/cellttl/cellttl/internal/duration"
+	"github.com/cellttl/cellttl/internal/lab"
 	"github.com/cellttl/cellttl/tenants"
 )
 
@@ -32,9 +33,11 @@ type cli struct {
 
 func workerCLI(t *testing.T) cli {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "worker")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/worker").CombinedOutput(); err != nil {
-		t.Fatalf("build worker: %v\n%s", err, out)
+	// This checkout's worker, whatever TESTENV_WORKER_BIN says: the
+	// manifests here are checked against the worker built beside them.
+	bin, err := lab.Build(t.Context(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
 	}
 	c := cli{commands: map[string]map[string]bool{}, env: map[string]bool{}}
 	flagRe, envRe := regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`), regexp.MustCompile(`\(env ([A-Z0-9_]+)\)`)

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -145,15 +144,7 @@ func TestBigtableFaults(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	go s.watchLag(ctx, partitions)
-	var peakRSS atomic.Int64
-	go func() {
-		for ctx.Err() == nil {
-			if r := rssOf(w.cmd.Process.Pid); r > peakRSS.Load() {
-				peakRSS.Store(r)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-	}()
+	sampled := peakRSS(ctx, w.Pid(), 200*time.Millisecond)
 	wait := background(func() { s.produce(ctx, n, rate) })
 	toxic := func(name, typ, attrs string, d time.Duration) {
 		_, err := proxy.Toxics.AddToxicJson(strings.NewReader(fmt.Sprintf(`{"name":%q,"type":%q,"stream":"downstream","attributes":%s}`, name, typ, attrs)))
@@ -175,7 +166,7 @@ func TestBigtableFaults(t *testing.T) {
 	recovery := s.settle(partitions, 3*time.Minute)
 	stop()
 	s.term(w)
-	peak := peakRSS.Load()
+	peak := sampled.Load()
 	v := s.check("bigtable-faults", partitions, recovery, fmt.Sprintf("1 worker, --max-inflight-bytes 8MiB; 300ms latency 5s, a 20s stall, resets 5s; peak RSS %d MiB", peak>>20))
 	v.PeakRSSMiB, v.BoundMiB = peak>>20, 8
 	s.record(v)
@@ -201,7 +192,7 @@ func TestDrainUnderLoad(t *testing.T) {
 	}
 	took := s.term(w)
 	s.faults++
-	committed, _ := offsets(t, s, partitions)
+	committed, _ := testenv.Offsets(t, s.brokers, s.group, s.topic, partitions)
 	rows := s.writtenIDs()
 	settled, beyond := 0, 0
 	for _, m := range testenv.ReadToEnd(t, s.brokers, s.topic) {
@@ -226,39 +217,6 @@ func TestDrainUnderLoad(t *testing.T) {
 		s.term(w)
 	}
 	s.check("drain-under-load", partitions, recovery, fmt.Sprintf("SIGTERM at half of the events: exit 0 in %s, %d written, none beyond the commit", took.Round(time.Millisecond), settled))
-}
-
-func offsets(t *testing.T, s *suite, partitions int) (map[int]int64, error) {
-	tr := &kafka.Transport{}
-	defer tr.CloseIdleConnections()
-	c := &kafka.Client{Addr: kafka.TCP(s.brokers...), Timeout: 5 * time.Second, Transport: tr}
-	ids := make([]int, partitions)
-	for i := range ids {
-		ids[i] = i
-	}
-	of, err := c.OffsetFetch(context.Background(), &kafka.OffsetFetchRequest{GroupID: s.group, Topics: map[string][]int{s.topic: ids}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[int]int64{}
-	for _, p := range of.Topics[s.topic] {
-		out[p.Partition] = max(p.CommittedOffset, 0)
-	}
-	return out, nil
-}
-
-func rssOf(pid int) int64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(line, "VmRSS:") {
-			kb, _ := strconv.ParseInt(strings.Fields(line)[1], 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
 }
 
 // toxiproxyFor starts a Toxiproxy proxy in front of upstream, stopped with

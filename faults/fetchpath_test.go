@@ -15,6 +15,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/cellttl/cellttl/deadletter"
+	"github.com/cellttl/cellttl/internal/lab"
 	"github.com/cellttl/cellttl/internal/testenv"
 )
 
@@ -27,15 +28,16 @@ import (
 // (RELIABILITY.md).
 const rssOverhead = 64 << 20
 
-// peakRSS samples the RSS of pid every 100 ms until ctx ends.
-func peakRSS(ctx context.Context, pid int) *atomic.Int64 {
+// peakRSS samples the RSS (VmRSS) of pid every interval until ctx ends,
+// and keeps the largest.
+func peakRSS(ctx context.Context, pid int, every time.Duration) *atomic.Int64 {
 	var peak atomic.Int64
 	go func() {
 		for ctx.Err() == nil {
-			if r := rssOf(pid); r > peak.Load() {
+			if r, _, err := lab.Memory(pid); err == nil && r > peak.Load() {
 				peak.Store(r)
 			}
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(every)
 		}
 	}()
 	return &peak
@@ -86,7 +88,7 @@ func TestStuckOffsetMemory(t *testing.T) {
 	w := s.start("--max-inflight-bytes", strconv.Itoa(bound))
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	peak := peakRSS(ctx, w.cmd.Process.Pid)
+	peak := peakRSS(ctx, w.Pid(), 100*time.Millisecond)
 	defer func() { t.Logf("worker's peak RSS %d MiB", peak.Load()>>20) }() // also when the test fails
 	go s.watchLag(ctx, partitions)
 	n := size(400_000, 3_000_000)
@@ -161,7 +163,7 @@ func TestCompressedBatchesPastTheBound(t *testing.T) {
 			w := s.start("--max-inflight-bytes", strconv.Itoa(bound))
 			ctx, stop := context.WithCancel(context.Background())
 			defer stop()
-			peak := peakRSS(ctx, w.cmd.Process.Pid)
+			peak := peakRSS(ctx, w.Pid(), 100*time.Millisecond)
 			tr := &kafka.Transport{}
 			defer tr.CloseIdleConnections()
 			const perCodec, records = 6, 4
@@ -240,7 +242,7 @@ func TestGCRuleChangedUnderWorkers(t *testing.T) {
 		s.start("--gc-rule-check-interval", "1s", "--max-inflight-bytes", strconv.Itoa(bound))}
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	peaks := []*atomic.Int64{peakRSS(ctx, workers[0].cmd.Process.Pid), peakRSS(ctx, workers[1].cmd.Process.Pid)}
+	peaks := []*atomic.Int64{peakRSS(ctx, workers[0].Pid(), 100*time.Millisecond), peakRSS(ctx, workers[1].Pid(), 100*time.Millisecond)}
 	go s.watchLag(ctx, partitions)
 	n := size(40_000, 150_000)
 	done := background(func() { s.produce(ctx, n, 2000) })
@@ -254,7 +256,7 @@ func TestGCRuleChangedUnderWorkers(t *testing.T) {
 	s.faults++
 	for _, w := range workers {
 		testenv.Eventually(t, 15*time.Second, func() (bool, string) {
-			code, body := testenv.Get(w.admin + "/readyz")
+			code, body := testenv.Get(w.Admin + "/readyz")
 			return code == 503 && strings.Contains(body, `GC rule "max-age 3d", the configuration needs "max-age 2d"`), fmt.Sprintf("worker %d /readyz %d: %s", w.id, code, body)
 		})
 	}
@@ -274,7 +276,7 @@ func TestGCRuleChangedUnderWorkers(t *testing.T) {
 	for _, w := range workers {
 		// /readyz answers from checks run every --readiness-interval.
 		testenv.Eventually(t, 5*time.Second, func() (bool, string) {
-			code, body := testenv.Get(w.admin + "/readyz")
+			code, body := testenv.Get(w.Admin + "/readyz")
 			return code == 200, fmt.Sprintf("worker %d /readyz %d after the rule was set back: %s", w.id, code, body)
 		})
 	}

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +23,7 @@ import (
 	"cloud.google.com/go/bigtable"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/cellttl/cellttl/internal/lab"
 	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/tenants"
 )
@@ -39,13 +39,9 @@ func size(short, long int) int {
 	return short
 }
 
-const tenantsYAML = `strategy: default-expiration
-default_ttl: 2d
-record_real_timestamp: true
-tenants:
-  acme: 1h
-  globex: 3d
-`
+// tenantsYAML is the tests' tenants file; tenantIDs adds two it leaves
+// to the default.
+const tenantsYAML = testenv.TenantsYAML
 
 var tenantIDs = []string{"acme", "globex", "initech", "umbrella"}
 
@@ -121,11 +117,9 @@ type suite struct {
 }
 
 type worker struct {
-	id    int
-	cmd   *exec.Cmd
-	admin string
-	done  chan error
-	out   *syncBuffer
+	*lab.Process
+	id  int
+	out *syncBuffer
 }
 
 type syncBuffer = testenv.Buffer
@@ -187,8 +181,8 @@ func newSuite(t *testing.T, partitions int, opts ...option) *suite {
 	s.logf("suite: topic and table ready")
 	s.bin = testenv.WorkerBinary(t)
 	s.logf("suite: worker built")
-	if out, err := exec.Command(s.bin, "setup", "--table", s.table, "--tenants", s.tenants).CombinedOutput(); err != nil {
-		t.Fatalf("setup: %v\n%s", err, out)
+	if err := lab.Run(context.Background(), s.bin, nil, "setup", "--table", s.table, "--tenants", s.tenants); err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		s.mu.Lock()
@@ -199,7 +193,7 @@ func newSuite(t *testing.T, partitions int, opts ...option) *suite {
 				}
 				t.Logf("worker %d output:\n%s", w.id, w.out.String())
 			}
-			_ = w.cmd.Process.Kill()
+			w.Kill()
 		}
 		s.mu.Unlock()
 		_ = s.ac.DeleteTable(context.Background(), s.table)
@@ -217,19 +211,9 @@ func (s *suite) logf(format string, args ...any) {
 	fmt.Fprintf(&s.log, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05.000")}, args...)...)
 }
 
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // start runs a worker process.
 func (s *suite) start(extra ...string) *worker {
 	s.t.Helper()
-	port := freePort(s.t)
 	s.mu.Lock()
 	id := s.nextID
 	s.nextID++
@@ -240,27 +224,24 @@ func (s *suite) start(extra ...string) *worker {
 	}
 	args := append([]string{"run", "--brokers", strings.Join(brokers, ","), "--topic", s.topic, "--group", s.group, "--dlq-topic", s.dlq,
 		"--table", s.table, "--tenants", s.tenants, "--log-format", "text", "--log-level", "warn",
-		"--admin-addr", fmt.Sprintf("127.0.0.1:%d", port), "--readiness-interval", "200ms", "--session-timeout", "6s", "--commit-interval", "200ms",
+		"--readiness-interval", "200ms", "--session-timeout", "6s", "--commit-interval", "200ms",
 		"--drain-timeout", drainTimeout.String(), "--max-event-bytes", strconv.Itoa(s.maxEvent)}, append(append([]string{}, s.workerArgs...), extra...)...)
-	w := &worker{id: id, admin: fmt.Sprintf("http://127.0.0.1:%d", port), done: make(chan error, 1), out: &syncBuffer{}}
-	w.cmd = exec.Command(s.bin, args...)
-	w.cmd.Env = append(os.Environ(), s.env...)
-	w.cmd.Stdout, w.cmd.Stderr = w.out, w.out
-	if err := w.cmd.Start(); err != nil {
+	w := &worker{id: id, out: &syncBuffer{}}
+	p, err := lab.Start(lab.Options{Bin: s.bin, Args: args, Env: s.env, Log: w.out})
+	if err != nil {
 		s.t.Fatal(err)
 	}
-	go func() { w.done <- w.cmd.Wait() }()
+	w.Process = p
 	s.mu.Lock()
 	s.workers[id] = w
 	s.mu.Unlock()
-	s.logf("worker %d started (pid %d)", id, w.cmd.Process.Pid)
+	s.logf("worker %d started (pid %d)", id, w.Pid())
 	return w
 }
 
 // kill SIGKILLs a worker.
 func (s *suite) kill(w *worker) {
-	_ = w.cmd.Process.Signal(syscall.SIGKILL)
-	<-w.done
+	w.Kill()
 	s.forget(w)
 	s.logf("worker %d SIGKILLed", w.id)
 }
@@ -270,23 +251,18 @@ func (s *suite) kill(w *worker) {
 func (s *suite) term(w *worker) time.Duration {
 	s.t.Helper()
 	start := time.Now()
-	_ = w.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-w.done:
-		took := time.Since(start)
-		s.forget(w)
-		if err != nil {
-			s.t.Errorf("worker %d exited with %v after SIGTERM, want 0:\n%s", w.id, err, w.out.String())
-		}
-		s.logf("worker %d stopped by SIGTERM in %s", w.id, took.Round(time.Millisecond))
-		return took
-	case <-time.After(drainTimeout + 5*time.Second):
+	err := w.Stop(drainTimeout + 5*time.Second)
+	took := time.Since(start)
+	s.forget(w)
+	switch {
+	case w.Killed():
 		s.t.Errorf("worker %d did not exit within the drain timeout", w.id)
-		_ = w.cmd.Process.Kill()
-		<-w.done
-		s.forget(w)
 		return drainTimeout
+	case err != nil:
+		s.t.Errorf("worker %d exited with %v after SIGTERM, want 0:\n%s", w.id, err, w.out.String())
 	}
+	s.logf("worker %d stopped by SIGTERM in %s", w.id, took.Round(time.Millisecond))
+	return took
 }
 
 func (s *suite) forget(w *worker) {
@@ -466,7 +442,7 @@ func (s *suite) settle(partitions int, timeout time.Duration) time.Duration {
 		if time.Now().After(deadline) {
 			// Stuck: have every worker print its goroutines (SIGQUIT).
 			for _, w := range s.running() {
-				_ = w.cmd.Process.Signal(syscall.SIGQUIT)
+				w.Signal(syscall.SIGQUIT)
 			}
 			time.Sleep(time.Second)
 		}
@@ -483,7 +459,7 @@ func (s *suite) settle(partitions int, timeout time.Duration) time.Duration {
 }
 
 func (s *suite) status(w *worker) (map[string]any, error) {
-	code, body := testenv.Get(w.admin + "/status")
+	code, body := testenv.Get(w.Admin + "/status")
 	if code == 0 {
 		return nil, errors.New(body)
 	}

@@ -96,7 +96,7 @@ func TestBigtableRefusesWholeRequests(t *testing.T) {
 		})
 		s.logf("bigtable refuses every MutateRows with %s", code)
 		testenv.Eventually(t, 10*time.Second, func() (bool, string) {
-			code, _ := testenv.Get(w.admin + "/readyz")
+			code, _ := testenv.Get(w.Admin + "/readyz")
 			return code == 503 && refused.Load() > 2, fmt.Sprintf("/readyz %d with every write refused (%d refusals)", code, refused.Load())
 		})
 		time.Sleep(2 * time.Second)
@@ -266,7 +266,7 @@ func TestMemoryUnderBacklog(t *testing.T) {
 			})
 			ctx, stop := context.WithCancel(context.Background())
 			defer stop()
-			peak := peakRSS(ctx, w.cmd.Process.Pid)
+			peak := peakRSS(ctx, w.Pid(), 100*time.Millisecond)
 			freeze(t, proxy)
 			s.logf("bigtable frozen")
 			// A backlog of three times the bound.

@@ -16,7 +16,7 @@ func TestEmbeddedAvroRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the worker and runs it: not in -short")
 	}
-	// The embedded run builds ./cmd/worker from the repository's root.
+	// The run reads tenants.yaml, at the repository's root.
 	wd, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"path/filepath"
+	"slices"
 
 	"github.com/cellttl/cellttl/loadtest/drive"
 	"github.com/cellttl/cellttl/loadtest/report"
@@ -20,11 +22,7 @@ func loadTest(ctx context.Context, o *options, brokers []string, stdout io.Write
 	if err != nil {
 		return err
 	}
-	listed := make([]string, 0, len(cfg.Policy.Tenants))
-	for t := range cfg.Policy.Tenants {
-		listed = append(listed, t)
-	}
-	m, err := synth.ParseMix(listed, o.weights)
+	m, err := synth.ParseMix(slices.Collect(maps.Keys(cfg.Policy.Tenants)), o.weights)
 	if err != nil {
 		return err
 	}

@@ -2,34 +2,26 @@ package main
 
 import (
 	"fmt"
-	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/cellttl/cellttl/internal/lab"
 	"github.com/cellttl/cellttl/internal/testenv"
 )
 
-type proc struct {
-	cmd  *exec.Cmd
-	logs *syncBuffer
-	done chan error
-}
-
-func (e *env) startProcess(t *testing.T, extra ...string) *proc {
+// startProcess starts `worker run` as a process, killed with the test.
+func (e *env) startProcess(t *testing.T, extra ...string) *lab.Process {
 	t.Helper()
-	p := &proc{logs: &syncBuffer{}, done: make(chan error, 1)}
-	p.cmd = exec.Command(testenv.WorkerBinary(t), e.args("run", extra...)...)
-	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
-	if err := p.cmd.Start(); err != nil {
+	logs := &syncBuffer{}
+	p, err := lab.Start(lab.Options{Bin: testenv.WorkerBinary(t), Args: e.args("run", extra...), Log: logs})
+	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { p.done <- p.cmd.Wait() }()
 	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
+		p.Kill()
 		if t.Failed() {
-			t.Logf("worker pid %d logs:\n%s", p.cmd.Process.Pid, p.logs.String())
+			t.Logf("worker pid %d logs:\n%s", p.Pid(), logs.String())
 		}
 	})
 	return p
@@ -63,26 +55,18 @@ func TestCrashRestartLosesNothing(t *testing.T) {
 	for kill, at := range []int{n / 5, n / 2} {
 		p := e.startProcess(t, flags...)
 		e.waitRows(t, at, 60*time.Second)
-		if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		<-p.done
+		p.Kill()
 		t.Logf("kill %d: SIGKILLed with %d rows written", kill+1, len(e.rows(t)))
 	}
 	p := e.startProcess(t, flags...)
 	<-produced
 	e.waitRows(t, n, 90*time.Second)
 	e.waitCommitted(t, 60*time.Second)
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-p.done:
-		if err != nil {
-			t.Errorf("SIGTERM: worker exited with %v, want 0", err)
-		}
-	case <-time.After(40 * time.Second):
+	switch err := p.Stop(40 * time.Second); {
+	case p.Killed():
 		t.Error("SIGTERM: worker did not exit within the drain timeout")
+	case err != nil:
+		t.Errorf("SIGTERM: worker exited with %v, want 0", err)
 	}
 
 	rows := e.rows(t)

@@ -17,13 +17,7 @@ import (
 	"github.com/cellttl/cellttl/internal/testenv"
 )
 
-const tenantsYAML = `strategy: default-expiration
-default_ttl: 2d
-record_real_timestamp: true
-tenants:
-  acme: 1h
-  globex: 3d
-`
+const tenantsYAML = testenv.TenantsYAML
 
 var ttls = map[string]time.Duration{"acme": time.Hour, "globex": 72 * time.Hour}
 

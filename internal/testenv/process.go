@@ -2,13 +2,12 @@ package testenv
 
 import (
 	"bytes"
-	"fmt"
+	"context"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"sync"
 	"testing"
+
+	"github.com/cellttl/cellttl/internal/lab"
 )
 
 // Buffer is a bytes.Buffer that a process's output and a test may share.
@@ -50,14 +49,7 @@ func WorkerBinary(t testing.TB) string {
 			buildErr = err
 			return
 		}
-		_, here, _, _ := runtime.Caller(0)
-		pkg := filepath.Join(filepath.Dir(here), "..", "..", "cmd", "worker")
-		binPath = filepath.Join(dir, "worker")
-		cmd := exec.Command("go", "build", "-o", binPath, ".")
-		cmd.Dir = pkg
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/worker: %v\n%s", err, out)
-		}
+		binPath, buildErr = lab.Build(context.Background(), dir)
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)

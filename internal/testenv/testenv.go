@@ -9,12 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +21,7 @@ import (
 	"github.com/segmentio/kafka-go/protocol"
 
 	"github.com/cellttl/cellttl/internal/inproc"
+	"github.com/cellttl/cellttl/internal/lab"
 )
 
 // Real reports whether both real services are configured.
@@ -112,6 +111,17 @@ func Table(t testing.TB, ac *bigtable.AdminClient, _ *bigtable.Client, maxAge ti
 	return tgt
 }
 
+// TenantsYAML is the tenants file the worker's tests and the fault suite
+// share: acme 1h, globex 3d, any other tenant the default 2d, written_at
+// recorded.
+const TenantsYAML = `strategy: default-expiration
+default_ttl: 2d
+record_real_timestamp: true
+tenants:
+  acme: 1h
+  globex: 3d
+`
+
 // DeadLetterConfigs are what a test gives the dead-letter topics it makes
 // before the worker starts: a retention short enough (30 minutes, with
 // 2-minute segments) that dead letters of the tests' TTLs, an hour and
@@ -126,65 +136,12 @@ func CreateTopic(t testing.TB, brokers []string, topic string, partitions int) {
 }
 
 // CreateTopicWith creates a topic with partitions partitions and the given
-// topic configs (max.message.bytes, ...).
+// topic configs (max.message.bytes, ...), and waits for their leaders.
 func CreateTopicWith(t testing.TB, brokers []string, topic string, partitions int, configs map[string]string) {
 	t.Helper()
-	var entries []kafka.ConfigEntry
-	for k, v := range configs {
-		entries = append(entries, kafka.ConfigEntry{ConfigName: k, ConfigValue: v})
+	if err := lab.CreateTopic(context.Background(), brokers, topic, partitions, configs); err != nil {
+		t.Fatal(err)
 	}
-	conn, err := kafka.Dial("tcp", brokers[0])
-	if err != nil {
-		t.Fatalf("dial kafka: %v", err)
-	}
-	defer conn.Close()
-	// A broker busy with other work (ACL changes, a second broker joining)
-	// has dropped the request's connection (EOF): ask again, on a new one.
-	var createErr error
-	for attempt := 1; attempt <= 5; attempt++ {
-		createErr = createTopic(conn, kafka.TopicConfig{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1, ConfigEntries: entries})
-		if createErr == nil || (attempt > 1 && errors.Is(createErr, kafka.TopicAlreadyExists)) {
-			createErr = nil
-			break
-		}
-		if !errors.Is(createErr, io.EOF) && !errors.Is(createErr, syscall.ECONNRESET) {
-			break
-		}
-		t.Logf("create topic %s, attempt %d: %v", topic, attempt, createErr)
-		time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
-	}
-	if createErr != nil {
-		t.Fatalf("create topic %s: %v", topic, createErr)
-	}
-	// The controller answers before every broker knows the topic: wait
-	// until metadata shows each partition with a leader.
-	Eventually(t, 20*time.Second, func() (bool, string) {
-		ps, err := conn.ReadPartitions(topic)
-		if err != nil {
-			return false, fmt.Sprintf("topic %s: %v", topic, err)
-		}
-		led := 0
-		for _, p := range ps {
-			if p.Leader.Host != "" {
-				led++
-			}
-		}
-		return led == partitions, fmt.Sprintf("topic %s: %d of %d partitions have a leader", topic, led, partitions)
-	})
-}
-
-// createTopic sends CreateTopics to the controller conn names.
-func createTopic(conn *kafka.Conn, tc kafka.TopicConfig) error {
-	ctrl, err := conn.Controller()
-	if err != nil {
-		return fmt.Errorf("find controller: %w", err)
-	}
-	cc, err := kafka.Dial("tcp", net.JoinHostPort(ctrl.Host, fmt.Sprint(ctrl.Port)))
-	if err != nil {
-		return fmt.Errorf("dial controller: %w", err)
-	}
-	defer cc.Close()
-	return cc.CreateTopics(tc)
 }
 
 // Produce writes values to topic, without keys or headers, and waits for

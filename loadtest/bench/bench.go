@@ -9,13 +9,16 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/cellttl/cellttl/internal/lab"
 	"github.com/cellttl/cellttl/loadtest/synth"
 	"github.com/cellttl/cellttl/tenants"
 )
@@ -79,7 +82,7 @@ func Run(ctx context.Context, o Options, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "    cores: %s\n", a.cores)
 
 	topic := run + "-raw"
-	if err := createTopic(o.Brokers, topic, o.Partitions); err != nil {
+	if err := lab.CreateTopic(ctx, o.Brokers, topic, o.Partitions, nil); err != nil {
 		return err
 	}
 	if err := produceAll(ctx, o.Brokers, topic, msgs); err != nil {
@@ -95,11 +98,11 @@ func Run(ctx context.Context, o Options, stdout io.Writer) error {
 	floor := a.cpuPerEvent + b.cpuPerEvent
 	fmt.Fprintf(stdout, "    floor (a) + (b):                                              %5.2f µs CPU/event\n", floor)
 
-	bin, err := buildWorker(ctx)
+	bin, remove, err := buildWorker(ctx)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(filepath.Dir(bin))
+	defer remove()
 	best, err := benchWorkers(ctx, o, stdout, bin, run, msgs, ceiling, floor)
 	if err != nil {
 		return err
@@ -112,19 +115,11 @@ func Run(ctx context.Context, o Options, stdout io.Writer) error {
 
 // events makes the run's events, of the tenants cfg lists.
 func events(o Options, cfg *tenants.Config) (m synth.Mix, run string, msgs []kafka.Message, recs []synth.Record, err error) {
-	var listed []string
-	for t := range cfg.Policy.Tenants {
-		listed = append(listed, t)
-	}
-	if m, err = synth.ParseMix(listed, ""); err != nil {
+	if m, err = synth.ParseMix(slices.Collect(maps.Keys(cfg.Policy.Tenants)), ""); err != nil {
 		return synth.Mix{}, "", nil, nil, err
 	}
 	run = fmt.Sprintf("b%x", time.Now().UnixNano()/1e6%0xffffff)
-	shape := o.Shape
-	if shape.Name == "" {
-		shape = synth.Contract()
-	}
-	gen := synth.New(synth.Config{Run: run, Mix: m, Shape: shape, Users: 10000, ZipfS: 1.1, PayloadBytes: o.PayloadBytes, Seed: 1})
+	gen := synth.New(synth.Config{Run: run, Mix: m, Shape: o.Shape, PayloadBytes: o.PayloadBytes, Seed: 1})
 	now := time.Now()
 	msgs = make([]kafka.Message, o.Events)
 	recs = make([]synth.Record, o.Events)

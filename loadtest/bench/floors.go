@@ -4,13 +4,13 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"net"
 	"slices"
 	"strconv"
 	"time"
 
 	"cloud.google.com/go/bigtable"
 	"github.com/cellttl/cellttl/expiry"
+	"github.com/cellttl/cellttl/internal/lab"
 	"github.com/cellttl/cellttl/loadtest/synth"
 	"github.com/cellttl/cellttl/rowkey"
 	"github.com/cellttl/cellttl/sink"
@@ -24,6 +24,11 @@ type measured struct {
 	cpuPerEvent float64 // µs
 	rss         int64   // peak resident set, bytes (the worker only)
 	cores       string  // who used the two cores meanwhile
+}
+
+// perEvent is CPU time per event, in microseconds.
+func perEvent(cpu time.Duration, events int) float64 {
+	return float64(cpu.Microseconds()) / float64(events)
 }
 
 // benchApplyBulk writes the rows the events become straight to a new table
@@ -42,7 +47,7 @@ func benchApplyBulk(ctx context.Context, p *expiry.Policy, m synth.Mix, values [
 	batches := make(chan []sink.Row)
 	errs := make(chan error, writers)
 	watch := watchCPU(0)
-	cpu0, start := SelfCPU(), time.Now()
+	cpu0, start := lab.SelfCPU(), time.Now()
 	for range writers {
 		go func() {
 			for b := range batches {
@@ -63,7 +68,7 @@ func benchApplyBulk(ctx context.Context, p *expiry.Policy, m synth.Mix, values [
 			return measured{}, err
 		}
 	}
-	return measured{rate: float64(len(rows)) / time.Since(start).Seconds(), cpuPerEvent: perEvent(SelfCPU()-cpu0, len(rows)), cores: watch.shares()}, nil
+	return measured{rate: float64(len(rows)) / time.Since(start).Seconds(), cpuPerEvent: perEvent(lab.SelfCPU()-cpu0, len(rows)), cores: watch.shares()}, nil
 }
 
 // benchRow is the row the worker makes of generated event seq: the raw
@@ -127,28 +132,6 @@ func applyBulk(ctx context.Context, tbl *bigtable.Table, family string, rows []s
 	return nil
 }
 
-func createTopic(brokers []string, topic string, partitions int) error {
-	conn, err := kafka.Dial("tcp", brokers[0])
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	ctrl, err := conn.Controller()
-	if err != nil {
-		return err
-	}
-	cc, err := kafka.Dial("tcp", net.JoinHostPort(ctrl.Host, strconv.Itoa(ctrl.Port)))
-	if err != nil {
-		return err
-	}
-	defer cc.Close()
-	if err := cc.CreateTopics(kafka.TopicConfig{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1}); err != nil {
-		return fmt.Errorf("create topic %s: %w", topic, err)
-	}
-	time.Sleep(time.Second) // metadata reaches the broker's other handlers
-	return nil
-}
-
 func produceAll(ctx context.Context, brokers []string, topic string, msgs []kafka.Message) error {
 	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: &kafka.Hash{}, BatchSize: 5000,
 		BatchTimeout: 5 * time.Millisecond, RequiredAcks: kafka.RequireAll, Transport: &kafka.Transport{}}
@@ -167,7 +150,7 @@ func produceAll(ctx context.Context, brokers []string, topic string, msgs []kafk
 // from the first message to the last; its CPU time is counted from the
 // reader's start (joining the group costs little of it).
 func benchConsume(ctx context.Context, brokers []string, topic string, n int) (measured, error) {
-	cpu0, watch := SelfCPU(), watchCPU(0)
+	cpu0, watch := lab.SelfCPU(), watchCPU(0)
 	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, GroupID: topic + "-raw", MinBytes: 1, MaxBytes: 10 << 20,
 		MaxWait: 250 * time.Millisecond, StartOffset: kafka.FirstOffset, QueueCapacity: 1000})
 	defer r.Close()
@@ -182,5 +165,5 @@ func benchConsume(ctx context.Context, brokers []string, topic string, n int) (m
 			start = time.Now()
 		}
 	}
-	return measured{rate: float64(n-1) / time.Since(start).Seconds(), cpuPerEvent: perEvent(SelfCPU()-cpu0, n), cores: watch.shares()}, nil
+	return measured{rate: float64(n-1) / time.Since(start).Seconds(), cpuPerEvent: perEvent(lab.SelfCPU()-cpu0, n), cores: watch.shares()}, nil
 }

@@ -7,10 +7,8 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +19,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/cellttl/cellttl/expiry"
+	"github.com/cellttl/cellttl/internal/lab"
 	"github.com/cellttl/cellttl/loadtest/drive"
 	"github.com/cellttl/cellttl/loadtest/report"
 	"github.com/cellttl/cellttl/loadtest/synth"
@@ -93,14 +92,14 @@ func benchLatency(ctx context.Context, stdout io.Writer, cfg *tenants.Config, m 
 	// worker's: an emulator that slows as the runs go shows as a
 	// difference between them.
 	bg := run + "-bg"
-	if err := createTopic(brokers, bg, partitions); err != nil {
+	if err := lab.CreateTopic(ctx, brokers, bg, partitions, nil); err != nil {
 		return err
 	}
 	bgo := &drive.Options{Brokers: brokers, Topic: bg, Rate: rate, Duration: d}
 	bgErr := make(chan error, 1)
 	go func() {
 		var n atomic.Int64
-		_, err := drive.Produce(ctx, bgo, synth.New(synth.Config{Run: bg, Mix: m, Shape: synth.Contract(), Users: 10000, ZipfS: 1.1, PayloadBytes: payload, Seed: 3}), &n)
+		_, err := drive.Produce(ctx, bgo, synth.New(synth.Config{Run: bg, Mix: m, PayloadBytes: payload, Seed: 3}), &n)
 		bgErr <- err
 	}()
 	loaded, err := rawLatency(ctx, p, m, run+"-loaded", payload, rate, d, def)
@@ -136,7 +135,7 @@ func rawLatency(ctx context.Context, p *expiry.Policy, m synth.Mix, run string, 
 		return latencyPhase{}, err
 	}
 	defer cleanup()
-	gen := synth.New(synth.Config{Run: run + "-raw", Mix: m, Shape: synth.Contract(), Users: 10000, ZipfS: 1.1, PayloadBytes: payload, Seed: 2})
+	gen := synth.New(synth.Config{Run: run + "-raw", Mix: m, PayloadBytes: payload, Seed: 2})
 	jobs := make(chan rawBatch)
 	ws := &rawWriters{tbl: tbl, family: family}
 	var wg sync.WaitGroup
@@ -230,7 +229,7 @@ func (w *rawWriters) run(ctx context.Context, jobs <-chan rawBatch) {
 // for d with the load generator, and reads every event's produce → ack
 // latency back from its written_at column (verifying the rows on the way).
 func workerLatency(ctx context.Context, name, bin string, brokers []string, cfg *tenants.Config, m synth.Mix, tenantsFile string, partitions, payload, rate int, d time.Duration) (latencyPhase, error) {
-	if err := createTopic(brokers, name, partitions); err != nil {
+	if err := lab.CreateTopic(ctx, brokers, name, partitions, nil); err != nil {
 		return latencyPhase{}, err
 	}
 	w, err := startWorker(ctx, bin, brokers, tenantsFile, name, "")
@@ -240,7 +239,7 @@ func workerLatency(ctx context.Context, name, bin string, brokers []string, cfg 
 	defer w.stop(ctx)
 	deadline := time.Now().Add(time.Minute)
 	for {
-		if t, err := drive.FetchStatus(ctx, w.admin+"/status?tenants=false"); err == nil && t.Reading {
+		if t, err := w.Status(ctx); err == nil && t.Reading {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -250,14 +249,14 @@ func workerLatency(ctx context.Context, name, bin string, brokers []string, cfg 
 	}
 	load := &drive.Options{
 		Brokers: brokers, Topic: name, Mix: m, Shape: synth.Contract(), Rate: rate, Duration: d,
-		Users: 10000, ZipfS: 1.1, PayloadBytes: payload, StatusURL: w.admin + "/status?tenants=false", Settle: 2 * time.Minute,
+		Users: synth.DefaultUsers, ZipfS: synth.DefaultZipfS, PayloadBytes: payload, StatusURL: w.Admin + "/status?tenants=false", Settle: 2 * time.Minute,
 	}
 	const applyBulk = "db_client_operation_duration_seconds" // one MutateRows call of the worker
-	before, err := scrapeHistogram(ctx, w.admin+"/metrics", applyBulk)
+	before, err := scrapeHistogram(ctx, w.Admin+"/metrics", applyBulk)
 	if err != nil {
 		return latencyPhase{}, err
 	}
-	watch := watchCPU(w.cmd.Process.Pid)
+	watch := watchCPU(w.Pid())
 	res, err := drive.Run(ctx, load, io.Discard)
 	if err == nil {
 		// The run's report, as every load test leaves one.
@@ -269,7 +268,7 @@ func workerLatency(ctx context.Context, name, bin string, brokers []string, cfg 
 	// From the first event produced to the worker caught up; not the
 	// verification, which reads every row back.
 	ph := latencyPhase{cpu: watch.shares()}
-	after, err := scrapeHistogram(ctx, w.admin+"/metrics", applyBulk)
+	after, err := scrapeHistogram(ctx, w.Admin+"/metrics", applyBulk)
 	if err != nil {
 		return latencyPhase{}, err
 	}
@@ -301,17 +300,9 @@ type watched struct {
 }
 
 func watchCPU(worker int) *cpuWatch {
-	w := &cpuWatch{at: time.Now(), self: SelfCPU()}
-	dir := os.Getenv("TESTENV_SERVICES_DIR")
-	if dir == "" {
-		dir = ".services"
-	}
-	for _, s := range []struct{ name, file string }{{"emulator", "emulator.pid"}, {"broker", "kafka.pid"}} {
-		data, err := os.ReadFile(filepath.Join(dir, s.file))
-		if err != nil {
-			continue
-		}
-		if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil {
+	w := &cpuWatch{at: time.Now(), self: lab.SelfCPU()}
+	for _, s := range []struct{ name, service string }{{"emulator", "emulator"}, {"broker", "kafka"}} {
+		if pid := lab.ServicePid(s.service); pid != 0 {
 			w.procs = append(w.procs, watched{name: s.name, pid: pid})
 		}
 	}
@@ -319,7 +310,7 @@ func watchCPU(worker int) *cpuWatch {
 		w.procs = append(w.procs, watched{name: "worker", pid: worker})
 	}
 	for i := range w.procs {
-		w.procs[i].cpu, _ = ProcCPU(w.procs[i].pid)
+		w.procs[i].cpu, _ = lab.CPU(w.procs[i].pid)
 	}
 	return w
 }
@@ -329,11 +320,11 @@ func (w *cpuWatch) shares() string {
 	wall := time.Since(w.at).Seconds()
 	var parts []string
 	for _, p := range w.procs {
-		if c, err := ProcCPU(p.pid); err == nil {
+		if c, err := lab.CPU(p.pid); err == nil {
 			parts = append(parts, fmt.Sprintf("%s %.0f%%", p.name, 100*(c-p.cpu).Seconds()/wall))
 		}
 	}
-	parts = append(parts, fmt.Sprintf("bench %.0f%%", 100*(SelfCPU()-w.self).Seconds()/wall))
+	parts = append(parts, fmt.Sprintf("bench %.0f%%", 100*(lab.SelfCPU()-w.self).Seconds()/wall))
 	return strings.Join(parts, ", ") + " of a core"
 }
 

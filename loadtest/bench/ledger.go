@@ -4,16 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
-	"os"
 	"strconv"
-	"strings"
-	"syscall"
 	"time"
 
 	"cloud.google.com/go/bigtable"
 
 	"github.com/cellttl/cellttl/erasure"
+	"github.com/cellttl/cellttl/internal/lab"
 )
 
 // LedgerOptions are the options of the ledger bench (loadtest ledger).
@@ -62,10 +59,11 @@ func RunLedger(ctx context.Context, o LedgerOptions, stdout io.Writer) error {
 	if o.InForce+o.Forever > o.Erasures {
 		return fmt.Errorf("--in-force %d + --forever %d: more than --erasures %d", o.InForce, o.Forever, o.Erasures)
 	}
-	bin, err := buildWorker(ctx)
+	bin, remove, err := buildWorker(ctx)
 	if err != nil {
 		return err
 	}
+	defer remove()
 	ac, err := bigtable.NewAdminClient(ctx, "local", "local")
 	if err != nil {
 		return err
@@ -93,13 +91,13 @@ func RunLedger(ctx context.Context, o LedgerOptions, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "ledger %s: %d erased users of %d tenants (%d expired, %d in force, %d never expiring), written in %s\n",
 		ledger, o.Erasures, o.Tenants, o.Erasures-o.InForce-o.Forever, o.InForce, o.Forever, time.Since(start).Round(time.Second))
 	// What worker setup does once on a ledger of the release before.
-	start, cpu0 := time.Now(), SelfCPU()
+	start, cpu0 := time.Now(), lab.SelfCPU()
 	n, _, err := erasure.NewStore(dc, ledger).Index(ctx, time.Now())
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "worker setup's index of it: %d records in force indexed in %s (%s of its CPU)\n\n", n, time.Since(start).Round(100*time.Millisecond),
-		(SelfCPU() - cpu0).Round(10*time.Millisecond))
+		(lab.SelfCPU() - cpu0).Round(10*time.Millisecond))
 
 	builds := []struct{ name, bin string }{{"this build", bin}}
 	if o.Baseline != "" {
@@ -186,7 +184,7 @@ func fillLedger(ctx context.Context, tbl *bigtable.Table, o LedgerOptions, now t
 // --startup-timeout) is reported with its CPU until then.
 func measureLedgerWorker(ctx context.Context, bin string, o LedgerOptions, ledger, run string) (ledgerRun, error) {
 	topic := fmt.Sprintf("ledger-bench-%s-%d", run, time.Now().UnixNano()%1e6)
-	if err := createTopic(o.Brokers, topic, 1); err != nil {
+	if err := lab.CreateTopic(ctx, o.Brokers, topic, 1, nil); err != nil {
 		return ledgerRun{}, err
 	}
 	flags := ""
@@ -197,49 +195,35 @@ func measureLedgerWorker(ctx context.Context, bin string, o LedgerOptions, ledge
 	if err != nil {
 		return ledgerRun{}, err
 	}
-	started := time.Now()
-	exited := make(chan struct{})
-	go func() { _ = w.cmd.Wait(); close(exited) }()
-	defer func() {
-		_ = w.cmd.Process.Signal(syscall.SIGTERM)
-		<-exited
-		w.cmd = nil // waited for: stop deletes the tables alone
-		w.stop(ctx)
-	}()
-	pid := w.cmd.Process.Pid
+	defer w.stop(ctx)
+	pid := w.Pid()
 	r := ledgerRun{ledger: ledger, load: loadAverage()}
 	if r.ledger == "" {
 		r.ledger = "empty"
 	}
 	// gone reports whether the worker has exited, with its CPU until then.
 	gone := func() bool {
-		select {
-		case <-exited:
-			st := w.cmd.ProcessState
-			r.exited, r.startCPU = st.String(), st.UserTime()+st.SystemTime()
-			return true
-		default:
+		st := w.State()
+		if st == nil {
 			return false
 		}
+		r.exited, r.startCPU = st.String(), st.UserTime()+st.SystemTime()
+		r.exitedAfter = time.Since(w.Started)
+		return true
 	}
-	for time.Since(started) < o.ReadyTimeout && r.ready == 0 {
+	for time.Since(w.Started) < o.ReadyTimeout && r.ready == 0 {
 		if gone() {
-			r.exitedAfter = time.Since(started)
 			return r, nil
 		}
-		if resp, err := http.Get(w.admin + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				r.ready = time.Since(started)
-			}
+		if w.Ready(ctx) {
+			r.ready = time.Since(w.Started)
 		}
 		if err := sleep(ctx, 20*time.Millisecond); err != nil {
 			return r, err
 		}
 	}
-	if r.startCPU, err = ProcCPU(pid); err != nil {
+	if r.startCPU, err = lab.CPU(pid); err != nil {
 		if gone() {
-			r.exitedAfter = time.Since(started)
 			return r, nil
 		}
 		return r, err
@@ -248,28 +232,28 @@ func measureLedgerWorker(ctx context.Context, bin string, o LedgerOptions, ledge
 		return r, err
 	}
 	if gone() {
-		r.exitedAfter = time.Since(started)
 		return r, nil
 	}
-	cpu, err := ProcCPU(pid)
+	cpu, err := lab.CPU(pid)
 	if err != nil {
 		return r, err
 	}
 	r.idleCPU = cpu - r.startCPU
-	r.rss, r.peak = memory(pid)
-	if st, err := fetchErasures(ctx, w.admin); err == nil {
-		r.users = st
+	r.rss, r.peak, _ = lab.Memory(pid)
+	if st, err := w.Status(ctx); err == nil {
+		r.users = st.ErasedUsers
 	}
 	return r, nil
 }
 
-// loadAverage is the machine's load average over the last minute (Linux).
+// loadAverage is the machine's load average over the last minute, as
+// /proc/loadavg writes it.
 func loadAverage() string {
-	data, err := os.ReadFile("/proc/loadavg")
+	l, err := lab.LoadAverage()
 	if err != nil {
 		return "?"
 	}
-	return strings.Fields(string(data))[0]
+	return fmt.Sprintf("%.2f", l)
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
@@ -281,54 +265,6 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
-}
-
-// memory returns a process's resident set and its peak, in bytes (Linux).
-func memory(pid int) (rss, peak int64) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		kb, _ := strconv.ParseInt(f[1], 10, 64)
-		switch f[0] {
-		case "VmRSS:":
-			rss = kb << 10
-		case "VmHWM:":
-			peak = kb << 10
-		}
-	}
-	return rss, peak
-}
-
-// fetchErasures reads erasures.erased_users from the worker's /status.
-func fetchErasures(ctx context.Context, admin string) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, admin+"/status?tenants=false", nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, err
-	}
-	// "erased_users":N, in the erasures object.
-	s := string(body)
-	i := strings.Index(s, `"erased_users":`)
-	if i < 0 {
-		return 0, fmt.Errorf("no erased_users in /status")
-	}
-	s = s[i+len(`"erased_users":`):]
-	end := strings.IndexAny(s, ",}")
-	return strconv.Atoi(strings.TrimSpace(s[:end]))
 }
 
 // ledgerHeader is the head of the table of runs.

@@ -5,37 +5,36 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"cloud.google.com/go/bigtable"
-	"github.com/cellttl/cellttl/loadtest/drive"
 	"github.com/segmentio/kafka-go"
+
+	"github.com/cellttl/cellttl/internal/lab"
 )
 
-func buildWorker(ctx context.Context) (string, error) {
+// buildWorker builds this checkout's worker into a new temporary
+// directory, which remove removes.
+func buildWorker(ctx context.Context) (bin string, remove func(), err error) {
 	dir, err := os.MkdirTemp("", "cellttl-bench")
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	bin := filepath.Join(dir, "worker")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/worker").CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build the worker (run from the repository root): %v\n%s", err, out)
+	if bin, err = lab.Build(ctx, dir); err != nil {
+		os.RemoveAll(dir)
+		return "", nil, err
 	}
-	return bin, nil
+	return bin, func() { os.RemoveAll(dir) }, nil
 }
 
 // workerProc is a worker process the bench started.
 type workerProc struct {
-	cmd   *exec.Cmd
-	admin string // http://host:port of its admin server
+	*lab.Process
 	pprof string // http://host:port of its profiles
 	table string
 }
@@ -45,43 +44,37 @@ type workerProc struct {
 func startWorker(ctx context.Context, bin string, brokers []string, tenantsFile, topic, flags string) (*workerProc, error) {
 	table := topic
 	common := []string{"--tenants", tenantsFile, "--table", table, "--log-level", "warn"}
-	if out, err := exec.CommandContext(ctx, bin, append([]string{"setup"}, common...)...).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("worker setup: %v\n%s", err, out)
-	}
-	port, err := FreePort()
-	if err != nil {
+	if err := lab.Run(ctx, bin, nil, append([]string{"setup"}, common...)...); err != nil {
 		return nil, err
 	}
-	admin := fmt.Sprintf("127.0.0.1:%d", port)
-	args := append([]string{"run", "--brokers", strings.Join(brokers, ","), "--topic", topic, "--group", topic, "--admin-addr", admin}, common...)
+	args := append([]string{"run", "--brokers", strings.Join(brokers, ","), "--topic", topic, "--group", topic}, common...)
 	// Profiles: on a listener of their own where the build has
 	// --pprof-addr; a --baseline-bin from before serves them on the
 	// admin port.
-	pprof := admin
+	pprof := ""
 	if help, _ := exec.CommandContext(ctx, bin, "run", "--help").CombinedOutput(); strings.Contains(string(help), "-pprof-addr") {
-		pp, err := FreePort()
+		addr, err := lab.FreeAddr()
 		if err != nil {
 			return nil, err
 		}
-		pprof = fmt.Sprintf("127.0.0.1:%d", pp)
-		args = append(args, "--pprof-addr", pprof)
+		pprof = "http://" + addr
+		args = append(args, "--pprof-addr", addr)
 	}
 	args = append(args, strings.Fields(flags)...)
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Start(); err != nil {
+	p, err := lab.Start(lab.Options{Bin: bin, Args: args, Log: os.Stderr})
+	if err != nil {
 		return nil, err
 	}
-	return &workerProc{cmd: cmd, admin: "http://" + admin, pprof: "http://" + pprof, table: table}, nil
+	if pprof == "" {
+		pprof = p.Admin
+	}
+	return &workerProc{Process: p, pprof: pprof, table: table}, nil
 }
 
 // stop stops the worker and deletes its table: the emulator never frees
 // memory otherwise.
 func (w *workerProc) stop(ctx context.Context) {
-	if w.cmd != nil { // nil: waited for already
-		_ = w.cmd.Process.Signal(syscall.SIGTERM)
-		_ = w.cmd.Wait()
-	}
+	_ = w.Stop(stopGrace)
 	ac, err := bigtable.NewAdminClient(context.WithoutCancel(ctx), "local", "local")
 	if err == nil {
 		_ = ac.DeleteTable(context.WithoutCancel(ctx), w.table)
@@ -90,6 +83,10 @@ func (w *workerProc) stop(ctx context.Context) {
 	}
 }
 
+// stopGrace is how long a stopped worker may take to drain before it is
+// killed.
+const stopGrace = 40 * time.Second
+
 // benchWorker pre-produces the events, starts a worker on them, and times
 // from its first write to its last. Its CPU time per event is counted from
 // the moment it owns partitions (its start-up is not per event) to its
@@ -97,7 +94,7 @@ func (w *workerProc) stop(ctx context.Context) {
 // the run and its allocations.
 func benchWorker(ctx context.Context, bin string, brokers []string, tenantsFile, name string, partitions int, msgs []kafka.Message, flags, profileDir string, profileSeconds int) (measured, error) {
 	topic := name
-	if err := createTopic(brokers, topic, partitions); err != nil {
+	if err := lab.CreateTopic(ctx, brokers, topic, partitions, nil); err != nil {
 		return measured{}, err
 	}
 	if err := produceAll(ctx, brokers, topic, msgs); err != nil {
@@ -108,7 +105,7 @@ func benchWorker(ctx context.Context, bin string, brokers []string, tenantsFile,
 		return measured{}, err
 	}
 	defer w.stop(ctx)
-	pid := w.cmd.Process.Pid
+	pid := w.Pid()
 	var first, last time.Time
 	var cpu0, cpu1 time.Duration
 	var peak int64
@@ -121,13 +118,15 @@ func benchWorker(ctx context.Context, bin string, brokers []string, tenantsFile,
 		// one takes 15 ms with 10,000 tenants), often enough to time the
 		// run, seldom enough to cost it about 1%.
 		time.Sleep(25 * time.Millisecond)
-		peak = max(peak, rss(pid))
-		t, err := drive.FetchStatus(ctx, w.admin+"/status?tenants=false")
+		if _, hwm, err := lab.Memory(pid); err == nil {
+			peak = max(peak, hwm)
+		}
+		t, err := w.Status(ctx)
 		if err != nil {
 			continue
 		}
 		if t.Reading && cpu0 == 0 {
-			if cpu0, err = ProcCPU(pid); err != nil {
+			if cpu0, err = lab.CPU(pid); err != nil {
 				return measured{}, err
 			}
 			watch = watchCPU(pid)
@@ -144,7 +143,7 @@ func benchWorker(ctx context.Context, bin string, brokers []string, tenantsFile,
 		}
 		if done >= int64(len(msgs)) {
 			last = time.Now()
-			if cpu1, err = ProcCPU(pid); err != nil {
+			if cpu1, err = lab.CPU(pid); err != nil {
 				return measured{}, err
 			}
 			if watch == nil { // done before it was seen reading
@@ -186,31 +185,4 @@ func saveProfile(ctx context.Context, url, file string) error {
 		return fmt.Errorf("profile %s: %w", url, err)
 	}
 	return os.WriteFile(file, data, 0o644)
-}
-
-// rss returns the process's peak resident set size in bytes (Linux).
-func rss(pid int) int64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(line, "VmHWM:") {
-			f := strings.Fields(line)
-			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
-}
-
-// FreePort returns a TCP port free on 127.0.0.1 at the time of asking: for
-// a process started next to listen on.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/cellttl/cellttl/internal/lab"
 	"github.com/cellttl/cellttl/loadtest/synth"
 )
 
@@ -115,7 +116,7 @@ func Run(ctx context.Context, o *Options, stdout io.Writer) (*Result, error) {
 		case <-tick.C:
 		}
 		s := Sample{At: time.Since(start), Produced: produced.Load()}
-		t, err := FetchStatus(ctx, o.StatusURL)
+		t, err := lab.FetchStatus(ctx, o.StatusURL)
 		if err == nil {
 			s.workerReachable = true
 			s.Written, s.Dead, s.Lag = t.Written-base.Written, t.Dead-base.Dead, t.Lag
@@ -152,15 +153,15 @@ func newResult(runID string, samples []Sample, elapsed time.Duration, gen *synth
 
 // waitStatus reads the worker's status, waiting up to a minute for it to
 // answer.
-func waitStatus(ctx context.Context, url string) (Status, error) {
+func waitStatus(ctx context.Context, url string) (lab.Status, error) {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		st, err := FetchStatus(ctx, url)
+		st, err := lab.FetchStatus(ctx, url)
 		if err == nil {
 			return st, nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return Status{}, fmt.Errorf("the worker's status at %s does not answer: %w", url, err)
+			return lab.Status{}, fmt.Errorf("the worker's status at %s does not answer: %w", url, err)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
@@ -250,15 +251,8 @@ func Produce(ctx context.Context, o *Options, g *synth.Generator, produced *atom
 		if n == 0 {
 			continue
 		}
-		msgs := make([]kafka.Message, n)
-		now := time.Now()
-		for i := range msgs {
-			seq := len(recs)
-			msg, rec := g.Next(seq, now)
-			recs = append(recs, rec)
-			msg.Headers = append(msg.Headers, kafka.Header{Key: "loadtest-run", Value: []byte(g.Run())}, kafka.Header{Key: "loadtest-seq", Value: []byte(fmt.Sprint(seq))})
-			msgs[i] = msg
-		}
+		var msgs []kafka.Message
+		msgs, recs = chunk(g, recs, n)
 		select {
 		case err := <-errs:
 			wg.Wait()
@@ -281,4 +275,20 @@ func Produce(ctx context.Context, o *Options, g *synth.Generator, produced *atom
 	default:
 	}
 	return recs, nil
+}
+
+// chunk makes the next n events of g, numbered on from len(recs), each
+// with its run and number in headers, and returns them with recs grown by
+// their records.
+func chunk(g *synth.Generator, recs []synth.Record, n int) ([]kafka.Message, []synth.Record) {
+	msgs := make([]kafka.Message, n)
+	now := time.Now()
+	for i := range msgs {
+		seq := len(recs)
+		msg, rec := g.Next(seq, now)
+		recs = append(recs, rec)
+		msg.Headers = append(msg.Headers, kafka.Header{Key: "loadtest-run", Value: []byte(g.Run())}, kafka.Header{Key: "loadtest-seq", Value: []byte(fmt.Sprint(seq))})
+		msgs[i] = msg
+	}
+	return msgs, recs
 }

@@ -2,14 +2,10 @@ package rollout
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"runtime"
-	"strconv"
-	"strings"
 	"time"
 
-	"github.com/cellttl/cellttl/loadtest/bench"
+	"github.com/cellttl/cellttl/internal/lab"
 )
 
 // cpuUse is how the machine's cores were used while the load ran: by the
@@ -45,7 +41,7 @@ func (c cpuUse) String() string {
 // cpuMark is the CPU counters at one moment.
 type cpuMark struct {
 	at             time.Time
-	busy, total    int64 // /proc/stat jiffies of every core
+	busy, total    float64 // seconds of every core, busy and in all (lab.Cores)
 	machineSet     bool
 	broker, emul   time.Duration
 	brokerPid      int
@@ -55,21 +51,18 @@ type cpuMark struct {
 }
 
 // markCPU reads the counters; the broker's and the emulator's pids come
-// from scripts/services.sh's directory, as bench's watch reads them.
+// from scripts/services.sh's directory.
 func markCPU(procs []*proc) cpuMark {
-	m := cpuMark{at: time.Now(), harness: bench.SelfCPU(), workersRunning: map[*proc]time.Duration{}}
-	m.busy, m.total, m.machineSet = machineJiffies()
-	dir := os.Getenv("TESTENV_SERVICES_DIR")
-	if dir == "" {
-		dir = ".services"
-	}
-	m.brokerPid, m.broker = pidCPU(filepath.Join(dir, "kafka.pid"))
-	m.emulPid, m.emul = pidCPU(filepath.Join(dir, "emulator.pid"))
+	m := cpuMark{at: time.Now(), harness: lab.SelfCPU(), workersRunning: map[*proc]time.Duration{}}
+	busy, total, err := lab.Cores()
+	m.busy, m.total, m.machineSet = busy, total, err == nil
+	m.brokerPid, m.broker = serviceCPU("kafka")
+	m.emulPid, m.emul = serviceCPU("emulator")
 	for _, p := range procs {
 		select {
-		case <-p.done:
+		case <-p.Done():
 		default:
-			if c, err := bench.ProcCPU(p.cmd.Process.Pid); err == nil {
+			if c, err := lab.CPU(p.Pid()); err == nil {
 				m.workersRunning[p] = c
 			}
 		}
@@ -83,15 +76,15 @@ func cpuBetween(start, end cpuMark, procs []*proc) cpuUse {
 	wall := end.at.Sub(start.at).Seconds()
 	u := cpuUse{cores: runtime.NumCPU(), machineSet: start.machineSet && end.machineSet}
 	if u.machineSet && end.total > start.total {
-		u.busy = float64(end.busy-start.busy) / float64(end.total-start.total) * float64(u.cores)
+		u.busy = (end.busy - start.busy) / (end.total - start.total) * float64(u.cores)
 	}
 	var workers time.Duration
 	for _, p := range procs {
 		last, running := end.workersRunning[p]
 		if !running {
 			select {
-			case <-p.done:
-				last = p.cpu
+			case <-p.Done():
+				last, _ = p.CPU() // to its exit
 			default:
 				continue
 			}
@@ -109,47 +102,16 @@ func cpuBetween(start, end cpuMark, procs []*proc) cpuUse {
 	return u
 }
 
-// pidCPU reads a pid file and that process's CPU time; 0, 0 when either
+// serviceCPU is a service's pid and its CPU time; 0, 0 when either
 // cannot be read.
-func pidCPU(file string) (int, time.Duration) {
-	b, err := os.ReadFile(file)
-	if err != nil {
+func serviceCPU(service string) (int, time.Duration) {
+	pid := lab.ServicePid(service)
+	if pid == 0 {
 		return 0, 0
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		return 0, 0
-	}
-	c, err := bench.ProcCPU(pid)
+	c, err := lab.CPU(pid)
 	if err != nil {
 		return 0, 0
 	}
 	return pid, c
-}
-
-// machineJiffies reads the busy and total time of every core from
-// /proc/stat's first line.
-func machineJiffies() (busy, total int64, ok bool) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0, 0, false
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 9 || f[0] != "cpu" {
-		return 0, 0, false
-	}
-	// user nice system idle iowait irq softirq steal: idle and iowait are
-	// not busy.
-	for i, v := range f[1:9] {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return 0, 0, false
-		}
-		total += n
-		if i != 3 && i != 4 {
-			busy += n
-		}
-	}
-	return busy, total, true
 }

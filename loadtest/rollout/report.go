@@ -4,11 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/cellttl/cellttl/internal/lab"
 )
 
 // result is what a run saw.
@@ -44,10 +44,10 @@ func (res *result) print(w io.Writer, o Options) {
 	for i, s := range res.steps {
 		var parts []string
 		for _, p := range s.added {
-			parts = append(parts, fmt.Sprintf("%s started %s ready %s", p.name, rel(p.started), rel(p.ready)))
+			parts = append(parts, fmt.Sprintf("%s started %s ready %s", p.name, rel(p.Started), rel(p.ready)))
 		}
 		for _, p := range s.replaced {
-			parts = append(parts, fmt.Sprintf("%s SIGTERM %s exited %s (drain %.1fs)", p.name, rel(p.termAt), rel(p.exited), p.exited.Sub(p.termAt).Seconds()))
+			parts = append(parts, fmt.Sprintf("%s SIGTERM %s exited %s (drain %.1fs)", p.name, rel(p.termAt), rel(p.Exited()), p.Exited().Sub(p.termAt).Seconds()))
 		}
 		fmt.Fprintf(w, "  step %d: %s\n", i+1, strings.Join(parts, "; "))
 	}
@@ -84,7 +84,7 @@ func (res *result) print(w io.Writer, o Options) {
 		if !l.stopped {
 			missing = append(missing, p.name)
 		}
-		if p.killed() {
+		if p.Killed() {
 			killed = append(killed, p.name)
 		}
 	}
@@ -130,7 +130,7 @@ func (l *loadWatch) run(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		if v, err := loadAvg(); err == nil {
+		if v, err := lab.LoadAverage(); err == nil {
 			l.mu.Lock()
 			l.seen = append(l.seen, v)
 			l.mu.Unlock()
@@ -164,17 +164,4 @@ func (l *loadWatch) summary() loadSummary {
 	}
 	s.mean = sum / float64(len(l.seen))
 	return s
-}
-
-// loadAvg reads the 1-minute load average (Linux).
-func loadAvg() (float64, error) {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return 0, err
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return 0, fmt.Errorf("/proc/loadavg: empty")
-	}
-	return strconv.ParseFloat(f[0], 64)
 }

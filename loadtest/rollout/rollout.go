@@ -12,7 +12,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -21,6 +23,7 @@ import (
 	"cloud.google.com/go/bigtable"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/cellttl/cellttl/internal/lab"
 	"github.com/cellttl/cellttl/loadtest/drive"
 	"github.com/cellttl/cellttl/loadtest/synth"
 	"github.com/cellttl/cellttl/tenants"
@@ -110,7 +113,7 @@ func (r *run) prepare(ctx context.Context) error {
 	if err := res.Errors[r.name]; err != nil {
 		return fmt.Errorf("create topic %s: %w", r.name, err)
 	}
-	if err := runOnce(ctx, r.o.WorkerBin, "setup", "--tenants", r.o.TenantsFile, "--table", r.name, "--log-level", "warn"); err != nil {
+	if err := lab.Run(ctx, r.o.WorkerBin, nil, "setup", "--tenants", r.o.TenantsFile, "--table", r.name, "--log-level", "warn"); err != nil {
 		return err
 	}
 	first, err := r.start()
@@ -155,15 +158,11 @@ func (r *run) start() (*proc, error) {
 // group committed everything and stops the workers.
 func (r *run) measure(ctx context.Context, cfg *tenants.Config) (*result, error) {
 	o := r.o
-	var listed []string
-	for t := range cfg.Policy.Tenants {
-		listed = append(listed, t)
-	}
-	mix, err := synth.ParseMix(listed, "")
+	mix, err := synth.ParseMix(slices.Collect(maps.Keys(cfg.Policy.Tenants)), "")
 	if err != nil {
 		return nil, err
 	}
-	gen := synth.New(synth.Config{Run: r.name, Mix: mix, Shape: synth.Contract(), Users: 10000, ZipfS: 1.1, PayloadBytes: o.PayloadBytes, Seed: 1})
+	gen := synth.New(synth.Config{Run: r.name, Mix: mix, PayloadBytes: o.PayloadBytes, Seed: 1})
 	stop := make(chan struct{})
 	load := &drive.Options{Brokers: o.Brokers, Topic: r.name, Mix: mix, Shape: synth.Contract(), Rate: o.Rate, Duration: 24 * time.Hour, Stop: stop}
 	var produced atomic.Int64
@@ -206,21 +205,9 @@ func (r *run) measure(ctx context.Context, cfg *tenants.Config) (*result, error)
 
 	res := &result{name: r.name, loadStart: time.Now()}
 	cpuStart := markCPU(r.procs)
-	fmt.Fprintf(r.stdout, "producing %d events/s; warm-up %s\n", o.Rate, o.Warmup)
-	if err := sleep(o.Warmup); err != nil {
+	if err := r.window(ctx, res, sleep); err != nil {
 		return nil, err
 	}
-	res.rolloutStart = time.Now()
-	fmt.Fprintf(r.stdout, "rolling %d workers, %d at a time, min-ready %s\n", o.Workers, o.Surge, o.MinReady)
-	if res.steps, err = r.roll(ctx, sleep); err != nil {
-		return nil, err
-	}
-	res.rolloutEnd = time.Now()
-	fmt.Fprintf(r.stdout, "rollout done in %s; cool-down %s\n", res.rolloutEnd.Sub(res.rolloutStart).Round(100*time.Millisecond), o.Cooldown)
-	if err := sleep(o.Cooldown); err != nil {
-		return nil, err
-	}
-	res.windowEnd = time.Now()
 	res.cpu = cpuBetween(cpuStart, markCPU(r.procs), r.procs)
 	if err := stopLoad(); err != nil {
 		return nil, err
@@ -237,6 +224,29 @@ func (r *run) measure(ctx context.Context, cfg *tenants.Config) (*result, error)
 		return nil, err
 	}
 	return res, r.collect(res)
+}
+
+// window is the measured window under load: the warm-up, the rollout and
+// the cool-down, each end noted in res.
+func (r *run) window(ctx context.Context, res *result, sleep func(time.Duration) error) error {
+	o := r.o
+	fmt.Fprintf(r.stdout, "producing %d events/s; warm-up %s\n", o.Rate, o.Warmup)
+	if err := sleep(o.Warmup); err != nil {
+		return err
+	}
+	res.rolloutStart = time.Now()
+	fmt.Fprintf(r.stdout, "rolling %d workers, %d at a time, min-ready %s\n", o.Workers, o.Surge, o.MinReady)
+	steps, err := r.roll(ctx, sleep)
+	if err != nil {
+		return err
+	}
+	res.steps, res.rolloutEnd = steps, time.Now()
+	fmt.Fprintf(r.stdout, "rollout done in %s; cool-down %s\n", res.rolloutEnd.Sub(res.rolloutStart).Round(100*time.Millisecond), o.Cooldown)
+	if err := sleep(o.Cooldown); err != nil {
+		return err
+	}
+	res.windowEnd = time.Now()
+	return nil
 }
 
 // step is one batch of the rollout: the new workers, the old ones they
@@ -283,7 +293,7 @@ func (r *run) roll(ctx context.Context, sleep func(time.Duration) error) ([]step
 	for _, s := range steps {
 		for _, p := range s.replaced {
 			select {
-			case <-p.done:
+			case <-p.Done():
 			case <-ctx.Done():
 				return nil, ctx.Err()
 			}
@@ -328,9 +338,9 @@ func (r *run) stopAll() error {
 	}
 	var errs []error
 	for _, p := range r.procs {
-		<-p.done
-		if p.exitErr != nil {
-			errs = append(errs, fmt.Errorf("worker %s: %w (log %s)", p.name, p.exitErr, p.logPath))
+		<-p.Done()
+		if p.Err() != nil {
+			errs = append(errs, fmt.Errorf("worker %s: %w (log %s)", p.name, p.Err(), p.logPath))
 		}
 	}
 	return errors.Join(errs...)
@@ -354,12 +364,7 @@ func (r *run) collect(res *result) error {
 // o.Keep: the emulator holds every row in memory.
 func (r *run) cleanup(ctx context.Context) {
 	for _, p := range r.procs {
-		select {
-		case <-p.done:
-		default:
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
+		p.Kill()
 	}
 	if r.o.Keep {
 		fmt.Fprintf(r.stdout, "kept topic, group and table %s\n", r.name)

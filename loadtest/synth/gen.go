@@ -5,6 +5,7 @@
 package synth
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"sort"
@@ -86,7 +87,9 @@ type Record struct {
 	Valid  bool
 }
 
-// Config says what events a Generator makes.
+// Config says what events a Generator makes. Left zero, the shape is the
+// contract, the users 10,000 and the Zipf exponent 1.1: loadtest's
+// defaults, which its bench and rollout keep.
 type Config struct {
 	Run          string // prefix of the event ids
 	Mix          Mix
@@ -97,6 +100,12 @@ type Config struct {
 	Malformed    float64 // share of malformed events
 	Seed         uint64
 }
+
+// The user distribution of a load that does not say otherwise.
+const (
+	DefaultUsers = 10000
+	DefaultZipfS = 1.1
+)
 
 // Generator makes synthetic click events.
 type Generator struct {
@@ -111,6 +120,11 @@ type Generator struct {
 
 // New returns a generator of the events c describes.
 func New(c Config) *Generator {
+	if c.Shape.Name == "" {
+		c.Shape = Contract()
+	}
+	c.Users = cmp.Or(c.Users, DefaultUsers)
+	c.ZipfS = cmp.Or(c.ZipfS, DefaultZipfS)
 	r := rand.New(rand.NewPCG(c.Seed, c.Seed^0x9e3779b97f4a7c15))
 	return &Generator{
 		run:       c.Run,

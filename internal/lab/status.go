@@ -1,4 +1,4 @@
-package drive
+package lab
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// workerStatus is the part of the worker's /status the load test reads.
+// workerStatus is the part of the worker's /status read here.
 type workerStatus struct {
 	Lag   int64 `json:"lag"`
 	Kafka struct {
@@ -18,7 +18,10 @@ type workerStatus struct {
 	Events map[string]eventTotals `json:"events"`
 	// Totals is the sum of Events; the brief page (?tenants=false) has
 	// only it.
-	Totals *eventTotals `json:"totals"`
+	Totals   *eventTotals `json:"totals"`
+	Erasures struct {
+		ErasedUsers int `json:"erased_users"`
+	} `json:"erasures"`
 }
 
 type eventTotals struct {
@@ -32,6 +35,8 @@ type Status struct {
 	Written, Dead, Expired, Lag int64
 	// Reading: the worker joined the group and owns partitions.
 	Reading bool
+	// ErasedUsers is the erased users in force in its erasure ledger.
+	ErasedUsers int
 }
 
 // FetchStatus reads the worker's /status (the full page or the brief one)
@@ -49,7 +54,7 @@ func FetchStatus(ctx context.Context, url string) (Status, error) {
 	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
 		return Status{}, fmt.Errorf("worker status: %w", err)
 	}
-	t := Status{Lag: s.Lag, Reading: s.Kafka.Joined && len(s.Kafka.Partitions) > 0}
+	t := Status{Lag: s.Lag, Reading: s.Kafka.Joined && len(s.Kafka.Partitions) > 0, ErasedUsers: s.Erasures.ErasedUsers}
 	if e := s.Totals; e != nil {
 		t.Written, t.Dead, t.Expired = e.Written, e.DeadLettered, e.Expired
 		return t, nil
