@@ -22,7 +22,7 @@ func TestOwnTTLsWithinTheInputTopicsKeep(t *testing.T) {
 	}{
 		{TopicKeep{Keeps: 7 * 24 * time.Hour}, true}, // replaced 2 days ago, the topic keeps 7
 		{TopicKeep{Keeps: 24 * time.Hour}, false},    // the topic's records all came after
-		{TopicKeep{Keeps: Forever}, true},  // forever
+		{TopicKeep{Keeps: Forever}, true},            // forever
 		{TopicKeep{Unknown: "denied"}, true},         // unread: the whole record
 		{TopicKeep{Missing: true}, true},             // no topic read: the whole record
 	} {
