@@ -60,7 +60,7 @@ func TestCompileRefuses(t *testing.T) {
 	}
 }
 
-// The shapes teams have: the customer_id, context.session.id and
+// The shapes teams have: a customer_id, context.session.id and
 // epoch milliseconds; the tenant in a header or the record key.
 func TestDecodeMapped(t *testing.T) {
 	at := time.Date(2026, 11, 21, 9, 0, 0, 0, time.UTC)

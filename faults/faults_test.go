@@ -244,7 +244,7 @@ func thaw(t *testing.T, proxy *toxiproxy.Proxy) {
 	}
 }
 
-// Regression (issue 20): outside the fault suite, while every other
+// Regression: outside the fault suite, while every other
 // package's tests share the services, no test changes them. TestLeaderChanges
 // started the second broker before it knew it would skip; topics other
 // tests created meanwhile got partitions on it, which had no leader once it

@@ -19,7 +19,7 @@ import (
 	"github.com/cellttl/cellttl/internal/testenv"
 )
 
-// Scenarios of issue 20, each with the worker's peak RSS sampled against
+// Scenarios of the fetch path the worker reads itself, each with the worker's peak RSS sampled against
 // --max-inflight-bytes: one offset stuck for good while traffic flows,
 // compressed batches that decompress past every bound, and the family's
 // GC rule changed under the workers.

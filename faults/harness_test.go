@@ -145,7 +145,7 @@ func withReplication(n int) option { return func(o *topicOptions) { o.replicatio
 // runs them in parallel, and a topic one of them created while the second
 // broker was up got partitions on it, which the test then stopped. They
 // stayed without a leader (a SASL or TLS client saw none at all, as broker
-// 2 has neither listener): the "silent worker" of fresh clones, issue 20.
+// 2 has neither listener): the "silent worker" of fresh clones.
 func faultSuite(t *testing.T) {
 	t.Helper()
 	if os.Getenv("TESTENV_FAULTS") == "" {

@@ -645,7 +645,7 @@ func (s *failingSource) Poll(ctx context.Context, reuse []ingest.Fetched) ([]ing
 	return nil, s.err
 }
 
-// Regression (issue 20): a source that must stop the worker stopped it only
+// Regression: a source that must stop the worker stopped it only
 // once its writes and dead letters were done: with Bigtable taking no
 // writes and the dead-letter topic down, --offset-out-of-range fail never
 // exited (the drain deadline started on SIGTERM alone). The deadline now

@@ -5,7 +5,7 @@ import (
 	"unsafe"
 )
 
-// Regression (issue 10, item 5): tenant ids alias message values, and the
+// Regression: tenant ids alias message values, and the
 // stats kept them as map keys for the life of the process, pinning each
 // whole value (100 events of 1 MiB with distinct tenants held 99 MiB). The
 // key must own its bytes: changing the value afterwards must not change it.

@@ -256,7 +256,7 @@ func TestRetimeSecondPassCatchesLateWrites(t *testing.T) {
 	checkFollows(t, tbl, tgt.Family, now, "acme", append(evs, late...), time.Now())
 }
 
-// Regression (issue 20): interrupted while it waited between its passes,
+// Regression: interrupted while it waited between its passes,
 // then resumed (the shipped Kubernetes Job always passes --resume), retime
 // found the first pass done, changed nothing and took that for the end: the
 // second pass, for rows a worker still on the old file wrote meanwhile,

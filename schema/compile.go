@@ -94,7 +94,7 @@ func Compile(ctx context.Context, format Format, src Source, m *event.Mapping) (
 	case JSONSchema:
 		// The value is JSON after its framing, read as plain JSON is: the
 		// producer's serializer validated it against the schema, which
-		// the worker needs for nothing else (design.md).
+		// the worker needs for nothing else (DESIGN.md, beside this file).
 	default:
 		return nil, fmt.Errorf("--value-format %s reads no schema", format)
 	}
