@@ -26,7 +26,7 @@ func headerOf(m kafka.Message, key string) string {
 	return ""
 }
 
-// Regression (issue 10, item 1): an input topic that allows 4 MB, a
+// Regression (a dead letter too large for its topic): an input topic that allows 4 MB, a
 // dead-letter topic at the broker's default of 1 MiB. An event of 1.5 MiB
 // (over --max-event-bytes) and an invalid one just under 1 MiB could not be
 // dead-lettered (the produce failed forever and their partition's commits

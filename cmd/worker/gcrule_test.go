@@ -12,7 +12,7 @@ import (
 	"github.com/cellttl/cellttl/internal/testenv"
 )
 
-// Regression (issue 20): the family's GC rule changed under a running
+// Regression (the GC rule watched while running): the family's GC rule changed under a running
 // worker (an operator ran `worker setup --update-gc-policy` with an edited
 // tenants file before restarting the workers) was checked at start-up
 // only, and the worker went on writing cells timed for the old rule, which

@@ -134,7 +134,7 @@ func partitionStatus(t *testing.T, base string, id int) (lag, committed, lastSta
 	return -1, -1, -1, -1
 }
 
-// Issue 32: Kafka's Java producer, transactional, commits 300 events,
+// Committed transactions only: Kafka's Java producer, transactional, commits 300 events,
 // aborts 300, commits 300: only the committed ones have rows, once each;
 // none is dead-lettered, and every offset is committed (the markers' and
 // the aborted records' too). Then a transaction left open on partition 0,

@@ -17,7 +17,7 @@ import (
 // consistent), so forget waits, at once; it implements no app profiles, so
 // --replication single-cluster cannot check forget's and says so. What the
 // emulator cannot show: a second cluster that lags (see the package
-// tests of erasure/forget, which stand one in).
+// tests of retention/forget, which stand one in).
 func TestForgetReceiptSaysReplication(t *testing.T) {
 	e := newEnv(t, tenantsYAML)
 	if out, err := e.cmd(t, "setup"); err != nil {

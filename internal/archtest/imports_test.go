@@ -129,7 +129,7 @@ func TestRetentionSitsAboveTheHotPath(t *testing.T) {
 
 // edges are packages nothing of the product may need: the commands, the
 // load tests, the test kits and the suites.
-var edges = []string{"cmd", "loadtest", "faults", "deploy", "scripts", "internal/testenv", "internal/lab", "internal/archtest"}
+var edges = []string{"cmd", "loadtest", "faults", "deploy", "scripts", "internal/testenv", "internal/lab", "internal/archtest", "internal/docscheck"}
 
 // The commands and the lab stay at the edges: no package of the product
 // depends on a command, a load test or a test kit, and the test kits
