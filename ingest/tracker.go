@@ -66,10 +66,14 @@ func (a *Assignment) Partition() int { return a.partition }
 // Stale reports whether a later epoch replaced this one.
 func (a *Assignment) Stale() bool { return a.stale.Load() }
 
-// Ack settles one tracked message. The zero Ack does nothing.
+// Ack settles one message: the Source that handed it out takes it back
+// (Consumer.Done or Settle). Offset names the message, by the first offset
+// it stands for, so that a source other than the Consumer can hand out
+// Acks it tells apart; the rest is the Consumer's, and an Ack it did not
+// hand out (the zero Ack among them) settles nothing in it.
 type Ack struct {
+	Offset int64
 	a      *Assignment
-	offset int64
 	size   int64 // bytes charged to the budget
 }
 
@@ -160,7 +164,7 @@ func (t *Tracker) trackAll(a *Assignment, fs []Fetched) {
 func (t *Tracker) trackLocked(a *Assignment, first, last, size int64) Ack {
 	a.last = last
 	a.entries = append(a.entries, entry{offset: first})
-	return Ack{a: a, offset: first, size: size}
+	return Ack{Offset: first, a: a, size: size}
 }
 
 // Done marks the message done.
@@ -194,13 +198,13 @@ func (t *Tracker) doneLocked(ack Ack) {
 	lo, hi := 0, len(a.entries)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		if a.entries[m].offset < ack.offset {
+		if a.entries[m].offset < ack.Offset {
 			lo = m + 1
 		} else {
 			hi = m
 		}
 	}
-	if lo == len(a.entries) || a.entries[lo].offset != ack.offset || a.entries[lo].done {
+	if lo == len(a.entries) || a.entries[lo].offset != ack.Offset || a.entries[lo].done {
 		return // already done (Done called twice)
 	}
 	a.entries[lo].done = true
