@@ -2,13 +2,13 @@ package ingest
 
 import "sync"
 
-// Budget bounds the bytes of fetched data the worker holds: a fetch reserves
+// budget bounds the bytes of fetched data the worker holds: a fetch reserves
 // its response's size before it is sent, the messages it returns are held
 // one by one, and each message's bytes come back when it is settled. One
 // budget covers every partition, so memory is bounded by
 // --max-inflight-bytes whatever the number of partitions or the size of the
 // events, and a partition with nothing to read holds nothing.
-type Budget struct {
+type budget struct {
 	limit int64
 
 	mu       sync.Mutex
@@ -18,16 +18,16 @@ type Budget struct {
 	waiting  bool          // someone holds freed: Release closes it
 }
 
-// NewBudget returns a budget of limit bytes.
-func NewBudget(limit int64) *Budget {
-	return &Budget{limit: limit, freed: make(chan struct{})}
+// newBudget returns a budget of limit bytes.
+func newBudget(limit int64) *budget {
+	return &budget{limit: limit, freed: make(chan struct{})}
 }
 
 // Limit is the number of bytes the budget allows.
-func (b *Budget) Limit() int64 { return b.limit }
+func (b *budget) Limit() int64 { return b.limit }
 
 // Held is the number of bytes of fetched messages not yet settled.
-func (b *Budget) Held() int64 {
+func (b *budget) Held() int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.held
@@ -37,7 +37,7 @@ func (b *Budget) Held() int64 {
 // least are free, and returns how many it took. It never waits: when fewer
 // than least are free it takes none and returns a channel closed when bytes
 // next come back (registered in the same step, so that none is missed).
-func (b *Budget) TryReserve(least, most int64) (int64, <-chan struct{}) {
+func (b *budget) TryReserve(least, most int64) (int64, <-chan struct{}) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	free := b.limit - b.reserved - b.held
@@ -54,7 +54,7 @@ func (b *Budget) TryReserve(least, most int64) (int64, <-chan struct{}) {
 // returned, which may exceed it: Kafka returns a first record batch larger
 // than the request's limit rather than make no progress. The next
 // reservation then waits until the budget is back under its limit.
-func (b *Budget) Fill(reserved, held int64) {
+func (b *budget) Fill(reserved, held int64) {
 	b.mu.Lock()
 	b.reserved -= reserved
 	b.held += held
@@ -63,7 +63,7 @@ func (b *Budget) Fill(reserved, held int64) {
 }
 
 // Release gives back the bytes of a settled message.
-func (b *Budget) Release(n int64) {
+func (b *budget) Release(n int64) {
 	if n == 0 {
 		return
 	}
@@ -73,7 +73,7 @@ func (b *Budget) Release(n int64) {
 	b.mu.Unlock()
 }
 
-func (b *Budget) freeLocked() {
+func (b *budget) freeLocked() {
 	if b.waiting {
 		// Only when someone waits: Release runs once per settled event.
 		close(b.freed)

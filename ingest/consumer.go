@@ -71,8 +71,8 @@ type Consumer struct {
 	rt        kafka.RoundTripper // the transport, or a test's wrapper of it
 	conns     *connSet
 	client    *kafka.Client
-	budget    *Budget
-	tracker   *Tracker
+	budget    *budget
+	tracker   *tracker
 	committer *committer
 	log       *slog.Logger
 	m         *consumerMetrics
@@ -172,7 +172,7 @@ func NewConsumer(cfg ConsumerConfig, mp metric.MeterProvider, log *slog.Logger) 
 		return nil, fmt.Errorf("consumer group %s: %w", cfg.Group, err)
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	tracker := NewTracker()
+	tracker := newTracker()
 	var rt kafka.RoundTripper = transport
 	if cfg.wrap != nil {
 		rt = cfg.wrap(rt)
@@ -185,7 +185,7 @@ func NewConsumer(cfg ConsumerConfig, mp metric.MeterProvider, log *slog.Logger) 
 		rt:        rt,
 		conns:     conns,
 		client:    &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: rt, Timeout: 10 * time.Second},
-		budget:    NewBudget(cfg.MaxInflightBytes),
+		budget:    newBudget(cfg.MaxInflightBytes),
 		tracker:   tracker,
 		committer: &committer{topic: cfg.Topic, tracker: tracker, interval: cfg.CommitInterval, log: log},
 		log:       log,

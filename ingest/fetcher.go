@@ -67,10 +67,10 @@ type fetcher struct {
 	transport kafka.RoundTripper
 	client    *kafka.Client
 	topic     string
-	budget    *Budget
-	tracker   *Tracker
+	budget    *budget
+	tracker   *tracker
 	// restart begins a partition's epoch anew at an offset reset.
-	restart    func(context.Context, *Assignment, int64) *Assignment
+	restart    func(context.Context, *epoch, int64) *epoch
 	reset      OffsetReset
 	requestMax int64 // bytes of one request
 	partMax    int64 // bytes of one partition in a request, and of a record held whole

@@ -23,7 +23,7 @@ const (
 // read by Status and readiness.
 type partition struct {
 	id       int
-	a        *Assignment
+	a        *epoch
 	next     int64 // next offset to fetch, when want is wantNothing or wantBounds
 	want     want
 	inFlight bool // in a request, or an offset lookup, not yet answered
@@ -47,7 +47,7 @@ type partition struct {
 	movedAt atomic.Int64
 }
 
-func newPartition(id int, a *Assignment, committed int64) *partition {
+func newPartition(id int, a *epoch, committed int64) *partition {
 	p := &partition{id: id, a: a, next: committed}
 	if committed < 0 {
 		p.want = wantFirst // no commit yet: from the start

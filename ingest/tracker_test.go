@@ -8,7 +8,7 @@ import (
 )
 
 // assign starts one epoch per partition with no committed offset.
-func assign(tr *Tracker, partitions ...int) map[int]*Assignment {
+func assign(tr *tracker, partitions ...int) map[int]*epoch {
 	offsets := map[int]int64{}
 	for _, p := range partitions {
 		offsets[p] = -1
@@ -17,7 +17,7 @@ func assign(tr *Tracker, partitions ...int) map[int]*Assignment {
 }
 
 // byPartition is Committable keyed by partition.
-func byPartition(tr *Tracker) map[int]int64 {
+func byPartition(tr *tracker) map[int]int64 {
 	out := map[int]int64{}
 	for a, o := range tr.Committable() {
 		out[a.Partition()] = o
@@ -26,7 +26,7 @@ func byPartition(tr *Tracker) map[int]int64 {
 }
 
 func TestTrackerCommitsOnlyDonePrefix(t *testing.T) {
-	tr := NewTracker()
+	tr := newTracker()
 	e := assign(tr, 0, 1)
 	a := map[int64]Ack{}
 	for _, off := range []int64{10, 11, 12, 15, 16} { // gaps: compacted offsets
@@ -64,7 +64,7 @@ func TestTrackerCommitsOnlyDonePrefix(t *testing.T) {
 // point forwards past messages of the new run that are not done, whatever
 // the earlier run's messages do.
 func TestTrackerRewind(t *testing.T) {
-	tr := NewTracker()
+	tr := newTracker()
 	e := assign(tr, 0)[0]
 	for off := int64(0); off < 5; off++ {
 		tr.Done(tr.Track(e, off, 0))
@@ -98,7 +98,7 @@ func TestTrackerRewind(t *testing.T) {
 // offset not done.
 func TestTrackerRandomOrder(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
-	tr := NewTracker()
+	tr := newTracker()
 	e := assign(tr, 7)[7]
 	const n = 2000
 	acks := make([]Ack, n)
@@ -125,7 +125,7 @@ func TestTrackerRandomOrder(t *testing.T) {
 // prefix, and each batch gives back the bytes it was charged.
 func TestTrackerBatches(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
-	tr := NewTracker()
+	tr := newTracker()
 	e := assign(tr, 3)[3]
 	const n = 1000
 	fs := make([]Fetched, n)
@@ -170,7 +170,7 @@ func TestTrackerBatches(t *testing.T) {
 // another member moved its commit forward must not commit the frontier of
 // its earlier assignment, which lies behind and would move the group back.
 func TestTrackerResetForgetsEarlierAssignment(t *testing.T) {
-	tr := NewTracker()
+	tr := newTracker()
 	e := assign(tr, 5)[5]
 	var late []Ack
 	for off := int64(0); off < 300; off++ {
@@ -200,7 +200,7 @@ func TestTrackerResetForgetsEarlierAssignment(t *testing.T) {
 // offsets 100..104 were unwritten. Now every message is tracked in the
 // epoch that fetched it, so the interleaving cannot reach the new epoch.
 func TestStaleMessageCannotMoveTheNewAssignment(t *testing.T) {
-	tr := NewTracker()
+	tr := newTracker()
 	gen1 := tr.Assign(map[int]int64{0: 100})[0]
 	// The rebalance happens between the message's fetch and its tracking.
 	gen2 := tr.Assign(map[int]int64{0: 100})[0]
@@ -226,7 +226,7 @@ func TestStaleMessageCannotMoveTheNewAssignment(t *testing.T) {
 // An offset reset starts an epoch whose commits may go below the old floor:
 // the topic was recreated, and its offsets start over.
 func TestTrackerRestartAllowsALowerCommit(t *testing.T) {
-	tr := NewTracker()
+	tr := newTracker()
 	e := tr.Assign(map[int]int64{2: 500})[2]
 	tr.Done(tr.Track(e, 500, 0))
 	tr.Committed(tr.Committable())
@@ -247,7 +247,7 @@ func TestTrackerRestartAllowsALowerCommit(t *testing.T) {
 // Transaction markers are settled at once: a partition whose last record is
 // a marker commits past it.
 func TestTrackerSkipsMarkers(t *testing.T) {
-	tr := NewTracker()
+	tr := newTracker()
 	e := assign(tr, 0)[0]
 	a := tr.Track(e, 0, 0)
 	tr.TrackSkipped(e, 1, 1)
@@ -261,8 +261,8 @@ func TestTrackerSkipsMarkers(t *testing.T) {
 // fetch and their delivery) are dropped by Fetch, not delivered, and their
 // bytes go back to the budget.
 func TestFetchDropsMessagesOfAStaleEpoch(t *testing.T) {
-	tr := NewTracker()
-	c := &Consumer{tracker: tr, budget: NewBudget(1 << 20), fetched: make(chan []Fetched, 2), fatal: make(chan error, 1)}
+	tr := newTracker()
+	c := &Consumer{tracker: tr, budget: newBudget(1 << 20), fetched: make(chan []Fetched, 2), fatal: make(chan error, 1)}
 	old := assign(tr, 0)[0]
 	c.budget.Fill(0, 300)
 	c.fetched <- []Fetched{{Msg: Message{Offset: 150}, Ack: tr.Track(old, 150, 300)}}
@@ -286,8 +286,8 @@ func TestFetchDropsMessagesOfAStaleEpoch(t *testing.T) {
 // polled (a rebalance between two calls of Fetch) is settled and skipped,
 // as Poll skips it.
 func TestFetchDropsMessagesThatWentStale(t *testing.T) {
-	tr := NewTracker()
-	c := &Consumer{tracker: tr, budget: NewBudget(1 << 20), fetched: make(chan []Fetched, 2), fatal: make(chan error, 1)}
+	tr := newTracker()
+	c := &Consumer{tracker: tr, budget: newBudget(1 << 20), fetched: make(chan []Fetched, 2), fatal: make(chan error, 1)}
 	old := assign(tr, 0)[0]
 	c.budget.Fill(0, 300)
 	c.fetched <- []Fetched{{Msg: Message{Offset: 10}, Ack: tr.Track(old, 10, 100)}, {Msg: Message{Offset: 11}, Ack: tr.Track(old, 11, 200)}}
@@ -312,7 +312,7 @@ func TestFetchDropsMessagesThatWentStale(t *testing.T) {
 // budget: at 28,000 events/s, past 64 MiB in minutes. Its memory now
 // follows the messages not settled, which the budget bounds.
 func TestTrackerMemoryWithOneOffsetStuck(t *testing.T) {
-	tr := NewTracker()
+	tr := newTracker()
 	e := assign(tr, 0)
 	stuck := tr.Track(e[0], 0, 0)
 	var before, after runtime.MemStats
@@ -349,7 +349,7 @@ func TestTrackerMemoryWithOneOffsetStuck(t *testing.T) {
 // commit point at its first offset until it is settled, then moves it past
 // its last.
 func TestTrackerRange(t *testing.T) {
-	tr := NewTracker()
+	tr := newTracker()
 	e := assign(tr, 0)
 	a := tr.Track(e[0], 4, 0)
 	fs := []Fetched{{Msg: Message{Offset: 5}, Undecodable: &Undecodable{Last: 9}}, {Msg: Message{Offset: 10}}}
