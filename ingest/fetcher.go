@@ -196,12 +196,12 @@ func (f *fetcher) ready(ctx context.Context, busy map[int]bool) (map[int][]*part
 			// Looked up, not fetched: the lookup's loop iteration takes it
 			// when its backoff has passed (or the lookup under way ends).
 			if p.retryAt.After(now) {
-				wake = earliest(wake, p.retryAt, now)
+				wake = sooner(wake, p.retryAt, now)
 			}
 			continue
 		}
 		if now.Before(p.retryAt) {
-			wake = earliest(wake, p.retryAt, now)
+			wake = sooner(wake, p.retryAt, now)
 			continue
 		}
 		waiting = append(waiting, p)
@@ -215,7 +215,7 @@ func (f *fetcher) ready(ctx context.Context, busy map[int]bool) (map[int][]*part
 	if err != nil {
 		for _, p := range waiting {
 			f.fail(ctx, p, err)
-			wake = earliest(wake, p.retryAt, now)
+			wake = sooner(wake, p.retryAt, now)
 		}
 		return nil, wake
 	}
@@ -229,7 +229,7 @@ func (f *fetcher) ready(ctx context.Context, busy map[int]bool) (map[int][]*part
 		broker, ok := leaders[p.id]
 		if !ok {
 			f.fail(ctx, p, fmt.Errorf("partition %d of %s has no leader", p.id, f.topic))
-			wake = earliest(wake, p.retryAt, now)
+			wake = sooner(wake, p.retryAt, now)
 			continue
 		}
 		if !busy[broker] {
@@ -240,7 +240,9 @@ func (f *fetcher) ready(ctx context.Context, busy map[int]bool) (map[int][]*part
 	return ready, wake
 }
 
-func earliest(wake, t, now time.Time) time.Time {
+// sooner is wake or t, whichever comes first, a t already past counting
+// as now. (Not "earliest", which is an --offset-out-of-range policy.)
+func sooner(wake, t, now time.Time) time.Time {
 	if t.Before(now) {
 		t = now
 	}
