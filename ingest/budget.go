@@ -12,15 +12,14 @@ type budget struct {
 	limit int64
 
 	mu       sync.Mutex
-	reserved int64         // for fetches not yet answered
-	held     int64         // by messages not yet settled
-	freed    chan struct{} // closed when bytes come back to a waiter, then replaced
-	waiting  bool          // someone holds freed: Release closes it
+	reserved int64  // for fetches not yet answered
+	held     int64  // by messages not yet settled
+	freed    signal // bytes came back
 }
 
 // newBudget returns a budget of limit bytes.
 func newBudget(limit int64) *budget {
-	return &budget{limit: limit, freed: make(chan struct{})}
+	return &budget{limit: limit}
 }
 
 // Limit is the number of bytes the budget allows.
@@ -42,8 +41,7 @@ func (b *budget) TryReserve(least, most int64) (int64, <-chan struct{}) {
 	defer b.mu.Unlock()
 	free := b.limit - b.reserved - b.held
 	if free < least || free <= 0 {
-		b.waiting = true
-		return 0, b.freed
+		return 0, b.freed.wait()
 	}
 	n := min(free, most)
 	b.reserved += n
@@ -58,7 +56,7 @@ func (b *budget) Fill(reserved, held int64) {
 	b.mu.Lock()
 	b.reserved -= reserved
 	b.held += held
-	b.freeLocked()
+	b.freed.fire()
 	b.mu.Unlock()
 }
 
@@ -69,14 +67,29 @@ func (b *budget) Release(n int64) {
 	}
 	b.mu.Lock()
 	b.held -= n
-	b.freeLocked()
+	b.freed.fire()
 	b.mu.Unlock()
 }
 
-func (b *budget) freeLocked() {
-	if b.waiting {
-		// Only when someone waits: Release runs once per settled event.
-		close(b.freed)
-		b.freed, b.waiting = make(chan struct{}), false
+// signal tells a waiter that something happened (bytes came back, events
+// settled), as a channel it can select on beside a timer or ctx. The
+// channel is made when someone waits and closed at the next event: events
+// are frequent (every settle), waiters rare, so an event no one waits for
+// costs a nil check. Its owner's mutex guards it.
+type signal struct{ ch chan struct{} }
+
+// wait returns a channel closed at the next event.
+func (s *signal) wait() <-chan struct{} {
+	if s.ch == nil {
+		s.ch = make(chan struct{})
+	}
+	return s.ch
+}
+
+// fire closes the channel of the waiters, if any.
+func (s *signal) fire() {
+	if s.ch != nil {
+		close(s.ch)
+		s.ch = nil
 	}
 }

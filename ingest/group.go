@@ -159,20 +159,23 @@ const settleOnEndTimeout = time.Second
 // skipped), so that commitOnEnd commits them: the writes in flight as a
 // generation ends are otherwise written again by the partitions' next
 // owners (the same cells: a cost, not a duplicate). Events fetched and not
-// yet handed out are handed out meanwhile, and settle too. A worker
+// yet handed out are handed out meanwhile, and settle too. It listens to
+// the tracker, so it returns as the last of them settles. A worker
 // stopping (ctx ended) does not wait here: Close drains.
 func (c *Consumer) settleOnEnd(ctx context.Context) {
 	if h := testHookGenerationEnding; h != nil {
 		h()
 	}
-	wait := time.NewTimer(settleOnEndTimeout)
-	defer wait.Stop()
-	poll := time.NewTicker(5 * time.Millisecond)
-	defer poll.Stop()
-	for c.tracker.Pending() > 0 {
+	deadline := time.NewTimer(settleOnEndTimeout)
+	defer deadline.Stop()
+	for {
+		n, fell := c.tracker.Pending()
+		if n == 0 {
+			return
+		}
 		select {
-		case <-poll.C:
-		case <-wait.C:
+		case <-fell:
+		case <-deadline.C:
 			return
 		case <-ctx.Done():
 			return

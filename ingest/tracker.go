@@ -22,6 +22,7 @@ import (
 type tracker struct {
 	mu      sync.Mutex
 	current map[int]*epoch
+	fell    signal // Pending may have fallen: a message settled, or epochs ended
 }
 
 // epoch is one assignment of one partition: from its assignment (or offset
@@ -110,6 +111,7 @@ func (t *tracker) revokeLocked() {
 		a.stale.Store(true)
 		delete(t.current, p)
 	}
+	t.fell.fire()
 }
 
 // Restart replaces a current epoch by a new one whose commits may go below
@@ -124,6 +126,7 @@ func (t *tracker) Restart(a *epoch) *epoch {
 	a.stale.Store(true)
 	n := &epoch{partition: a.partition, last: -1, frontier: -1, floor: -1}
 	t.current[a.partition] = n
+	t.fell.fire()
 	return n
 }
 
@@ -209,6 +212,7 @@ func (t *tracker) doneLocked(ack Ack) {
 	}
 	a.entries[lo].done = true
 	a.ndone++
+	t.fell.fire()
 	n := 0
 	for n < len(a.entries) && a.entries[n].done {
 		n++
@@ -282,13 +286,18 @@ func (t *tracker) Floors() map[int]int64 {
 }
 
 // Pending returns the number of tracked messages of current epochs not yet
-// done.
-func (t *tracker) Pending() int {
+// done and, when there are some, a channel closed when that number may
+// next have fallen (a message settled, or epochs ended), taken in the same
+// step, so that a waiter misses no settle.
+func (t *tracker) Pending() (int, <-chan struct{}) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := 0
 	for _, a := range t.current {
 		n += len(a.entries) - a.ndone
 	}
-	return n
+	if n == 0 {
+		return 0, nil
+	}
+	return n, t.fell.wait()
 }
