@@ -7,7 +7,8 @@ import "sync"
 // one by one, and each message's bytes come back when it is settled. One
 // budget covers every partition, so memory is bounded by
 // --max-inflight-bytes whatever the number of partitions or the size of the
-// events, and a partition with nothing to read holds nothing.
+// events, and a partition with nothing to read holds nothing. It needs
+// only its limit set.
 type budget struct {
 	limit int64
 
@@ -15,11 +16,6 @@ type budget struct {
 	reserved int64  // for fetches not yet answered
 	held     int64  // by messages not yet settled
 	freed    signal // bytes came back
-}
-
-// newBudget returns a budget of limit bytes.
-func newBudget(limit int64) *budget {
-	return &budget{limit: limit}
 }
 
 // Limit is the number of bytes the budget allows.

@@ -185,7 +185,7 @@ func NewConsumer(cfg ConsumerConfig, mp metric.MeterProvider, log *slog.Logger) 
 		rt:        rt,
 		conns:     conns,
 		client:    &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: rt, Timeout: 10 * time.Second},
-		budget:    newBudget(cfg.MaxInflightBytes),
+		budget:    &budget{limit: cfg.MaxInflightBytes},
 		tracker:   tracker,
 		committer: &committer{topic: cfg.Topic, tracker: tracker, interval: cfg.CommitInterval, log: log},
 		log:       log,
@@ -259,10 +259,7 @@ func (c *Consumer) Failed() <-chan struct{} { return c.failed }
 
 // Done settles a message: written, dead-lettered or deliberately skipped.
 // Its bytes go back to the budget.
-func (c *Consumer) Done(a Ack) {
-	c.tracker.Done(a)
-	c.budget.Release(a.size)
-}
+func (c *Consumer) Done(a Ack) { c.Settle([]Ack{a}) }
 
 // Settle settles many messages at once, as Done does each: one lock of the
 // tracker and one of the budget for a whole batch.

@@ -130,8 +130,6 @@ func (f *fetcher) looked(ctx context.Context, l lookup) error {
 		switch p.want {
 		case wantFirst:
 			p.next, p.want = b.first, wantNothing
-		case wantLast:
-			p.next, p.want = end, wantNothing
 		case wantBounds:
 			if err := f.outOfRange(ctx, p, b, end); err != nil {
 				return err

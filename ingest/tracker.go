@@ -61,9 +61,6 @@ type entry struct {
 // they are half of them: amortised O(1) per message.
 const compactAt = 64
 
-// Partition is the partition of the epoch.
-func (a *epoch) Partition() int { return a.partition }
-
 // Stale reports whether a later epoch replaced this one.
 func (a *epoch) Stale() bool { return a.stale.Load() }
 
@@ -130,14 +127,6 @@ func (t *tracker) Restart(a *epoch) *epoch {
 	return n
 }
 
-// Track records a fetched message of epoch a, charged size bytes, and
-// returns its Ack. Offsets within an epoch only grow.
-func (t *tracker) Track(a *epoch, offset, size int64) Ack {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.trackLocked(a, offset, offset, size)
-}
-
 // TrackSkipped records offsets first to last, which the worker will never
 // deliver (the control records of transactions), as done at once.
 func (t *tracker) TrackSkipped(a *epoch, first, last int64) {
@@ -168,16 +157,6 @@ func (t *tracker) trackLocked(a *epoch, first, last, size int64) Ack {
 	a.last = last
 	a.entries = append(a.entries, entry{offset: first})
 	return Ack{Offset: first, a: a, size: size}
-}
-
-// Done marks the message done.
-func (t *tracker) Done(ack Ack) {
-	if ack.a == nil {
-		return
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.doneLocked(ack)
 }
 
 // DoneAll marks many messages done under one lock, and returns the bytes

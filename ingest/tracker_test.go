@@ -7,6 +7,17 @@ import (
 	"testing"
 )
 
+// Track records a fetched message of epoch a, charged size bytes, and
+// returns its Ack, as the fetcher tracks a response's (trackAll).
+func (t *tracker) Track(a *epoch, offset, size int64) Ack {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.trackLocked(a, offset, offset, size)
+}
+
+// Done marks one message done, as Consumer.Done does.
+func (t *tracker) Done(ack Ack) { t.DoneAll([]Ack{ack}) }
+
 // assign starts one epoch per partition with no committed offset.
 func assign(tr *tracker, partitions ...int) map[int]*epoch {
 	offsets := map[int]int64{}
@@ -20,7 +31,7 @@ func assign(tr *tracker, partitions ...int) map[int]*epoch {
 func byPartition(tr *tracker) map[int]int64 {
 	out := map[int]int64{}
 	for a, o := range tr.Committable() {
-		out[a.Partition()] = o
+		out[a.partition] = o
 	}
 	return out
 }
@@ -262,7 +273,7 @@ func TestTrackerSkipsMarkers(t *testing.T) {
 // bytes go back to the budget.
 func TestFetchDropsMessagesOfAStaleEpoch(t *testing.T) {
 	tr := newTracker()
-	c := &Consumer{tracker: tr, budget: newBudget(1 << 20), fetched: make(chan []Fetched, 2), fatal: make(chan error, 1)}
+	c := &Consumer{tracker: tr, budget: &budget{limit: 1 << 20}, fetched: make(chan []Fetched, 2), fatal: make(chan error, 1)}
 	old := assign(tr, 0)[0]
 	c.budget.Fill(0, 300)
 	c.fetched <- []Fetched{{Msg: Message{Offset: 150}, Ack: tr.Track(old, 150, 300)}}
@@ -287,7 +298,7 @@ func TestFetchDropsMessagesOfAStaleEpoch(t *testing.T) {
 // as Poll skips it.
 func TestFetchDropsMessagesThatWentStale(t *testing.T) {
 	tr := newTracker()
-	c := &Consumer{tracker: tr, budget: newBudget(1 << 20), fetched: make(chan []Fetched, 2), fatal: make(chan error, 1)}
+	c := &Consumer{tracker: tr, budget: &budget{limit: 1 << 20}, fetched: make(chan []Fetched, 2), fatal: make(chan error, 1)}
 	old := assign(tr, 0)[0]
 	c.budget.Fill(0, 300)
 	c.fetched <- []Fetched{{Msg: Message{Offset: 10}, Ack: tr.Track(old, 10, 100)}, {Msg: Message{Offset: 11}, Ack: tr.Track(old, 11, 200)}}
