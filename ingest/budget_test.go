@@ -84,31 +84,7 @@ func TestCompressedBatchLargerThanTheBudget(t *testing.T) {
 	defer cluster.Close()
 	brokers := cluster.Brokers()
 	topic := testenv.Name("bomb")
-	testenv.CreateTopic(t, brokers, topic, 2)
-	tr := &kafka.Transport{}
-	defer tr.CloseIdleConnections()
-	toPartition := kafka.BalancerFunc(func(m kafka.Message, _ ...int) int {
-		if strings.HasPrefix(string(m.Key), "p0") {
-			return 0
-		}
-		return 1
-	})
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: toPartition, Compression: kafka.Zstd,
-		BatchBytes: 64 << 20, BatchSize: 1000, BatchTimeout: 50 * time.Millisecond, RequiredAcks: kafka.RequireAll, Transport: tr}
-	defer w.Close()
-	write := func(key string, n, size int) {
-		msgs := make([]kafka.Message, n)
-		for i := range msgs {
-			msgs[i] = kafka.Message{Key: []byte(key), Value: make([]byte, size)}
-		}
-		if err := w.WriteMessages(context.Background(), msgs...); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("p0-before", 3, 100)    // offsets 0-2
-	write("p0-bomb", 64, 256<<10) // offsets 3-66, one batch: 16 MiB decompressed
-	write("p0-after", 5, 100)     // offsets 67-71
-	write("p1", 50, 100)          // partition 1
+	produceBomb(t, brokers, topic)
 	const budget = 1 << 20
 	reader := sdkmetric.NewManualReader()
 	c := newMeteredConsumer(t, ConsumerConfig{Brokers: brokers, Topic: topic, Group: testenv.Name("group"), MaxInflightBytes: budget},
@@ -171,6 +147,39 @@ func TestCompressedBatchLargerThanTheBudget(t *testing.T) {
 		_ = c.committer.Commit(context.Background())
 		return c.Committed()[0] == 72, fmt.Sprintf("committed %v, want partition 0 at 72", c.Committed())
 	})
+}
+
+// produceBomb creates topic with 2 partitions and produces, zstd: to
+// partition 0, 3 small records (offsets 0-2), one batch of 64 records of
+// 256 KiB of zeros (3-66, 16 MiB decompressed) and 5 small ones (67-71);
+// to partition 1, 50 small records.
+func produceBomb(t *testing.T, brokers []string, topic string) {
+	t.Helper()
+	testenv.CreateTopic(t, brokers, topic, 2)
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	toPartition := kafka.BalancerFunc(func(m kafka.Message, _ ...int) int {
+		if strings.HasPrefix(string(m.Key), "p0") {
+			return 0
+		}
+		return 1
+	})
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: toPartition, Compression: kafka.Zstd,
+		BatchBytes: 64 << 20, BatchSize: 1000, BatchTimeout: 50 * time.Millisecond, RequiredAcks: kafka.RequireAll, Transport: tr}
+	defer w.Close()
+	write := func(key string, n, size int) {
+		msgs := make([]kafka.Message, n)
+		for i := range msgs {
+			msgs[i] = kafka.Message{Key: []byte(key), Value: make([]byte, size)}
+		}
+		if err := w.WriteMessages(context.Background(), msgs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("p0-before", 3, 100)    // offsets 0-2
+	write("p0-bomb", 64, 256<<10) // offsets 3-66, one batch: 16 MiB decompressed
+	write("p0-after", 5, 100)     // offsets 67-71
+	write("p1", 50, 100)          // partition 1
 }
 
 // Regression (review): a header was charged its bytes on the wire, two for

@@ -18,7 +18,7 @@ import (
 // fetcher knows nothing of commits.
 type committer struct {
 	topic    string
-	tracker  *Tracker
+	tracker  *tracker
 	interval time.Duration
 	log      *slog.Logger
 
@@ -28,7 +28,7 @@ type committer struct {
 
 // begin starts the epochs of a new generation, from the group's committed
 // offsets (negative when none).
-func (c *committer) begin(gen *kafka.Generation, offsets map[int]int64) map[int]*Assignment {
+func (c *committer) begin(gen *kafka.Generation, offsets map[int]int64) map[int]*epoch {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.gen = gen
@@ -74,7 +74,7 @@ func (c *committer) Commit(ctx context.Context) error {
 // offset), and commits offset at once: a crash before the next commit then
 // restarts from the reset, not from the stale offset. It returns nil when
 // a is no longer current.
-func (c *committer) restart(ctx context.Context, a *Assignment, offset int64) *Assignment {
+func (c *committer) restart(ctx context.Context, a *epoch, offset int64) *epoch {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := c.tracker.Restart(a)
@@ -87,7 +87,7 @@ func (c *committer) restart(ctx context.Context, a *Assignment, offset int64) *A
 		c.log.Warn("commit of a reset offset failed; it is committed with the next progress", "partition", a.partition, "offset", offset, "err", err)
 		return n
 	}
-	c.tracker.Committed(map[*Assignment]int64{n: offset})
+	c.tracker.Committed(map[*epoch]int64{n: offset})
 	return n
 }
 

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,8 +72,8 @@ type Consumer struct {
 	rt        kafka.RoundTripper // the transport, or a test's wrapper of it
 	conns     *connSet
 	client    *kafka.Client
-	budget    *Budget
-	tracker   *Tracker
+	budget    *budget
+	tracker   *tracker
 	committer *committer
 	log       *slog.Logger
 	m         *consumerMetrics
@@ -91,7 +92,6 @@ type Consumer struct {
 	balancer *stickyBalancer
 	parts    []*partition // of the current generation, for Status
 	lastErr  error
-	joinedAt time.Time
 	final    map[int]int64 // the committed offsets Close left, once closed
 }
 
@@ -115,25 +115,20 @@ const (
 // of the flags: DefaultConfig, and the byte bounds above.
 func (cfg ConsumerConfig) withDefaults() ConsumerConfig {
 	def := DefaultConfig()
-	if cfg.CommitInterval <= 0 {
-		cfg.CommitInterval = def.CommitInterval
-	}
-	if cfg.SessionTimeout <= 0 {
-		cfg.SessionTimeout = def.SessionTimeout
-	}
-	if cfg.StallTimeout <= 0 {
-		cfg.StallTimeout = def.StallTimeout
-	}
-	if cfg.MaxInflightBytes <= 0 {
-		cfg.MaxInflightBytes = DefaultMaxInflightBytes
-	}
-	if cfg.MaxEventBytes <= 0 {
-		cfg.MaxEventBytes = DefaultMaxEventBytes
-	}
-	if cfg.FetchMaxBytes <= 0 {
-		cfg.FetchMaxBytes = DefaultFetchMaxBytes
-	}
+	orDefault(&cfg.CommitInterval, def.CommitInterval)
+	orDefault(&cfg.SessionTimeout, def.SessionTimeout)
+	orDefault(&cfg.StallTimeout, def.StallTimeout)
+	orDefault(&cfg.MaxInflightBytes, DefaultMaxInflightBytes)
+	orDefault(&cfg.MaxEventBytes, DefaultMaxEventBytes)
+	orDefault(&cfg.FetchMaxBytes, DefaultFetchMaxBytes)
 	return cfg
+}
+
+// orDefault sets *v to def unless it is positive.
+func orDefault[T int | int64 | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
 }
 
 // NewConsumer starts joining the group. Settings left at zero take the
@@ -172,7 +167,7 @@ func NewConsumer(cfg ConsumerConfig, mp metric.MeterProvider, log *slog.Logger) 
 		return nil, fmt.Errorf("consumer group %s: %w", cfg.Group, err)
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	tracker := NewTracker()
+	tracker := newTracker()
 	var rt kafka.RoundTripper = transport
 	if cfg.wrap != nil {
 		rt = cfg.wrap(rt)
@@ -185,7 +180,7 @@ func NewConsumer(cfg ConsumerConfig, mp metric.MeterProvider, log *slog.Logger) 
 		rt:        rt,
 		conns:     conns,
 		client:    &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: rt, Timeout: 10 * time.Second},
-		budget:    NewBudget(cfg.MaxInflightBytes),
+		budget:    &budget{limit: cfg.MaxInflightBytes},
 		tracker:   tracker,
 		committer: &committer{topic: cfg.Topic, tracker: tracker, interval: cfg.CommitInterval, log: log},
 		log:       log,
@@ -197,7 +192,7 @@ func NewConsumer(cfg ConsumerConfig, mp metric.MeterProvider, log *slog.Logger) 
 		failed:  make(chan struct{}),
 		stop:    stop,
 	}
-	if c.m, err = c.registerMetrics(meter(mp)); err != nil {
+	if c.m, err = c.registerMetrics(mp); err != nil {
 		stop()
 		_ = group.Close()
 		return nil, err
@@ -213,9 +208,9 @@ func NewConsumer(cfg ConsumerConfig, mp metric.MeterProvider, log *slog.Logger) 
 // or Settle) exactly once, or its partition's commits stop there. Poll has
 // one caller at a time. The slice is the caller's until it passes it to
 // the next Poll as reuse (nil is fine): the fetcher fills it again, so
-// that fetching allocates no slice per response. Poll returns an error when ctx ends, or when the
-// worker must stop (a committed offset outside the log under
-// --offset-out-of-range fail).
+// that fetching allocates no slice per response. Poll returns an error
+// when ctx ends, or when the worker must stop (a committed offset outside
+// the log under --offset-out-of-range fail).
 func (c *Consumer) Poll(ctx context.Context, reuse []Fetched) ([]Fetched, error) {
 	c.chunks.put(reuse)
 	for {
@@ -239,17 +234,13 @@ func (c *Consumer) Poll(ctx context.Context, reuse []Fetched) ([]Fetched, error)
 // an offset reset: the partition's new owner, or its new epoch, reads them
 // again.
 func (c *Consumer) fresh(b []Fetched) []Fetched {
-	n := 0
-	for i := range b {
-		if b[i].Ack.a.Stale() {
-			c.Done(b[i].Ack)
-			continue
+	return slices.DeleteFunc(b, func(f Fetched) bool {
+		stale := f.Ack.a.Stale()
+		if stale {
+			c.Done(f.Ack)
 		}
-		b[n] = b[i]
-		n++
-	}
-	clear(b[n:])
-	return b[:n]
+		return stale
+	})
 }
 
 // Failed is closed when the consumer must stop the worker (a committed
@@ -259,10 +250,7 @@ func (c *Consumer) Failed() <-chan struct{} { return c.failed }
 
 // Done settles a message: written, dead-lettered or deliberately skipped.
 // Its bytes go back to the budget.
-func (c *Consumer) Done(a Ack) {
-	c.tracker.Done(a)
-	c.budget.Release(a.size)
-}
+func (c *Consumer) Done(a Ack) { c.Settle([]Ack{a}) }
 
 // Settle settles many messages at once, as Done does each: one lock of the
 // tracker and one of the budget for a whole batch.

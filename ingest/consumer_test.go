@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -224,6 +225,61 @@ func TestGenerationEndWaitsForEventsInFlight(t *testing.T) {
 	}()
 	g.secondJoins(t)
 	g.committedToTheEnd(t, "the ending generation did not wait for its events in flight")
+}
+
+// A generation that ends listens to the tracker as it waits for its events
+// in flight: it goes on as the last of them settles, not at its next look
+// (it polled every 5 ms), and at the deadline when they do not all settle.
+// Epochs ending while it waits count as settling. The clock is synctest's:
+// the times are exact.
+func TestGenerationEndReturnsAsTheLastEventSettles(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := newTracker()
+		e := tr.Assign(map[int]int64{0: -1, 1: -1})
+		acks := []Ack{tr.Track(e[0], 0, 0), tr.Track(e[1], 0, 0), tr.Track(e[0], 1, 0)}
+		c := &Consumer{tracker: tr}
+		start := time.Now()
+		took := make(chan time.Duration, 1)
+		go func() {
+			c.settleOnEnd(t.Context())
+			took <- time.Since(start)
+		}()
+		for _, at := range []time.Duration{100 * time.Millisecond, 250 * time.Millisecond} {
+			time.Sleep(at - time.Since(start))
+			tr.Done(acks[0])
+			acks = acks[1:]
+			synctest.Wait()
+			select {
+			case d := <-took:
+				t.Fatalf("the wait returned after %s, with %d events in flight", d, len(acks))
+			default:
+			}
+		}
+		last := 333 * time.Millisecond
+		time.Sleep(last - time.Since(start))
+		tr.Done(acks[0])
+		if d := <-took; d != last {
+			t.Errorf("the wait returned %s after it began, want %s: as the last event settled", d, last)
+		}
+
+		// An event never settled: the deadline. Its epoch revoked meanwhile
+		// (the generation ended): as it is revoked.
+		tr.Track(tr.Assign(map[int]int64{0: -1})[0], 0, 0)
+		start = time.Now()
+		c.settleOnEnd(t.Context())
+		if d := time.Since(start); d != settleOnEndTimeout {
+			t.Errorf("with an event never settled, the wait returned after %s, want %s", d, settleOnEndTimeout)
+		}
+		go func() {
+			time.Sleep(10 * time.Millisecond)
+			tr.Revoke()
+		}()
+		start = time.Now()
+		c.settleOnEnd(t.Context())
+		if d := time.Since(start); d != 10*time.Millisecond {
+			t.Errorf("with the epochs revoked, the wait returned after %s, want 10ms", d)
+		}
+	})
 }
 
 // endingGeneration is a group of one member that owns a topic's 4

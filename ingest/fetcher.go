@@ -67,10 +67,10 @@ type fetcher struct {
 	transport kafka.RoundTripper
 	client    *kafka.Client
 	topic     string
-	budget    *Budget
-	tracker   *Tracker
+	budget    *budget
+	tracker   *tracker
 	// restart begins a partition's epoch anew at an offset reset.
-	restart    func(context.Context, *Assignment, int64) *Assignment
+	restart    func(context.Context, *epoch, int64) *epoch
 	reset      OffsetReset
 	requestMax int64 // bytes of one request
 	partMax    int64 // bytes of one partition in a request, and of a record held whole
@@ -181,73 +181,49 @@ func (f *fetcher) send(ctx context.Context, wg *sync.WaitGroup, ready map[int][]
 	return freed
 }
 
-// ready groups the partitions that may be fetched now by their leader,
-// skipping brokers with a request in flight, and says when to look again
-// for the others.
+// ready groups the partitions that may be fetched now by their leader, in
+// turn from one further each time (fairness), skipping brokers with a
+// request in flight, and says when to look again for the others.
 func (f *fetcher) ready(ctx context.Context, busy map[int]bool) (map[int][]*partition, time.Time) {
 	now := time.Now()
-	wake := now.Add(time.Hour)
 	var waiting []*partition
-	for _, p := range f.parts {
-		if p.inFlight {
-			continue
+	for i := range f.parts {
+		p := f.parts[(f.rotate+i)%len(f.parts)]
+		if !p.inFlight && p.want == wantNothing && !now.Before(p.retryAt) {
+			waiting = append(waiting, p)
 		}
-		if p.want != wantNothing {
-			// Looked up, not fetched: the lookup's loop iteration takes it
-			// when its backoff has passed (or the lookup under way ends).
-			if p.retryAt.After(now) {
-				wake = earliest(wake, p.retryAt, now)
-			}
-			continue
-		}
-		if now.Before(p.retryAt) {
-			wake = earliest(wake, p.retryAt, now)
-			continue
-		}
-		waiting = append(waiting, p)
 	}
-	if len(waiting) == 0 {
-		return nil, wake
-	}
-	// From the Transport's cached metadata, which is also how it routes the
-	// request: no round trip unless the cache is stale.
-	leaders, err := f.leaders(ctx)
-	if err != nil {
+	var ready map[int][]*partition
+	if len(waiting) > 0 {
+		// From the Transport's cached metadata, which is also how it
+		// routes the request: no round trip unless the cache is stale.
+		leaders, err := f.leaders(ctx)
+		if err == nil {
+			ready = map[int][]*partition{}
+			f.rotate++
+		}
 		for _, p := range waiting {
-			f.fail(ctx, p, err)
-			wake = earliest(wake, p.retryAt, now)
-		}
-		return nil, wake
-	}
-	ready := map[int][]*partition{}
-	n := len(f.parts)
-	for i := range n {
-		p := f.parts[(f.rotate+i)%n]
-		if p.inFlight || p.want != wantNothing || now.Before(p.retryAt) {
-			continue
-		}
-		broker, ok := leaders[p.id]
-		if !ok {
-			f.fail(ctx, p, fmt.Errorf("partition %d of %s has no leader", p.id, f.topic))
-			wake = earliest(wake, p.retryAt, now)
-			continue
-		}
-		if !busy[broker] {
-			ready[broker] = append(ready[broker], p)
+			broker, ok := leaders[p.id]
+			switch {
+			case err != nil:
+				f.fail(ctx, p, err)
+			case !ok:
+				f.fail(ctx, p, fmt.Errorf("partition %d of %s has no leader", p.id, f.topic))
+			case !busy[broker]:
+				ready[broker] = append(ready[broker], p)
+			}
 		}
 	}
-	f.rotate++
+	// Again when the soonest backoff ends, of the failures just now too. A
+	// partition looked up, not fetched, is the lookup's loop iteration's
+	// then (or when the lookup under way ends).
+	wake := now.Add(time.Hour)
+	for _, p := range f.parts {
+		if !p.inFlight && p.retryAt.After(now) && p.retryAt.Before(wake) {
+			wake = p.retryAt
+		}
+	}
 	return ready, wake
-}
-
-func earliest(wake, t, now time.Time) time.Time {
-	if t.Before(now) {
-		t = now
-	}
-	if t.Before(wake) {
-		return t
-	}
-	return wake
 }
 
 func (f *fetcher) leaders(ctx context.Context) (map[int]int, error) {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"slices"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -82,29 +82,26 @@ func pace(ctx context.Context, spun bool, pauses *retry.Curve) bool {
 // the group committed them, and the partitions as the fetcher reads them,
 // in partition order.
 func (c *Consumer) joined(ctx context.Context, gen *kafka.Generation) []*partition {
-	assigned := gen.Assignments[c.cfg.Topic]
+	assigned := slices.SortedFunc(slices.Values(gen.Assignments[c.cfg.Topic]),
+		func(a, b kafka.PartitionAssignment) int { return a.ID - b.ID })
 	if len(assigned) == 0 {
 		c.noPartitions(ctx)
 	}
 	offsets := make(map[int]int64, len(assigned))
-	for _, a := range assigned {
-		offsets[a.ID] = a.Offset
+	ids := make([]int, len(assigned))
+	for i, a := range assigned {
+		offsets[a.ID], ids[i] = a.Offset, a.ID
 	}
 	// Commits of each partition start over from where the group stands,
 	// never from what this member knew before.
 	epochs := c.committer.begin(gen, offsets)
-	parts := make([]*partition, 0, len(assigned))
-	for _, a := range assigned {
-		parts = append(parts, newPartition(a.ID, epochs[a.ID], a.Offset))
-	}
-	sort.Slice(parts, func(i, j int) bool { return parts[i].id < parts[j].id })
-	ids := make([]int, len(parts))
-	for i, p := range parts {
-		ids[i] = p.id
+	parts := make([]*partition, len(assigned))
+	for i, a := range assigned {
+		parts[i] = newPartition(a.ID, epochs[a.ID], a.Offset)
 	}
 	c.balancer.remember(gen.ID, c.cfg.Topic, ids)
 	c.mu.Lock()
-	c.gen, c.parts, c.joinedAt = gen, parts, time.Now()
+	c.gen, c.parts = gen, parts
 	if len(parts) > 0 {
 		c.lastErr = nil
 	}
@@ -159,20 +156,23 @@ const settleOnEndTimeout = time.Second
 // skipped), so that commitOnEnd commits them: the writes in flight as a
 // generation ends are otherwise written again by the partitions' next
 // owners (the same cells: a cost, not a duplicate). Events fetched and not
-// yet handed out are handed out meanwhile, and settle too. A worker
+// yet handed out are handed out meanwhile, and settle too. It listens to
+// the tracker, so it returns as the last of them settles. A worker
 // stopping (ctx ended) does not wait here: Close drains.
 func (c *Consumer) settleOnEnd(ctx context.Context) {
 	if h := testHookGenerationEnding; h != nil {
 		h()
 	}
-	wait := time.NewTimer(settleOnEndTimeout)
-	defer wait.Stop()
-	poll := time.NewTicker(5 * time.Millisecond)
-	defer poll.Stop()
-	for c.tracker.Pending() > 0 {
+	deadline := time.NewTimer(settleOnEndTimeout)
+	defer deadline.Stop()
+	for {
+		n, fell := c.tracker.Pending()
+		if n == 0 {
+			return
+		}
 		select {
-		case <-poll.C:
-		case <-wait.C:
+		case <-fell:
+		case <-deadline.C:
 			return
 		case <-ctx.Done():
 			return

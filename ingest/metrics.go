@@ -14,15 +14,6 @@ import (
 // scope names the package's metrics.
 const scope = "github.com/cellttl/cellttl/ingest"
 
-// meter is the package's meter of mp; a meter that records nothing when
-// mp is nil.
-func meter(mp metric.MeterProvider) metric.Meter {
-	if mp == nil {
-		mp = noop.NewMeterProvider()
-	}
-	return mp.Meter(scope)
-}
-
 // consumerMetrics are the instruments the fetcher counts with, and the
 // registration of those read at collection time.
 type consumerMetrics struct {
@@ -42,8 +33,13 @@ type gauges struct {
 }
 
 // registerMetrics reports consumption, lag, commits and the byte budget,
-// read from the consumer's state when metrics are collected.
-func (c *Consumer) registerMetrics(meter metric.Meter) (*consumerMetrics, error) {
+// read from the consumer's state when metrics are collected, with the
+// package's meter of mp (one that records nothing when mp is nil).
+func (c *Consumer) registerMetrics(mp metric.MeterProvider) (*consumerMetrics, error) {
+	if mp == nil {
+		mp = noop.NewMeterProvider()
+	}
+	meter := mp.Meter(scope)
 	g, err := newGauges(meter)
 	if err != nil {
 		return nil, err

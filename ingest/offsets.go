@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -64,37 +65,20 @@ type bounds struct{ first, hw, lso int64 }
 func (f *fetcher) lookUp(ctx context.Context, wg *sync.WaitGroup, out chan<- lookup) bool {
 	now := time.Now()
 	var parts []*partition
-	var reqs []kafka.OffsetRequest
+	var ids []int
 	for _, p := range f.parts {
 		if p.want == wantNothing || p.inFlight || now.Before(p.retryAt) {
 			continue
 		}
 		p.inFlight = true
-		parts = append(parts, p)
-		reqs = append(reqs, kafka.FirstOffsetOf(p.id), kafka.LastOffsetOf(p.id))
+		parts, ids = append(parts, p), append(ids, p.id)
 	}
 	if len(parts) == 0 {
 		return false
 	}
 	wg.Go(func() {
-		l := lookup{parts: parts, bounds: map[int]bounds{}, errs: map[int]error{}}
-		res, err := f.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{f.topic: reqs}})
-		if err != nil {
-			l.err = err
-		} else {
-			stable := f.lastStable(ctx, parts)
-			for _, po := range res.Topics[f.topic] {
-				if po.Error != nil {
-					l.errs[po.Partition] = po.Error
-				} else if lso, ok := lsoOf(stable, po.Partition); ok || !f.readCommitted {
-					l.bounds[po.Partition] = bounds{first: po.FirstOffset, hw: po.LastOffset, lso: lso}
-				} else {
-					// Under read_committed, where to start and the lag both
-					// need it: looked up again.
-					l.errs[po.Partition] = errors.New("last stable offset not read")
-				}
-			}
-		}
+		l := lookup{parts: parts}
+		l.bounds, l.errs, l.err = f.logBounds(ctx, ids, true)
 		select {
 		case out <- l:
 		case <-ctx.Done():
@@ -108,18 +92,13 @@ func (f *fetcher) looked(ctx context.Context, l lookup) error {
 	for _, p := range l.parts {
 		p.inFlight = false
 		b, found := l.bounds[p.id]
-		var err error
-		switch {
-		case l.err != nil:
-			err = fmt.Errorf("look up the offsets of partition %d of %s: %w", p.id, f.topic, l.err)
-		case l.errs[p.id] != nil:
-			err = fmt.Errorf("look up the offsets of partition %d of %s: %w", p.id, f.topic, l.errs[p.id])
-		case !found:
-			err = fmt.Errorf("look up the offsets of partition %d of %s: not in the answer", p.id, f.topic)
+		err := cmp.Or(l.err, l.errs[p.id])
+		if err == nil && !found {
+			err = errors.New("not in the answer")
 		}
 		if err != nil {
 			if ctx.Err() == nil {
-				f.fail(ctx, p, err)
+				f.fail(ctx, p, fmt.Errorf("look up the offsets of partition %d of %s: %w", p.id, f.topic, err))
 			}
 			continue
 		}
@@ -130,8 +109,6 @@ func (f *fetcher) looked(ctx context.Context, l lookup) error {
 		switch p.want {
 		case wantFirst:
 			p.next, p.want = b.first, wantNothing
-		case wantLast:
-			p.next, p.want = end, wantNothing
 		case wantBounds:
 			if err := f.outOfRange(ctx, p, b, end); err != nil {
 				return err
@@ -144,8 +121,10 @@ func (f *fetcher) looked(ctx context.Context, l lookup) error {
 	return nil
 }
 
-// quiet returns the partitions no fetch has answered for lagEvery.
-func (f *fetcher) quiet() []int {
+// refreshLag starts, beside the loop, a reading of the log's end of the
+// partitions no fetch has answered for lagEvery, and reports whether it
+// did: a stalled pipeline must show its lag growing.
+func (f *fetcher) refreshLag(ctx context.Context, wg *sync.WaitGroup, out chan<- map[int]bounds) bool {
 	var ids []int
 	cutoff := time.Now().Add(-lagEvery)
 	for _, p := range f.parts {
@@ -153,19 +132,11 @@ func (f *fetcher) quiet() []int {
 			ids = append(ids, p.id)
 		}
 	}
-	return ids
-}
-
-// refreshLag starts, beside the loop, a reading of the log's end of the
-// partitions no fetch has answered for lagEvery, and reports whether it
-// did: a stalled pipeline must show its lag growing.
-func (f *fetcher) refreshLag(ctx context.Context, wg *sync.WaitGroup, out chan<- map[int]bounds) bool {
-	ids := f.quiet()
 	if len(ids) == 0 {
 		return false
 	}
 	wg.Go(func() {
-		hw := f.highWatermarks(ctx, ids)
+		hw, _, _ := f.logBounds(ctx, ids, false)
 		select {
 		case out <- hw:
 		case <-ctx.Done():
@@ -194,34 +165,41 @@ func (f *fetcher) watermarks(ends map[int]bounds) {
 	}
 }
 
-// highWatermarks reads the end of each partition's log and its last stable
-// offset, in calls that kafka-go splits by leader over the shared
-// connections. A partition whose last stable offset could not be read is
-// left out under read_committed (its lag stays as it was), and has it -1
-// under read_uncommitted.
-func (f *fetcher) highWatermarks(ctx context.Context, ids []int) map[int]bounds {
-	res, err := f.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{f.topic: lastOffsets(ids)}})
+// logBounds reads the end and the last stable offset of the log of each
+// partition of ids, and its first offset when first is set, in calls that
+// kafka-go splits by leader over the shared connections. A partition whose
+// last stable offset could not be read has it -1 under read_uncommitted;
+// under read_committed, where to start and the lag both need it, it is
+// one of errs (looked up again, or its lag stays as it was).
+func (f *fetcher) logBounds(ctx context.Context, ids []int, first bool) (map[int]bounds, map[int]error, error) {
+	var reqs []kafka.OffsetRequest
+	for _, id := range ids {
+		if first {
+			reqs = append(reqs, kafka.FirstOffsetOf(id))
+		}
+		reqs = append(reqs, kafka.LastOffsetOf(id))
+	}
+	res, err := f.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{f.topic: reqs}})
 	if err != nil {
-		return nil
+		return nil, nil, err
 	}
 	stable := f.lastStableOf(ctx, ids)
-	out := map[int]bounds{}
+	out, errs := map[int]bounds{}, map[int]error{}
 	for _, po := range res.Topics[f.topic] {
-		lso, ok := lsoOf(stable, po.Partition)
-		if po.Error == nil && (ok || !f.readCommitted) {
-			out[po.Partition] = bounds{first: -1, hw: po.LastOffset, lso: lso}
+		lso, ok := stable[po.Partition]
+		if !ok {
+			lso = -1
+		}
+		switch {
+		case po.Error != nil:
+			errs[po.Partition] = po.Error
+		case !ok && f.readCommitted:
+			errs[po.Partition] = errors.New("last stable offset not read")
+		default:
+			out[po.Partition] = bounds{first: po.FirstOffset, hw: po.LastOffset, lso: lso}
 		}
 	}
-	return out
-}
-
-// lastStable reads the last stable offset of parts (see lastStableOf).
-func (f *fetcher) lastStable(ctx context.Context, parts []*partition) map[int]int64 {
-	ids := make([]int, len(parts))
-	for i, p := range parts {
-		ids[i] = p.id
-	}
-	return f.lastStableOf(ctx, ids)
+	return out, errs, nil
 }
 
 // lastStableOf reads the last stable offset of each partition of ids: the
@@ -240,15 +218,6 @@ func (f *fetcher) lastStableOf(ctx context.Context, ids []int) map[int]int64 {
 		}
 	}
 	return out
-}
-
-// lsoOf is the last stable offset of partition id in stable, -1 when it
-// is not there.
-func lsoOf(stable map[int]int64, id int) (int64, bool) {
-	if lso, ok := stable[id]; ok {
-		return lso, true
-	}
-	return -1, false
 }
 
 func lastOffsets(ids []int) []kafka.OffsetRequest {

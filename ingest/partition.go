@@ -14,7 +14,6 @@ type want int8
 const (
 	wantNothing want = iota // next is the offset to fetch
 	wantFirst               // the log's first offset (no commit yet)
-	wantLast                // the log's end
 	wantBounds              // the log's bounds: next lay outside them
 )
 
@@ -23,15 +22,14 @@ const (
 // read by Status and readiness.
 type partition struct {
 	id       int
-	a        *Assignment
+	a        *epoch
 	next     int64 // next offset to fetch, when want is wantNothing or wantBounds
 	want     want
 	inFlight bool // in a request, or an offset lookup, not yet answered
 
-	delay    time.Duration // current backoff, 0 after a success
-	backoff  *retry.Curve  // of its failures, made at the first
-	retryAt  time.Time
-	answered time.Time // last fetch response for it
+	backoff  *retry.Curve // of its failures, made at the first
+	retryAt  time.Time    // when its backoff ends, zero after a success
+	answered time.Time    // last fetch response for it
 	// logged, loggedBatch and loggedBack limit the log lines of its
 	// failures, of its undecodable batches and of its recoveries (a
 	// partition that fails every other fetch must not log each time).
@@ -47,7 +45,7 @@ type partition struct {
 	movedAt atomic.Int64
 }
 
-func newPartition(id int, a *Assignment, committed int64) *partition {
+func newPartition(id int, a *epoch, committed int64) *partition {
 	p := &partition{id: id, a: a, next: committed}
 	if committed < 0 {
 		p.want = wantFirst // no commit yet: from the start
@@ -65,14 +63,14 @@ func (f *fetcher) fail(ctx context.Context, p *partition, err error) {
 	if p.backoff == nil {
 		p.backoff = partitionRetry.Curve()
 	}
-	p.delay = p.backoff.Next()
-	p.retryAt = time.Now().Add(p.delay)
+	delay := p.backoff.Next()
+	p.retryAt = time.Now().Add(delay)
 	s := err.Error()
 	p.lastErr.Store(&s)
 	f.m.fetchErrors.Add(ctx, 1)
 	if n, ok := p.logged.allow(s); ok {
 		f.log.Warn("kafka partition cannot be read; retrying it with backoff", "topic", f.topic, "partition", p.id,
-			"offset", p.position(), "backoff", p.delay, "repeats", n, "err", err)
+			"offset", p.position(), "backoff", delay, "repeats", n, "err", err)
 	}
 }
 
@@ -83,7 +81,7 @@ func (f *fetcher) ok(p *partition) {
 			f.log.Info("kafka partition read again", "topic", f.topic, "partition", p.id, "offset", p.next, "repeats", n)
 		}
 	}
-	p.delay, p.retryAt = 0, time.Time{}
+	p.retryAt = time.Time{}
 	if p.backoff != nil {
 		p.backoff.Reset()
 	}
@@ -96,7 +94,7 @@ var partitionRetry = retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time
 
 // position is p's offset for logs: next, or -1 while it is looked up.
 func (p *partition) position() int64 {
-	if p.want == wantFirst || p.want == wantLast {
+	if p.want == wantFirst {
 		return -1
 	}
 	return p.next

@@ -147,7 +147,7 @@ type readState struct {
 	estCharged, estWire int64
 	// The messages of rs.batch from untracked on are not tracked yet: they
 	// are tracked together, under one lock, in epoch a.
-	a         *Assignment
+	a         *epoch
 	untracked int
 }
 

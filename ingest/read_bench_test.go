@@ -17,7 +17,7 @@ import (
 // them, without a consumer around it.
 func benchFetcher(tb testing.TB) (*fetcher, *partition) {
 	tb.Helper()
-	tr := NewTracker()
+	tr := newTracker()
 	p := newPartition(0, tr.Assign(map[int]int64{0: 0})[0], 0)
 	f := &fetcher{topic: "t", tracker: tr, chunks: newChunks(), log: quiet, records: kwire.NewReader(1<<30, 1<<20), readCommitted: true,
 		m: &consumerMetrics{undecodable: noop.Int64Counter{}, fetchErrors: noop.Int64Counter{}, aborted: noop.Int64Counter{}}}

@@ -66,7 +66,7 @@ func TestUndecodableLegacyWrapperCoversItsMessages(t *testing.T) {
 		protocol.Record{Time: at, Key: protocol.NewBytes([]byte("k3"))})
 	data[len(data)-3] ^= 0xff                                            // break the compressed value...
 	binary.BigEndian.PutUint32(data[12:], crc32.ChecksumIEEE(data[16:])) // ...behind a valid checksum
-	tr := NewTracker()
+	tr := newTracker()
 	p := newPartition(0, tr.Assign(map[int]int64{0: 100})[0], 100)
 	f := &fetcher{topic: "t", tracker: tr, chunks: newChunks(), log: quiet, records: kwire.NewReader(1<<20, 1<<20),
 		m: &consumerMetrics{undecodable: noop.Int64Counter{}, fetchErrors: noop.Int64Counter{}, aborted: noop.Int64Counter{}}}

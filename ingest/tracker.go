@@ -5,28 +5,29 @@ import (
 	"sync/atomic"
 )
 
-// Tracker decides what may be committed: for each partition, the offset
+// tracker decides what may be committed: for each partition, the offset
 // after the longest run of fetched messages that are all done (written,
 // dead-lettered or skipped). Messages finish out of order, since batches are
 // written concurrently, but the commit point only ever moves over a prefix
 // that is entirely done. Nothing after a message still in flight is
 // committed, whatever finished later.
 //
-// Each assignment of a partition is an epoch of its own, an *Assignment,
-// and every message is tracked in the epoch that fetched it. A rebalance or
+// Each assignment of a partition is an epoch of its own, an *epoch, and
+// every message is tracked in the epoch that fetched it. A rebalance or
 // an offset reset starts a new epoch; messages of an earlier one may still
 // be tracked and finish, but they decide nothing: only current epochs are
 // committable. So a message fetched before a rebalance can never move the
 // commit point of the partition's next assignment, whatever the
 // interleaving, because the check and the tracking are one step.
-type Tracker struct {
+type tracker struct {
 	mu      sync.Mutex
-	current map[int]*Assignment
+	current map[int]*epoch
+	fell    signal // Pending may have fallen: a message settled, or epochs ended
 }
 
-// Assignment is one epoch of one partition: from its assignment (or offset
-// reset) until the next. Its fields are guarded by the Tracker's mutex.
-type Assignment struct {
+// epoch is one assignment of one partition: from its assignment (or offset
+// reset) until the next. Its fields are guarded by the tracker's mutex.
+type epoch struct {
 	partition int
 	stale     atomic.Bool // a later epoch replaced it, or the partition was revoked
 
@@ -60,34 +61,35 @@ type entry struct {
 // they are half of them: amortised O(1) per message.
 const compactAt = 64
 
-// Partition is the partition of the epoch.
-func (a *Assignment) Partition() int { return a.partition }
-
 // Stale reports whether a later epoch replaced this one.
-func (a *Assignment) Stale() bool { return a.stale.Load() }
+func (a *epoch) Stale() bool { return a.stale.Load() }
 
-// Ack settles one tracked message. The zero Ack does nothing.
+// Ack settles one message: the Source that handed it out takes it back
+// (Consumer.Done or Settle). Offset names the message, by the first offset
+// it stands for, so that a source other than the Consumer can hand out
+// Acks it tells apart; the rest is the Consumer's, and an Ack it did not
+// hand out (the zero Ack among them) settles nothing in it.
 type Ack struct {
-	a      *Assignment
-	offset int64
+	Offset int64
+	a      *epoch
 	size   int64 // bytes charged to the budget
 }
 
-// NewTracker returns an empty Tracker.
-func NewTracker() *Tracker {
-	return &Tracker{current: map[int]*Assignment{}}
+// newTracker returns an empty tracker.
+func newTracker() *tracker {
+	return &tracker{current: map[int]*epoch{}}
 }
 
 // Assign starts the epochs of a generation: one per partition, with the
 // group's committed offset (negative when there is none). Every earlier
 // epoch becomes stale, also of partitions assigned again.
-func (t *Tracker) Assign(offsets map[int]int64) map[int]*Assignment {
+func (t *tracker) Assign(offsets map[int]int64) map[int]*epoch {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.revokeLocked()
-	out := make(map[int]*Assignment, len(offsets))
+	out := make(map[int]*epoch, len(offsets))
 	for p, committed := range offsets {
-		a := &Assignment{partition: p, last: -1, frontier: -1, floor: max(committed, -1)}
+		a := &epoch{partition: p, last: -1, frontier: -1, floor: max(committed, -1)}
 		t.current[p] = a
 		out[p] = a
 	}
@@ -95,45 +97,39 @@ func (t *Tracker) Assign(offsets map[int]int64) map[int]*Assignment {
 }
 
 // Revoke makes every epoch stale: the generation ended.
-func (t *Tracker) Revoke() {
+func (t *tracker) Revoke() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.revokeLocked()
 }
 
-func (t *Tracker) revokeLocked() {
+func (t *tracker) revokeLocked() {
 	for p, a := range t.current {
 		a.stale.Store(true)
 		delete(t.current, p)
 	}
+	t.fell.fire()
 }
 
 // Restart replaces a current epoch by a new one whose commits may go below
 // the old floor: the partition's offset was reset (the committed offset
 // lies outside the log). It returns nil when a is no longer current.
-func (t *Tracker) Restart(a *Assignment) *Assignment {
+func (t *tracker) Restart(a *epoch) *epoch {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.current[a.partition] != a {
 		return nil
 	}
 	a.stale.Store(true)
-	n := &Assignment{partition: a.partition, last: -1, frontier: -1, floor: -1}
+	n := &epoch{partition: a.partition, last: -1, frontier: -1, floor: -1}
 	t.current[a.partition] = n
+	t.fell.fire()
 	return n
-}
-
-// Track records a fetched message of epoch a, charged size bytes, and
-// returns its Ack. Offsets within an epoch only grow.
-func (t *Tracker) Track(a *Assignment, offset, size int64) Ack {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.trackLocked(a, offset, offset, size)
 }
 
 // TrackSkipped records offsets first to last, which the worker will never
 // deliver (the control records of transactions), as done at once.
-func (t *Tracker) TrackSkipped(a *Assignment, first, last int64) {
+func (t *tracker) TrackSkipped(a *epoch, first, last int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.doneLocked(t.trackLocked(a, first, last, 0))
@@ -141,7 +137,7 @@ func (t *Tracker) TrackSkipped(a *Assignment, first, last int64) {
 
 // trackAll tracks the fetched messages fs, all of epoch a, in offset
 // order, under one lock, and sets their Acks (each carrying its size).
-func (t *Tracker) trackAll(a *Assignment, fs []Fetched) {
+func (t *tracker) trackAll(a *epoch, fs []Fetched) {
 	if len(fs) == 0 {
 		return
 	}
@@ -157,25 +153,15 @@ func (t *Tracker) trackAll(a *Assignment, fs []Fetched) {
 }
 
 // trackLocked tracks offsets first to last as one message.
-func (t *Tracker) trackLocked(a *Assignment, first, last, size int64) Ack {
+func (t *tracker) trackLocked(a *epoch, first, last, size int64) Ack {
 	a.last = last
 	a.entries = append(a.entries, entry{offset: first})
-	return Ack{a: a, offset: first, size: size}
-}
-
-// Done marks the message done.
-func (t *Tracker) Done(ack Ack) {
-	if ack.a == nil {
-		return
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.doneLocked(ack)
+	return Ack{Offset: first, a: a, size: size}
 }
 
 // DoneAll marks many messages done under one lock, and returns the bytes
 // they were charged.
-func (t *Tracker) DoneAll(acks []Ack) int64 {
+func (t *tracker) DoneAll(acks []Ack) int64 {
 	var size int64
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -188,23 +174,24 @@ func (t *Tracker) DoneAll(acks []Ack) int64 {
 	return size
 }
 
-func (t *Tracker) doneLocked(ack Ack) {
+func (t *tracker) doneLocked(ack Ack) {
 	a := ack.a
 	// Entries are in offset order: the message is found by its offset.
 	lo, hi := 0, len(a.entries)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		if a.entries[m].offset < ack.offset {
+		if a.entries[m].offset < ack.Offset {
 			lo = m + 1
 		} else {
 			hi = m
 		}
 	}
-	if lo == len(a.entries) || a.entries[lo].offset != ack.offset || a.entries[lo].done {
+	if lo == len(a.entries) || a.entries[lo].offset != ack.Offset || a.entries[lo].done {
 		return // already done (Done called twice)
 	}
 	a.entries[lo].done = true
 	a.ndone++
+	t.fell.fire()
 	n := 0
 	for n < len(a.entries) && a.entries[n].done {
 		n++
@@ -227,7 +214,7 @@ func (t *Tracker) doneLocked(ack Ack) {
 
 // compact removes the done entries, and moves the rest to a smaller array
 // when the one they are in has grown far larger than they need.
-func (a *Assignment) compact() {
+func (a *epoch) compact() {
 	keep := a.entries[:0]
 	if cap(a.entries) > 4*(len(a.entries)-a.ndone)+compactAt {
 		keep = make([]entry, 0, 2*(len(a.entries)-a.ndone)+compactAt)
@@ -244,10 +231,10 @@ func (a *Assignment) compact() {
 // Committable returns the current epochs whose settled prefix lies above
 // what the group has committed, with the offset to commit (the next offset
 // to read).
-func (t *Tracker) Committable() map[*Assignment]int64 {
+func (t *tracker) Committable() map[*epoch]int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := map[*Assignment]int64{}
+	out := map[*epoch]int64{}
 	for _, a := range t.current {
 		if a.frontier > a.floor {
 			out[a] = a.frontier
@@ -257,7 +244,7 @@ func (t *Tracker) Committable() map[*Assignment]int64 {
 }
 
 // Committed raises the floors of the epochs whose offsets the group took.
-func (t *Tracker) Committed(offsets map[*Assignment]int64) {
+func (t *tracker) Committed(offsets map[*epoch]int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for a, o := range offsets {
@@ -267,7 +254,7 @@ func (t *Tracker) Committed(offsets map[*Assignment]int64) {
 
 // Floors returns, per current partition, the committed offset as its epoch
 // knows it (-1 when none is known).
-func (t *Tracker) Floors() map[int]int64 {
+func (t *tracker) Floors() map[int]int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := make(map[int]int64, len(t.current))
@@ -278,13 +265,18 @@ func (t *Tracker) Floors() map[int]int64 {
 }
 
 // Pending returns the number of tracked messages of current epochs not yet
-// done.
-func (t *Tracker) Pending() int {
+// done and, when there are some, a channel closed when that number may
+// next have fallen (a message settled, or epochs ended), taken in the same
+// step, so that a waiter misses no settle.
+func (t *tracker) Pending() (int, <-chan struct{}) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := 0
 	for _, a := range t.current {
 		n += len(a.entries) - a.ndone
 	}
-	return n
+	if n == 0 {
+		return 0, nil
+	}
+	return n, t.fell.wait()
 }

@@ -7,8 +7,19 @@ import (
 	"testing"
 )
 
+// Track records a fetched message of epoch a, charged size bytes, and
+// returns its Ack, as the fetcher tracks a response's (trackAll).
+func (t *tracker) Track(a *epoch, offset, size int64) Ack {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.trackLocked(a, offset, offset, size)
+}
+
+// Done marks one message done, as Consumer.Done does.
+func (t *tracker) Done(ack Ack) { t.DoneAll([]Ack{ack}) }
+
 // assign starts one epoch per partition with no committed offset.
-func assign(tr *Tracker, partitions ...int) map[int]*Assignment {
+func assign(tr *tracker, partitions ...int) map[int]*epoch {
 	offsets := map[int]int64{}
 	for _, p := range partitions {
 		offsets[p] = -1
@@ -17,16 +28,16 @@ func assign(tr *Tracker, partitions ...int) map[int]*Assignment {
 }
 
 // byPartition is Committable keyed by partition.
-func byPartition(tr *Tracker) map[int]int64 {
+func byPartition(tr *tracker) map[int]int64 {
 	out := map[int]int64{}
 	for a, o := range tr.Committable() {
-		out[a.Partition()] = o
+		out[a.partition] = o
 	}
 	return out
 }
 
 func TestTrackerCommitsOnlyDonePrefix(t *testing.T) {
-	tr := NewTracker()
+	tr := newTracker()
 	e := assign(tr, 0, 1)
 	a := map[int64]Ack{}
 	for _, off := range []int64{10, 11, 12, 15, 16} { // gaps: compacted offsets
@@ -54,8 +65,8 @@ func TestTrackerCommitsOnlyDonePrefix(t *testing.T) {
 	if got[0] != 17 || got[1] != 1 {
 		t.Errorf("commit = %v, want 0:17 1:1", got)
 	}
-	if tr.Pending() != 0 {
-		t.Errorf("pending = %d", tr.Pending())
+	if n, _ := tr.Pending(); n != 0 {
+		t.Errorf("pending = %d", n)
 	}
 }
 
@@ -64,7 +75,7 @@ func TestTrackerCommitsOnlyDonePrefix(t *testing.T) {
 // point forwards past messages of the new run that are not done, whatever
 // the earlier run's messages do.
 func TestTrackerRewind(t *testing.T) {
-	tr := NewTracker()
+	tr := newTracker()
 	e := assign(tr, 0)[0]
 	for off := int64(0); off < 5; off++ {
 		tr.Done(tr.Track(e, off, 0))
@@ -98,7 +109,7 @@ func TestTrackerRewind(t *testing.T) {
 // offset not done.
 func TestTrackerRandomOrder(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
-	tr := NewTracker()
+	tr := newTracker()
 	e := assign(tr, 7)[7]
 	const n = 2000
 	acks := make([]Ack, n)
@@ -125,7 +136,7 @@ func TestTrackerRandomOrder(t *testing.T) {
 // prefix, and each batch gives back the bytes it was charged.
 func TestTrackerBatches(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
-	tr := NewTracker()
+	tr := newTracker()
 	e := assign(tr, 3)[3]
 	const n = 1000
 	fs := make([]Fetched, n)
@@ -161,8 +172,8 @@ func TestTrackerBatches(t *testing.T) {
 			t.Fatalf("after batch %d: commit %d (ok %t), want %d", i, got, ok, 100+50*first)
 		}
 	}
-	if tr.Pending() != 0 {
-		t.Errorf("%d pending after every batch was settled", tr.Pending())
+	if n, _ := tr.Pending(); n != 0 {
+		t.Errorf("%d pending after every batch was settled", n)
 	}
 }
 
@@ -170,7 +181,7 @@ func TestTrackerBatches(t *testing.T) {
 // another member moved its commit forward must not commit the frontier of
 // its earlier assignment, which lies behind and would move the group back.
 func TestTrackerResetForgetsEarlierAssignment(t *testing.T) {
-	tr := NewTracker()
+	tr := newTracker()
 	e := assign(tr, 5)[5]
 	var late []Ack
 	for off := int64(0); off < 300; off++ {
@@ -200,7 +211,7 @@ func TestTrackerResetForgetsEarlierAssignment(t *testing.T) {
 // offsets 100..104 were unwritten. Now every message is tracked in the
 // epoch that fetched it, so the interleaving cannot reach the new epoch.
 func TestStaleMessageCannotMoveTheNewAssignment(t *testing.T) {
-	tr := NewTracker()
+	tr := newTracker()
 	gen1 := tr.Assign(map[int]int64{0: 100})[0]
 	// The rebalance happens between the message's fetch and its tracking.
 	gen2 := tr.Assign(map[int]int64{0: 100})[0]
@@ -226,7 +237,7 @@ func TestStaleMessageCannotMoveTheNewAssignment(t *testing.T) {
 // An offset reset starts an epoch whose commits may go below the old floor:
 // the topic was recreated, and its offsets start over.
 func TestTrackerRestartAllowsALowerCommit(t *testing.T) {
-	tr := NewTracker()
+	tr := newTracker()
 	e := tr.Assign(map[int]int64{2: 500})[2]
 	tr.Done(tr.Track(e, 500, 0))
 	tr.Committed(tr.Committable())
@@ -247,7 +258,7 @@ func TestTrackerRestartAllowsALowerCommit(t *testing.T) {
 // Transaction markers are settled at once: a partition whose last record is
 // a marker commits past it.
 func TestTrackerSkipsMarkers(t *testing.T) {
-	tr := NewTracker()
+	tr := newTracker()
 	e := assign(tr, 0)[0]
 	a := tr.Track(e, 0, 0)
 	tr.TrackSkipped(e, 1, 1)
@@ -261,8 +272,8 @@ func TestTrackerSkipsMarkers(t *testing.T) {
 // fetch and their delivery) are dropped by Fetch, not delivered, and their
 // bytes go back to the budget.
 func TestFetchDropsMessagesOfAStaleEpoch(t *testing.T) {
-	tr := NewTracker()
-	c := &Consumer{tracker: tr, budget: NewBudget(1 << 20), fetched: make(chan []Fetched, 2), fatal: make(chan error, 1)}
+	tr := newTracker()
+	c := &Consumer{tracker: tr, budget: &budget{limit: 1 << 20}, fetched: make(chan []Fetched, 2), fatal: make(chan error, 1)}
 	old := assign(tr, 0)[0]
 	c.budget.Fill(0, 300)
 	c.fetched <- []Fetched{{Msg: Message{Offset: 150}, Ack: tr.Track(old, 150, 300)}}
@@ -286,8 +297,8 @@ func TestFetchDropsMessagesOfAStaleEpoch(t *testing.T) {
 // polled (a rebalance between two calls of Fetch) is settled and skipped,
 // as Poll skips it.
 func TestFetchDropsMessagesThatWentStale(t *testing.T) {
-	tr := NewTracker()
-	c := &Consumer{tracker: tr, budget: NewBudget(1 << 20), fetched: make(chan []Fetched, 2), fatal: make(chan error, 1)}
+	tr := newTracker()
+	c := &Consumer{tracker: tr, budget: &budget{limit: 1 << 20}, fetched: make(chan []Fetched, 2), fatal: make(chan error, 1)}
 	old := assign(tr, 0)[0]
 	c.budget.Fill(0, 300)
 	c.fetched <- []Fetched{{Msg: Message{Offset: 10}, Ack: tr.Track(old, 10, 100)}, {Msg: Message{Offset: 11}, Ack: tr.Track(old, 11, 200)}}
@@ -312,7 +323,7 @@ func TestFetchDropsMessagesThatWentStale(t *testing.T) {
 // budget: at 28,000 events/s, past 64 MiB in minutes. Its memory now
 // follows the messages not settled, which the budget bounds.
 func TestTrackerMemoryWithOneOffsetStuck(t *testing.T) {
-	tr := NewTracker()
+	tr := newTracker()
 	e := assign(tr, 0)
 	stuck := tr.Track(e[0], 0, 0)
 	var before, after runtime.MemStats
@@ -333,7 +344,7 @@ func TestTrackerMemoryWithOneOffsetStuck(t *testing.T) {
 	if grew := int64(after.HeapInuse) - int64(before.HeapInuse); grew > 1<<20 {
 		t.Errorf("heap grew by %d KiB with %d messages settled behind one stuck offset", grew>>10, n)
 	}
-	if p := tr.Pending(); p != 1 {
+	if p, _ := tr.Pending(); p != 1 {
 		t.Errorf("pending %d, want 1", p)
 	}
 	if got := byPartition(tr); len(got) != 0 {
@@ -349,7 +360,7 @@ func TestTrackerMemoryWithOneOffsetStuck(t *testing.T) {
 // commit point at its first offset until it is settled, then moves it past
 // its last.
 func TestTrackerRange(t *testing.T) {
-	tr := NewTracker()
+	tr := newTracker()
 	e := assign(tr, 0)
 	a := tr.Track(e[0], 4, 0)
 	fs := []Fetched{{Msg: Message{Offset: 5}, Undecodable: &Undecodable{Last: 9}}, {Msg: Message{Offset: 10}}}

@@ -130,12 +130,12 @@ func TestReadCommittedSkipsAbortedTransactions(t *testing.T) {
 	}
 	for _, tc := range cases {
 		committed := tc.committed
-		tr := NewTracker()
+		tr := newTracker()
 		p := newPartition(0, tr.Assign(map[int]int64{0: tc.from})[0], tc.from)
 		p.movedAt.Store(time.Now().Add(-time.Hour).UnixNano())
 		out := make(chan []Fetched, 16)
 		aborted, undecodable := &counter{}, &counter{}
-		f := &fetcher{topic: "t", tracker: tr, budget: NewBudget(64 << 20), chunks: newChunks(), log: quiet, out: out,
+		f := &fetcher{topic: "t", tracker: tr, budget: &budget{limit: 64 << 20}, chunks: newChunks(), log: quiet, out: out,
 			records: kwire.NewReader(64<<20, 1<<20), readCommitted: committed,
 			m: &consumerMetrics{undecodable: undecodable, fetchErrors: noop.Int64Counter{}, aborted: aborted}}
 		reserved, _ := f.budget.TryReserve(1, 32<<20)

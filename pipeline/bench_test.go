@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -137,15 +136,14 @@ func TestHotPathAllocations(t *testing.T) {
 	}
 }
 
-// benchSource serves n copies of one message, as responses of perPoll, with
-// the real Tracker, and closes done once every one is settled.
+// benchSource serves n copies of one message, as responses of perPoll,
+// keeps the settlements a consumer keeps, and closes done once every one
+// is settled.
 type benchSource struct {
-	tracker *ingest.Tracker
-	epoch   *ingest.Assignment
+	settled settlements
 	msg     ingest.Message
 	perPoll int
 	next, n int64
-	settled atomic.Int64
 	done    chan struct{}
 }
 
@@ -159,18 +157,20 @@ func (s *benchSource) Poll(ctx context.Context, reuse []ingest.Fetched) ([]inges
 		m := s.msg
 		m.Offset = s.next
 		s.next++
-		out = append(out, ingest.Fetched{Msg: m, Ack: s.tracker.Track(s.epoch, m.Offset, 0)})
+		out = append(out, ingest.Fetched{Msg: m, Ack: ingest.Ack{Offset: m.Offset}})
 	}
+	s.settled.handOut(len(out))
 	return out, nil
 }
 
-func (s *benchSource) settle(n int) {
-	if s.settled.Add(int64(n)) == s.n {
+func (s *benchSource) settle(acks ...ingest.Ack) {
+	// Only the call that settles the last offset sees them all settled.
+	if len(acks) > 0 && s.settled.settle(acks...) == s.n {
 		close(s.done)
 	}
 }
-func (s *benchSource) Done(a ingest.Ack)        { s.tracker.Done(a); s.settle(1) }
-func (s *benchSource) Settle(acks []ingest.Ack) { s.tracker.DoneAll(acks); s.settle(len(acks)) }
+func (s *benchSource) Done(a ingest.Ack)        { s.settle(a) }
+func (s *benchSource) Settle(acks []ingest.Ack) { s.settle(acks...) }
 func (s *benchSource) Failed() <-chan struct{}  { return nil }
 
 type discardWriter struct{}
@@ -195,8 +195,7 @@ func BenchmarkPipeline(b *testing.B) {
 	if err := pc.Resolve(); err != nil {
 		b.Fatal(err)
 	}
-	tr := ingest.NewTracker()
-	src := &benchSource{tracker: tr, epoch: tr.Assign(map[int]int64{0: -1})[0], perPoll: 5000, n: int64(b.N), done: make(chan struct{}),
+	src := &benchSource{perPoll: 5000, n: int64(b.N), done: make(chan struct{}),
 		msg: ingest.Message{Topic: "clicks", Value: hotPathShapes[0].msg.Value, Time: time.Date(2026, 11, 21, 9, 0, 1, 0, time.UTC)}}
 	p := New(pc, src, discardWriter{}, nil, func() *tenants.Config { return cfg }, nil, nil, slog.New(slog.DiscardHandler))
 	// The clock starts at the message's time and runs: batches come due

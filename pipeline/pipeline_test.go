@@ -26,22 +26,17 @@ import (
 )
 
 // fakeSource serves msgs on partition 0, perPoll at a time (all when 0),
-// then blocks; acks go through the real Tracker so commits are what the
-// worker would commit (committed commits what is settled, as the consumer
-// does on its own).
+// then blocks; it commits what is settled, as the consumer does on its own.
 type fakeSource struct {
 	mu      sync.Mutex
 	msgs    []ingest.Message
 	next    int
 	perPoll int
-	tracker *ingest.Tracker
-	epoch   *ingest.Assignment // of partition 0
-	commits []int64            // committed offsets of partition 0, in order
+	settled settlements
 }
 
 func newSource(values ...string) *fakeSource {
-	s := &fakeSource{tracker: ingest.NewTracker()}
-	s.epoch = s.tracker.Assign(map[int]int64{0: -1})[0]
+	s := &fakeSource{}
 	for i, v := range values {
 		s.msgs = append(s.msgs, ingest.Message{Topic: "clicks", Partition: 0, Offset: int64(i), Value: []byte(v), Time: time.Now()})
 	}
@@ -57,8 +52,9 @@ func (s *fakeSource) Poll(ctx context.Context, reuse []ingest.Fetched) ([]ingest
 		}
 		out := reuse[:0]
 		for _, m := range s.msgs[s.next : s.next+n] {
-			out = append(out, ingest.Fetched{Msg: m, Ack: s.tracker.Track(s.epoch, m.Offset, 0)})
+			out = append(out, ingest.Fetched{Msg: m, Ack: ingest.Ack{Offset: m.Offset}})
 		}
+		s.settled.handOut(n)
 		s.next += n
 		s.mu.Unlock()
 		return out, nil
@@ -68,31 +64,63 @@ func (s *fakeSource) Poll(ctx context.Context, reuse []ingest.Fetched) ([]ingest
 	return nil, ctx.Err()
 }
 
-func (s *fakeSource) Done(a ingest.Ack) { s.tracker.Done(a) }
+func (s *fakeSource) Done(a ingest.Ack) { s.settled.settle(a) }
 
 func (s *fakeSource) Failed() <-chan struct{} { return nil }
 
-func (s *fakeSource) Settle(acks []ingest.Ack) { s.tracker.DoneAll(acks) }
+func (s *fakeSource) Settle(acks []ingest.Ack) { s.settled.settle(acks...) }
 
-func (s *fakeSource) Commit(context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if off, ok := s.tracker.Committable()[s.epoch]; ok && (len(s.commits) == 0 || s.commits[len(s.commits)-1] != off) {
-		s.commits = append(s.commits, off)
+// committed is what the source has committed, as a consumer would by now
+// (it commits what is settled on its own): the first offset not settled,
+// -1 while that is the first offset.
+func (s *fakeSource) committed() int64 {
+	if c := s.settled.commitPoint(); c > 0 {
+		return c
 	}
-	return nil
+	return -1
 }
 
-// committed is what the source has committed, as a consumer would by now:
-// it commits what is settled on its own.
-func (s *fakeSource) committed() int64 {
-	_ = s.Commit(context.Background())
+// settlements is a fake source's bookkeeping of what is settled, kept as
+// the consumer keeps it: offsets are handed out in order from 0, each is
+// settled once, in any order, and the commit point only moves over a
+// prefix that is all settled. An Ack settled twice, or one never handed
+// out (the zero Ack settles offset 0), breaks the Source's contract: it
+// panics, so that no test passes on a repeat.
+type settlements struct {
+	mu      sync.Mutex
+	settled []bool // by offset, of the offsets handed out
+	point   int64  // every offset below it is settled
+}
+
+// handOut records the next n offsets as handed out.
+func (s *settlements) handOut(n int) {
+	s.mu.Lock()
+	s.settled = append(s.settled, make([]bool, n)...)
+	s.mu.Unlock()
+}
+
+// settle settles the acks' offsets, and returns the commit point after
+// them.
+func (s *settlements) settle(acks ...ingest.Ack) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.commits) == 0 {
-		return -1
+	for _, a := range acks {
+		if a.Offset < 0 || a.Offset >= int64(len(s.settled)) || s.settled[a.Offset] {
+			panic(fmt.Sprintf("offset %d settled twice, or never handed out (%d were)", a.Offset, len(s.settled)))
+		}
+		s.settled[a.Offset] = true
 	}
-	return s.commits[len(s.commits)-1]
+	for s.point < int64(len(s.settled)) && s.settled[s.point] {
+		s.point++
+	}
+	return s.point
+}
+
+// commitPoint is the first offset not settled.
+func (s *settlements) commitPoint() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.point
 }
 
 // fakeWriter records batches; block, when set, holds every write until it

@@ -22,9 +22,14 @@ import (
 	"io"
 )
 
-// MinFetchVersion is the oldest Fetch version the package reads: v4 (Kafka
-// 0.11) brought record batches and the log's last stable offset.
-const MinFetchVersion = 4
+// The Fetch versions the package reads. v4 (Kafka 0.11) brought record
+// batches and the log's last stable offset; v12 brought the flexible
+// encoding (compact strings and arrays, tagged fields), which it does not
+// parse: a response of another version is refused, never misread.
+const (
+	MinFetchVersion = 4
+	MaxFetchVersion = 11
+)
 
 // maxResponseBytes is a sanity bound on a response's size prefix: a broker
 // answers within the request's MaxBytes, plus one record batch larger than
@@ -93,10 +98,15 @@ type FetchPartition struct {
 	Records []byte
 }
 
-// parseFetchResponse parses the body of a Fetch response, v4 to v11 (the
-// versions before the flexible encoding of v12, which kafka-go does not
-// negotiate).
+// parseFetchResponse parses the body of a Fetch response, of a version
+// from MinFetchVersion to MaxFetchVersion.
 func parseFetchResponse(b []byte, version int16) (*FetchResponse, error) {
+	switch {
+	case version > MaxFetchVersion:
+		return nil, fmt.Errorf("version %d is newer than %d, the highest Fetch version read here", version, MaxFetchVersion)
+	case version < MinFetchVersion:
+		return nil, fmt.Errorf("version %d is older than %d, the lowest Fetch version read here", version, MinFetchVersion)
+	}
 	d := wire{b: b}
 	res := &FetchResponse{}
 	d.int32() // throttle_time_ms
