@@ -17,7 +17,7 @@ import (
 // kafka-go's range balancer orders members by their ids, which a new pod
 // changes, and shifts partitions between pods that stay.
 //
-// This is the seam where kafka-go's gap shows (docs/design.md, "The
+// This is the seam where kafka-go's gap shows (ingest/DESIGN.md, "The
 // consumer group"): it speaks only the eager protocol, so every member
 // still stops fetching at every rebalance, sticky or not; and it has no
 // static membership, so a restarted pod is a new member, whose partitions

@@ -69,7 +69,7 @@ func TestLagGrowsWhileFetchingWaits(t *testing.T) {
 	})
 }
 
-// Regression (issue 20): a compressed batch that decompresses past what a
+// Regression (the fetch path held to its budget): a compressed batch that decompresses past what a
 // batch may (16 MiB of zeros in a few kilobytes of zstd, under a 1 MiB
 // budget) used to stop its partition "until an operator acts". Now the
 // records within the bound are delivered, the rest of the batch is handed

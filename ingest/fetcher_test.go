@@ -321,7 +321,7 @@ func TestFetchGathersWhileMessagesFlow(t *testing.T) {
 	}
 }
 
-// Regression (issue 20): whether a batch was refused for its size was read
+// Regression (the fetch path held to its budget): whether a batch was refused for its size was read
 // from a process-wide counter, so another partition's refusal during an
 // idle partition's long poll marked the idle one stuck, and readiness could
 // name the wrong partition. Now a batch's fate is its own partition's: the
@@ -412,7 +412,7 @@ func (l *maxBytesLog) RoundTrip(ctx context.Context, addr net.Addr, req protocol
 	return l.RoundTripper.RoundTrip(ctx, addr, req)
 }
 
-// Regression (issue 20): the fetch-size estimate learned from whole
+// Regression (the fetch path held to its budget): the fetch-size estimate learned from whole
 // responses, and the broker sends the first batch whole however little is
 // asked: batches far larger than the request (highly compressed ones)
 // pushed the estimate up at every response, until MaxBytes truncated to 0

@@ -189,7 +189,7 @@ func (l *lookupFault) RoundTrip(ctx context.Context, addr net.Addr, req protocol
 	return l.RoundTripper.RoundTrip(ctx, addr, req)
 }
 
-// Regression (issue 20): a partition whose start offset could not be looked
+// Regression (offset lookups that fail are loud): a partition whose start offset could not be looked
 // up was silent: no log line, no count, /readyz 200, lag 0. And lookups ran
 // on the fetch goroutine, one partition at a time, up to 10 s each, holding
 // back every other partition. Now a lookup runs beside the fetching, its

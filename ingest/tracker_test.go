@@ -205,7 +205,7 @@ func TestTrackerResetForgetsEarlierAssignment(t *testing.T) {
 	}
 }
 
-// Regression (issue 10, item 4): a message of the previous generation,
+// Regression (a stale message cannot move a new assignment's commit): a message of the previous generation,
 // offset 150, checked as current just before a rebalance and tracked just
 // after it, once made the new assignment's committable offset 151 while its
 // offsets 100..104 were unwritten. Now every message is tracked in the
@@ -317,7 +317,7 @@ func TestFetchDropsMessagesThatWentStale(t *testing.T) {
 	}
 }
 
-// Regression (issue 20): one offset stuck (its dead letter cannot be
+// Regression (memory with one offset stuck): one offset stuck (its dead letter cannot be
 // produced, for good) while millions after it are settled. The tracker
 // kept 16 bytes for every message after the stuck one, outside the byte
 // budget: at 28,000 events/s, past 64 MiB in minutes. Its memory now

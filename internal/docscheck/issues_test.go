@@ -18,13 +18,8 @@ var (
 	bareIssueRE = regexp.MustCompile(`(?:^|[\s(\[])#[0-9]+\b`)
 )
 
-// pendingIssueNumbers are directories whose Go comments still cite issue
-// numbers, being rewritten on other branches when this check was added.
-// Remove each once its comments name what was built instead.
-var pendingIssueNumbers = []string{"ingest/"}
-
-// No Markdown file, and no Go file outside pendingIssueNumbers, cites an
-// issue by its number: a reader cannot look it up.
+// No Markdown file, and no Go file, cites an issue by its number: a reader
+// cannot look it up.
 func TestNoIssueNumbers(t *testing.T) {
 	for _, f := range markdownFiles(t) {
 		b, err := os.ReadFile(filepath.Join(root, f))
@@ -53,11 +48,6 @@ func TestNoIssueNumbers(t *testing.T) {
 		if d.IsDir() {
 			if rel != "." && strings.HasPrefix(d.Name(), ".") {
 				return filepath.SkipDir
-			}
-			for _, p := range pendingIssueNumbers {
-				if rel+"/" == p {
-					return filepath.SkipDir
-				}
 			}
 			return nil
 		}
