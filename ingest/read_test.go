@@ -82,3 +82,17 @@ func TestUndecodableLegacyWrapperCoversItsMessages(t *testing.T) {
 		t.Errorf("undecodable offsets %d to %d, next %d; want 100 to 102, next 103", m.Offset, u.Last, p.next)
 	}
 }
+
+// The fetcher asks for the newest Fetch version both kafka-go's connection
+// negotiated and kwire reads: a kafka-go that learns a newer version keeps
+// fetching, at the newest version read here, instead of every fetch being
+// refused.
+func TestFetchVersionHeldToWhatKwireReads(t *testing.T) {
+	for negotiated, want := range map[int16]int16{kwire.MaxFetchVersion + 2: kwire.MaxFetchVersion, kwire.MaxFetchVersion: kwire.MaxFetchVersion, 7: 7} {
+		r := &fetchRequest{}
+		r.Required(map[protocol.ApiKey]int16{protocol.Fetch: negotiated})
+		if r.version != want {
+			t.Errorf("negotiated v%d: the request asks for v%d, want v%d", negotiated, r.version, want)
+		}
+	}
+}

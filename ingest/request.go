@@ -33,9 +33,11 @@ type fetchRequest struct {
 var correlations atomic.Int32
 
 // Required is called on the connection with the versions it negotiated:
-// the response is always read here.
+// the response is always read here. A kafka-go that negotiates a Fetch
+// version newer than kwire reads is held to the newest kwire reads, which
+// every broker that speaks the newer one speaks too.
 func (r *fetchRequest) Required(versions map[protocol.ApiKey]int16) bool {
-	r.version = versions[protocol.Fetch]
+	r.version = min(versions[protocol.Fetch], kwire.MaxFetchVersion)
 	return true
 }
 
