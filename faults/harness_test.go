@@ -107,6 +107,7 @@ type suite struct {
 
 	mu      sync.Mutex
 	workers map[int]*worker
+	ended   []*worker // stopped or killed: their logs, for a failure
 	nextID  int
 	events  []produced
 	sent    atomic.Int64
@@ -127,6 +128,7 @@ type syncBuffer = testenv.Buffer
 // topicOptions shape the suite's topics.
 type topicOptions struct {
 	config      map[string]string // of the input topic
+	dlqConfig   map[string]string // of the dead-letter topic
 	replication int
 }
 
@@ -134,6 +136,11 @@ type option func(*topicOptions)
 
 // withTopicConfig sets configs of the input topic (max.message.bytes...).
 func withTopicConfig(c map[string]string) option { return func(o *topicOptions) { o.config = c } }
+
+// withDeadLetterConfig sets configs of the dead-letter topic.
+func withDeadLetterConfig(c map[string]string) option {
+	return func(o *topicOptions) { o.dlqConfig = c }
+}
 
 // withReplication replicates the topics (a second broker must run).
 func withReplication(n int) option { return func(o *topicOptions) { o.replication = n } }
@@ -159,7 +166,7 @@ func faultSuite(t *testing.T) {
 // newSuite needs the real broker: the suite kills and restarts it.
 func newSuite(t *testing.T, partitions int, opts ...option) *suite {
 	faultSuite(t)
-	to := topicOptions{replication: 1}
+	to := topicOptions{replication: 1, dlqConfig: testenv.DeadLetterConfigs}
 	for _, o := range opts {
 		o(&to)
 	}
@@ -168,7 +175,7 @@ func newSuite(t *testing.T, partitions int, opts ...option) *suite {
 	s.event, s.maxEvent = s.poisoned, maxEventBytes
 	s.dc, s.ac = testenv.Clients(t)
 	createTopic(t, s.brokers, s.topic, partitions, to.replication, to.config)
-	createTopic(t, s.brokers, s.dlq, 1, to.replication, testenv.DeadLetterConfigs)
+	createTopic(t, s.brokers, s.dlq, 1, to.replication, to.dlqConfig)
 	s.tenants = filepath.Join(t.TempDir(), "tenants.yaml")
 	if err := os.WriteFile(s.tenants, []byte(tenantsYAML), 0o644); err != nil {
 		t.Fatal(err)
@@ -194,6 +201,11 @@ func newSuite(t *testing.T, partitions int, opts ...option) *suite {
 				t.Logf("worker %d output:\n%s", w.id, w.out.String())
 			}
 			w.Kill()
+		}
+		if t.Failed() {
+			for _, w := range s.ended {
+				t.Logf("worker %d (ended) output:\n%s", w.id, w.out.String())
+			}
 		}
 		s.mu.Unlock()
 		_ = s.ac.DeleteTable(context.Background(), s.table)
@@ -268,6 +280,7 @@ func (s *suite) term(w *worker) time.Duration {
 func (s *suite) forget(w *worker) {
 	s.mu.Lock()
 	delete(s.workers, w.id)
+	s.ended = append(s.ended, w)
 	s.mu.Unlock()
 }
 
