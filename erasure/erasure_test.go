@@ -9,13 +9,12 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable"
-	"go.uber.org/goleak"
 
 	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/rowkey"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // createLedger makes the ledger table as worker setup does, deleted when
 // the test ends.

@@ -33,6 +33,7 @@ func partitionsOf(n int) []kafka.Partition {
 // the others; a partition claimed twice is the later generation's; every
 // partition is assigned once, shares differing by one at most.
 func TestStickyBalancerMovesOnlyWhatItMust(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name    string
 		members []kafka.GroupMember
@@ -74,6 +75,7 @@ func TestStickyBalancerMovesOnlyWhatItMust(t *testing.T) {
 
 // A claim comes back from the user data the member joined with.
 func TestStickyClaimEncoding(t *testing.T) {
+	t.Parallel()
 	b := &stickyBalancer{}
 	b.remember(7, "clicks", []int{3, 1, 4})
 	data, err := b.UserData()
@@ -91,6 +93,7 @@ func TestStickyClaimEncoding(t *testing.T) {
 // partitions), then its replacement joins. The members that stayed give
 // the replacement what they took, and keep what they held before.
 func TestStickyBalancerThroughARollingDeploy(t *testing.T) {
+	t.Parallel()
 	a, b := &stickyBalancer{}, &stickyBalancer{}
 	a.remember(1, "clicks", []int{0, 1})
 	b.remember(1, "clicks", []int{4, 5})

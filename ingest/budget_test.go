@@ -18,6 +18,7 @@ import (
 // With nothing settled, fetching stops at the byte budget, whatever the
 // number of partitions; settling lets the rest through.
 func TestFetchingStopsAtTheByteBudget(t *testing.T) {
+	t.Parallel()
 	brokers := testenv.Kafka(t)
 	topic := testenv.Name("budget")
 	testenv.CreateTopic(t, brokers, topic, 6)
@@ -56,6 +57,7 @@ func TestFetchingStopsAtTheByteBudget(t *testing.T) {
 
 // While fetching waits on the budget, the lag still follows the log.
 func TestLagGrowsWhileFetchingWaits(t *testing.T) {
+	t.Parallel()
 	brokers := testenv.Kafka(t)
 	topic := testenv.Name("lag")
 	testenv.CreateTopic(t, brokers, topic, 1)
@@ -186,6 +188,7 @@ func produceBomb(t *testing.T, brokers []string, topic string) {
 // an empty one, while it costs a kafka.Header and a string: a record of
 // many empty headers held twenty times what the budget counted.
 func TestHeadersAreChargedWhatTheyCost(t *testing.T) {
+	t.Parallel()
 	brokers := testenv.Kafka(t)
 	topic := testenv.Name("headers")
 	testenv.CreateTopic(t, brokers, topic, 1)
@@ -210,6 +213,7 @@ func TestHeadersAreChargedWhatTheyCost(t *testing.T) {
 // that is: the lag probe that reads the log's end now counts as its
 // progress.
 func TestIdlePartitionIsNotStalledByAFullBudget(t *testing.T) {
+	t.Parallel()
 	brokers := testenv.Kafka(t)
 	topic := testenv.Name("fullbudget")
 	testenv.CreateTopic(t, brokers, topic, 2)

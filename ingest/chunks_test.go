@@ -7,6 +7,7 @@ import (
 // A chunk comes back empty, without its messages, and is reused; what is
 // not a chunk is not kept, and the free list keeps at most freeChunks.
 func TestChunksRecycle(t *testing.T) {
+	t.Parallel()
 	c := newChunks()
 	s := c.get()
 	if len(s) != 0 || cap(s) != chunkSize {

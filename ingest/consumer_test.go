@@ -26,6 +26,7 @@ func owned(c *Consumer) []int {
 // Members of a group share the partitions, a member that leaves hands its
 // partitions over, and commits go only through owned partitions.
 func TestConsumerGroupSharesAndCommits(t *testing.T) {
+	t.Parallel()
 	brokers := testenv.Kafka(t)
 	topic, group := testenv.Name("topic"), testenv.Name("group")
 	testenv.CreateTopic(t, brokers, topic, 4)
@@ -109,6 +110,7 @@ func TestConsumerGroupSharesAndCommits(t *testing.T) {
 // next one: the member does not sit without partitions for good. The
 // first SyncGroup answer is emptied to force that assignment.
 func TestEmptyAssignmentIsNotKept(t *testing.T) {
+	t.Parallel()
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "in"))
 	if err != nil {
 		t.Fatal(err)
@@ -148,6 +150,7 @@ func TestEmptyAssignmentIsNotKept(t *testing.T) {
 // start of the generation just begun, so it never started over and grew to
 // 10s: rejoins took 5 to 12s where about 1s is due.
 func TestRebalancesFollowWithoutPause(t *testing.T) {
+	t.Parallel()
 	brokers := testenv.Kafka(t)
 	topic, group := testenv.Name("topic"), testenv.Name("group")
 	testenv.CreateTopic(t, brokers, topic, 4)
@@ -196,6 +199,7 @@ func TestRebalancesFollowWithoutPause(t *testing.T) {
 // second member's arrival alone commits what the first had settled, so
 // the new owners start there rather than from the last periodic commit.
 func TestGenerationEndCommitsSettledOffsets(t *testing.T) {
+	t.Parallel()
 	g := firstMemberFetched(t, 20)
 	g.c1.Settle(g.acks)
 	g.secondJoins(t)
@@ -355,6 +359,7 @@ func (g *endingGeneration) committedToTheEnd(t *testing.T, why string) {
 // joins) moves only its own partitions; the members that stay keep
 // theirs, through both rebalances.
 func TestReplacedMemberMovesOnlyItsPartitions(t *testing.T) {
+	t.Parallel()
 	brokers := testenv.Kafka(t)
 	topic, group := testenv.Name("topic"), testenv.Name("group")
 	testenv.CreateTopic(t, brokers, topic, 6)

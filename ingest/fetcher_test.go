@@ -124,6 +124,7 @@ func (f *failPartition) RoundTrip(ctx context.Context, addr net.Addr, req protoc
 // One partition failing alone is retried alone: the others flow, the
 // generation goes on (no rebalance), and the partition catches up.
 func TestOnePartitionFailingAloneKeepsTheGeneration(t *testing.T) {
+	t.Parallel()
 	brokers := testenv.Kafka(t)
 	topic := testenv.Name("alone")
 	testenv.CreateTopic(t, brokers, topic, 3)
@@ -170,6 +171,7 @@ func TestOnePartitionFailingAloneKeepsTheGeneration(t *testing.T) {
 // topics on demand, so this one runs on an in-process kfake broker started
 // without that (kafka-go's group code is the real one either way).
 func TestMissingInputTopic(t *testing.T) {
+	t.Parallel()
 	cluster, err := inproc.StartKafka(inproc.KafkaOptions{Brokers: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -212,6 +214,7 @@ func TestMissingInputTopic(t *testing.T) {
 // comes once, in offset order, and the commit point reaches the end with
 // the budget empty.
 func TestPollAndSettle(t *testing.T) {
+	t.Parallel()
 	brokers := testenv.Kafka(t)
 	topic := testenv.Name("poll")
 	testenv.CreateTopic(t, brokers, topic, 1)
@@ -289,6 +292,7 @@ func (f *fetchLog) RoundTrip(ctx context.Context, addr net.Addr, req protocol.Me
 // after a fetch that brought nothing, the next is a long poll answered at
 // the first byte.
 func TestFetchGathersWhileMessagesFlow(t *testing.T) {
+	t.Parallel()
 	brokers := testenv.Kafka(t)
 	topic := testenv.Name("gather")
 	testenv.CreateTopic(t, brokers, topic, 1)
@@ -328,6 +332,7 @@ func TestFetchGathersWhileMessagesFlow(t *testing.T) {
 // bomb's partition goes past it, and the idle partition, led by the other
 // broker, is never reported, with a stall timeout of a few long polls.
 func TestIdlePartitionIsNeverConvicted(t *testing.T) {
+	t.Parallel()
 	cluster, err := inproc.StartKafka(inproc.KafkaOptions{Brokers: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -419,6 +424,7 @@ func (l *maxBytesLog) RoundTrip(ctx context.Context, addr net.Addr, req protocol
 // and every round trip brought one batch, until the next rebalance. The
 // estimate now learns from batches read whole and is bounded.
 func TestFetchSizeEstimateStaysBounded(t *testing.T) {
+	t.Parallel()
 	brokers := testenv.Kafka(t)
 	topic := testenv.Name("estimate")
 	testenv.CreateTopic(t, brokers, topic, 1)

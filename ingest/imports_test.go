@@ -10,6 +10,7 @@ import (
 // other way: ingest knows no dead letters, and the Kafka connection
 // settings know neither consumer nor dead letters.
 func TestImportDirection(t *testing.T) {
+	t.Parallel()
 	goTool, err := exec.LookPath("go")
 	if err != nil {
 		t.Skip("no go tool:", err)

@@ -47,6 +47,7 @@ func commitBeyond(t *testing.T, brokers []string, group, topic string, offsets m
 // the log holds, latest skips it, fail stops with the partition and the
 // offsets named. The group's commit follows the new log, even downwards.
 func TestCommittedOffsetOutsideTheLog(t *testing.T) {
+	t.Parallel()
 	brokers := testenv.Kafka(t)
 	for _, policy := range []OffsetReset{ResetEarliest, ResetLatest, ResetFail} {
 		t.Run(policy.String(), func(t *testing.T) {
@@ -130,6 +131,7 @@ func (h *countingHandler) WithGroup(string) slog.Handler { return h }
 // result no one would take: the member froze, in the group, with no error.
 // It must stop with the error. (Two brokers: in-process kfake.)
 func TestResetFailStopsWithPartitionsOnTwoBrokers(t *testing.T) {
+	t.Parallel()
 	cluster, err := inproc.StartKafka(inproc.KafkaOptions{Brokers: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -197,6 +199,7 @@ func (l *lookupFault) RoundTrip(ctx context.Context, addr net.Addr, req protocol
 // and a partition that has not moved for the stall timeout is named by
 // Problem, with the cause, until it moves again.
 func TestOffsetLookupFailuresAreLoud(t *testing.T) {
+	t.Parallel()
 	brokers := testenv.Kafka(t)
 	topic, group := testenv.Name("lookup"), testenv.Name("group")
 	testenv.CreateTopic(t, brokers, topic, 2)
@@ -279,6 +282,7 @@ func TestOffsetLookupFailuresAreLoud(t *testing.T) {
 // was under way (up to the client's 10 s timeout): a spin. The lookup's
 // end wakes the loop; nothing else needs to.
 func TestReadyDoesNotSpinOnLookups(t *testing.T) {
+	t.Parallel()
 	f := &fetcher{parts: []*partition{newPartition(0, nil, -1)}} // its lookup not yet started, no backoff
 	f.parts[0].want = wantBounds
 	if _, wake := f.ready(context.Background(), map[int]bool{}); time.Until(wake) < time.Minute {

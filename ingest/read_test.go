@@ -59,6 +59,7 @@ func crcOf(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 // message's, while the commit moved past the ones before it. It stands for
 // every offset from the partition's position to it.
 func TestUndecodableLegacyWrapperCoversItsMessages(t *testing.T) {
+	t.Parallel()
 	at := time.Date(2026, 4, 30, 9, 0, 0, 0, time.UTC)
 	data := legacyWrapper(t, compress.Zstd, 100,
 		protocol.Record{Time: at, Value: protocol.NewBytes([]byte(`{"event_id":"e1"}`))},
@@ -88,6 +89,7 @@ func TestUndecodableLegacyWrapperCoversItsMessages(t *testing.T) {
 // fetching, at the newest version read here, instead of every fetch being
 // refused.
 func TestFetchVersionHeldToWhatKwireReads(t *testing.T) {
+	t.Parallel()
 	for negotiated, want := range map[int16]int16{kwire.MaxFetchVersion + 2: kwire.MaxFetchVersion, kwire.MaxFetchVersion: kwire.MaxFetchVersion, 7: 7} {
 		r := &fetchRequest{}
 		r.Required(map[protocol.ApiKey]int16{protocol.Fetch: negotiated})

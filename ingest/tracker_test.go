@@ -37,6 +37,7 @@ func byPartition(tr *tracker) map[int]int64 {
 }
 
 func TestTrackerCommitsOnlyDonePrefix(t *testing.T) {
+	t.Parallel()
 	tr := newTracker()
 	e := assign(tr, 0, 1)
 	a := map[int64]Ack{}
@@ -75,6 +76,7 @@ func TestTrackerCommitsOnlyDonePrefix(t *testing.T) {
 // point forwards past messages of the new run that are not done, whatever
 // the earlier run's messages do.
 func TestTrackerRewind(t *testing.T) {
+	t.Parallel()
 	tr := newTracker()
 	e := assign(tr, 0)[0]
 	for off := int64(0); off < 5; off++ {
@@ -108,6 +110,7 @@ func TestTrackerRewind(t *testing.T) {
 // Random completion order: the commit point is always exactly the first
 // offset not done.
 func TestTrackerRandomOrder(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(3, 4))
 	tr := newTracker()
 	e := assign(tr, 7)[7]
@@ -135,6 +138,7 @@ func TestTrackerRandomOrder(t *testing.T) {
 // out of order (as writers do), the commit point is the longest settled
 // prefix, and each batch gives back the bytes it was charged.
 func TestTrackerBatches(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(5, 6))
 	tr := newTracker()
 	e := assign(tr, 3)[3]
@@ -181,6 +185,7 @@ func TestTrackerBatches(t *testing.T) {
 // another member moved its commit forward must not commit the frontier of
 // its earlier assignment, which lies behind and would move the group back.
 func TestTrackerResetForgetsEarlierAssignment(t *testing.T) {
+	t.Parallel()
 	tr := newTracker()
 	e := assign(tr, 5)[5]
 	var late []Ack
@@ -211,6 +216,7 @@ func TestTrackerResetForgetsEarlierAssignment(t *testing.T) {
 // offsets 100..104 were unwritten. Now every message is tracked in the
 // epoch that fetched it, so the interleaving cannot reach the new epoch.
 func TestStaleMessageCannotMoveTheNewAssignment(t *testing.T) {
+	t.Parallel()
 	tr := newTracker()
 	gen1 := tr.Assign(map[int]int64{0: 100})[0]
 	// The rebalance happens between the message's fetch and its tracking.
@@ -237,6 +243,7 @@ func TestStaleMessageCannotMoveTheNewAssignment(t *testing.T) {
 // An offset reset starts an epoch whose commits may go below the old floor:
 // the topic was recreated, and its offsets start over.
 func TestTrackerRestartAllowsALowerCommit(t *testing.T) {
+	t.Parallel()
 	tr := newTracker()
 	e := tr.Assign(map[int]int64{2: 500})[2]
 	tr.Done(tr.Track(e, 500, 0))
@@ -258,6 +265,7 @@ func TestTrackerRestartAllowsALowerCommit(t *testing.T) {
 // Transaction markers are settled at once: a partition whose last record is
 // a marker commits past it.
 func TestTrackerSkipsMarkers(t *testing.T) {
+	t.Parallel()
 	tr := newTracker()
 	e := assign(tr, 0)[0]
 	a := tr.Track(e, 0, 0)
@@ -272,6 +280,7 @@ func TestTrackerSkipsMarkers(t *testing.T) {
 // fetch and their delivery) are dropped by Fetch, not delivered, and their
 // bytes go back to the budget.
 func TestFetchDropsMessagesOfAStaleEpoch(t *testing.T) {
+	t.Parallel()
 	tr := newTracker()
 	c := &Consumer{tracker: tr, budget: &budget{limit: 1 << 20}, fetched: make(chan []Fetched, 2), fatal: make(chan error, 1)}
 	old := assign(tr, 0)[0]
@@ -297,6 +306,7 @@ func TestFetchDropsMessagesOfAStaleEpoch(t *testing.T) {
 // polled (a rebalance between two calls of Fetch) is settled and skipped,
 // as Poll skips it.
 func TestFetchDropsMessagesThatWentStale(t *testing.T) {
+	t.Parallel()
 	tr := newTracker()
 	c := &Consumer{tracker: tr, budget: &budget{limit: 1 << 20}, fetched: make(chan []Fetched, 2), fatal: make(chan error, 1)}
 	old := assign(tr, 0)[0]
@@ -360,6 +370,7 @@ func TestTrackerMemoryWithOneOffsetStuck(t *testing.T) {
 // commit point at its first offset until it is settled, then moves it past
 // its last.
 func TestTrackerRange(t *testing.T) {
+	t.Parallel()
 	tr := newTracker()
 	e := assign(tr, 0)
 	a := tr.Track(e[0], 4, 0)

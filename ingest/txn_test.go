@@ -109,6 +109,7 @@ func transactionalLog(t *testing.T) []byte {
 // handed on. A response whose batches begin before the offset asked for
 // is read for its markers from its first batch.
 func TestReadCommittedSkipsAbortedTransactions(t *testing.T) {
+	t.Parallel()
 	log := transactionalLog(t)
 	first, _, _, _ := kwire.NextBatch(log)
 	cases := []struct {

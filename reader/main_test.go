@@ -3,8 +3,8 @@ package reader
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/cellttl/cellttl/internal/testenv"
 )
 
 // Every goroutine a test starts has ended when the package's tests end.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testenv.Main(m) }

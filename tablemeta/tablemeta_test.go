@@ -11,12 +11,11 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable"
-	"go.uber.org/goleak"
 
 	"github.com/cellttl/cellttl/internal/testenv"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // table makes an event table with the record's family, as worker setup
 // does, deleted when the test ends.

@@ -71,6 +71,7 @@ func metricSum(body, name string) float64 {
 // A scrape of /metrics shows the counters with the values the events call
 // for; /status and /readyz tell the same story.
 func TestMetricsAndStatus(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, tenantsYAML)
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)

@@ -30,6 +30,7 @@ func (e *env) startProcess(t *testing.T, extra ...string) *lab.Process {
 // A worker SIGKILLed mid-stream, twice, and restarted loses no event and
 // writes no cell twice: redelivered events overwrite their own cells.
 func TestCrashRestartLosesNothing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, tenantsYAML)
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)

@@ -33,6 +33,7 @@ func headerOf(m kafka.Message, key string) string {
 // stopped, also across restarts). Now each dead letter is cut to fit, with
 // the original size and SHA-256, and everything is committed.
 func TestDeadLetterAlwaysFits(t *testing.T) {
+	t.Parallel()
 	e := &env{brokers: testenv.Kafka(t), topic: testenv.Name("big"), group: testenv.Name("group"), table: testenv.Name("table")}
 	e.dc, e.ac = testenv.Clients(t)
 	e.tenantsFile = t.TempDir() + "/tenants.yaml"
@@ -130,6 +131,7 @@ func saslEnv(t *testing.T) (e *env, saslArgs []string, acl func(op kafka.ACLOper
 // offset and every later one of its partition uncommitted (nothing lost),
 // good events still written, and all of it resolved once the operator acts.
 func TestDeadLetterTopicPermanentFailures(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		op     kafka.ACLOperationType

@@ -125,6 +125,7 @@ func slicesContain(values [][]byte, v []byte) bool {
 // it is taken within --dlq-check-interval and the letter goes through.
 // With --dlq-accept-unbounded it is used, for letters without payload.
 func TestDeadLetterTopicsThatKeepForeverAreRefused(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		name   string
 		config map[string]string
@@ -206,6 +207,7 @@ func TestDeadLetterTopicsThatKeepForeverAreRefused(t *testing.T) {
 // not be kept by. Read back from the broker: the base topic with
 // --dlq-retention, each class with its own, segments a twelfth of it.
 func TestDeadLetterTopicsCreatedWithTheirRetention(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, tenantsYAML)
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)
@@ -367,6 +369,7 @@ func alterTopic(t *testing.T, brokers []string, topic string, configs map[string
 // for the shorter one past their events. /readyz says so, with the fix,
 // until the keep comes back (or the new one has passed over them).
 func TestDeadLetterTopicKeepGrown(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, tenantsYAML) // its dead-letter topic keeps 30m + 2m + the check
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)
@@ -399,6 +402,7 @@ func TestDeadLetterTopicKeepGrown(t *testing.T) {
 // the real broker, the worker's principal denied DESCRIBE_CONFIGS on the
 // topic while it runs.
 func TestDeadLetterSettingsUnreadableKeepNoPayload(t *testing.T) {
+	t.Parallel()
 	e, saslArgs, acl := saslEnv(t)
 	dlq := testenv.Name("dead")
 	testenv.CreateTopicWith(t, e.brokers, dlq, 1, testenv.DeadLetterConfigs)

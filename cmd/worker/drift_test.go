@@ -19,6 +19,7 @@ import (
 // retime puts the rows back at their own TTL while their ttl cell is
 // there, and the audit is clean again.
 func TestAuditFindsRowsOutlivingTheirOwnTTL(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, fmt.Sprintf(ownTTLTenants, "default-expiration"))
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)

@@ -60,6 +60,7 @@ func TestEnvironmentVariables(t *testing.T) {
 // A command offers the flags of the groups it uses, not every flag of the
 // worker's.
 func TestCommandsRegisterOnlyTheirGroups(t *testing.T) {
+	t.Parallel()
 	names := func(cmd string) map[string]bool {
 		f := commandTable()[cmd]().flags(&bytes.Buffer{})
 		set := map[string]bool{}

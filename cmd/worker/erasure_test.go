@@ -33,6 +33,7 @@ import (
 // receipt lists both passes and the stores forget cannot reach, and
 // worker audit is clean until a row of U is planted, then exits 1.
 func TestForgottenUserStaysForgotten(t *testing.T) {
+	t.Parallel()
 	const (
 		unlisted = "default_ttl: 2d\nunlisted_tenants: dead-letter\ntenants:\n  globex: 1h\n"
 		listed   = "default_ttl: 2d\nunlisted_tenants: dead-letter\ntenants:\n  globex: 1h\n  acme: 3h\n"
@@ -197,6 +198,7 @@ func TestForgottenUserStaysForgotten(t *testing.T) {
 // --allow-empty; --requested-by is required; ids come one per line from
 // --users-from, and a bad one is named by its line, not its value.
 func TestForgetWithoutRows(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, tenantsYAML)
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)

@@ -26,6 +26,7 @@ import (
 // record of another topic, is not trusted; with a letter key, neither is
 // an unsigned letter, while the worker's signed letters are written.
 func TestForgedLettersBuyNothing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "default_ttl: 2d\nunlisted_tenants: dead-letter\ntenants:\n  acme: 1h\n")
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)

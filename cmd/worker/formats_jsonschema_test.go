@@ -14,6 +14,7 @@ import (
 // a producer without the serializer would write), of an unknown id or not
 // JSON after the framing is dead-lettered with its class.
 func TestJSONSchemaThroughTheRegistry(t *testing.T) {
+	t.Parallel()
 	f := startFormatTest(t, "json-schema", "--user-from", "json:user.id", "--event-time-format", "auto")
 	at := time.Now().Add(-5 * time.Minute).Truncate(time.Second).Add(123456789 * time.Nanosecond)
 	f.produce(t, 1, 4, "v1", at)

@@ -21,6 +21,7 @@ import (
 // not have, or not decoding (Apicurio's own serializer's among them, which
 // does not write the indexes) are dead-lettered with their classes.
 func TestProtobufThroughTheRegistry(t *testing.T) {
+	t.Parallel()
 	f := startFormatTest(t, "protobuf", "--tenant-from", "json:context.tenant", "--user-from", "json:context.user")
 	at := time.Now().Add(-5 * time.Minute).Truncate(time.Second).Add(123456789 * time.Nanosecond)
 	f.produce(t, 1, 4, "v1", at)

@@ -252,6 +252,7 @@ func unknownID(payload []byte) []byte {
 // the framing, of an unknown id or not decoding with their schema are
 // dead-lettered with their classes.
 func TestAvroThroughTheRegistry(t *testing.T) {
+	t.Parallel()
 	f := startFormatTest(t, "avro", "--user-from", "json:user.id")
 	at := time.Now().Add(-5 * time.Minute).Truncate(time.Millisecond)
 	f.produce(t, 1, 4, "v1", at)

@@ -21,6 +21,7 @@ import (
 // dead-lettered), /readyz names both rules, and once the rule is set back
 // the waiting events are written.
 func TestGCRuleChangedUnderTheWorker(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, tenantsYAML)
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)

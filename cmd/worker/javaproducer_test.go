@@ -143,6 +143,7 @@ func partitionStatus(t *testing.T, base string, id int) (lag, committed, lastSta
 // held-back records as unstable lag, its lag and committed offset at the
 // last stable offset; once the transaction commits, all of them land.
 func TestJavaProducerTransactions(t *testing.T) {
+	t.Parallel()
 	lib := javaLib(t)
 	e := newEnv(t, tenantsYAML)
 	if out, err := e.cmd(t, "setup"); err != nil {
@@ -241,6 +242,7 @@ func (e *env) openTransaction(t *testing.T, lib string, k int) (release func(out
 // of up to 256 KiB, each record with headers: every event lands once,
 // nothing is dead-lettered, every offset is committed.
 func TestJavaProducerCodecs(t *testing.T) {
+	t.Parallel()
 	lib := javaLib(t)
 	e := newEnv(t, tenantsYAML)
 	if out, err := e.cmd(t, "setup"); err != nil {

@@ -12,6 +12,7 @@ import (
 // directory entry ending in / covers those under it), and nothing that is
 // not there.
 func TestLayoutTableMatchesTheTree(t *testing.T) {
+	t.Parallel()
 	doc, err := os.ReadFile("../../docs/design.md")
 	if err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 // with that flag it creates one and its output warns that the erasures
 // recorded before are lost and what to do.
 func TestLedgerIsNeverSilentlyReplaced(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, tenantsYAML)
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)
@@ -64,6 +65,7 @@ func TestLedgerIsNeverSilentlyReplaced(t *testing.T) {
 // On a table without events there is nothing a lost ledger could let
 // back: setup creates the ledger without the flag.
 func TestSetupCreatesLedgerOverEmptyTable(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, tenantsYAML)
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)
@@ -80,6 +82,7 @@ func TestSetupCreatesLedgerOverEmptyTable(t *testing.T) {
 // The missing-ledger error every command prints says what setup will and
 // will not do, and the flag with its consequence.
 func TestMissingLedgerErrorSaysWhatToDo(t *testing.T) {
+	t.Parallel()
 	msg := erasure.ErrMissing.Error()
 	for _, want := range []string{"does not exist", "worker setup", "holds events", "--new-erasure-ledger", "lost", "worker forget"} {
 		if !strings.Contains(msg, want) {
@@ -92,6 +95,7 @@ func TestMissingLedgerErrorSaysWhatToDo(t *testing.T) {
 // with another --family (a new family for a new layout) over a table
 // whose events sit in the old one still refuses to make an empty ledger.
 func TestLedgerGuardSeesEveryFamily(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, tenantsYAML)
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)
@@ -112,6 +116,7 @@ func TestLedgerGuardSeesEveryFamily(t *testing.T) {
 // and says how many records, and a worker starting after reads them from
 // the index. Setup again indexes nothing.
 func TestSetupIndexesALedgerOfAnEarlierRelease(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, tenantsYAML)
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)

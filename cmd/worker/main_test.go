@@ -3,9 +3,9 @@ package main
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/cellttl/cellttl/internal/testenv"
 )
 
 // Every goroutine a test starts, the worker's included, has ended when the
 // package's tests end.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testenv.Main(m) }

@@ -18,6 +18,7 @@ import (
 // worker with configuration alone, and get the contract's rows and cells:
 // the same keys, timestamps and reads as if their events did.
 func TestMappedEventsLandPerContract(t *testing.T) {
+	t.Parallel()
 	occurred := time.Now().Add(-10 * time.Minute).Truncate(time.Millisecond)
 	type sent struct {
 		tenant, user, id string

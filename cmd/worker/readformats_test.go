@@ -39,6 +39,7 @@ import (
 // indexes: the worker cannot read its values), under schemas registered
 // through the registry's Confluent-compatible API.
 func TestReadDecodesThroughTheRegistry(t *testing.T) {
+	t.Parallel()
 	ccompat, _ := registryEnv(t)
 	for _, format := range []string{"avro", "protobuf", "json-schema"} {
 		t.Run(format, func(t *testing.T) {

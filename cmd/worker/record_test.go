@@ -44,6 +44,7 @@ func (e *env) record(t *testing.T) tablemeta.Record {
 // and writes nothing; with --ttl-from-change the new setting is recorded
 // after the first (when, by whom), and the old one is then refused.
 func TestTTLFromDriftIsRefused(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, fmt.Sprintf(ownTTLTenants, "default-expiration"))
 	if out, err := e.cmd(t, "setup"); err != nil || !strings.Contains(out, "workers record the --ttl-from") {
 		t.Fatalf("setup: %v\n%s", err, out)
@@ -94,6 +95,7 @@ func TestTTLFromDriftIsRefused(t *testing.T) {
 // On a table set up before the record came, a worker refuses to start and
 // says to run setup, which adds the family.
 func TestWorkerRefusesWithoutTheRecordFamily(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, tenantsYAML)
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)
@@ -114,6 +116,7 @@ func TestWorkerRefusesWithoutTheRecordFamily(t *testing.T) {
 // version, naming both and the flag that overrides, and its receipt says
 // what it checked.
 func TestForgetChecksTheWorkersTenantsVersion(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, tenantsYAML)
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)

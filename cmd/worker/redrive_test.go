@@ -33,6 +33,7 @@ import (
 // unlisted bound shorter than the topic's keep) are read back from the
 // input topic.
 func TestRedriveFixedEvent(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		name, bound string
 	}{{"with payload", "2d"}, {"without payload", "20m"}} {

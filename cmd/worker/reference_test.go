@@ -54,6 +54,7 @@ var commands = []string{"run", "setup", "check", "read", "retime", "migrate", "f
 // Every command's flags, with their environment variables and defaults,
 // as the command prints them.
 func TestReference(t *testing.T) {
+	t.Parallel()
 	var b strings.Builder
 	b.WriteString("# Flags and environment variables\n\n")
 	b.WriteString("Generated from each command's own `--help` by `" + updateReference + "=1 go test ./cmd/worker\n-run TestReference`; `make test` fails when this file is stale. A flag\ngiven on the command line wins over its environment variable, which wins\nover the default. Durations take days (`2d`, `1d12h`) besides Go's units;\nsizes take units (`64MiB`, `8MB`, `512KiB`) besides a number of bytes.\n\n")

@@ -19,6 +19,7 @@ import (
 // to events processed after the reload, a broken edit and a default_ttl
 // edit are refused, and through all of it nothing is lost.
 func TestLiveTenantEdits(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, tenantsYAML)
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)
@@ -79,6 +80,7 @@ func TestLiveTenantEdits(t *testing.T) {
 }
 
 func TestCheckExplainsEdits(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, tenantsYAML)
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)
@@ -141,6 +143,7 @@ func TestCheckWithoutBigtable(t *testing.T) {
 // A table not created yet needs worker setup, not a GC rule change: check
 // said "needs the family's GC rule changed" (exit 1) before the first setup.
 func TestCheckBeforeSetup(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, tenantsYAML)
 	out, err := e.cmd(t, "check")
 	if err != nil || !strings.Contains(out, "does not exist yet; `worker setup` creates it") || strings.Contains(out, "needs the family's GC rule changed") {
@@ -151,6 +154,7 @@ func TestCheckBeforeSetup(t *testing.T) {
 // worker check says what becomes of the events of tenants the file does
 // not list, and what an edit of the policy changes.
 func TestCheckShowsUnlistedPolicy(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	before, after := filepath.Join(dir, "before.yaml"), filepath.Join(dir, "after.yaml")
 	if err := os.WriteFile(before, []byte("default_ttl: 2d\ntenants:\n  acme: 1h\n  globex: 3d\n"), 0o644); err != nil {

@@ -19,6 +19,7 @@ import (
 // emulator cannot show: a second cluster that lags (see the package
 // tests of retention/forget, which stand one in).
 func TestForgetReceiptSaysReplication(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, tenantsYAML)
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)

@@ -82,6 +82,7 @@ func timestamps(t *testing.T, e *env) map[string][]int64 {
 // An operator shortens acme's TTL, audits, plans, re-times (killed part-way
 // and resumed), audits again, and erases a user.
 func TestRetentionCommands(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, tenantsYAML)
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)
@@ -178,6 +179,7 @@ func TestRetentionCommands(t *testing.T) {
 // event with its own TTL moves too), after which every cell
 // follows the new file; a second run has nothing left to do.
 func TestMigrateCommand(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, tenantsYAML)
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)
@@ -224,6 +226,7 @@ func TestMigrateCommand(t *testing.T) {
 // The same migration shared by two processes: each re-timing step in two
 // shards, the GC step once; together they re-time every row once.
 func TestMigrateInShards(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, tenantsYAML)
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)
@@ -269,6 +272,7 @@ func TestMigrateInShards(t *testing.T) {
 // old file and events keep coming; when retime is done and the worker has
 // caught up, every cell follows the new file.
 func TestRetimeRacingAWorker(t *testing.T) {
+	t.Parallel()
 	longer := strings.Replace(tenantsYAML, "acme: 1h", "acme: 3h", 1)
 	e := newEnv(t, longer)
 	if out, err := e.cmd(t, "setup"); err != nil {
@@ -318,6 +322,7 @@ func TestRetimeRacingAWorker(t *testing.T) {
 // retime and migrate declare their shared flags once and check them the
 // same way: migrate accepted a negative --rows-per-second.
 func TestSharedRetentionFlags(t *testing.T) {
+	t.Parallel()
 	old := filepath.Join(t.TempDir(), "old.yaml")
 	if err := os.WriteFile(old, []byte(tenantsYAML), 0o644); err != nil {
 		t.Fatal(err)

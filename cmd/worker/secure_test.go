@@ -16,6 +16,7 @@ import (
 // The worker consumes and dead-letters through a SASL listener of the real
 // broker, with each mechanism, and gets nowhere with a wrong password.
 func TestSASL(t *testing.T) {
+	t.Parallel()
 	saslBrokers := os.Getenv("TESTENV_SASL_BROKERS")
 	if saslBrokers == "" {
 		t.Skip("needs the SASL listener of scripts/services.sh (make test starts it)")
@@ -124,6 +125,7 @@ func tlsListener(t *testing.T, envVar string) (addr string, pem func(name string
 // The worker consumes and dead-letters through a TLS listener that
 // verifies no client, trusting the test CA.
 func TestTLS(t *testing.T) {
+	t.Parallel()
 	addr, pem := tlsListener(t, "TESTENV_TLS_BROKERS")
 	consumeThrough(t, addr, "--kafka-tls", "--kafka-tls-ca", pem("ca.pem"))
 }
@@ -131,6 +133,7 @@ func TestTLS(t *testing.T) {
 // The same through a listener that requires a client certificate of its
 // CA (ssl.client.auth=required).
 func TestTLSMutual(t *testing.T) {
+	t.Parallel()
 	addr, pem := tlsListener(t, "TESTENV_MTLS_BROKERS")
 	consumeThrough(t, addr, "--kafka-tls", "--kafka-tls-ca", pem("ca.pem"),
 		"--kafka-tls-cert", pem("client.pem"), "--kafka-tls-key", pem("client-key.pem"))
@@ -138,6 +141,7 @@ func TestTLSMutual(t *testing.T) {
 
 // The same through SASL over TLS, with SCRAM-SHA-512.
 func TestSASLSSL(t *testing.T) {
+	t.Parallel()
 	addr, pem := tlsListener(t, "TESTENV_SASL_SSL_BROKERS")
 	user, password := os.Getenv("TESTENV_SASL_USERNAME"), os.Getenv("TESTENV_SASL_PASSWORD")
 	logs := consumeThrough(t, addr, "--kafka-tls", "--kafka-tls-ca", pem("ca.pem"),
@@ -181,6 +185,7 @@ func refusedAtStartup(t *testing.T, addr, want string, flags ...string) {
 // A broker certificate of a CA the worker does not trust: start-up fails
 // at once, naming the broker and the reason.
 func TestTLSWrongCA(t *testing.T) {
+	t.Parallel()
 	addr, pem := tlsListener(t, "TESTENV_TLS_BROKERS")
 	refusedAtStartup(t, addr,
 		"refusing to start: Kafka broker "+addr+": TLS handshake: tls: failed to verify certificate: x509: certificate signed by unknown authority",
@@ -190,6 +195,7 @@ func TestTLSWrongCA(t *testing.T) {
 // A client certificate the mutual-TLS listener refuses, expired though of
 // the right CA: start-up fails at once, naming the broker and the reason.
 func TestTLSExpiredClientCert(t *testing.T) {
+	t.Parallel()
 	addr, pem := tlsListener(t, "TESTENV_MTLS_BROKERS")
 	refusedAtStartup(t, addr,
 		"refusing to start: Kafka broker "+addr+": TLS handshake: remote error: tls: ",

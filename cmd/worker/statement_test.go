@@ -20,6 +20,7 @@ import (
 // reports no breach and exits 0; with one breach planted in each store it
 // can see, it names each one and exits 1.
 func TestRetentionStatement(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "default_ttl: 2d\ntenants:\n  acme: 1h\n  globex: {ttl: 3d, min_ttl: 2h}\n")
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)

@@ -14,6 +14,7 @@ import (
 // limit=), each page's next the after= of the following, every tenant
 // once, the counted ones too.
 func TestStatusTenantsArePaged(t *testing.T) {
+	t.Parallel()
 	var file strings.Builder
 	file.WriteString("default_ttl: 2d\ntenants:\n")
 	for i := range 2500 {

@@ -15,6 +15,7 @@ import (
 // worker says so in its log and /status, and with --strict-retention
 // refuses to start until the topic bounds them within --max-clock-skew.
 func TestFutureRecordTimestamps(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, tenantsYAML) // the input topic with the broker's defaults: unbounded
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)

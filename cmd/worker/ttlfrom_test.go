@@ -50,6 +50,7 @@ var ownTTLEvents = []ownTTLEvent{
 // by tenant and bound; an unreadable TTL is dead-lettered with its reason
 // and field; worker read shows each event's TTL and where it came from.
 func TestOwnTTLsLandPerContract(t *testing.T) {
+	t.Parallel()
 	for _, strategy := range []string{"default-expiration", "one-second"} {
 		for _, from := range []string{"json:ttl", "header:x-ttl"} {
 			t.Run(strategy+"/"+from, func(t *testing.T) { testOwnTTLs(t, strategy, from) })
@@ -203,6 +204,7 @@ func testOwnTTLs(t *testing.T, strategy, from string) {
 // differently move to the TTL the bounds now allow (their ttl cell with
 // them), and rows of the tenant's TTL follow the new TTL.
 func TestRetimeAfterATenantEditKeepsOwnTTLs(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, fmt.Sprintf(ownTTLTenants, "default-expiration"))
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)

@@ -19,6 +19,7 @@ import (
 // label (a producer sending random ids must not grow the series), and /status
 // names the most frequent ids, the misspelling first, ten at most.
 func TestUnlistedTenants(t *testing.T) {
+	t.Parallel()
 	for _, policy := range []string{"default_ttl", "dead-letter"} {
 		t.Run(policy, func(t *testing.T) { testUnlisted(t, policy) })
 	}

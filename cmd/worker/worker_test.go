@@ -47,6 +47,7 @@ func (c click) bytes() []byte {
 }
 
 func TestEventsLandPerContract(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, tenantsYAML)
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)
@@ -131,6 +132,7 @@ func TestEventsLandPerContract(t *testing.T) {
 // after a crash, land in the same rows with the same cells: nothing about
 // an event depends on when it is processed, not even a clamped time.
 func TestReplayWritesTheSameCells(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, tenantsYAML)
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)
@@ -195,6 +197,7 @@ func recordTime(t *testing.T, e *env, eventID string) time.Time {
 }
 
 func TestBadEventsGoToDeadLetterTopic(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, tenantsYAML)
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)
@@ -251,6 +254,7 @@ func TestBadEventsGoToDeadLetterTopic(t *testing.T) {
 }
 
 func TestStartupRefusesGCRuleMismatch(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, tenantsYAML)
 	out, err := e.cmd(t, "run")
 	if err == nil || !strings.Contains(err.Error(), "worker setup") {
@@ -280,6 +284,7 @@ func TestStartupRefusesGCRuleMismatch(t *testing.T) {
 }
 
 func TestBadTenantsFileFailsStartup(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "default_ttl: 2d\ntenants:\n  acme: 0s\n")
 	_, err := e.cmd(t, "run")
 	if err == nil || !strings.Contains(err.Error(), "line 3") || !strings.Contains(err.Error(), `"0s"`) {
@@ -290,6 +295,7 @@ func TestBadTenantsFileFailsStartup(t *testing.T) {
 // Events produced by Kafka's own console producer, a client independent of
 // the worker's, land per the contract.
 func TestIndependentProducer(t *testing.T) {
+	t.Parallel()
 	lib := os.Getenv("TESTENV_KAFKA_LIB")
 	if lib == "" {
 		t.Skip("needs the Kafka tools of scripts/services.sh (make test runs it)")
@@ -322,6 +328,7 @@ func TestIndependentProducer(t *testing.T) {
 }
 
 func TestDrainOnStop(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, tenantsYAML)
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)
@@ -377,6 +384,7 @@ func eventIDs(rows map[string]bigtable.Row) map[string]bool {
 }
 
 func TestReadCommand(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, tenantsYAML)
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)

@@ -17,7 +17,6 @@ import (
 
 	"github.com/hamba/avro/v2"
 	"github.com/twmb/franz-go/pkg/sr"
-	"go.uber.org/goleak"
 
 	"github.com/cellttl/cellttl/event"
 	"github.com/cellttl/cellttl/internal/testenv"
@@ -25,7 +24,7 @@ import (
 
 // Every goroutine a test starts (the registry client's connections among
 // them) has ended when the package's tests end.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // fake is a Confluent-compatible registry's read API: schemas by id,
 // subjects' versions (what references name), with faults to order.

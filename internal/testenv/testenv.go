@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"cloud.google.com/go/bigtable"
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
+	"go.uber.org/goleak"
 
 	"github.com/cellttl/cellttl/internal/inproc"
 	"github.com/cellttl/cellttl/internal/lab"
@@ -47,21 +49,62 @@ func Kafka(t testing.TB) []string {
 }
 
 // Bigtable points BIGTABLE_EMULATOR_HOST at an emulator, the configured one
-// or an in-process bttest server, and returns its address.
+// or an in-process bttest server, and returns its address. The in-process
+// server is one per test binary, started by the first test that asks and
+// set in the process's environment for good: tests running in parallel
+// share it (each on tables of its own), and t.Setenv, which a parallel
+// test may not call, is not needed.
 func Bigtable(t testing.TB) string {
 	t.Helper()
 	if addr := os.Getenv("BIGTABLE_EMULATOR_HOST"); addr != "" {
 		t.Logf("Bigtable: emulator at %s", addr)
 		return addr
 	}
-	bt, err := inproc.StartBigtable(inproc.BigtableOptions{})
-	if err != nil {
+	inprocBigtable.once.Do(func() {
+		bt, err := inproc.StartBigtable(inproc.BigtableOptions{})
+		if err != nil {
+			inprocBigtable.err = err
+			return
+		}
+		inprocBigtable.bt, inprocBigtable.addr = bt, bt.Addr()
+		inprocBigtable.err = os.Setenv("BIGTABLE_EMULATOR_HOST", bt.Addr())
+	})
+	if inprocBigtable.err != nil {
+		t.Fatal(inprocBigtable.err)
+	}
+	// A test's t.Setenv of the variable, ended since, restored it to
+	// empty: set it again.
+	if err := os.Setenv("BIGTABLE_EMULATOR_HOST", inprocBigtable.addr); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(bt.Close)
-	t.Setenv("BIGTABLE_EMULATOR_HOST", bt.Addr())
-	t.Logf("Bigtable: in-process bttest at %s (set BIGTABLE_EMULATOR_HOST for the emulator binary)", bt.Addr())
-	return bt.Addr()
+	t.Logf("Bigtable: in-process bttest at %s, shared by the package's tests (set BIGTABLE_EMULATOR_HOST for the emulator binary)", inprocBigtable.addr)
+	return inprocBigtable.addr
+}
+
+// inprocBigtable is the test binary's in-process emulator, when no real one
+// is configured; Main stops it once every test has run.
+var inprocBigtable struct {
+	once sync.Once
+	bt   *inproc.Bigtable
+	addr string
+	err  error
+}
+
+// Main runs a package's tests, stops the in-process services they shared,
+// then checks that every goroutine a test started has ended (goleak): the
+// TestMain of a package whose tests use this kit.
+func Main(m *testing.M) { goleak.VerifyTestMain(sharedServices{m}) }
+
+// sharedServices runs the tests, then stops the shared in-process
+// services, before goleak looks for goroutines left behind.
+type sharedServices struct{ m *testing.M }
+
+func (s sharedServices) Run() int {
+	code := s.m.Run()
+	if bt := inprocBigtable.bt; bt != nil {
+		bt.Close()
+	}
+	return code
 }
 
 var seq atomic.Int64

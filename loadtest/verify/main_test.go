@@ -4,9 +4,9 @@ import (
 	"log/slog"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/cellttl/cellttl/internal/testenv"
 )
 
 var quietLog = slog.New(slog.DiscardHandler)
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testenv.Main(m) }
