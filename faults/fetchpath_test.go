@@ -91,7 +91,7 @@ func TestStuckOffsetMemory(t *testing.T) {
 	peak := peakRSS(ctx, w.Pid(), 100*time.Millisecond)
 	defer func() { t.Logf("worker's peak RSS %d MiB", peak.Load()>>20) }() // also when the test fails
 	go s.watchLag(ctx, partitions)
-	n := size(400_000, 3_000_000)
+	n := size(150_000, 3_000_000)
 	s.produce(ctx, n, 20_000)
 	s.faults++
 	// Fetching goes on past the stuck offsets: every good event is

@@ -9,9 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -560,20 +561,56 @@ func (a aclAdmin) deny(t *testing.T, user, topic string, add bool) {
 	}
 }
 
-// tcpActiveOpens is the machine's count of TCP connections opened.
-func tcpActiveOpens(t *testing.T) int64 {
-	out, err := exec.Command("nstat", "-az", "TcpActiveOpens").Output()
-	if err != nil {
-		t.Fatalf("nstat: %v", err)
-	}
-	for _, line := range strings.Split(string(out), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "TcpActiveOpens" {
-			n, _ := strconv.ParseInt(f[1], 10, 64)
-			return n
+// connections lists the TCP connections of the machine with one end on
+// one of ports (the services a worker talks to), by the port of the other
+// end: every connection opened to those services, whoever closed it, stays
+// listed for a minute after it closed (TIME_WAIT), so a connection that
+// lived a millisecond is seen as well as one that stays. Connections to
+// other services (another suite's broker) are not counted.
+func connections(t *testing.T, ports map[int]bool) map[int]bool {
+	t.Helper()
+	seen := map[int]bool{}
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			fs := strings.Fields(line)
+			if len(fs) < 4 || fs[3] == "0A" { // listening
+				continue
+			}
+			local, remote := hexPort(fs[1]), hexPort(fs[2])
+			switch {
+			case ports[remote]:
+				seen[local] = true
+			case ports[local]:
+				seen[remote] = true
+			}
 		}
 	}
-	t.Fatalf("nstat: no TcpActiveOpens in %q", out)
-	return 0
+	return seen
+}
+
+// hexPort is the port of a /proc/net/tcp address ("0100007F:1F90").
+func hexPort(addr string) int {
+	_, p, _ := strings.Cut(addr, ":")
+	n, _ := strconv.ParseInt(p, 16, 32)
+	return int(n)
+}
+
+// portOf is the port of a host:port address.
+func portOf(t *testing.T, addr string) int {
+	t.Helper()
+	_, p, err := net.SplitHostPort(addr)
+	n, err2 := strconv.Atoi(p)
+	if err != nil || err2 != nil {
+		t.Fatalf("no port in %q", addr)
+	}
+	return n
 }
 
 // ensureCoordinator waits until a group coordinator answers for group, so
@@ -589,5 +626,26 @@ func ensureCoordinator(t *testing.T, brokers []string, group string) {
 			err = res.Error
 		}
 		return err == nil, fmt.Sprintf("no coordinator for group %s: %v", group, err)
+	})
+}
+
+// waitInSync waits until broker node is in the in-sync replicas of every
+// partition of topic: a broker started again has caught up.
+func waitInSync(t *testing.T, brokers []string, topic string, node int) {
+	t.Helper()
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	c := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: tr, Timeout: 10 * time.Second}
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		md, err := c.Metadata(context.Background(), &kafka.MetadataRequest{Topics: []string{topic}})
+		if err != nil || len(md.Topics) != 1 {
+			return false, fmt.Sprintf("metadata of %s: %v", topic, err)
+		}
+		for _, p := range md.Topics[0].Partitions {
+			if !slices.ContainsFunc(p.Isr, func(b kafka.Broker) bool { return b.ID == node }) {
+				return false, fmt.Sprintf("broker %d not in sync for %s/%d", node, topic, p.ID)
+			}
+		}
+		return true, ""
 	})
 }

@@ -82,11 +82,17 @@ func TestBigtableRefusesWholeRequests(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	go s.watchLag(ctx, partitions)
-	// Events flow through all five windows (at most 10s each) and after.
+	// Every code is an outage for the writer (sink's tests try each
+	// against a proxy); the short form takes two of them end to end, the
+	// long form all five. Events flow through every window (at most 10s
+	// each) and after.
+	codesToTry := []codes.Code{codes.InvalidArgument, codes.PermissionDenied}
+	if full() {
+		codesToTry = []codes.Code{codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange, codes.PermissionDenied, codes.NotFound}
+	}
 	rate := 1000
-	n := rate * 60
+	n := rate * (10 + 12*len(codesToTry))
 	wait := background(func() { s.produce(ctx, n, rate) })
-	codesToTry := []codes.Code{codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange, codes.PermissionDenied, codes.NotFound}
 	time.Sleep(2 * time.Second)
 	for _, code := range codesToTry {
 		var refused atomic.Int64
@@ -110,7 +116,7 @@ func TestBigtableRefusesWholeRequests(t *testing.T) {
 	stop()
 	s.term(w)
 	s.check("bigtable-whole-request-refusals", partitions, recovery,
-		"every MutateRows refused for 4s with InvalidArgument, FailedPrecondition, OutOfRange, PermissionDenied, NotFound in turn (a proxy in front of the emulator)")
+		fmt.Sprintf("every MutateRows refused for 4s with %v in turn (a proxy in front of the emulator)", codesToTry))
 }
 
 // tenants.yaml rewritten in place, slowly, line by line, while events flow:
@@ -272,7 +278,7 @@ func TestMemoryUnderBacklog(t *testing.T) {
 			// A backlog of three times the bound.
 			n := max(50, 3*bound/(sh.size+256))
 			s.produce(ctx, n, max(200, 20<<20/(sh.size+256)))
-			time.Sleep(10 * time.Second) // the budget fills and stays full
+			time.Sleep(time.Duration(size(5, 10)) * time.Second) // the budget fills and stays full
 			s.logf("bigtable back; peak RSS so far %d MiB", peak.Load()>>20)
 			thaw(t, proxy)
 			s.faults++
@@ -306,16 +312,25 @@ func TestNoConnectionChurn(t *testing.T) {
 	s.produce(ctx, 1000, 5000)
 	s.settle(partitions, time.Minute)
 	time.Sleep(2 * time.Second)
-	before := tcpActiveOpens(t)
-	time.Sleep(20 * time.Second)
-	opened := tcpActiveOpens(t) - before
-	t.Logf("TCP connections opened on the machine in 20s with the worker idle on %d partitions: %d", partitions, opened)
+	// The connections to the broker and the emulator, kept or opened while
+	// the worker idles (the suite itself reads nothing meanwhile).
+	ports := map[int]bool{portOf(t, s.brokers[0]): true, portOf(t, os.Getenv("BIGTABLE_EMULATOR_HOST")): true}
+	before := connections(t, ports)
+	window := time.Duration(size(10, 20)) * time.Second
+	time.Sleep(window)
+	opened := 0
+	for port := range connections(t, ports) {
+		if !before[port] {
+			opened++
+		}
+	}
+	t.Logf("TCP connections opened to the broker and the emulator in %s with the worker idle on %d partitions: %d", window, partitions, opened)
 	s.term(w)
 	v := s.judge(s.observe(partitions))
-	v.Scenario, v.Notes = "no-connection-churn", fmt.Sprintf("1 worker idle on %d partitions for 20s: %d TCP connections opened on the whole machine", partitions, opened)
+	v.Scenario, v.Notes = "no-connection-churn", fmt.Sprintf("1 worker idle on %d partitions for %s: %d TCP connections opened to the broker and the emulator", partitions, window, opened)
 	s.record(v)
-	if opened > 10 {
-		t.Errorf("%d TCP connections opened in 20s by an idle worker on %d partitions", opened, partitions)
+	if limit := int(window / (2 * time.Second)); opened > limit {
+		t.Errorf("%d TCP connections opened in %s by an idle worker on %d partitions (at most %d)", opened, window, partitions, limit)
 	}
 }
 
@@ -364,10 +379,10 @@ func TestLeaderChanges(t *testing.T) {
 	services(t, "kafka2-kill")
 	s.logf("broker 2 SIGKILLed: its partitions' leadership moves to broker 1")
 	s.faults++
-	time.Sleep(8 * time.Second)
+	time.Sleep(time.Duration(size(4, 8)) * time.Second)
 	services(t, "kafka2-start")
 	s.logf("broker 2 back")
-	time.Sleep(10 * time.Second) // it catches up into the in-sync replicas
+	waitInSync(t, s.brokers, s.topic, 2)
 	services(t, "elect-preferred")
 	s.logf("preferred leader election: leadership back to broker 2")
 	s.faults++

@@ -4,7 +4,7 @@
 # Google's Bigtable emulator and Apicurio Registry (from Maven Central too),
 # whose Confluent-compatible API the schema-registry value formats read.
 #
-#   scripts/services.sh start   # prints the environment to export
+#   scripts/services.sh start [--no-registry]   # prints the environment to export
 #   scripts/services.sh stop
 #   scripts/services.sh env     # the environment of the running services
 #   scripts/services.sh kafka-kill | kafka-start   # crash and restart the broker
@@ -378,8 +378,10 @@ print_env() {
 	echo "export TESTENV_SERVICES_DIR='$dir'"
 	# The registry's Confluent-compatible API, and the classpath of
 	# Apicurio's Java serializers for the tests' independent producers.
-	echo "export TESTENV_SCHEMA_REGISTRY_URL=$(cat "$dir/registry.url")"
-	echo "export TESTENV_SERDES_LIB='$serdes_lib'"
+	if [ -f "$dir/registry.url" ]; then
+		echo "export TESTENV_SCHEMA_REGISTRY_URL=$(cat "$dir/registry.url")"
+		echo "export TESTENV_SERDES_LIB='$serdes_lib'"
+	fi
 }
 
 stop_one() { # name
@@ -396,13 +398,17 @@ stop_one() { # name
 
 case "${1:-}" in
 start)
+	# --no-registry: Kafka and the emulator alone (the fault suite's own
+	# services need no schema registry).
+	registry=yes
+	[ "${2:-}" = --no-registry ] && registry=no
 	"$0" stop
 	rm -rf "$dir"
 	mkdir -p "$dir"
 	start_emulator
-	launch_registry
+	if [ $registry = yes ]; then launch_registry; fi
 	start_kafka
-	wait_registry
+	if [ $registry = yes ]; then wait_registry; fi
 	print_env | tee "$dir/env"
 	;;
 stop)
@@ -443,7 +449,7 @@ java-home)
 	newest_jdk 21
 	;;
 *)
-	echo "usage: $0 start|stop|env|kafka-kill|kafka-start|kafka2-start|kafka2-kill|kafka2-stop|elect-preferred|java-home" >&2
+	echo "usage: $0 start [--no-registry]|stop|env|kafka-kill|kafka-start|kafka2-start|kafka2-kill|kafka2-stop|elect-preferred|java-home" >&2
 	exit 2
 	;;
 esac
