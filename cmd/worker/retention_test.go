@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,8 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -171,173 +168,5 @@ func TestRetentionCommands(t *testing.T) {
 	}
 	if _, err := e.cmd(t, "retime"); codeOf(err) != 2 {
 		t.Errorf("retime without --tenant: exit %d", codeOf(err))
-	}
-}
-
-// worker migrate raises default_ttl on a table with data: a plan first,
-// then the GC rule and the cells (every row is read: an unlisted tenant's
-// event with its own TTL moves too), after which every cell
-// follows the new file; a second run has nothing left to do.
-func TestMigrateCommand(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, tenantsYAML)
-	if out, err := e.cmd(t, "setup"); err != nil {
-		t.Fatalf("setup: %v\n%s", err, out)
-	}
-	seedRows(t, e, tenantsYAML, "acme", 50)
-	seedRows(t, e, tenantsYAML, "globex", 50)
-	seedRows(t, e, tenantsYAML, "walk-in", 50)
-	old := filepath.Join(t.TempDir(), "old.yaml")
-	if err := os.WriteFile(old, []byte(tenantsYAML), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	e.writeTenants(t, strings.Replace(tenantsYAML, "default_ttl: 2d", "default_ttl: 3d", 1))
-
-	out, err := e.cmd(t, "migrate", "--against", old)
-	if err != nil || !strings.Contains(out, "set the GC rule to max-age 3d") || !strings.Contains(out, "re-time every row") || !strings.Contains(out, "Nothing changed") {
-		t.Fatalf("plan: %v\n%s", err, out)
-	}
-	if out, err := e.cmd(t, "check"); codeOf(err) != 1 {
-		t.Fatalf("after the plan the GC rule changed: exit %d\n%s", codeOf(err), out)
-	}
-	if out, err = e.cmd(t, "migrate", "--against", old, "--yes"); err != nil || !strings.Contains(out, "Done: 100 rows re-timed") {
-		t.Fatalf("migrate --yes: %v\n%s", err, out)
-	}
-	if out, err := e.cmd(t, "check"); err != nil {
-		t.Errorf("after the migration: exit %d\n%s", codeOf(err), out)
-	}
-	if out, err := e.cmd(t, "audit"); err != nil {
-		t.Errorf("audit after the migration: exit %d\n%s", codeOf(err), out)
-	}
-	out, err = e.cmd(t, "migrate", "--against", old, "--yes", "--format", "json")
-	var again struct {
-		Steps     []json.RawMessage
-		Rewritten int64
-		Unchanged int64
-	}
-	if jerr := json.Unmarshal([]byte(out[:strings.Index(out, "\n")]), &again); err != nil || jerr != nil || len(again.Steps) != 1 || again.Rewritten != 0 || again.Unchanged != 150 { // every row read, none moved
-		t.Errorf("a second run: %v %v %+v\n%s", err, jerr, again, out)
-	}
-	if _, err := e.cmd(t, "migrate"); codeOf(err) != 2 {
-		t.Errorf("migrate without --against: exit %d", codeOf(err))
-	}
-}
-
-// The same migration shared by two processes: each re-timing step in two
-// shards, the GC step once; together they re-time every row once.
-func TestMigrateInShards(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, tenantsYAML)
-	if out, err := e.cmd(t, "setup"); err != nil {
-		t.Fatalf("setup: %v\n%s", err, out)
-	}
-	seedRows(t, e, tenantsYAML, "acme", 200)
-	seedRows(t, e, tenantsYAML, "globex", 200)
-	old := filepath.Join(t.TempDir(), "old.yaml")
-	if err := os.WriteFile(old, []byte(tenantsYAML), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	e.writeTenants(t, strings.Replace(tenantsYAML, "default_ttl: 2d", "default_ttl: 3d", 1))
-	if _, err := e.cmd(t, "migrate", "--against", old, "--yes", "--shard", "0/2"); codeOf(err) != 2 {
-		t.Errorf("--shard without --step: exit %d", codeOf(err))
-	}
-	if _, err := e.cmd(t, "migrate", "--against", old, "--yes", "--step", "2", "--shard", "0/2"); codeOf(err) != 2 {
-		t.Errorf("the GC step in shards: exit %d", codeOf(err))
-	}
-	var rewritten int
-	for _, run := range [][]string{{"--step", "1", "--shard", "0/2"}, {"--step", "1", "--shard", "1/2"}, {"--step", "2"}, {"--step", "3", "--shard", "0/2"}, {"--step", "3", "--shard", "1/2"}} {
-		out, err := e.cmd(t, "migrate", append([]string{"--against", old, "--yes"}, run...)...)
-		if err != nil {
-			t.Fatalf("migrate %v: %v\n%s", run, err, out)
-		}
-		var n int
-		if _, err := fmt.Sscanf(out[strings.Index(out, "Done: "):], "Done: %d rows re-timed", &n); err != nil {
-			t.Fatalf("migrate %v: %v\n%s", run, err, out)
-		}
-		if run[1] == "3" && (n == 0 || n == 400) {
-			t.Errorf("shard %s re-timed %d rows of 400: not a share", run[3], n)
-		}
-		rewritten += n
-	}
-	if rewritten != 400 {
-		t.Errorf("the shards re-timed %d rows, want 400, each once", rewritten)
-	}
-	if out, err := e.cmd(t, "audit"); err != nil {
-		t.Errorf("audit after the migration: exit %d\n%s", codeOf(err), out)
-	}
-}
-
-// retime racing a worker that writes the same tenant: the file is edited
-// and retime starts at once, while the worker is still writing under the
-// old file and events keep coming; when retime is done and the worker has
-// caught up, every cell follows the new file.
-func TestRetimeRacingAWorker(t *testing.T) {
-	t.Parallel()
-	longer := strings.Replace(tenantsYAML, "acme: 1h", "acme: 3h", 1)
-	e := newEnv(t, longer)
-	if out, err := e.cmd(t, "setup"); err != nil {
-		t.Fatalf("setup: %v\n%s", err, out)
-	}
-	stop, logs := e.startWorker(t, "--tenants-reload-interval", "200ms")
-	producing := make(chan struct{})
-	var produced atomic.Int64
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for i := 0; ; i++ {
-			select {
-			case <-producing:
-				return
-			default:
-			}
-			var batch [][]byte
-			for j := range 20 {
-				batch = append(batch, click{EventID: fmt.Sprintf("r-%d-%d", i, j), TenantID: "acme", UserID: fmt.Sprintf("u%d", j)}.bytes())
-			}
-			testenv.Produce(t, e.brokers, e.topic, batch...)
-			produced.Add(int64(len(batch)))
-			time.Sleep(50 * time.Millisecond)
-		}
-	})
-	e.waitRows(t, 200, 30*time.Second)
-	e.writeTenants(t, tenantsYAML) // acme 3h -> 1h, and retime at once
-	out, err := e.cmd(t, "retime", "--tenant", "acme", "--passes", "4", "--pass-delay", "2s")
-	if err != nil {
-		t.Fatalf("retime: %v\n%s", err, out)
-	}
-	testenv.Eventually(t, 10*time.Second, func() (bool, string) {
-		return strings.Contains(logs.String(), "tenants file reloaded"), "the worker has not reloaded the file"
-	})
-	close(producing)
-	wg.Wait()
-	e.waitRows(t, int(produced.Load()), 60*time.Second)
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	if audit, err := e.cmd(t, "audit", "--tenant", "acme"); err != nil {
-		t.Errorf("audit after retime raced the worker: exit %d\n%s\nretime said:\n%s", codeOf(err), audit, out)
-	}
-	t.Logf("%d events; retime:\n%s", produced.Load(), out)
-}
-
-// retime and migrate declare their shared flags once and check them the
-// same way: migrate accepted a negative --rows-per-second.
-func TestSharedRetentionFlags(t *testing.T) {
-	t.Parallel()
-	old := filepath.Join(t.TempDir(), "old.yaml")
-	if err := os.WriteFile(old, []byte(tenantsYAML), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	for args, want := range map[*[]string]string{
-		{"retime", "--tenant", "acme", "--rows-per-second", "-1"}: "--rows-per-second -1: must not be negative",
-		{"migrate", "--against", old, "--rows-per-second", "-1"}:  "--rows-per-second -1: must not be negative",
-		{"retime", "--tenant", "acme", "--resume"}:                "--resume needs --checkpoint",
-		{"migrate", "--against", old, "--resume"}:                 "--resume needs --checkpoint",
-		{"migrate", "--against", old, "--shard", "3/2"}:           `--shard "3/2"`,
-	} {
-		var out bytes.Buffer
-		err := run(context.Background(), *args, &out, &out)
-		if code := exitCode(err, &out); code != 2 || !strings.Contains(out.String(), want) {
-			t.Errorf("%v: exit %d, %v\n%s\nwant exit 2 and %q", *args, code, err, out.String(), want)
-		}
 	}
 }
