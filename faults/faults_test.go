@@ -30,6 +30,7 @@ func background(f func()) func() {
 // 3 workers on 12 partitions; a random one is SIGKILLed every few seconds
 // and restarted while events flow.
 func TestKillWorkers(t *testing.T) {
+	t.Parallel()
 	const partitions = 12
 	s := newSuite(t, partitions)
 	n, rate := size(40000, 200000), size(4000, 5000)
@@ -59,9 +60,10 @@ func TestKillWorkers(t *testing.T) {
 // Workers join and leave (SIGTERM) while events flow: every change is a
 // rebalance.
 func TestRebalances(t *testing.T) {
+	t.Parallel()
 	const partitions = 12
 	s := newSuite(t, partitions)
-	n, rate := size(30000, 150000), size(2000, 5000)
+	n, rate := size(20000, 150000), size(2000, 5000)
 	s.start()
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -139,7 +141,7 @@ func TestBigtableFaults(t *testing.T) {
 	s := newSuite(t, partitions)
 	proxy := toxiproxyFor(t, os.Getenv("BIGTABLE_EMULATOR_HOST"))
 	s.env = []string{"BIGTABLE_EMULATOR_HOST=" + proxy.Listen}
-	n, rate := size(30000, 100000), size(1500, 2500)
+	n, rate := size(27000, 100000), size(1500, 2500)
 	w := s.start("--max-inflight-bytes", strconv.Itoa(8<<20), "--write-timeout", "5s")
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -159,15 +161,17 @@ func TestBigtableFaults(t *testing.T) {
 		s.faults++
 	}
 	time.Sleep(3 * time.Second)
-	toxic("slow", "latency", `{"latency":300,"jitter":100}`, 5*time.Second)
-	toxic("stall", "timeout", `{"timeout":0}`, 20*time.Second)
-	toxic("reset", "reset_peer", `{"timeout":100}`, 5*time.Second)
+	// The short form's windows are shorter: the same three faults, each
+	// long enough to fill the writes in flight and the fetch budget.
+	toxic("slow", "latency", `{"latency":300,"jitter":100}`, time.Duration(size(3, 5))*time.Second)
+	toxic("stall", "timeout", `{"timeout":0}`, time.Duration(size(8, 20))*time.Second)
+	toxic("reset", "reset_peer", `{"timeout":100}`, time.Duration(size(3, 5))*time.Second)
 	wait()
 	recovery := s.settle(partitions, 3*time.Minute)
 	stop()
 	s.term(w)
 	peak := sampled.Load()
-	v := s.check("bigtable-faults", partitions, recovery, fmt.Sprintf("1 worker, --max-inflight-bytes 8MiB; 300ms latency 5s, a 20s stall, resets 5s; peak RSS %d MiB", peak>>20))
+	v := s.check("bigtable-faults", partitions, recovery, fmt.Sprintf("1 worker, --max-inflight-bytes 8MiB; 300ms latency %ds, a %ds stall, resets %ds; peak RSS %d MiB", size(3, 5), size(8, 20), size(3, 5), peak>>20))
 	v.PeakRSSMiB, v.BoundMiB = peak>>20, 8
 	s.record(v)
 	if peak > 8<<20+64<<20 {
@@ -179,6 +183,7 @@ func TestBigtableFaults(t *testing.T) {
 // exactly what it wrote: every offset below the commit is settled, none
 // above it is.
 func TestDrainUnderLoad(t *testing.T) {
+	t.Parallel()
 	const partitions = 6
 	s := newSuite(t, partitions)
 	n := size(30000, 100000)

@@ -165,6 +165,12 @@ func faultSuite(t *testing.T) {
 }
 
 // newSuite needs the real broker: the suite kills and restarts it.
+//
+// Each scenario has its own topics, group and table. Those that change
+// nothing another sees run in parallel (t.Parallel); those that kill or add
+// a broker, count the connections to the services, or hold a worker to its
+// memory bound run alone (make test runs the last before the others, at a
+// higher priority than the rest of the suite).
 func newSuite(t *testing.T, partitions int, opts ...option) *suite {
 	faultSuite(t)
 	to := topicOptions{replication: 1, dlqConfig: testenv.DeadLetterConfigs}

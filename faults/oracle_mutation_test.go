@@ -16,6 +16,7 @@ import (
 // is judged clean; then each defect is planted in what it left behind, on
 // an event of its own, and the oracle must count exactly it.
 func TestOracleCatchesPlantedDefects(t *testing.T) {
+	t.Parallel()
 	const partitions = 3
 	s := newSuite(t, partitions)
 	w := s.start()
@@ -118,6 +119,7 @@ func TestOracleCatchesPlantedDefects(t *testing.T) {
 // such letter lost: a worker whose first check of the topics met a broker
 // restarting sends letters without payload until its next check.)
 func TestOracleFindsLettersWithoutPayload(t *testing.T) {
+	t.Parallel()
 	const partitions = 3
 	s := newSuite(t, partitions, withDeadLetterConfig(map[string]string{"retention.ms": strconv.Itoa(30 * 24 * 3600 * 1000)}))
 	w := s.start()

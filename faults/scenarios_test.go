@@ -26,6 +26,7 @@ import (
 // the topic's limit, are dead-lettered cut to fit (original size and
 // SHA-256 in headers), and nothing waits.
 func TestOversizeEvents(t *testing.T) {
+	t.Parallel()
 	const partitions = 6
 	s := newSuite(t, partitions, withTopicConfig(map[string]string{"max.message.bytes": "4000000"}))
 	const maxEvent = 1 << 20
@@ -74,6 +75,7 @@ func TestOversizeEvents(t *testing.T) {
 // Every write refused as a whole for a while, with each code about
 // content: an outage, never blamed on events. /readyz says so meanwhile.
 func TestBigtableRefusesWholeRequests(t *testing.T) {
+	t.Parallel()
 	const partitions = 6
 	s := newSuite(t, partitions)
 	proxy := testenv.StartBigtableProxy(t, os.Getenv("BIGTABLE_EMULATOR_HOST"))
@@ -123,6 +125,7 @@ func TestBigtableRefusesWholeRequests(t *testing.T) {
 // every event's cells follow the old file or the new one, never a prefix
 // that drops tenants to the default TTL.
 func TestSlowTenantsEdit(t *testing.T) {
+	t.Parallel()
 	const partitions = 6
 	s := newSuite(t, partitions)
 	const edited = `strategy: default-expiration
@@ -179,6 +182,7 @@ tenants:
 // The same records consumed by two groups into one table, at once: one row
 // per event, one version per cell, even for clamped and year-1 times.
 func TestTwoGroupsOneTable(t *testing.T) {
+	t.Parallel()
 	const partitions = 6
 	s := newSuite(t, partitions)
 	ctx, stop := context.WithCancel(context.Background())
@@ -201,6 +205,7 @@ func TestTwoGroupsOneTable(t *testing.T) {
 // a while: the bad events' offsets wait, nothing is lost, good events of
 // other partitions flow, and everything catches up when the ACL goes.
 func TestDeadLetterTopicUnwritableForAWhile(t *testing.T) {
+	t.Parallel()
 	faultSuite(t)
 	saslBrokers := os.Getenv("TESTENV_SASL_BROKERS")
 	if saslBrokers == "" {
@@ -225,7 +230,7 @@ func TestDeadLetterTopicUnwritableForAWhile(t *testing.T) {
 	acl := aclClient(t, s.brokers)
 	acl.deny(t, user, s.dlq, true)
 	s.logf("dead-letter topic: WRITE denied to the workers")
-	time.Sleep(10 * time.Second)
+	time.Sleep(time.Duration(size(5, 10)) * time.Second)
 	acl.deny(t, user, s.dlq, false)
 	s.logf("dead-letter topic: WRITE allowed again")
 	s.faults++
@@ -234,7 +239,7 @@ func TestDeadLetterTopicUnwritableForAWhile(t *testing.T) {
 	for _, w := range s.running() {
 		s.term(w)
 	}
-	s.check("dead-letter-topic-unwritable", partitions, recovery, "2 workers through SASL; WRITE on the dead-letter topic denied to them for 10s")
+	s.check("dead-letter-topic-unwritable", partitions, recovery, fmt.Sprintf("2 workers through SASL; WRITE on the dead-letter topic denied to them for %ds", size(5, 10)))
 }
 
 // A backlog of large events on many partitions with Bigtable frozen: peak

@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
-# gofmt, go vet, staticcheck and deadcode, at pinned versions, through go
-# run: the first run downloads them from the module proxy.
+# gofmt, go vet, staticcheck and deadcode, at pinned versions: the first run
+# downloads them from the module proxy.
+#
+# go vet and staticcheck read the packages as the race detector builds
+# them (-race): that is the build `go test -race` runs, so the compiling
+# they need is done once for the lint and the tests. (The few test files
+# of the other build, the allocation checks, are compiled and run by
+# make test without the race detector.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 unformatted=$(gofmt -l $(git ls-files '*.go'))
@@ -8,9 +14,14 @@ if [ -n "$unformatted" ]; then
 	echo "gofmt would change: $unformatted" >&2
 	exit 1
 fi
-go vet ./...
-go vet -tags nodemo ./cmd/worker
-go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+go vet -race ./...
+go vet -race -tags nodemo ./cmd/worker
+# staticcheck itself is built without the race detector (go run would
+# build it with GOFLAGS), then reads the packages with it.
+bin=$(mktemp -d)
+trap 'rm -rf "$bin"' EXIT
+GOBIN=$bin go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
+GOFLAGS=-race "$bin/staticcheck" ./...
 # deadcode reports what no main reaches. internal/testenv is for tests by
 # design, so it is left out; anything else is dead, or exported for tests
 # alone.
