@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -204,6 +205,12 @@ func TestWatch(t *testing.T) {
 	name := testenv.Name("ledger")
 	s := NewStore(dc, name)
 	w := NewWatch(s, 50*time.Millisecond, slog.New(slog.DiscardHandler))
+	// The watch's clock moves only when the test moves it: a load that
+	// takes longer than StaleAfter refreshes on a loaded machine (150 ms
+	// here) must not make the ledger stale before the test says so.
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	w.now = func() time.Time { return time.Unix(0, clock.Load()) }
 	if w.Held() == nil {
 		t.Error("writes not held before the first load")
 	}
@@ -244,6 +251,7 @@ func TestWatch(t *testing.T) {
 	if err := ac.DeleteTable(ctx, name); err != nil {
 		t.Fatal(err)
 	}
+	clock.Add(int64(time.Minute))
 	testenv.Eventually(t, 5*time.Second, func() (bool, string) {
 		return w.Held() != nil && w.Status().State == "stale", "writes not held with a stale ledger"
 	})

@@ -35,6 +35,9 @@ func codeOf(err error) int {
 
 // seedRows writes n rows of tenant at ages 0, 5s, 10s..., as a worker
 // would under the tenants file in yaml, and returns their keys and bases.
+// No row is aged between 50 and 70 minutes (the 601st is 70 minutes old):
+// a test that shortens a TTL to an hour counts the same rows live and
+// expired for 10 minutes, however slowly it runs.
 func seedRows(t *testing.T, e *env, yaml, tenant string, n int) map[string]time.Time {
 	t.Helper()
 	cfg, err := tenants.Parse([]byte(yaml))
@@ -49,7 +52,11 @@ func seedRows(t *testing.T, e *env, yaml, tenant string, n int) map[string]time.
 	rows := make([]sink.Row, n)
 	out := map[string]time.Time{}
 	for i := range rows {
-		base := now.Add(-time.Duration(i) * 5 * time.Second)
+		age := time.Duration(i) * 5 * time.Second
+		if age >= 50*time.Minute {
+			age += 20 * time.Minute
+		}
+		base := now.Add(-age)
 		key := rowkey.Key(tenant, fmt.Sprintf("u%d", i), fmt.Sprintf("e%d", i), base.UnixMilli())
 		rows[i] = sink.Row{Key: key, Timestamp: cfg.Policy.Cell(tenant, base).Timestamp, Value: []byte(`{}`), WrittenAt: true}
 		out[key] = base
@@ -85,7 +92,7 @@ func TestRetentionCommands(t *testing.T) {
 		t.Fatalf("setup: %v\n%s", err, out)
 	}
 	longer := strings.Replace(tenantsYAML, "acme: 1h", "acme: 3h", 1)
-	bases := seedRows(t, e, longer, "acme", 1200) // written under 3h, ages up to 100m
+	bases := seedRows(t, e, longer, "acme", 1200) // written under 3h, ages up to 120m
 	e.writeTenants(t, tenantsYAML)                // now 1h
 
 	out, err := e.cmd(t, "audit", "--format", "json")
@@ -102,7 +109,7 @@ func TestRetentionCommands(t *testing.T) {
 
 	before := timestamps(t, e)
 	out, err = e.cmd(t, "retime", "--tenant", "acme", "--dry-run")
-	if err != nil || !strings.Contains(out, "720 to re-time, 480 to delete at once") {
+	if err != nil || !strings.Contains(out, "600 to re-time, 600 to delete at once") {
 		t.Fatalf("dry run: %v\n%s", err, out)
 	}
 	if after := timestamps(t, e); fmt.Sprint(after) != fmt.Sprint(before) {
