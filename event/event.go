@@ -59,6 +59,9 @@ const (
 	BadTime   Class = "invalid_time" // a time that cannot be read or a row key cannot hold
 	BadTTL    Class = "invalid_ttl"  // an event's own TTL that cannot be read
 	Ambiguous Class = "ambiguous"    // a field given twice or under another case, a lone surrogate
+	// NoRecordTime is an event that gives its own time in a record without
+	// a timestamp (Kafka's -1): nothing bounds the time it claims.
+	NoRecordTime Class = "no_record_time"
 	// The classes of values read through a schema registry (--value-format
 	// avro, protobuf or json-schema).
 	NotFramed     Class = "not_framed"     // no schema-registry framing: magic byte 0, a 4-byte schema id
@@ -246,7 +249,17 @@ func (d Decoder) base(m *Mapping, f *fields, r *Record) (time.Time, bool, error)
 	if err != nil {
 		return time.Time{}, false, err
 	}
-	if !recordTime.IsZero() && d.MaxClockSkew >= 0 && t.After(recordTime.Add(d.MaxClockSkew)) {
+	// The record's timestamp is what bounds the event's own time (within
+	// MaxClockSkew), and what the topic's message.timestamp.after.max.ms
+	// holds producers to. A record without one (-1, legal in any batch and
+	// exempt from that bound) leaves the time the producer's word alone:
+	// taken, 2286 would buy 2286; clamped to the worker's clock, the cells
+	// would depend on when the record was read. Neither: a dead letter.
+	if recordTime.IsZero() {
+		return time.Time{}, false, &Error{Class: NoRecordTime, Field: src.field, Reason: fmt.Sprintf(
+			"%s %s comes in a Kafka record without a timestamp (-1): nothing bounds the time it claims, so it cannot count the TTL", src.name, t.UTC().Format(time.RFC3339Nano))}
+	}
+	if d.MaxClockSkew >= 0 && t.After(recordTime.Add(d.MaxClockSkew)) {
 		if recordTime.After(latestBase) {
 			return time.Time{}, false, tooLate(recordTime)
 		}

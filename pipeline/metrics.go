@@ -26,7 +26,7 @@ type instruments struct {
 // classes of event.Error, and rows Bigtable refused.
 var deadLetterReasons = []string{
 	string(event.TooLarge), string(event.NotJSON), string(event.Missing), string(event.WrongType),
-	string(event.BadID), string(event.BadTime), string(event.BadTTL), string(event.Ambiguous), reasonBigtableRefused, reasonUndecodable, reasonUnlisted, reasonTimeAhead,
+	string(event.BadID), string(event.BadTime), string(event.BadTTL), string(event.Ambiguous), string(event.NoRecordTime), reasonBigtableRefused, reasonUndecodable, reasonUnlisted, reasonTimeAhead,
 	string(event.NotFramed), string(event.UnknownSchema), string(event.BadSchema), string(event.Undecodable),
 }
 
