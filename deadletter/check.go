@@ -50,8 +50,8 @@ func (d *Writer) check(ctx context.Context) ([]TopicRetention, error) {
 	}
 	parts, rf := d.shape(ctx, md)
 	d.createMissing(ctx, md, rs, parts, rf)
-	d.checkShape(md, rs, prev, parts, rf)
 	d.readSettings(ctx, md, rs, prev)
+	d.checkShape(md, rs, prev, parts, rf)
 	limit := int64(0)
 	for i := range rs {
 		r := &rs[i]
@@ -78,7 +78,8 @@ func (d *Writer) check(ctx context.Context) ([]TopicRetention, error) {
 }
 
 // createMissing creates the topics of rs the metadata does not have, each
-// with cleanup.policy=delete, its retention and a segment.ms to match; a
+// with cleanup.policy=delete, its retention, a segment.ms to match and
+// message.timestamp.type=LogAppendTime; a
 // topic that cannot be created gets its problem.
 func (d *Writer) createMissing(ctx context.Context, md *kafka.MetadataResponse, rs []TopicRetention, parts, rf int) {
 	create := d.topics.creation()
@@ -90,6 +91,9 @@ func (d *Writer) createMissing(ctx context.Context, md *kafka.MetadataResponse, 
 				{ConfigName: "cleanup.policy", ConfigValue: "delete"},
 				{ConfigName: "retention.ms", ConfigValue: strconv.FormatInt(keep.Milliseconds(), 10)},
 				{ConfigName: "segment.ms", ConfigValue: strconv.FormatInt(segmentFor(keep).Milliseconds(), 10)},
+				// The broker's clock, not a producer's, then says how long
+				// a segment stays (see Topics).
+				{ConfigName: "message.timestamp.type", ConfigValue: "LogAppendTime"},
 			}})
 		}
 	}
@@ -181,9 +185,11 @@ func (d *Writer) inputPartitions(ctx context.Context) int {
 }
 
 // checkShape records each existing topic's partitions and replicas, and
-// where they fall short of what the worker would create it with: letters
-// still go there (fewer partitions or replicas is a topic that works,
-// worse), but the log says it once and /status shows it until fixed.
+// where they, or how its records are stamped, fall short of what the
+// worker would create it with: letters still go there (fewer partitions
+// or replicas is a topic that works, worse; a topic stamped by its
+// producers gets letters without payload while its keep is unbounded),
+// but the log says each shortfall once and /status shows it until fixed.
 func (d *Writer) checkShape(md *kafka.MetadataResponse, rs, prev []TopicRetention, partitions, replicationFactor int) {
 	for i := range rs {
 		r := &rs[i]
@@ -199,18 +205,30 @@ func (d *Writer) checkShape(md *kafka.MetadataResponse, rs, prev []TopicRetentio
 			if replicationFactor > 0 && r.Replicas < replicationFactor {
 				short = append(short, fmt.Sprintf("replication factor %d, less than %d", r.Replicas, replicationFactor))
 			}
-			if len(short) > 0 {
-				r.ShortOf = strings.Join(short, " and ")
-			}
+			r.shortShape = strings.Join(short, " and ")
 		}
-		if r.ShortOf == "" || slices.ContainsFunc(prev, func(p TopicRetention) bool { return p.Topic == r.Topic && p.ShortOf == r.ShortOf }) {
-			continue
+		if r.Policy != "" && r.Stamping.Type != "LogAppendTime" {
+			r.shortStamping = fmt.Sprintf("message.timestamp.type %s, not LogAppendTime", r.Stamping.Type)
 		}
-		d.log.Warn("a dead-letter topic has fewer partitions or replicas than the worker would create it with: a burst of bad events queues on fewer partitions, and a broker's loss can lose letters",
-			"topic", r.Topic, "has", r.ShortOf,
-			"fix", fmt.Sprintf("kafka-topics.sh --alter --topic %s --partitions %d; raise replicas with kafka-reassign-partitions.sh; or set --dlq-partitions and --dlq-replication-factor to what the topic has", r.Topic, partitions))
+		r.ShortOf = strings.Join(slices.DeleteFunc([]string{r.shortShape, r.shortStamping}, func(s string) bool { return s == "" }), " and ")
+		i := slices.IndexFunc(prev, func(p TopicRetention) bool { return p.Topic == r.Topic })
+		var was TopicRetention
+		if i >= 0 {
+			was = prev[i]
+		}
+		if r.shortShape != "" && r.shortShape != was.shortShape {
+			d.log.Warn("a dead-letter topic has fewer partitions or replicas than the worker would create it with: a burst of bad events queues on fewer partitions, and a broker's loss can lose letters",
+				"topic", r.Topic, "has", r.shortShape,
+				"fix", fmt.Sprintf("kafka-topics.sh --alter --topic %s --partitions %d; raise replicas with kafka-reassign-partitions.sh; or set --dlq-partitions and --dlq-replication-factor to what the topic has", r.Topic, partitions))
+		}
+		if r.shortStamping != "" && r.shortStamping != was.shortStamping {
+			d.log.Warn("a dead-letter topic keeps its records by the time their producer stamps: one letter stamped ahead by whoever may produce there keeps its segment, and every later letter, as long as it says",
+				"topic", r.Topic, "stamping", r.Stamping.Describe(), "keeps_up_to", keepText(r.Keeps),
+				"fix", fmt.Sprintf("kafka-configs.sh --alter --entity-type topics --entity-name %s --add-config message.timestamp.type=LogAppendTime", r.Topic))
+		}
 	}
 }
+
 
 // readSettings reads the topics' retention settings and the brokers'
 // retention check into rs. A topic whose settings cannot be read gets a

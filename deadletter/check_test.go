@@ -153,7 +153,8 @@ func TestKeepGrownWhileUnreadIsReported(t *testing.T) {
 	}
 	res, err := d.client.AlterConfigs(t.Context(), &kafka.AlterConfigsRequest{Resources: []kafka.AlterConfigRequestResource{{
 		ResourceType: kafka.ResourceTypeTopic, ResourceName: topic, Configs: []kafka.AlterConfigRequestConfig{
-			{Name: "retention.ms", Value: "2592000000"}, {Name: "segment.ms", Value: "120000"}, {Name: "cleanup.policy", Value: "delete"}}}}})
+			{Name: "retention.ms", Value: "2592000000"}, {Name: "segment.ms", Value: "120000"}, {Name: "cleanup.policy", Value: "delete"},
+			{Name: "message.timestamp.type", Value: "LogAppendTime"}}}}})
 	if err == nil {
 		err = errors.Join(slices.Collect(maps.Values(res.Errors))...)
 	}

@@ -1,12 +1,37 @@
 package deadletter
 
 import (
+	"bytes"
 	"io"
 	"log/slog"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/cellttl/cellttl/internal/kafkaconn"
+	"github.com/cellttl/cellttl/internal/testenv"
 )
+
+// syncBuffer is a log that a writer's goroutines write and a test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
 
 // A dead-letter topic gets 3 replicas where the cluster has them, and as
 // many as there are brokers where it has fewer; the flag wins.
@@ -51,5 +76,50 @@ func TestCheckShapeReportsShortfalls(t *testing.T) {
 	}
 	if rs[0].Partitions != 2 || rs[0].Replicas != 1 {
 		t.Errorf("a: %d partitions, %d replicas; want 2, 1", rs[0].Partitions, rs[0].Replicas)
+	}
+}
+
+// A dead-letter topic whose records are stamped by their producer
+// (CreateTime, Kafka's default, with after.max.ms unbounded) can be frozen:
+// one letter stamped ten years ahead keeps its segment, and every later
+// letter, ten years. It keeps records forever in the worker's eyes: its
+// letters keep no payload, and the shortfall is logged once, with the fix,
+// and shown in /status until fixed. The topics the worker creates are
+// stamped by the broker (LogAppendTime), and fall short of nothing.
+func TestTopicStampedByItsProducersIsAShortfall(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	frozen := testenv.Name("stamped")
+	testenv.CreateTopicWith(t, brokers, frozen, 1, map[string]string{"retention.ms": "3600000", "segment.ms": "300000"})
+	var logs syncBuffer
+	made := frozen + ".1h"
+	d, err := NewWriter(brokers, Topics{Base: frozen, Retention: time.Hour, Classes: []time.Duration{time.Hour}, ReplicationFactor: 1}, kafkaconn.Security{}, nil,
+		slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	for range 2 {
+		if _, err := d.Check(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rs := d.Topics()
+	const short = "message.timestamp.type CreateTime, not LogAppendTime"
+	if len(rs) != 2 || rs[0].Topic != frozen || rs[0].ShortOf != short || rs[0].Keeps != 0 {
+		t.Fatalf("%s: short of %q, keeps %s; want %q and forever", frozen, rs[0].ShortOf, rs[0].Keeps, short)
+	}
+	if rs[1].Topic != made || rs[1].Stamping.Type != "LogAppendTime" || rs[1].ShortOf != "" || rs[1].Keeps <= time.Hour {
+		t.Errorf("%s: stamped %q, short of %q, keeps %s; want LogAppendTime, bounded", made, rs[1].Stamping.Type, rs[1].ShortOf, rs[1].Keeps)
+	}
+	if topic, payload := place(rs, time.Now(), time.Now().Add(365*24*time.Hour)); topic != made || !payload {
+		t.Errorf("a letter of a year placed in %s (payload %t), want %s with its payload", topic, payload, made)
+	}
+	rs[1].Keeps = 0
+	if _, payload := place(rs, time.Now(), time.Now().Add(365*24*time.Hour)); payload {
+		t.Error("the topic its producers stamp took a letter's payload")
+	}
+	fix := "--entity-name " + frozen + " --add-config message.timestamp.type=LogAppendTime"
+	if n := strings.Count(logs.String(), fix); n != 1 {
+		t.Errorf("the fix logged %d times over two checks, want once:\n%s", n, logs.String())
 	}
 }

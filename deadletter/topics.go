@@ -22,12 +22,18 @@ import (
 //
 // Kafka deletes by segment: a record is gone once the newest record of its
 // segment is older than the topic's retention.ms, at the broker's next
-// retention check. A record produced now with its own time as timestamp is
-// therefore unreadable, at the latest, after
+// retention check, and only once every segment before it is. A record
+// produced now is therefore unreadable, at the latest, after
 //
-//	keeps = retention.ms + segment.ms + log.retention.check.interval.ms
+//	keeps = retention.ms + segment.ms + log.retention.check.interval.ms + ahead
 //
-// (its segment takes appends for at most segment.ms). Each dead letter knows
+// (its segment takes appends for at most segment.ms), where ahead is how
+// far ahead of the broker's clock a producer may stamp a record:
+// nothing under message.timestamp.type=LogAppendTime, which the worker
+// creates its topics with, else message.timestamp.after.max.ms, and
+// forever when that is unbounded (Kafka 3.x's default): one letter
+// stamped ten years ahead by whoever may produce there would keep its
+// segment and every later one ten years. Each dead letter knows
 // when its payload must be gone (Letter.ExpiresAt: when the event
 // expires in Bigtable, or the bound for events without a valid tenant), and
 // goes to the topic with the longest keeps that ends before then, payload
@@ -106,9 +112,10 @@ type TopicRetention struct {
 	Topic   string
 	Created bool
 	// Retention is retention.ms, -1 for forever; Segment is segment.ms;
-	// Policy is cleanup.policy.
+	// Policy is cleanup.policy; Stamping how its records are stamped.
 	Retention, Segment time.Duration
 	Policy             string
+	Stamping           kafkaconn.Stamping
 	MaxMessageBytes    int64
 	// Keeps is the longest a record produced now stays readable, the
 	// broker's retention check included; 0 when the topic keeps records
@@ -125,6 +132,8 @@ type TopicRetention struct {
 	// worker would create the topic with, "" where they do not.
 	Partitions, Replicas int
 	ShortOf              string `json:",omitempty"`
+	// shortShape and shortStamping are ShortOf's parts, each logged once.
+	shortShape, shortStamping string
 	// Problem is why the topic takes no dead letters, nil when it does;
 	// refused, that it keeps records forever and is not to be written;
 	// unread, that its settings could not be read (letters go there
@@ -182,7 +191,7 @@ func describeTopics(ctx context.Context, client *kafka.Client, rs []TopicRetenti
 	req := &kafka.DescribeConfigsRequest{}
 	for _, r := range rs {
 		req.Resources = append(req.Resources, kafka.DescribeConfigRequestResource{ResourceType: kafka.ResourceTypeTopic, ResourceName: r.Topic,
-			ConfigNames: []string{"retention.ms", "segment.ms", "cleanup.policy", "max.message.bytes"}})
+			ConfigNames: append([]string{"retention.ms", "segment.ms", "cleanup.policy", "max.message.bytes"}, kafkaconn.TimestampConfigs...)})
 	}
 	res, err := client.DescribeConfigs(ctx, req)
 	if err != nil {
@@ -200,7 +209,11 @@ func describeTopics(ctx context.Context, client *kafka.Client, rs []TopicRetenti
 		}
 		r := &rs[i]
 		r.Retention, r.Segment, r.Policy = 0, 0, ""
+		stamping := map[string]string{}
 		for _, e := range res.ConfigEntries {
+			if slices.Contains(kafkaconn.TimestampConfigs, e.ConfigName) {
+				stamping[e.ConfigName] = e.ConfigValue
+			}
 			n, perr := strconv.ParseInt(e.ConfigValue, 10, 64)
 			switch {
 			case e.ConfigName == "cleanup.policy":
@@ -215,18 +228,35 @@ func describeTopics(ctx context.Context, client *kafka.Client, rs []TopicRetenti
 				r.MaxMessageBytes = n
 			}
 		}
+		var serr error
+		if r.Stamping, serr = kafkaconn.StampingOf(r.Topic, stamping); serr != nil {
+			r.Policy = "" // unread: no keep is known
+			errs = append(errs, serr)
+		}
 		if r.Policy == "" || r.Segment <= 0 || r.Retention == 0 {
 			errs = append(errs, fmt.Errorf("configs of %s: retention.ms, segment.ms or cleanup.policy not in the answer", r.Topic))
 		}
 	}
 	for i := range rs {
 		r := &rs[i]
-		r.Keeps, r.RetentionCheck, r.RetentionCheckAssumed = 0, check, checkAssumed
-		if r.Policy != "" && r.Segment > 0 && r.Retention > 0 && r.unbounded() == "" && r.Retention < math.MaxInt64/4 && r.Segment < math.MaxInt64/4 {
-			r.Keeps = r.Retention + r.Segment + check
-		}
+		r.RetentionCheck, r.RetentionCheckAssumed = check, checkAssumed
+		r.Keeps = r.keeps()
 	}
 	return errors.Join(errs...)
+}
+
+// keeps is the longest a record produced now stays readable (see Topics),
+// 0 when that is forever or the settings are unread.
+func (r TopicRetention) keeps() time.Duration {
+	ahead := r.Stamping.SegmentAhead()
+	if r.Policy == "" || r.Segment <= 0 || r.Retention <= 0 || r.unbounded() != "" || ahead < 0 {
+		return 0
+	}
+	const most = math.MaxInt64 / 8 // four of them still fit a Duration
+	if r.Retention >= most || r.Segment >= most || ahead >= most || r.RetentionCheck >= most {
+		return 0
+	}
+	return r.Retention + r.Segment + r.RetentionCheck + ahead
 }
 
 // place picks the topic a letter goes to: of those whose records are gone

@@ -2,10 +2,12 @@ package deadletter
 
 import (
 	"errors"
+	"math"
 	"testing"
 	"time"
 
 	"github.com/cellttl/cellttl/ingest"
+	"github.com/cellttl/cellttl/internal/kafkaconn"
 )
 
 // A letter goes to the topic that keeps its payload longest without
@@ -88,6 +90,37 @@ func TestUnbounded(t *testing.T) {
 	} {
 		if got := tt.r.unbounded() != ""; got != tt.want {
 			t.Errorf("%+v: unbounded %t, want %t", tt.r, got, tt.want)
+		}
+	}
+}
+
+// A topic's keep counts how far ahead its records may be stamped: Kafka
+// deletes a segment only once its newest timestamp is past retention.ms,
+// and segments only from the front, so a record stamped ahead holds its
+// own and every later one. Nothing under LogAppendTime; after.max.ms (or
+// difference.max.ms) under CreateTime; forever when neither bounds it.
+func TestKeepCountsRecordsStampedAhead(t *testing.T) {
+	base := TopicRetention{Policy: "delete", Retention: time.Hour, Segment: 10 * time.Minute, RetentionCheck: time.Minute}
+	stamped := func(typ string, ahead time.Duration) TopicRetention {
+		r := base
+		r.Stamping = kafkaconn.Stamping{Type: typ, AheadMax: ahead}
+		return r
+	}
+	for _, tt := range []struct {
+		name string
+		r    TopicRetention
+		want time.Duration
+	}{
+		{"LogAppendTime", stamped("LogAppendTime", -1), 71 * time.Minute},
+		{"LogAppendTime, after.max.ms set", stamped("LogAppendTime", 24*time.Hour), 71 * time.Minute},
+		{"CreateTime within 5m", stamped("CreateTime", 5*time.Minute), 76 * time.Minute},
+		{"CreateTime within a day", stamped("CreateTime", 24*time.Hour), 25*time.Hour + 11*time.Minute},
+		{"CreateTime unbounded (Kafka 3.x's default)", stamped("CreateTime", -1), 0},
+		{"CreateTime at Long.MAX_VALUE's edge", stamped("CreateTime", math.MaxInt64/8), 0},
+		{"settings unread", TopicRetention{}, 0},
+	} {
+		if got := tt.r.keeps(); got != tt.want {
+			t.Errorf("%s: keeps %s, want %s", tt.name, got, tt.want)
 		}
 	}
 }

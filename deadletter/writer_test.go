@@ -94,7 +94,7 @@ func TestDeadLettersFitTheBroker(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	topic := testenv.Name("dlq")
 	const limit = 20000
-	testenv.CreateTopicWith(t, brokers, topic, 1, map[string]string{"max.message.bytes": strconv.Itoa(limit), "retention.ms": "3600000", "segment.ms": "300000"})
+	testenv.CreateTopicWith(t, brokers, topic, 1, map[string]string{"max.message.bytes": strconv.Itoa(limit), "retention.ms": "3600000", "segment.ms": "300000", "message.timestamp.type": "LogAppendTime"})
 	d, err := NewWriter(brokers, Topics{Base: topic, Retention: time.Hour}, kafkaconn.Security{}, nil, quiet)
 	if err != nil {
 		t.Fatal(err)

@@ -141,8 +141,8 @@ func topicKeep(r deadletter.TopicRetention) TopicKeep {
 	if r.RetentionCheckAssumed {
 		check += " (Kafka's default, assumed: the broker's could not be read)"
 	}
-	k.Settings = fmt.Sprintf("cleanup.policy=%s, retention.ms %s + segment.ms %s + the broker's retention check %s", r.Policy, retentionText,
-		duration.Format(r.Segment), check)
+	k.Settings = fmt.Sprintf("cleanup.policy=%s, retention.ms %s + segment.ms %s + the broker's retention check %s; %s", r.Policy, retentionText,
+		duration.Format(r.Segment), check, r.Stamping.Describe())
 	if r.Keeps <= 0 {
 		k.Keeps = Forever
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cellttl/cellttl/deadletter"
+	"github.com/cellttl/cellttl/internal/kafkaconn"
 	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/sink"
 	"github.com/cellttl/cellttl/tablemeta"
@@ -67,7 +68,7 @@ func TestGatherReadsTheLiveSystem(t *testing.T) {
 		t.Fatal(err)
 	}
 	topic := testenv.Name("clicks")
-	testenv.CreateTopicWith(t, brokers, topic, 1, map[string]string{"retention.ms": "600000", "segment.ms": "60000"})
+	testenv.CreateTopicWith(t, brokers, topic, 1, map[string]string{"retention.ms": "600000", "segment.ms": "60000", "message.timestamp.type": "LogAppendTime"})
 	testenv.CreateTopicWith(t, brokers, topic+".dlq", 1, testenv.DeadLetterConfigs)
 	testenv.CreateTopicWith(t, brokers, topic+".dlq.1h", 1, map[string]string{"retention.ms": "3600000"})
 	f, err := Gather(ctx, Sources{Config: cfg, Table: table, Admin: ac, Data: dc, Brokers: brokers, Topic: topic,
@@ -90,5 +91,22 @@ func TestGatherReadsTheLiveSystem(t *testing.T) {
 	}
 	if !f.OwnTTLs || !strings.Contains(f.OwnTTLsRecorded, "json:ttl") || f.UnlistedBound != cfg.Policy.DefaultTTL {
 		t.Errorf("own TTLs from the table's record %q (%t), unlisted bound %s", f.OwnTTLsRecorded, f.OwnTTLs, f.UnlistedBound)
+	}
+}
+
+// An input topic whose producers may stamp records any time ahead keeps
+// them forever, in Kafka's eyes: a record stamped a year ahead holds its
+// segment, and every later one, a year past its retention.ms. Its line
+// says so and names the settings that bound it.
+func TestTopicKeepCountsRecordsStampedAhead(t *testing.T) {
+	r := deadletter.TopicRetention{Topic: "clicks", Policy: "delete", Retention: time.Hour, Segment: time.Minute, RetentionCheck: time.Minute,
+		Stamping: kafkaconn.Stamping{Type: "CreateTime", AheadMax: -1, Setting: "message.timestamp.after.max.ms"}}
+	k := topicKeep(r)
+	if k.Keeps != Forever || !strings.Contains(k.Settings, "message.timestamp.after.max.ms unbounded") || !strings.Contains(k.Settings, "bound it: message.timestamp.after.max.ms") {
+		t.Errorf("unbounded stamps: %+v", k)
+	}
+	r.Stamping.AheadMax, r.Keeps = time.Hour, 2*time.Hour+2*time.Minute
+	if k := topicKeep(r); k.Keeps != r.Keeps || !strings.Contains(k.Settings, "records stamped up to 1h ahead (message.timestamp.after.max.ms)") {
+		t.Errorf("stamps within an hour: %+v", k)
 	}
 }

@@ -29,7 +29,7 @@ func TestDeadLetterTopicKeepGrown(t *testing.T) {
 		code, body := testenv.Get(url + "/readyz")
 		return code == 200, body
 	})
-	alterTopic(t, e.brokers, e.topic+".dlq", map[string]string{"retention.ms": "7200000", "segment.ms": "120000"})
+	alterTopic(t, e.brokers, e.topic+".dlq", map[string]string{"retention.ms": "7200000", "segment.ms": "120000", "message.timestamp.type": "LogAppendTime"})
 	testenv.Eventually(t, 20*time.Second, func() (bool, string) {
 		code, body := testenv.Get(url + "/readyz")
 		return code == 503 && strings.Contains(body, "keeps records up to 2h2m1s") && strings.Contains(body, "was 32m1s"), body
@@ -115,7 +115,7 @@ func TestDeadLetterTopicsCreatedWithTheirRetention(t *testing.T) {
 		ms, _ := strconv.ParseInt(retention, 10, 64)
 		segment := strconv.FormatInt(max(ms/12, 1000), 10)
 		got := topicConfigs(t, e.brokers, topic)
-		for name, value := range map[string]string{"cleanup.policy": "delete", "retention.ms": retention, "segment.ms": segment} {
+		for name, value := range map[string]string{"cleanup.policy": "delete", "retention.ms": retention, "segment.ms": segment, "message.timestamp.type": "LogAppendTime"} {
 			if c, ok := got[name]; !ok || c.ConfigValue != value || c.ConfigSource != configSourceTopic {
 				t.Errorf("%s: %s = %q (source %d), want %q set on the topic (source %d)", topic, name, c.ConfigValue, c.ConfigSource, value, configSourceTopic)
 			}
@@ -147,14 +147,16 @@ func TestDeadLetterTopicsCreatedWithTheirRetention(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// A dead-letter topic made by hand with fewer partitions than the input
-	// takes letters all the same, and the worker says it falls short.
+	// A dead-letter topic made by hand with fewer partitions than the input,
+	// and Kafka's default stamping, takes letters all the same, and the
+	// worker says it falls short.
 	small := testenv.Name("small")
 	testenv.CreateTopic(t, e.brokers, small, 2)
 	stop, logs = e.startWorker(t, "--topic", input, "--dlq-topic", small)
 	testenv.Eventually(t, 20*time.Second, func() (bool, string) {
 		code, body := testenv.Get(adminURL(t, logs) + "/status")
-		return code == 200 && strings.Contains(body, `"short_of": "2 partitions, fewer than 7"`), fmt.Sprintf("status %d: %s", code, body)
+		return code == 200 && strings.Contains(body, `"short_of": "2 partitions, fewer than 7 and message.timestamp.type CreateTime, not LogAppendTime"`) &&
+			strings.Contains(body, `"stamping": "message.timestamp.type=CreateTime with message.timestamp.after.max.ms unbounded`), fmt.Sprintf("status %d: %s", code, body)
 	})
 	if n := strings.Count(logs.String(), "fewer partitions or replicas than the worker would create it with"); n != 1 {
 		t.Errorf("the shortfall is logged %d times, want once:\n%s", n, logs.String())

@@ -41,7 +41,7 @@ func TestRetentionStatement(t *testing.T) {
 	if err != nil {
 		t.Fatalf("clean setup: %v\n%s", err, out)
 	}
-	for _, want := range []string{"acme", "1h", "table, live cells", "input topic " + e.topic, "35m1s", "0 breaches", e.topic + ".dlq.10m", "not created yet"} {
+	for _, want := range []string{"acme", "1h", "table, live cells", "input topic " + e.topic, "40m1s", "0 breaches", e.topic + ".dlq.10m", "not created yet"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("clean statement does not say %q:\n%s", want, out)
 		}
@@ -82,7 +82,7 @@ func TestRetentionStatement(t *testing.T) {
 	for store, want := range map[string]string{
 		"table, expired cells not yet collected":                         "max-age 3d, the tenants file needs 2d",
 		"dead-letter topic " + e.topic + ".dlq, letters without payload": "keeps records forever",
-		"input topic " + e.topic:                                         "keeps records 7d5m1s; acme's TTL is 1h",
+		"input topic " + e.topic:                                         "keeps records forever; acme's TTL is 1h",
 		"record timestamps of " + e.topic:                                "any time ahead",
 		"checkpoint " + keys:                                             "holds row keys",
 		"erasure ledger " + e.table + "-erasures, ids of erased users":   "keep their ids forever",
@@ -119,7 +119,7 @@ func statementCountsMinTTL(t *testing.T, e *env, brokers []string) {
 	if err := e.ac.SetGCPolicy(context.Background(), e.table, "c", bigtable.MaxAgePolicy(48*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	alterTopic(t, e.brokers, e.topic+".dlq", map[string]string{"retention.ms": "1800000", "segment.ms": "120000"})
+	alterTopic(t, e.brokers, e.topic+".dlq", map[string]string{"retention.ms": "1800000", "segment.ms": "120000", "message.timestamp.type": "LogAppendTime"})
 	alterTopic(t, e.brokers, e.topic, map[string]string{"retention.ms": "86400000", "segment.ms": "300000", "message.timestamp.after.max.ms": "300000"})
 	out, err := e.cmd(t, "retention", append(brokers, "--tenant", "globex", "--ttl-from", "json:ttl")...)
 	if codeOf(err) != 1 || !strings.Contains(out, "BREACH globex: input topic "+e.topic+" keeps records 1d") ||
@@ -128,7 +128,7 @@ func statementCountsMinTTL(t *testing.T, e *env, brokers []string) {
 		t.Errorf("globex with --ttl-from: exit %d\n%s", codeOf(err), out)
 	}
 	if out, err := e.cmd(t, "retention", append(brokers, "--tenant", "globex")...); err != nil {
-		t.Errorf("globex without --ttl-from, an input topic keeping 1d5m1s: %v\n%s", err, out)
+		t.Errorf("globex without --ttl-from, an input topic keeping 1d10m1s: %v\n%s", err, out)
 	}
 	// The workers write with --ttl-from (the table records it): a
 	// statement run without the flag counts the min_ttl all the same.

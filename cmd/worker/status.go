@@ -52,11 +52,12 @@ type deadLetterTopic struct {
 	Segment       string `json:"segment"`
 	CleanupPolicy string `json:"cleanup_policy"`
 	// KeepsUpTo is the longest a letter produced now stays readable; ""
-	// when the topic keeps no payload.
+	// when the topic keeps no payload. Stamping is how its records are
+	// stamped, which KeepsUpTo counts.
 	KeepsUpTo string `json:"keeps_up_to,omitempty"`
-	// Partitions and Replicas are the topic's; ShortOf says where they
-	// fall short of --dlq-partitions and --dlq-replication-factor (or
-	// their defaults).
+	Stamping  string `json:"stamping,omitempty"`
+	// Partitions and Replicas are the topic's; ShortOf says where they,
+	// or its stamping, fall short of what the worker creates it with.
 	Partitions int    `json:"partitions,omitempty"`
 	Replicas   int    `json:"replicas,omitempty"`
 	ShortOf    string `json:"short_of,omitempty"`
@@ -161,6 +162,9 @@ func (s *statusSource) status(q url.Values) any {
 		}
 		if r.Keeps > 0 {
 			t.KeepsUpTo = duration.Format(r.Keeps)
+		}
+		if r.Stamping.Type != "" {
+			t.Stamping = r.Stamping.Describe()
 		}
 		if r.Problem != nil {
 			t.Problem = r.Problem.Error()

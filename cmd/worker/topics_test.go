@@ -56,7 +56,7 @@ func topicConfigs(t *testing.T, brokers []string, topic string) map[string]kafka
 	defer tr.CloseIdleConnections()
 	c := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: tr, Timeout: 10 * time.Second}
 	res, err := c.DescribeConfigs(context.Background(), &kafka.DescribeConfigsRequest{Resources: []kafka.DescribeConfigRequestResource{{
-		ResourceType: kafka.ResourceTypeTopic, ResourceName: topic, ConfigNames: []string{"cleanup.policy", "retention.ms", "segment.ms"}}}})
+		ResourceType: kafka.ResourceTypeTopic, ResourceName: topic, ConfigNames: []string{"cleanup.policy", "retention.ms", "segment.ms", "message.timestamp.type"}}}})
 	if err == nil && len(res.Resources) != 1 {
 		err = fmt.Errorf("%d resources in the answer", len(res.Resources))
 	}

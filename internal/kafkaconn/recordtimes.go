@@ -52,13 +52,81 @@ func Millis(v string) (time.Duration, error) {
 	return time.Duration(n) * time.Millisecond, nil
 }
 
+// TimestampConfigs are the topic settings that say how its records are
+// stamped (Stamping).
+var TimestampConfigs = []string{"message.timestamp.type", "message.timestamp.after.max.ms", "message.timestamp.difference.max.ms"}
+
+// Stamping is how a topic's records are stamped, as its settings say.
+type Stamping struct {
+	// Type is message.timestamp.type: CreateTime or LogAppendTime.
+	Type string
+	// AheadMax is how far ahead of the broker's clock a producer may
+	// stamp a record; -1 when nothing bounds it. Setting is the config
+	// that decides it, as Kafka names it.
+	AheadMax time.Duration
+	Setting  string
+}
+
+// StampingOf reads a topic's TimestampConfigs, by name. after.max.ms (3.6
+// and later) bounds the future alone; when it is unbounded,
+// difference.max.ms (deprecated, still enforced) may bound both ways.
+func StampingOf(topic string, configs map[string]string) (Stamping, error) {
+	st := Stamping{Type: configs["message.timestamp.type"], AheadMax: -1, Setting: "message.timestamp.after.max.ms"}
+	if st.Type == "" {
+		return st, fmt.Errorf("timestamp settings of %s: message.timestamp.type not in the answer", topic)
+	}
+	var err error
+	if after := configs[st.Setting]; after != "" {
+		if st.AheadMax, err = Millis(after); err != nil {
+			return st, fmt.Errorf("timestamp settings of %s: %s: %w", topic, st.Setting, err)
+		}
+	}
+	if difference := configs["message.timestamp.difference.max.ms"]; st.AheadMax < 0 && difference != "" {
+		d, err := Millis(difference)
+		if err != nil {
+			return st, fmt.Errorf("timestamp settings of %s: message.timestamp.difference.max.ms: %w", topic, err)
+		}
+		if d >= 0 {
+			st.AheadMax, st.Setting = d, "message.timestamp.difference.max.ms"
+		}
+	}
+	return st, nil
+}
+
+// SegmentAhead is how much longer than retention.ms a record may keep its
+// segment, and every later one, in the broker's eyes: Kafka deletes a
+// segment only once its newest timestamp is older than retention.ms, and
+// only from the log's front. Under LogAppendTime the broker stamps each
+// batch with its own clock: nothing. Under CreateTime a producer's stamp
+// counts, as far ahead as AheadMax lets it; -1 (forever) when nothing
+// bounds it, which is Kafka 3.x's default. (A record without a timestamp
+// holds its segment by the segment file's time: nothing ahead.)
+func (st Stamping) SegmentAhead() time.Duration {
+	if st.Type == "LogAppendTime" {
+		return 0
+	}
+	return st.AheadMax
+}
+
+// Describe says in words what SegmentAhead is and why, for a statement.
+func (st Stamping) Describe() string {
+	switch a := st.SegmentAhead(); {
+	case st.Type == "LogAppendTime":
+		return "message.timestamp.type=LogAppendTime (the broker stamps each batch)"
+	case a < 0:
+		return fmt.Sprintf("message.timestamp.type=%s with %s unbounded: a record stamped ahead keeps its segment, and every later one, as long as it says "+
+			"(bound it: message.timestamp.after.max.ms, or message.timestamp.type=LogAppendTime)", st.Type, st.Setting)
+	default:
+		return fmt.Sprintf("message.timestamp.type=%s: records stamped up to %s ahead (%s)", st.Type, duration.Format(a), st.Setting)
+	}
+}
+
 // readRecordTimes reads the topic's timestamp settings (its own, or the
 // broker's defaults it inherits).
 func readRecordTimes(ctx context.Context, client *kafka.Client, topic string, skew time.Duration) (RecordTimes, error) {
 	rt := RecordTimes{Topic: topic, AheadMax: -1}
 	res, err := client.DescribeConfigs(ctx, &kafka.DescribeConfigsRequest{Resources: []kafka.DescribeConfigRequestResource{{
-		ResourceType: kafka.ResourceTypeTopic, ResourceName: topic,
-		ConfigNames: []string{"message.timestamp.type", "message.timestamp.after.max.ms", "message.timestamp.difference.max.ms"},
+		ResourceType: kafka.ResourceTypeTopic, ResourceName: topic, ConfigNames: TimestampConfigs,
 	}}})
 	if err == nil && len(res.Resources) == 1 {
 		err = res.Resources[0].Error
@@ -66,38 +134,15 @@ func readRecordTimes(ctx context.Context, client *kafka.Client, topic string, sk
 	if err != nil {
 		return rt, fmt.Errorf("timestamp settings of %s: %w", topic, err)
 	}
-	after, difference := "", ""
+	configs := map[string]string{}
 	for _, e := range res.Resources[0].ConfigEntries {
-		switch e.ConfigName {
-		case "message.timestamp.type":
-			rt.Type = e.ConfigValue
-		case "message.timestamp.after.max.ms":
-			after = e.ConfigValue
-		case "message.timestamp.difference.max.ms":
-			difference = e.ConfigValue
-		}
+		configs[e.ConfigName] = e.ConfigValue
 	}
-	if rt.Type == "" {
-		return rt, fmt.Errorf("timestamp settings of %s: message.timestamp.type not in the answer", topic)
+	st, err := StampingOf(topic, configs)
+	if err != nil {
+		return rt, err
 	}
-	// after.max.ms (3.6 and later) bounds the future alone; when it is
-	// unbounded, difference.max.ms (deprecated, still enforced) may bound
-	// both ways.
-	rt.Setting = "message.timestamp.after.max.ms"
-	if after != "" {
-		if rt.AheadMax, err = Millis(after); err != nil {
-			return rt, fmt.Errorf("timestamp settings of %s: %s: %w", topic, rt.Setting, err)
-		}
-	}
-	if rt.AheadMax < 0 && difference != "" {
-		d, err := Millis(difference)
-		if err != nil {
-			return rt, fmt.Errorf("timestamp settings of %s: message.timestamp.difference.max.ms: %w", topic, err)
-		}
-		if d >= 0 {
-			rt.AheadMax, rt.Setting = d, "message.timestamp.difference.max.ms"
-		}
-	}
+	rt.Type, rt.AheadMax, rt.Setting = st.Type, st.AheadMax, st.Setting
 	switch {
 	case rt.Type == "LogAppendTime" && (rt.AheadMax < 0 || rt.AheadMax > skew):
 		// The broker stamps each batch's max timestamp only; the worker

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"strings"
 	"testing"
 	"time"
 )
@@ -66,5 +67,40 @@ func TestRecordTimeWatchProblem(t *testing.T) {
 	clock = clock.Add(time.Hour)
 	if err := loose.Problem(); err != nil {
 		t.Errorf("without strict: %v, want none", err)
+	}
+}
+
+// A topic's stamping is read from its settings as the broker enforces
+// them: after.max.ms first, difference.max.ms when after is unbounded
+// (Kafka 3.6 and later still enforce the deprecated one), and Long.MAX
+// or anything past a Duration is no bound. Under LogAppendTime the
+// broker's clock holds the segments, whatever producers may stamp.
+func TestStampingOf(t *testing.T) {
+	const max = "9223372036854775807"
+	for _, tt := range []struct {
+		name    string
+		configs map[string]string
+		ahead   time.Duration
+		setting string
+		err     string
+	}{
+		{"Kafka 3.x's defaults", map[string]string{"message.timestamp.type": "CreateTime", "message.timestamp.after.max.ms": max, "message.timestamp.difference.max.ms": max}, -1, "message.timestamp.after.max.ms", ""},
+		{"Kafka 4.x's default", map[string]string{"message.timestamp.type": "CreateTime", "message.timestamp.after.max.ms": "3600000", "message.timestamp.difference.max.ms": max}, time.Hour, "message.timestamp.after.max.ms", ""},
+		{"difference only", map[string]string{"message.timestamp.type": "CreateTime", "message.timestamp.after.max.ms": max, "message.timestamp.difference.max.ms": "60000"}, time.Minute, "message.timestamp.difference.max.ms", ""},
+		{"a broker before 3.6", map[string]string{"message.timestamp.type": "CreateTime", "message.timestamp.difference.max.ms": "60000"}, time.Minute, "message.timestamp.difference.max.ms", ""},
+		{"LogAppendTime", map[string]string{"message.timestamp.type": "LogAppendTime"}, 0, "message.timestamp.after.max.ms", ""},
+		{"no type", map[string]string{"message.timestamp.after.max.ms": "1"}, -1, "", "message.timestamp.type not in the answer"},
+		{"garbled", map[string]string{"message.timestamp.type": "CreateTime", "message.timestamp.after.max.ms": "soon"}, -1, "", "message.timestamp.after.max.ms"},
+	} {
+		st, err := StampingOf("t", tt.configs)
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("%s: err %v, want %q", tt.name, err, tt.err)
+			}
+			continue
+		}
+		if err != nil || st.SegmentAhead() != tt.ahead || st.Setting != tt.setting {
+			t.Errorf("%s: ahead %s by %s (%v), want %s by %s", tt.name, st.SegmentAhead(), st.Setting, err, tt.ahead, tt.setting)
+		}
 	}
 }

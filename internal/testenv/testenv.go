@@ -168,9 +168,11 @@ tenants:
 // DeadLetterConfigs are what a test gives the dead-letter topics it makes
 // before the worker starts: a retention short enough (30 minutes, with
 // 2-minute segments) that dead letters of the tests' TTLs, an hour and
-// more, keep their payload, which the tests read back. A topic with the
-// broker's defaults (7 days, 7-day segments) would get letters without it.
-var DeadLetterConfigs = map[string]string{"retention.ms": "1800000", "segment.ms": "120000"}
+// more, keep their payload, which the tests read back; stamped by the
+// broker (LogAppendTime), as the worker creates its own. A topic with the
+// broker's defaults (7 days, 7-day segments, producers' timestamps
+// unbounded) would get letters without it.
+var DeadLetterConfigs = map[string]string{"retention.ms": "1800000", "segment.ms": "120000", "message.timestamp.type": "LogAppendTime"}
 
 // CreateTopic creates a topic with partitions partitions.
 func CreateTopic(t testing.TB, brokers []string, topic string, partitions int) {
@@ -331,6 +333,28 @@ func Offsets(t testing.TB, brokers []string, group, topic string, partitions int
 		end[p.Partition] = p.LastOffset
 	}
 	return committed, end
+}
+
+// LogStarts returns, per partition of topic, the log start offset: where
+// the broker's retention has left it.
+func LogStarts(t testing.TB, brokers []string, topic string, partitions int) map[int]int64 {
+	t.Helper()
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	c := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second, Transport: tr}
+	reqs := make([]kafka.OffsetRequest, partitions)
+	for i := range reqs {
+		reqs[i] = kafka.FirstOffsetOf(i)
+	}
+	lo, err := c.ListOffsets(context.Background(), &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
+	if err != nil {
+		t.Fatalf("list offsets of %s: %v", topic, err)
+	}
+	start := map[int]int64{}
+	for _, p := range lo.Topics[topic] {
+		start[p.Partition] = p.FirstOffset
+	}
+	return start
 }
 
 // Eventually polls cond until it holds or timeout passes; cond's message
