@@ -229,7 +229,6 @@ func (d *Writer) checkShape(md *kafka.MetadataResponse, rs, prev []TopicRetentio
 	}
 }
 
-
 // readSettings reads the topics' retention settings and the brokers'
 // retention check into rs. A topic whose settings cannot be read gets a
 // problem, and its letters keep no payload until they are read again: the

@@ -249,9 +249,9 @@ func (l *Ledger) with(entries []entry, now time.Time) (_ *Ledger, grew bool) {
 }
 
 // withHeld adds to l, a ledger just read and not yet in force, what prev
-// holds that has not expired at now: a read of the records in force then
-// never drops what a journal read put in force, and the expired leave
-// memory.
+// (nil: nothing) holds that has not expired at now: the watch's reread of
+// the records in force keeps what its recent journal reads put in force,
+// whose index cells it may have read too early.
 func (l *Ledger) withHeld(prev *Ledger, now time.Time) {
 	nowMs := now.UnixMilli()
 	if prev == nil {

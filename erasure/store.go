@@ -60,8 +60,18 @@ const (
 	indexPrefix   = "#x#"
 
 	// colHasIndex, in a journal row, says its record has its index cell
-	// (an earlier release's forget wrote none: see Index).
+	// (an earlier release's forget wrote none: see Index); colExpires,
+	// when the record expires (Unix ms, 8 bytes big-endian; MaxMillis:
+	// never), which the row's own cells need not carry (JournalLife).
 	colHasIndex = "x"
+	colExpires  = "expires"
+
+	// JournalLife is the longest a journal row lives: a worker reads the
+	// journal of the last minutes only (journalFrom), and the records in
+	// force from the index. A record that never expires, or not for
+	// years, leaves no journal row behind it for that long: retired
+	// (Retire), it is gone from the ledger with its record row.
+	JournalLife = 24 * time.Hour
 
 	// indexedKey is the marker row: present, every record in force has
 	// its index cell (written by worker setup, Index).
@@ -142,8 +152,11 @@ func Rows(r Record, written time.Time) (keys []string, muts []*bigtable.Mutation
 	m.Set(Family, colRecordedAt+at, ts, millis(r.RecordedAt))
 	m.Set(Family, colRequestedBy+at, ts, []byte(r.RequestedBy))
 	j := bigtable.NewMutation()
-	j.Set(Family, colUpTo, ts, millis(r.UpTo))
-	j.Set(Family, colHasIndex, ts, nil)
+	jts := min(ts, bigtable.Time(written.Add(JournalLife).Truncate(time.Millisecond)))
+	expires := int64(ts) / 1000
+	j.Set(Family, colUpTo, jts, millis(r.UpTo))
+	j.Set(Family, colHasIndex, jts, nil)
+	j.Set(Family, colExpires, jts, binary.BigEndian.AppendUint64(nil, uint64(expires)))
 	// The index cell holds what a worker needs: erased_up_to and the
 	// mark, in a row of the records that expire in the same hour.
 	x := bigtable.NewMutation()
@@ -151,7 +164,7 @@ func Rows(r Record, written time.Time) (keys []string, muts []*bigtable.Mutation
 	if r.Below != nil {
 		below = r.Below.encode()
 		m.Set(Family, colBelow+at, ts, below)
-		j.Set(Family, colBelow, ts, below)
+		j.Set(Family, colBelow, jts, below)
 	}
 	recorded := max(0, r.RecordedAt.UnixMilli())
 	x.Set(Family, indexColumn(r.Tenant, r.User, recorded), ts, append(millis(r.UpTo), below...))
@@ -358,6 +371,7 @@ func (s *Store) loadSince(ctx context.Context, since, upTo time.Time) (_ []entry
 			beyondMs = max(beyondMs, ms)
 		}
 		e := entry{tenant: tenant, user: user, erased: erased{upTo: math.MinInt64, expires: forever}}
+		expires := int64(0) // the colExpires cell's, when the row has one
 		for _, it := range row[Family] {
 			switch {
 			case it.Column == Family+":"+colUpTo && len(it.Value) == 8:
@@ -365,9 +379,19 @@ func (s *Store) loadSince(ctx context.Context, since, upTo time.Time) (_ []entry
 				if it.Timestamp != never {
 					e.expires = int64(it.Timestamp) / 1000
 				}
+			case it.Column == Family+":"+colExpires && len(it.Value) == 8:
+				expires = int64(binary.BigEndian.Uint64(it.Value))
 			case it.Column == Family+":"+colBelow:
 				e.below, _ = known.decode(it.Value)
 			}
+		}
+		// A row that lives JournalLife says when its record expires; one
+		// of an earlier release carries it as its cells' timestamp.
+		switch {
+		case expires >= rowkey.MaxMillis:
+			e.expires = forever
+		case expires > 0:
+			e.expires = expires
 		}
 		if e.upTo != math.MinInt64 {
 			out = append(out, e)

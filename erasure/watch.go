@@ -73,13 +73,19 @@ type Watch struct {
 	indexed  bool      // the last read of the records in force read the index
 	// newest is the latest time a journal row read carried: the
 	// journal's clock (see journalFrom).
-	newest    time.Time
-	saidAhead bool   // journalAhead has warned
-	lastRead  string // what the last load read, and how many rows or records
-	lastRows  int    // how many
-	ignored   int    // rows the last read of the records could not read as records
-	lastErr   error  // why the last load failed, nil when it did not
-	warned    bool   // lastErr has been logged
+	newest time.Time
+	// journal and journalBefore are what the journal reads added since
+	// the last reread of the records in force, and in the period before
+	// it: a reread keeps them (an index cell is written just after its
+	// journal row), and lets go of the rest, so that a record's life,
+	// once retired, shortens in the workers too.
+	journal, journalBefore *Ledger
+	saidAhead              bool   // journalAhead has warned
+	lastRead               string // what the last load read, and how many rows or records
+	lastRows               int    // how many
+	ignored                int    // rows the last read of the records could not read as records
+	lastErr                error  // why the last load failed, nil when it did not
+	warned                 bool   // lastErr has been logged
 }
 
 // NewWatch returns a watch of store's ledger, to be started with Start.
@@ -190,7 +196,10 @@ func (w *Watch) load(ctx context.Context) error {
 		}
 		if err == nil {
 			next = got.l
-			next.withHeld(prev, start)
+			w.mu.Lock()
+			next.withHeld(w.journalBefore, start)
+			next.withHeld(w.journal, start)
+			w.mu.Unlock()
 			grew = next.newer(prev)
 		}
 	} else {
@@ -203,6 +212,13 @@ func (w *Watch) load(ctx context.Context) error {
 		if entries, got.rows, newest, beyond, err = w.store.loadSince(lctx, since, start); err == nil {
 			w.journalAhead(beyond, start)
 			next, grew = prev.with(entries, start)
+			w.mu.Lock()
+			held := w.journal
+			if held == nil {
+				held = &Ledger{}
+			}
+			w.journal, _ = held.with(entries, start)
+			w.mu.Unlock()
 			what = "journal since " + since.UTC().Format(time.RFC3339) + ": %d rows"
 		}
 	}
@@ -230,6 +246,7 @@ func (w *Watch) load(ctx context.Context) error {
 	w.lastRead, w.lastRows = fmt.Sprintf(what, got.rows), got.rows
 	if reread {
 		w.readAt, w.rereadAt, w.ignored = start, start.Add(w.rereadEvery), got.ignored
+		w.journalBefore, w.journal = w.journal, nil
 		if first {
 			w.indexed = indexed
 		}

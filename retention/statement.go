@@ -216,6 +216,13 @@ func ledgerLife(f Facts, name string, longest time.Duration) StoreLife {
 	line := StoreLife{Store: fmt.Sprintf("erasure ledger %s, ids of erased users", f.Ledger), Longest: lifeText(Forever)}
 	rule := fmt.Sprintf("worker forget sets each record's expiry: the longest of %s longest TTL %s, the input topic's keep and each dead-letter topic's "+
 		"(and forget's --backup-retention when longer)", name, duration.Format(longest))
+	if past := LedgerRecordLifePastInput(f, 0, longest); keep == Forever && past != Forever && f.Input.Unknown == "" && !f.Input.Missing {
+		line.DecidedBy = fmt.Sprintf("%s: forever while the input topic may hold a record an erasure's mark covers (%s); "+
+			"each worker forget retires such a record once every partition's log start offset has passed its mark, which then lives %s from when it was recorded",
+			rule, f.Input.Settings, duration.Format(past))
+		line.Breach = fmt.Sprintf("erasure ledger %s: a record of %s erased users keeps their ids as long as the input topic may hold their records, forever on this topic", f.Ledger, name)
+		return line
+	}
 	if keep == Forever {
 		line.DecidedBy = rule + ": forever, as a topic keeps records forever or its settings cannot be read"
 		line.Breach = fmt.Sprintf("erasure ledger %s: a record of %s erased users would keep their ids forever (a topic keeps records forever or its settings cannot be read)", f.Ledger, name)
@@ -321,8 +328,19 @@ func lifeText(d time.Duration) string {
 // copies forever or its settings cannot be read. worker forget sets each
 // record's expiry by it, and the statement reports the ledger by it.
 func LedgerRecordLife(f Facts, backups, longestTTL time.Duration) time.Duration {
+	return recordLife(append([]TopicKeep{f.Input}, f.DeadLetters...), backups, longestTTL)
+}
+
+// LedgerRecordLifePastInput is LedgerRecordLife once the input topic holds
+// nothing a record's mark covers (erasure.Store.Retire): the dead-letter
+// topics', the backups' and the tenant's longest TTL.
+func LedgerRecordLifePastInput(f Facts, backups, longestTTL time.Duration) time.Duration {
+	return recordLife(f.DeadLetters, backups, longestTTL)
+}
+
+func recordLife(topics []TopicKeep, backups, longestTTL time.Duration) time.Duration {
 	keep := max(longestTTL, backups)
-	for _, k := range append([]TopicKeep{f.Input}, f.DeadLetters...) {
+	for _, k := range topics {
 		switch {
 		case k.Missing:
 		case k.Unknown != "" || k.Keeps == Forever:

@@ -93,6 +93,7 @@ func (fo *forgetCmd) flags(out io.Writer) *envflag.FlagSet {
 // the erasure protocol (retention/forget); the receipt goes to stdout.
 func (fo *forgetCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 	kafka := fo.topics.kafka
+	input := kafkaconn.Topic{Brokers: kafka.Brokers, Security: kafka.Security, Name: kafka.Topic}
 	users, err := fo.userIDs()
 	if err != nil {
 		return usageError(err)
@@ -152,10 +153,7 @@ func (fo *forgetCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 		Table: fo.table.Target().String(), Facts: facts, LongestTTL: s.cfg.Policy.LongestTTL(fo.tenant),
 		Backups: fo.backups, BackupsDecidedBy: "--backup-retention", Tracers: s.tracers,
 		Pseudonyms: names, TenantsVersion: versionCheck, Replication: repl,
-		EndOffsets: func(ctx context.Context) (string, []int64, error) {
-			ends, err := kafkaconn.EndOffsets(ctx, kafka.Brokers, kafka.Security, kafka.Topic)
-			return kafka.Topic, ends, err
-		},
+		EndOffsets: input.EndOffsets, LogStarts: input.LogStarts,
 	}, log)
 	if !rc.Begun() {
 		return err
@@ -201,41 +199,7 @@ func printReceipt(w io.Writer, rc forget.Receipt, format string) error {
 	if format == "json" {
 		return json.NewEncoder(w).Encode(rc)
 	}
-	verb := "erased"
-	if rc.DryRun {
-		verb = "would erase (dry run)"
-	}
-	fmt.Fprintf(w, "%s users of tenant %s up to %s, requested by %s\n", verb, rc.Tenant, rc.ErasedUpTo.Format(time.RFC3339Nano), rc.RequestedBy)
-	fmt.Fprintf(w, "covers: %s\n", rc.Bound)
-	for _, u := range rc.Users {
-		switch {
-		case u.Record != nil:
-			exp := "never"
-			if !u.Record.Expires.IsZero() {
-				exp = u.Record.Expires.Format(time.RFC3339)
-			}
-			fmt.Fprintf(w, "  %s: rows deleted per pass %v; ledger record in %s expires %s\n", u.User, u.RowsPerPass, rc.Ledger, exp)
-		case rc.DryRun:
-			fmt.Fprintf(w, "  %s: %d rows\n", u.User, u.RowsPerPass[0])
-		default:
-			fmt.Fprintf(w, "  %s: no row, nothing recorded\n", u.User)
-		}
-	}
-	if !rc.DryRun {
-		fmt.Fprintf(w, "second pass after %s\n", rc.SecondPassAfter)
-	}
-	if c := rc.TenantsVersion; c != nil {
-		fmt.Fprintf(w, "checked: %s", c)
-		if c.Overridden {
-			fmt.Fprintf(w, " (erased anyway: %s)", tablemeta.AllowVersionFlag)
-		}
-		fmt.Fprintln(w)
-	}
-	fmt.Fprintf(w, "replication: %s\n", rc.Replication.Summary)
-	fmt.Fprintln(w, "not erased by this command (copies can remain up to):")
-	for _, s := range rc.Unreachable {
-		fmt.Fprintf(w, "  %s: %s (%s)\n", s.Store, s.Longest, s.DecidedBy)
-	}
+	rc.WriteText(w)
 	return nil
 }
 

@@ -44,6 +44,10 @@ type Request struct {
 	// appended before them, whatever time it carries (erasure.Mark). Nil
 	// erases by time alone, as does Before.
 	EndOffsets func(context.Context) (topic string, ends []int64, err error)
+	// LogStarts reads a topic's log start offsets, by partition: forget
+	// retires the records of earlier erasures whose marks cover nothing
+	// the topic still holds (erasure.Store.Retire). Nil retires nothing.
+	LogStarts erasure.LogStarts
 	// DryRun counts the rows; it records and deletes nothing.
 	DryRun bool
 	// AllowEmpty records the erasure of a user even when no row matches.
@@ -98,6 +102,9 @@ type Receipt struct {
 	// Replication says whether forget waited for its writes to reach
 	// every cluster of the instance, or why it did not.
 	Replication ReplicationReceipt `json:"replication"`
+	// Retired is what forget did to the records of earlier erasures that
+	// never expired (nil: nothing tried, as in a dry run).
+	Retired *erasure.Retired `json:"retired,omitempty"`
 
 	begun bool
 }
@@ -149,6 +156,12 @@ func Forget(ctx context.Context, rows *bigtable.Table, ledger *erasure.Store, r 
 		rc: Receipt{Tenant: r.Tenant, DryRun: r.DryRun, RequestedBy: r.RequestedBy, ErasedUpTo: ErasedUpTo(r.Now, r.Before, r.MaxClockSkew),
 			SecondPassAfter: wait.String(), Table: r.Table, Ledger: ledger.Table(), TenantsVersion: r.TenantsVersion}}
 	e.rc.Unreachable, e.keep = unreachable(r.Facts, r.Backups, r.BackupsDecidedBy, r.LongestTTL)
+	if !r.Before.IsZero() {
+		// By time alone: every event the record covers is at or before
+		// erased_up_to, and has expired a longest TTL after it, wherever
+		// its copy waits (a topic, a letter); a backup may hold the rows.
+		e.keep = max(r.Backups, 0)
+	}
 	if !r.DryRun {
 		if err := checkClock(ctx, ledger, r.Now, log); err != nil {
 			return Receipt{}, err
@@ -167,7 +180,34 @@ func Forget(ctx context.Context, rows *bigtable.Table, ledger *erasure.Store, r 
 	if err = e.run(ctx, wait); err != nil && e.rc.Replication.Summary == "" {
 		e.rc.Replication.Summary = fmt.Sprintf("stopped after %d waits for consistency, with the error", e.rc.Replication.waits)
 	}
+	if err == nil && !r.DryRun && r.LogStarts != nil {
+		err = e.retire(ctx)
+	}
 	return e.rc, err
+}
+
+// retire gives a life to the records of earlier erasures (of every
+// tenant) kept forever for records of the input topic that Kafka has
+// deleted since: the life they would have had, counted from when they
+// were recorded, without the input topic's keep.
+func (e *eraser) retire(ctx context.Context) error {
+	f, backups := e.r.Facts, e.r.Backups
+	life := func(tenant string, upTo, recorded time.Time) time.Time {
+		if f.Policy == nil {
+			return time.Time{} // no tenants file read: no life to give
+		}
+		longest := f.Policy.LongestTTL(tenant)
+		return recordExpires(recorded, upTo, retention.LedgerRecordLifePastInput(f, backups, longest), longest)
+	}
+	done, err := e.store.Retire(ctx, time.Now(), e.r.LogStarts, life)
+	e.rc.Retired = &done
+	if err != nil {
+		return fmt.Errorf("retire the records of earlier erasures (this one is complete): %w", err)
+	}
+	for _, u := range done.Unread {
+		e.log.Warn("could not read a topic's log start offsets: the records whose marks name it stay in force", "topic", u)
+	}
+	return nil
 }
 
 // checkClock refuses to record when now, forget's clock, lies more than

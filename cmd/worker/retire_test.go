@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/cellttl/cellttl/erasure"
+	"github.com/cellttl/cellttl/internal/testenv"
+)
+
+// An erasure on a topic whose producers may stamp records any time ahead
+// (Kafka 3.x's default) never expires: the topic may hold a record of the
+// user for as long as its producer says. Once Kafka has deleted every
+// record the erasure's mark covers (each partition's log start offset at
+// or past the mark's end), it needs only the life of its other copies:
+// the next worker forget, of anyone, gives it that life, so that the
+// ledger does not grow with every erasure kept forever. A record of the
+// user stamped ahead holds its partition's log start, and the erasure with
+// it. Against the real broker (retention.ms 3 s) and emulator.
+func TestForgetRetiresRecordsKafkaHasDeleted(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "default_ttl: 2d\ntenants:\n  acme: 1h\n")
+	alterTopic(t, e.brokers, e.topic, map[string]string{"retention.ms": "3000", "segment.ms": "1000"})
+	if out, err := e.cmd(t, "setup"); err != nil {
+		t.Fatalf("setup: %v\n%s", err, out)
+	}
+	type receipt struct {
+		Users []struct {
+			Record struct {
+				Expires time.Time
+				Below   struct {
+					Ends []int64 `json:"end_offsets"`
+				} `json:"erased_below"`
+			} `json:"ledger_record"`
+		}
+		Retired struct{ Records, Kept int }
+	}
+	forget := func(user string) receipt {
+		t.Helper()
+		out, err := e.cmd(t, "forget", "--tenant", "acme", "--user", user, "--allow-empty", "--requested-by", "ticket-5",
+			"--second-pass-after", "10ms", "--format", "json")
+		var rc receipt
+		if err != nil || json.Unmarshal([]byte(out[:strings.Index(out, "\n")]), &rc) != nil || len(rc.Users) != 1 {
+			t.Fatalf("forget %s: %v\n%s", user, err, out)
+		}
+		return rc
+	}
+	testenv.Produce(t, e.brokers, e.topic, click{EventID: "e-1", TenantID: "acme", UserID: "u-1"}.bytes())
+	first := forget("u-1")
+	if !first.Users[0].Record.Expires.IsZero() || len(first.Users[0].Record.Below.Ends) != partitions {
+		t.Fatalf("u-1's record: %+v, want a mark and no expiry", first.Users[0].Record)
+	}
+	// Kafka deletes what the mark covers: every partition's log start
+	// reaches the mark's end.
+	testenv.Eventually(t, 60*time.Second, func() (bool, string) {
+		starts := testenv.LogStarts(t, e.brokers, e.topic, partitions)
+		for p, end := range first.Users[0].Record.Below.Ends {
+			if starts[p] < end {
+				return false, fmt.Sprintf("log starts %v, the mark's ends %v", starts, first.Users[0].Record.Below.Ends)
+			}
+		}
+		return true, ""
+	})
+	testenv.ProduceMessages(t, e.brokers, e.topic, kafka.Message{Value: click{EventID: "e-2", TenantID: "acme", UserID: "u-2"}.bytes(), Time: time.Now().Add(time.Hour)})
+	if rc := forget("u-2"); rc.Retired.Records != 1 || rc.Retired.Kept != 1 {
+		t.Errorf("the second forget retired %d records and kept %d, want u-1's retired and its own kept", rc.Retired.Records, rc.Retired.Kept)
+	}
+	recs, _, err := erasure.NewStore(e.dc, e.table+"-erasures").Load(context.Background(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		// Its life: the longest of acme's hour from erased_up_to and the
+		// dead-letter topic's keep (30 m + 2 m + 1 s) from when it was
+		// recorded, --max-clock-skew before erased_up_to.
+		if r.User == "u-1" && (r.Expires.IsZero() || r.Expires.Before(r.UpTo.Add(time.Hour)) || r.Expires.After(r.UpTo.Add(time.Hour+time.Second))) {
+			t.Errorf("u-1's retired record expires at %s, want acme's hour from erased_up_to %s", r.Expires, r.UpTo)
+		}
+		if r.User == "u-2" && !r.Expires.IsZero() {
+			t.Errorf("u-2's record expires at %s, while Kafka holds u-2's event stamped ahead", r.Expires)
+		}
+	}
+	if len(recs) != 2 {
+		t.Errorf("%d records in force, want u-1's and u-2's", len(recs))
+	}
+}
+
+// An erasure --before a time erases by time alone: every event it covers
+// is at or before erased_up_to, and gone from wherever it waits once its
+// tenant's longest TTL has passed from there. Its record is not held for
+// the input topic's keep, forever on a topic whose producers may stamp
+// ahead: it expires with the TTL.
+func TestForgetBeforeLivesTheTTL(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "default_ttl: 2d\ntenants:\n  acme: 1h\n")
+	if out, err := e.cmd(t, "setup"); err != nil {
+		t.Fatalf("setup: %v\n%s", err, out)
+	}
+	out, err := e.cmd(t, "forget", "--tenant", "acme", "--user", "u-1", "--allow-empty", "--requested-by", "ticket-6",
+		"--before", "10m", "--second-pass-after", "10ms", "--format", "json")
+	var rc struct {
+		Users []struct {
+			Record struct {
+				UpTo    time.Time `json:"erased_up_to"`
+				Expires time.Time
+			} `json:"ledger_record"`
+		}
+	}
+	if err != nil || json.Unmarshal([]byte(out[:strings.Index(out, "\n")]), &rc) != nil || len(rc.Users) != 1 {
+		t.Fatalf("forget --before: %v\n%s", err, out)
+	}
+	if r := rc.Users[0].Record; !r.Expires.Equal(r.UpTo.Add(time.Hour)) {
+		t.Errorf("the record of an erasure before %s expires at %s, want acme's hour after it", r.UpTo, r.Expires)
+	}
+}
