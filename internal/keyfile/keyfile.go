@@ -9,8 +9,10 @@ import (
 	"bytes"
 	"encoding/base64"
 	"fmt"
+	"io/fs"
 	"os"
 	"strings"
+	"syscall"
 )
 
 // MinBytes is the shortest key accepted: the 32 bytes of HMAC-SHA-256's
@@ -26,6 +28,9 @@ func Read(path, what string) ([][]byte, error) {
 	}
 	if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("%s %s: not a regular file", what, path)
+	}
+	if err := private(fi); err != nil {
+		return nil, fmt.Errorf("%s %s: %w", what, path, err)
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -51,4 +56,24 @@ func Read(path, what string) ([][]byte, error) {
 		return nil, fmt.Errorf("%s %s: no key", what, path)
 	}
 	return keys, nil
+}
+
+// private refuses a key file others may read or write, and one its group
+// may when this process owns it: the group bit then lets only others in.
+// A process that does not own the file reads it through its group, as a
+// Kubernetes Secret mounted with defaultMode 0440 and the pod's fsGroup
+// is read: that group is the pod's own.
+func private(fi fs.FileInfo) error {
+	perm := fi.Mode().Perm()
+	owner := true
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		owner = int(st.Uid) == os.Getuid()
+	}
+	switch {
+	case perm&0o007 != 0:
+		return fmt.Errorf("mode %04o lets others read or write it: chmod 600 it (or 400; a Kubernetes Secret: defaultMode 0440 with the pod's fsGroup)", perm)
+	case owner && perm&0o070 != 0:
+		return fmt.Errorf("mode %04o lets its group read or write it, and this process owns it: chmod 600 it (or 400)", perm)
+	}
+	return nil
 }

@@ -44,3 +44,31 @@ func TestKeyFileErrors(t *testing.T) {
 		t.Errorf("a directory: %v", err)
 	}
 }
+
+// A key file others may read, or whose group may while this process owns
+// it, is refused, and the error says the mode; never what the file holds.
+func TestKeyFileMode(t *testing.T) {
+	key := base64.StdEncoding.EncodeToString([]byte(strings.Repeat("k", 32)))
+	for _, c := range []struct {
+		mode os.FileMode
+		err  string
+	}{
+		{0o600, ""}, {0o400, ""},
+		{0o644, "mode 0644 lets others read or write it"},
+		{0o604, "mode 0604 lets others read or write it"},
+		{0o640, "mode 0640 lets its group read or write it, and this process owns it"},
+		{0o620, "mode 0620 lets its group"},
+	} {
+		p := write(t, key+"\n")
+		if err := os.Chmod(p, c.mode); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Read(p, "key file")
+		switch {
+		case c.err == "" && err != nil:
+			t.Errorf("mode %04o: %v", c.mode, err)
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err) || strings.Contains(err.Error(), key)):
+			t.Errorf("mode %04o: %v, want %q", c.mode, err, c.err)
+		}
+	}
+}
