@@ -269,7 +269,13 @@ type Config struct {
 }
 
 // DefaultConfig returns the defaults the flags document.
-func DefaultConfig() Config { return Config{Addr: ":8080", ReadinessInterval: 5 * time.Second} }
+//
+// The admin server listens on loopback unless told otherwise: it is
+// unauthenticated, and a pod's probes and scraper are given the address
+// they reach it by (the manifests set CELLTTL_ADMIN_ADDR=:8080).
+func DefaultConfig() Config {
+	return Config{Addr: "127.0.0.1:8080", ReadinessInterval: 5 * time.Second}
+}
 
 // RegisterFlags declares the flags that fill c, with c's values as their
 // defaults.

@@ -465,7 +465,7 @@ func TestUnlistedTenants(t *testing.T) {
 				if n := p.Stats().UnlistedTotal(); n != 3 {
 					t.Errorf("unlisted events counted %d, want 3", n)
 				}
-				if top := p.Stats().TopUnlisted(1); len(top) != 1 || top[0] != (UnlistedCount{"acmee", 2}) {
+				if top := p.Stats().TopUnlisted(1); len(top) != 1 || top[0] != (UnlistedCount{Tenant: "acmee", Bytes: 5, Events: 2}) {
 					t.Errorf("most frequent unlisted %+v, want acmee 2", top)
 				}
 				written := 0

@@ -87,8 +87,28 @@ func (s *Stats) UnlistedTotal() int64 { return s.unlistedTotal.Load() }
 
 // UnlistedCount is an unlisted tenant id and its events.
 type UnlistedCount struct {
-	Tenant string `json:"tenant"`
+	// Tenant is the id; on /status (Named), only when it lies near a
+	// listed tenant, Near.
+	Tenant string `json:"tenant,omitempty"`
+	Near   string `json:"near,omitempty"`
+	Bytes  int    `json:"bytes"`
 	Events int64  `json:"count"`
+}
+
+// Named is top as /status shows it: an id within two edits of a listed
+// tenant (near names it, "" for any other) keeps its name, with that
+// tenant: a misspelt tenant id, which is what the list is for. Any other
+// id is a producer's own string (an email, a user id) that no page may
+// show: only its length is.
+func Named(top []UnlistedCount, near func(id string) string) []UnlistedCount {
+	out := make([]UnlistedCount, len(top))
+	for i, u := range top {
+		out[i] = UnlistedCount{Bytes: len(u.Tenant), Events: u.Events}
+		if n := near(u.Tenant); n != "" {
+			out[i].Tenant, out[i].Near = u.Tenant, n
+		}
+	}
+	return out
 }
 
 // TopUnlisted returns the n most frequent unlisted tenant ids of those
@@ -97,7 +117,7 @@ func (s *Stats) TopUnlisted(n int) []UnlistedCount {
 	s.umu.Lock()
 	out := make([]UnlistedCount, 0, len(s.unlisted))
 	for id, c := range s.unlisted {
-		out = append(out, UnlistedCount{id, c})
+		out = append(out, UnlistedCount{Tenant: id, Bytes: len(id), Events: c})
 	}
 	s.umu.Unlock()
 	slices.SortFunc(out, func(a, b UnlistedCount) int {

@@ -83,7 +83,7 @@ type statusPage struct {
 		Reload   tenants.ReloadStatus `json:"reload"`
 	} `json:"config"`
 	// Unlisted counts events of tenants the file does not list, and names
-	// the most frequent (a misspelt id shows here first).
+	// the most frequent that lie near a listed tenant (a misspelt id).
 	Unlisted struct {
 		Events int64 `json:"total"`
 		// Top is on the page with ?tenants=true only: they are tenant ids.
@@ -151,8 +151,9 @@ func (s *statusSource) status(q url.Values) any {
 	p.Totals = eventCounts(stats.Totals())
 	p.Unlisted.Events = stats.UnlistedTotal()
 	if full {
-		// Tenant ids, as the tenants' own rows: on the full page only.
-		p.Unlisted.Top = stats.TopUnlisted(10)
+		// Misspelt tenant ids, as the tenants' own rows: on the full page
+		// only, and never an id a producer chose.
+		p.Unlisted.Top = pipeline.Named(stats.TopUnlisted(10), cfg.NearMiss)
 	}
 	for _, r := range w.dlq.Topics() {
 		t := deadLetterTopic{Topic: r.Topic, Retention: duration.Format(r.Retention), Segment: duration.Format(r.Segment), CleanupPolicy: r.Policy,

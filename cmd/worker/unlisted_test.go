@@ -116,9 +116,11 @@ func testUnlisted(t *testing.T, policy string) {
 	if err := json.Unmarshal([]byte(page), &st); err != nil || code != 200 {
 		t.Fatalf("/status %d: %v\n%s", code, err, page)
 	}
-	want := []pipeline.UnlistedCount{{Tenant: "acmee", Events: 4}, {Tenant: "acme-corp", Events: 3}}
-	for i := range 8 {
-		want = append(want, pipeline.UnlistedCount{Tenant: fmt.Sprintf("x-%02d", i), Events: 1})
+	// A misspelt tenant is named, with the tenant it lies near; a
+	// producer's own id (an email, a user id) only by its length.
+	want := []pipeline.UnlistedCount{{Tenant: "acmee", Near: "acme", Bytes: 5, Events: 4}, {Bytes: 9, Events: 3}}
+	for range 8 {
+		want = append(want, pipeline.UnlistedCount{Bytes: 4, Events: 1})
 	}
 	if st.Config.Unlisted != policy || st.Unlisted.Total != unlisted || fmt.Sprint(st.Unlisted.Top) != fmt.Sprint(want) {
 		t.Errorf("/status: policy %q, unlisted %d, top %v; want %s, %d, %v", st.Config.Unlisted, st.Unlisted.Total, st.Unlisted.Top, policy, unlisted, want)
