@@ -61,6 +61,19 @@ const (
 	HeaderBatchSHA256      = "cellttl.batch.sha256"       // hex SHA-256 of those bytes
 )
 
+// HeaderPlaced is when the worker placed the letter (RFC 3339, to the
+// millisecond, UTC): the topic's keep counts from then, and worker redrive
+// --strict-retention counts an event's time from the earlier of it and the
+// letter's timestamp. Signed with the rest when letters are signed.
+const HeaderPlaced = "cellttl.placed"
+
+// placedFormat is HeaderPlaced's layout, of a fixed length; placedBytes
+// bounds the header's size in a letter, as messageSize counts it.
+const (
+	placedFormat = "2006-01-02T15:04:05.000Z"
+	placedBytes  = int64(5 + len(HeaderPlaced) + 5 + len(placedFormat))
+)
+
 // Letter is a message set aside with the reason: what the writer turns
 // into a dead letter, its headers the letter format below.
 type Letter struct {

@@ -2,6 +2,7 @@ package deadletter
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"os"
@@ -28,7 +29,7 @@ func b64(b byte) string { return base64.StdEncoding.EncodeToString(bytes.Repeat(
 
 // asRead is the letter as worker redrive reads it back.
 func asRead(m kafka.Message) ingest.Message {
-	r := ingest.Message{Key: m.Key, Value: m.Value}
+	r := ingest.Message{Topic: m.Topic, Key: m.Key, Value: m.Value}
 	for _, h := range m.Headers {
 		r.Headers = append(r.Headers, ingest.Header{Key: h.Key, Value: h.Value})
 	}
@@ -36,8 +37,10 @@ func asRead(m kafka.Message) ingest.Message {
 }
 
 // A signed letter verifies under its key, and under a key file that has
-// rotated to a new key with the old one kept; any change to a header, the
-// key or the value, a second signature, or another key fails it.
+// rotated to a new key with the old one kept; any change to a header (when
+// it was placed among them), the key or the value, a copy into another
+// topic, a second signature, or another key fails it; an earlier release's
+// signature, which covered neither topic nor placement, is not taken.
 func TestLettersAreSigned(t *testing.T) {
 	old, err := LoadKeys(keyFile(t, "# old", b64(1)))
 	if err != nil {
@@ -58,8 +61,12 @@ func TestLettersAreSigned(t *testing.T) {
 	dl := Letter{Msg: ingest.Message{Topic: "clicks", Partition: 1, Offset: 7, Key: []byte("k"), Value: []byte(`{"event_id":"e"}`),
 		Headers: []ingest.Header{{Key: "x-trace", Value: []byte("t")}}, Time: time.UnixMilli(1_800_000_000_000)},
 		Reason: "tenant newco is not listed", Class: "unlisted_tenant"}
-	m, _ := w.letter(dl, 1<<20, true)
+	placed := time.UnixMilli(1_800_000_100_000)
+	m, _ := w.letter(dl, "clicks.dlq", placed, 1<<20, true)
 	good := asRead(m)
+	if got, _ := header(m, HeaderPlaced); got != "2027-01-15T08:01:40.000Z" {
+		t.Errorf("placed %q, want the time it was placed", got)
+	}
 	for _, k := range []*Keys{old, rotated} {
 		if err := k.Verify(good); err != nil {
 			t.Errorf("a letter signed with %s, verified with a file of %s first: %v", old.ID(), k.ID(), err)
@@ -77,7 +84,15 @@ func TestLettersAreSigned(t *testing.T) {
 		},
 		"a header gone":  func(m *ingest.Message) { m.Headers = m.Headers[1:] },
 		"two signatures": func(m *ingest.Message) { m.Headers = append(m.Headers, m.Headers[len(m.Headers)-1]) },
-		"the signature":  func(m *ingest.Message) { m.Headers[len(m.Headers)-1].Value = []byte("v1:" + old.ID() + ":AAAA") },
+		"the signature":  func(m *ingest.Message) { m.Headers[len(m.Headers)-1].Value = []byte("v2:" + old.ID() + ":AAAA") },
+		"the topic":      func(m *ingest.Message) { m.Topic = "clicks.dlq.30d" },
+		"when placed": func(m *ingest.Message) {
+			for i := range m.Headers {
+				if m.Headers[i].Key == HeaderPlaced {
+					m.Headers[i].Value = []byte("2037-01-15T08:01:40.000Z")
+				}
+			}
+		},
 	}
 	for name, change := range tamper {
 		m := asRead(m)
@@ -86,9 +101,14 @@ func TestLettersAreSigned(t *testing.T) {
 			t.Errorf("%s changed: %v, want ErrBadSignature", name, err)
 		}
 	}
-	unsigned, _ := (&Writer{}).letter(dl, 1<<20, true)
+	unsigned, _ := (&Writer{}).letter(dl, "clicks.dlq", placed, 1<<20, true)
 	if err := old.Verify(asRead(unsigned)); !errors.Is(err, ErrUnsigned) {
 		t.Errorf("an unsigned letter: %v", err)
+	}
+	v1 := asRead(m)
+	v1.Headers[len(v1.Headers)-1].Value = []byte("v1:" + old.ID() + ":AAAA")
+	if err := old.Verify(v1); !errors.Is(err, ErrOldSignature) {
+		t.Errorf("an earlier release's signature: %v", err)
 	}
 }
 
@@ -101,7 +121,7 @@ func TestSignedLetterFitsAtTheEdge(t *testing.T) {
 	}
 	const max = 2000
 	dl := Letter{Msg: ingest.Message{Topic: "clicks", Value: bytes.Repeat([]byte("v"), 5000)}, Reason: "too large", Class: "too_large"}
-	m, truncated := (&Writer{keys: keys}).letter(dl, max, true)
+	m, truncated := (&Writer{keys: keys}).letter(dl, "clicks.dlq", time.Now(), max, true)
 	if !truncated || messageSize(m) > max {
 		t.Errorf("truncated %t, %d bytes against a limit of %d", truncated, messageSize(m), max)
 	}
@@ -132,5 +152,37 @@ func TestRecordHeadersNamedLikeOursAreRenamed(t *testing.T) {
 	}
 	if got := seen["x"]; len(got) != 1 {
 		t.Errorf("the record's other header: %q", got)
+	}
+}
+
+// A letter without its payload keeps no plain digest of the value, which
+// a dictionary of short values would undo: signed, it keeps a keyed one,
+// which only the keys' holders can check a record against; unsigned, none.
+// A letter cut to fit keeps its digest: its first bytes are there anyway.
+func TestLetterWithoutPayloadKeepsNoPlainDigest(t *testing.T) {
+	keys, err := LoadKeys(keyFile(t, b64(1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	value := []byte(`{"event_id":"e","user_id":"alice"}`)
+	sum := sha256.Sum256(value)
+	dl := Letter{Msg: ingest.Message{Topic: "clicks", Value: value}, Reason: "r", Class: "not_json"}
+	for _, w := range []*Writer{{keys: keys}, {}} {
+		m, _ := w.letter(dl, "clicks.dlq", time.Now(), 1<<20, false)
+		if v, ok := header(m, HeaderOriginalSHA256); ok {
+			t.Errorf("signed %t: a plain digest %s", w.keys != nil, v)
+		}
+		mac, ok := header(m, HeaderOriginalHMAC)
+		if ok != (w.keys != nil) || (ok && (!keys.VerifyOriginal(mac, sum) || keys.VerifyOriginal(mac, sha256.Sum256([]byte("other"))))) {
+			t.Errorf("signed %t: keyed digest %q (%t)", w.keys != nil, mac, ok)
+		}
+		if w.keys != nil && keys.Verify(asRead(m)) != nil {
+			t.Error("the signed letter without payload does not verify")
+		}
+	}
+	cut := Letter{Msg: ingest.Message{Topic: "clicks", Value: bytes.Repeat([]byte("v"), 5000)}, Reason: "too large", Class: "too_large"}
+	m, truncated := (&Writer{keys: keys}).letter(cut, "clicks.dlq", time.Now(), 2000, true)
+	if v, _ := header(m, HeaderOriginalSHA256); !truncated || len(v) != 64 {
+		t.Errorf("a letter cut to fit: digest %q", v)
 	}
 }

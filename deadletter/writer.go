@@ -2,6 +2,8 @@ package deadletter
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -278,18 +280,34 @@ func IsPermanent(err error) bool {
 // Call it before the first Write.
 func (d *Writer) SignWith(keys *Keys) { d.keys = keys }
 
-// letter is dl's message under max bytes, signed when the writer has keys
-// (the signature's room kept).
-func (d *Writer) letter(dl Letter, max int64, payload bool) (kafka.Message, bool) {
-	if d.keys == nil {
-		return letterMessage(dl, max, payload)
+// letter is dl's message to topic under max bytes, placed at now: it says
+// when (HeaderPlaced), a letter without its payload keeps no plain digest
+// of the value (a keyed one when the writer has keys), and it is signed
+// when the writer has keys (the room for both kept).
+func (d *Writer) letter(dl Letter, topic string, now time.Time, max int64, payload bool) (kafka.Message, bool) {
+	room := max - placedBytes
+	if d.keys != nil {
+		room -= signatureBytes
 	}
-	m, truncated := letterMessage(dl, max-signatureBytes, payload)
+	m, truncated := letterMessage(dl, room, payload)
+	m.Topic = topic
+	m.Headers = append(m.Headers, kafka.Header{Key: HeaderPlaced, Value: now.UTC().AppendFormat(nil, placedFormat)})
+	if i := slices.IndexFunc(m.Headers, func(h kafka.Header) bool { return h.Key == HeaderOriginalSHA256 }); i >= 0 && !payload {
+		var sum [sha256.Size]byte
+		_, err := hex.Decode(sum[:], m.Headers[i].Value)
+		m.Headers = slices.Delete(m.Headers, i, i+1)
+		if err == nil && d.keys != nil {
+			m.Headers = append(m.Headers, kafka.Header{Key: HeaderOriginalHMAC, Value: d.keys.originalMAC(sum)})
+		}
+	}
+	if d.keys == nil {
+		return m, truncated
+	}
 	hs := make([]signed, len(m.Headers))
 	for i, h := range m.Headers {
 		hs[i] = signed{h.Key, h.Value}
 	}
-	m.Headers = append(m.Headers, kafka.Header{Key: HeaderSignature, Value: d.keys.sign(hs, m.Key, m.Value)})
+	m.Headers = append(m.Headers, kafka.Header{Key: HeaderSignature, Value: d.keys.sign(topic, hs, m.Key, m.Value)})
 	return m, truncated
 }
 
@@ -314,11 +332,11 @@ func (d *Writer) Write(ctx context.Context, dls []Letter) error {
 			return r.Problem // never written to: the letters wait until it is fixed
 		}
 		var truncated bool
-		msgs[i], truncated = d.letter(dl, limit-recordBatchOverhead, payload)
+		msgs[i], truncated = d.letter(dl, topic, now, limit-recordBatchOverhead, payload)
 		// Stamped with the clock that placed it (kafka-go would stamp each
 		// attempt anew, up to its retries later): the topic's keep counts
-		// from this time.
-		msgs[i].Topic, msgs[i].Time = topic, now
+		// from this time, or the broker's later append (LogAppendTime).
+		msgs[i].Time = now
 		if truncated {
 			cut[topic]++
 		}

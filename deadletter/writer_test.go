@@ -107,7 +107,7 @@ func TestDeadLettersFitTheBroker(t *testing.T) {
 	// Every letter has days to live: each keeps its payload.
 	expires := time.Now().Add(72 * time.Hour)
 	base, _ := letterMessage(Letter{Msg: ingest.Message{Topic: "in", Offset: 1}, Reason: "r"}, limit, true)
-	room := int(limit - recordBatchOverhead - messageSize(base))
+	room := int(limit - recordBatchOverhead - messageSize(base) - placedBytes) // the worker adds when it placed the letter
 	var dls []Letter
 	for i, n := range []int{room - 1, room, room + 1, 2 * limit, 10 * limit} {
 		dls = append(dls, Letter{Msg: ingest.Message{Topic: "in", Offset: int64(i), Value: bytes.Repeat([]byte{'a' + byte(i)}, n)}, Reason: "r", KeepUntil: expires})

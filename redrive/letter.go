@@ -22,8 +22,9 @@ import (
 )
 
 // trusted reports whether the letter is the worker's word: signed with one
-// of the keys (when there are keys), about a record of the input topic,
-// and, when cut, with the hash of the record to read again.
+// of the keys (when there are keys), in the topic it was produced to,
+// about a record of the input topic, and, when cut with part of its
+// payload, with the hash of the record to read again.
 func (r *run) trusted(topic string, part int, letter ingest.Message) bool {
 	if r.o.Keys != nil {
 		if err := r.o.Keys.Verify(letter); err != nil {
@@ -38,7 +39,8 @@ func (r *run) trusted(topic string, part int, letter ingest.Message) bool {
 		r.log.Warn("letter not trusted: its source is not the input topic", "topic", topic, "partition", part, "offset", letter.Offset, "source_topic", src, "input_topic", r.o.InputTopic)
 		return false
 	}
-	if header(letter, deadletter.HeaderTruncated) == "true" && header(letter, deadletter.HeaderOriginalSHA256) == "" {
+	if header(letter, deadletter.HeaderTruncated) == "true" && header(letter, deadletter.HeaderPayload) != "omitted" &&
+		header(letter, deadletter.HeaderOriginalSHA256) == "" {
 		r.log.Warn("letter not trusted: cut without the hash of its record", "topic", topic, "partition", part, "offset", letter.Offset)
 		return false
 	}
@@ -82,16 +84,23 @@ func (r *run) decide(ctx context.Context, letter ingest.Message) (sink.Row, stri
 // seen, which is no later than its letter was produced. Counted from the
 // redrive's clock instead, a record stamped a year ahead, dead-lettered
 // for it, would be written by a redrive run a year later, having bought
-// that year. The letter's timestamp is its producer's (the worker's) and
-// not signed: whoever may produce to a dead-letter topic can set it, as
-// it can forge an unsigned letter. Zero (no rule) without StrictRetention.
+// that year. It counts from the earliest of the redrive's clock, the
+// letter's timestamp and when the worker placed it (HeaderPlaced, signed
+// when letters are). Zero (no rule) without StrictRetention.
 func (r *run) latest(letter ingest.Message, now time.Time) time.Time {
 	if !r.o.StrictRetention {
 		return time.Time{}
 	}
 	seen := now
-	if !letter.Time.IsZero() && letter.Time.Before(now) {
+	if !letter.Time.IsZero() && letter.Time.Before(seen) {
 		seen = letter.Time
+	}
+	// When the worker placed it, signed with the rest: a letter copied
+	// later (or stamped anew by a broker under LogAppendTime) keeps it.
+	// Unsigned, it is a forger's word as the timestamp is, and the
+	// earlier of the two only makes the rule stricter.
+	if placed, err := time.Parse(time.RFC3339Nano, header(letter, deadletter.HeaderPlaced)); err == nil && placed.Before(seen) {
+		seen = placed
 	}
 	return pipeline.StrictLatest(seen, r.d.MaxClockSkew)
 }
@@ -148,16 +157,30 @@ func (r *run) original(ctx context.Context, letter ingest.Message) (ingest.Messa
 				return m, false, err
 			}
 			// The offset may name another record since (the topic was
-			// made again): only the record whose hash the letter kept.
-			if want := header(letter, deadletter.HeaderOriginalSHA256); want != "" {
-				sum := sha256.Sum256(m.Value)
-				if hex.EncodeToString(sum[:]) != want {
-					return m, false, nil
-				}
-			}
-			return m, true, nil
+			// made again): only the record the letter names.
+			return m, r.same(letter, m), nil
 		}
 	}
+}
+
+// same reports whether rec, read again at a letter's source offset, is the
+// record the letter stands for: by the digest of its value the letter
+// kept (plain when it was cut with part of its payload; keyed, checked
+// with the keys given, when it kept none and was signed), else by its
+// timestamp, which a letter always keeps.
+func (r *run) same(letter, rec ingest.Message) bool {
+	sum := sha256.Sum256(rec.Value)
+	if want := header(letter, deadletter.HeaderOriginalSHA256); want != "" {
+		return hex.EncodeToString(sum[:]) == want
+	}
+	if mac := header(letter, deadletter.HeaderOriginalHMAC); mac != "" && r.o.Keys != nil {
+		return r.o.Keys.VerifyOriginal(mac, sum)
+	}
+	ts := ""
+	if !rec.Time.IsZero() {
+		ts = rec.Time.UTC().Format(time.RFC3339Nano)
+	}
+	return ts == header(letter, deadletter.HeaderSourceTimestamp)
 }
 
 // message copies a record out of a fetch response.

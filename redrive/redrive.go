@@ -237,6 +237,7 @@ func (r *run) letter(ctx context.Context, topic string, part int, rec *kafka.Rec
 	if err != nil {
 		return fmt.Errorf("read %s/%d at %d: %w", topic, part, rec.Offset, err)
 	}
+	letter.Topic, letter.Partition = topic, part // what its signature covers
 	if !r.trusted(topic, part, letter) {
 		// Nothing it says is the worker's word, its reason class neither.
 		r.rep.count("unknown", Untrusted)

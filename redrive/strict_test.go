@@ -28,32 +28,41 @@ func TestRedriveStrictRetention(t *testing.T) {
 	}
 	seen := time.Date(2026, 11, 21, 9, 0, 0, 0, time.UTC)
 	stamped := seen.Add(24 * time.Hour)
-	letter := func(at time.Time) ingest.Message {
-		return ingest.Message{Time: at, Value: []byte(`{"event_id":"e-1","tenant_id":"acme"}`), Headers: []ingest.Header{
+	letter := func(at time.Time, placed ...time.Time) ingest.Message {
+		m := ingest.Message{Time: at, Value: []byte(`{"event_id":"e-1","tenant_id":"acme"}`), Headers: []ingest.Header{
 			{Key: deadletter.HeaderSourceTopic, Value: []byte("clicks")},
 			{Key: deadletter.HeaderSourcePartition, Value: []byte("0")},
 			{Key: deadletter.HeaderSourceOffset, Value: []byte("7")},
 			{Key: deadletter.HeaderSourceTimestamp, Value: []byte(stamped.Format(time.RFC3339Nano))},
 			{Key: deadletter.HeaderReasonClass, Value: []byte("time_ahead")},
 		}}
+		for _, p := range placed {
+			m.Headers = append(m.Headers, ingest.Header{Key: deadletter.HeaderPlaced, Value: []byte(p.Format("2006-01-02T15:04:05.000Z"))})
+		}
+		return m
 	}
 	for _, tt := range []struct {
 		name     string
 		strict   bool
-		letterAt time.Time // when the worker produced the letter
+		letterAt time.Time // the letter's timestamp
+		placed   []time.Time
 		now      time.Time // the redrive's clock
 		want     string
 	}{
-		{"redriven at once", true, seen, seen.Add(time.Minute), TimeAhead},
-		{"redriven after the day has come", true, seen, stamped.Add(time.Hour), TimeAhead},
+		// Copied a day later (or stamped anew by a broker under
+		// LogAppendTime): when the worker placed it still counts.
+		{"placed, then stamped anew", true, stamped, []time.Time{seen}, stamped.Add(time.Hour), TimeAhead},
+		{"placed when its time had come", true, stamped, []time.Time{stamped}, stamped.Add(time.Hour), Written},
+		{"redriven at once", true, seen, nil, seen.Add(time.Minute), TimeAhead},
+		{"redriven after the day has come", true, seen, nil, stamped.Add(time.Hour), TimeAhead},
 		// A letter produced when the time had come: the worker saw it then.
-		{"seen when its time had come", true, stamped, stamped.Add(time.Hour), Written},
+		{"seen when its time had come", true, stamped, nil, stamped.Add(time.Hour), Written},
 		// A letter time later than the redrive's clock counts from the clock.
-		{"letter time ahead of the clock", true, stamped.Add(time.Hour), seen, TimeAhead},
-		{"without strict", false, seen, stamped.Add(time.Hour), Written},
+		{"letter time ahead of the clock", true, stamped.Add(time.Hour), nil, seen, TimeAhead},
+		{"without strict", false, seen, nil, stamped.Add(time.Hour), Written},
 	} {
 		r := &run{o: Options{StrictRetention: tt.strict, Now: func() time.Time { return tt.now }}, d: &pc.Decoder, cfg: cfg, log: slog.New(slog.DiscardHandler)}
-		_, outcome, err := r.decide(context.Background(), letter(tt.letterAt))
+		_, outcome, err := r.decide(context.Background(), letter(tt.letterAt, tt.placed...))
 		if err != nil || outcome != tt.want {
 			t.Errorf("%s: outcome %q (%v), want %q", tt.name, outcome, err, tt.want)
 		}

@@ -90,8 +90,10 @@ func TestDeadLettersLiveNoLongerThanTheirTenant(t *testing.T) {
 		t.Errorf("the malformed event's letter: value %q, headers %v; want no payload", notJSON.Value, notJSON.Headers)
 	}
 	if tiny.Value != nil || tiny.Key != nil || headerOf(tiny, deadletter.HeaderPayload) != "omitted" || headerOf(tiny, deadletter.HeaderReason) != "bigtable_refused" ||
-		headerOf(tiny, deadletter.HeaderOriginalSHA256) == "" || headerOf(tiny, deadletter.HeaderExpiresAt) == "" {
-		t.Errorf("tiny's letter: value %q, headers %v; want no payload, the reason's class, the hash and expires_at", tiny.Value, tiny.Headers)
+		headerOf(tiny, deadletter.HeaderOriginalSHA256) != "" || headerOf(tiny, deadletter.HeaderExpiresAt) == "" {
+		// No digest of the value: a short value is a dictionary away from
+		// its plain SHA-256, and these letters are not signed.
+		t.Errorf("tiny's letter: value %q, headers %v; want no payload, the reason's class, expires_at and no digest", tiny.Value, tiny.Headers)
 	}
 	// The promise: unreadable by the time the events expire.
 	time.Sleep(time.Until(produced.Add(20 * time.Second)))

@@ -24,7 +24,8 @@ import (
 // renames the record's cellttl.* headers, and redrive reads the worker's.
 // A letter produced straight to the dead-letter topic, claiming a cut
 // record of another topic, is not trusted; with a letter key, neither is
-// an unsigned letter, while the worker's signed letters are written.
+// an unsigned letter, nor a signed one copied into another dead-letter
+// topic, while the worker's signed letters are written.
 func TestForgedLettersBuyNothing(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "default_ttl: 2d\nunlisted_tenants: dead-letter\ntenants:\n  acme: 1h\n")
@@ -106,11 +107,16 @@ func TestForgedLettersBuyNothing(t *testing.T) {
 			}
 		}
 	}
-	// With the key: the unsigned letter is not trusted; the signed one is
-	// (written again: the same cells).
+	// The worker's signed letter copied into another dead-letter topic,
+	// where it would outlive its placement: its signature covers the topic.
+	copied := kafka.Message{Key: letters[0].Key, Value: letters[0].Value, Headers: letters[0].Headers}
+	testenv.CreateTopicWith(t, e.brokers, e.topic+".dlq.30d", 1, testenv.DeadLetterConfigs)
+	testenv.ProduceMessages(t, e.brokers, e.topic+".dlq.30d", copied)
+	// With the key: the unsigned letter and the copy are not trusted; the
+	// signed one is (written again: the same cells).
 	rep, err = redriveJSON(t.Context(), t, e, append(flags, "--dlq-signing-key-file", keyFile)...)
-	if codeOf(err) != exitUntrusted || rep.Outcomes[redrive.Written] != 1 || rep.Outcomes[redrive.Untrusted] != 1 {
-		t.Errorf("redrive with the key: %v: %+v, want the signed letter written and the unsigned one untrusted", err, rep)
+	if codeOf(err) != exitUntrusted || rep.Outcomes[redrive.Written] != 1 || rep.Outcomes[redrive.Untrusted] != 2 {
+		t.Errorf("redrive with the key: %v: %+v, want the signed letter written, the unsigned one and the copy untrusted", err, rep)
 	}
 	// A key that signed none of them: nothing is trusted.
 	other32 := make([]byte, 32)
@@ -119,7 +125,7 @@ func TestForgedLettersBuyNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep, err = redriveJSON(t.Context(), t, e, append(flags, "--dlq-signing-key-file", otherKey)...)
-	if codeOf(err) != exitUntrusted || rep.Outcomes[redrive.Untrusted] != 2 {
-		t.Errorf("redrive with another key: %v: %+v, want both untrusted", err, rep)
+	if codeOf(err) != exitUntrusted || rep.Outcomes[redrive.Untrusted] != 3 {
+		t.Errorf("redrive with another key: %v: %+v, want all three untrusted", err, rep)
 	}
 }
