@@ -18,6 +18,7 @@ import (
 // for the shorter one past their events. /readyz says so, with the fix,
 // until the keep comes back (or the new one has passed over them).
 func TestDeadLetterTopicKeepGrown(t *testing.T) {
+	testenv.NeedsBroker(t, "the retention check its keeps count")
 	t.Parallel()
 	e := newEnv(t, tenantsYAML) // its dead-letter topic keeps 30m + 2m + the check
 	if out, err := e.cmd(t, "setup"); err != nil {

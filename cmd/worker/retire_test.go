@@ -24,6 +24,7 @@ import (
 // user stamped ahead holds its partition's log start, and the erasure with
 // it. Against the real broker (retention.ms 3 s) and emulator.
 func TestForgetRetiresRecordsKafkaHasDeleted(t *testing.T) {
+	testenv.NeedsBroker(t, "its retention deleting segments")
 	t.Parallel()
 	e := newEnv(t, "default_ttl: 2d\ntenants:\n  acme: 1h\n")
 	alterTopic(t, e.brokers, e.topic, map[string]string{"retention.ms": "3000", "segment.ms": "1000"})

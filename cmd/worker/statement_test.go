@@ -9,9 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cellttl/cellttl/tablemeta"
-
 	"cloud.google.com/go/bigtable"
+
+	"github.com/cellttl/cellttl/internal/testenv"
+	"github.com/cellttl/cellttl/tablemeta"
 )
 
 // worker retention reads the live system: on a clean setup (the input
@@ -20,6 +21,7 @@ import (
 // reports no breach and exits 0; with one breach planted in each store it
 // can see, it names each one and exits 1.
 func TestRetentionStatement(t *testing.T) {
+	testenv.NeedsBroker(t, "message.timestamp.after.max.ms and the retention check the statement reads")
 	t.Parallel()
 	e := newEnv(t, "default_ttl: 2d\ntenants:\n  acme: 1h\n  globex: {ttl: 3d, min_ttl: 2h}\n")
 	if out, err := e.cmd(t, "setup"); err != nil {

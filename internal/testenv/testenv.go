@@ -31,6 +31,17 @@ func Real() bool {
 	return os.Getenv("KAFKA_BROKERS") != "" && os.Getenv("BIGTABLE_EMULATOR_HOST") != ""
 }
 
+// NeedsBroker skips t, and says why, when Kafka would be the in-process
+// stand-in: what t checks is the real broker's own (its retention deleting
+// segments, a topic setting kfake does not know, its retention check).
+// make test runs it against the real broker.
+func NeedsBroker(t testing.TB, what string) {
+	t.Helper()
+	if os.Getenv("KAFKA_BROKERS") == "" {
+		t.Skipf("needs a real Kafka broker for %s, which the in-process stand-in does not have: make test, or scripts/services.sh start", what)
+	}
+}
+
 // Kafka returns broker addresses: $KAFKA_BROKERS, or an in-process kfake
 // cluster that ends with the test.
 func Kafka(t testing.TB) []string {
