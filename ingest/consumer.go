@@ -56,8 +56,9 @@ type ConsumerConfig struct {
 	Dialer    *kafka.Dialer
 	Transport *kafka.Transport
 
-	// wrap, in tests, stands between the fetcher and the Transport.
-	wrap func(kafka.RoundTripper) kafka.RoundTripper
+	// wrap stands between the fetcher and the Transport in tests; emptyEvery is emptyCheckInterval.
+	wrap       func(kafka.RoundTripper) kafka.RoundTripper
+	emptyEvery time.Duration
 }
 
 // Consumer is a member of a consumer group. Each generation of the group
@@ -121,6 +122,7 @@ func (cfg ConsumerConfig) withDefaults() ConsumerConfig {
 	orDefault(&cfg.MaxInflightBytes, DefaultMaxInflightBytes)
 	orDefault(&cfg.MaxEventBytes, DefaultMaxEventBytes)
 	orDefault(&cfg.FetchMaxBytes, DefaultFetchMaxBytes)
+	orDefault(&cfg.emptyEvery, emptyCheckInterval)
 	return cfg
 }
 

@@ -221,9 +221,8 @@ func (c *Consumer) noPartitions(ctx context.Context) {
 	c.setErr(missing)
 }
 
-// emptyCheckInterval is how often a member with no partitions checks that
-// it should have none.
-var emptyCheckInterval = 5 * time.Second
+// emptyCheckInterval is how often a member with no partitions checks it should have none.
+const emptyCheckInterval = 5 * time.Second
 
 // watchEmptyAssignment ends a generation that gave this member nothing
 // although the input topic has at least as many partitions as the group has
@@ -233,7 +232,7 @@ var emptyCheckInterval = 5 * time.Second
 // already has its partitions when the watcher starts. Returning ends the
 // generation, and the next assignment sees the topic.
 func (c *Consumer) watchEmptyAssignment(ctx context.Context) {
-	t := time.NewTicker(emptyCheckInterval)
+	t := time.NewTicker(c.cfg.emptyEvery)
 	defer t.Stop()
 	for {
 		select {
