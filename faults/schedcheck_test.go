@@ -1,0 +1,236 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"cloud.google.com/go/bigtable"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/cellttl/cellttl/deadletter"
+	"github.com/cellttl/cellttl/internal/testenv"
+	"github.com/cellttl/cellttl/rowkey"
+)
+
+// The checker of a schedule: what the promises allow of each event, worked
+// out here from the record alone (not by the worker's code), against what
+// the table and the dead-letter topic hold once the main group has read
+// everything.
+//
+//  1. Erased stays erased: no row of a user's event that an erasure covers
+//     (appended below its mark, or at or before its erased_up_to).
+//  2. A tenant's data lives its TTL and no longer: each row's key and cell
+//     follow the event's time as its record bounds it (its own time, or
+//     its record's when it lies further ahead than the skew, and none
+//     without a record timestamp), plus its tenant's TTL; one version.
+//  3. No letter holds its payload past its event: placed + the topic's
+//     keep, read from the broker, ends by the event's expiry (an unlisted
+//     tenant's: default_ttl; an invalid event's: the shortest TTL from
+//     its placement).
+//  4. Nothing lost: an event of a long-lived tenant whose record the broker
+//     keeps past the schedule (stamped 30 s ahead or more), erased by no
+//     forget, and not expired, has its row.
+
+// scheduleTTLs are the TTLs of scheduleTenants (newco's once listed).
+var scheduleTTLs = map[string]time.Duration{"fast": 10 * time.Second, "acme": time.Hour, "globex": 72 * time.Hour, "newco": time.Hour}
+
+const (
+	scheduleDefault  = 48 * time.Hour // default_ttl, and so the unlisted letters' bound
+	scheduleShortest = 10 * time.Second
+)
+
+// base is the time an event's TTL counts from, as its record bounds it;
+// ok is false when nothing bounds it (no time at all, or an own time in a
+// record without one): the event must never be written.
+func (e schedEvent) base() (time.Time, bool) {
+	switch {
+	case e.rec == -1:
+		return time.Time{}, false
+	case e.own.IsZero(), e.own.After(time.UnixMilli(e.rec).Add(scheduleSkew)):
+		return time.UnixMilli(e.rec), true
+	}
+	return e.own.Truncate(time.Millisecond), true
+}
+
+// covered reports whether an erasure covers ev.
+func (f schedForget) covered(ev schedEvent, base time.Time) bool {
+	if f.tenant != ev.tenant || f.user != ev.user {
+		return false
+	}
+	if f.ends != nil && ev.partition < len(f.ends) && ev.offset < f.ends[ev.partition] {
+		return true
+	}
+	return !base.After(f.upTo)
+}
+
+// check replays the topic once more (whatever the schedule did, someone
+// may read it all again), settles the main group, stops its worker and
+// runs the checker.
+func (sc *schedule) check() {
+	sc.t.Helper()
+	sc.replay()
+	sc.settle(sc.s.group)
+	sc.s.term(sc.main)
+	now := time.Now()
+	byID := map[string]schedEvent{}
+	for _, ev := range sc.events {
+		byID[ev.id] = ev
+	}
+	rows := sc.readRows()
+	var bad []string
+	for id, versions := range rows {
+		bad = append(bad, sc.checkRow(byID, id, versions)...)
+	}
+	bad = append(bad, sc.checkLetters()...)
+	for _, ev := range sc.events {
+		if _, ok := rows[ev.id]; !ok && sc.mustBeWritten(ev, now) {
+			bad = append(bad, fmt.Sprintf("lost: %s has no row", ev))
+		}
+	}
+	sc.note("check: %d events, %d rows, %d forgets", len(sc.events), len(rows), len(sc.forgets))
+	for _, b := range bad {
+		sc.t.Errorf("seed %d: %s", sc.seed, b)
+	}
+}
+
+// rowCells are a row's key and the timestamps of its event cells.
+type rowCells struct {
+	key string
+	ts  []bigtable.Timestamp
+}
+
+// readRows reads the table's event rows by event id.
+func (sc *schedule) readRows() map[string][]rowCells {
+	out := map[string][]rowCells{}
+	err := sc.s.dc.Open(sc.s.table).ReadRows(context.Background(), bigtable.InfiniteRange(""), func(r bigtable.Row) bool {
+		rc := rowCells{key: r.Key()}
+		for _, it := range r["c"] {
+			if it.Column == "c:event" {
+				rc.ts = append(rc.ts, it.Timestamp)
+			}
+		}
+		id := rc.key[strings.LastIndexByte(rc.key, '#')+1:]
+		out[id] = append(out[id], rc)
+		return true
+	}, bigtable.RowFilter(bigtable.ChainFilters(bigtable.FamilyFilter("^c$"), bigtable.StripValueFilter())))
+	if err != nil {
+		sc.t.Fatalf("read the table: %v", err)
+	}
+	return out
+}
+
+// checkRow holds one event's rows to promises 1 and 2.
+func (sc *schedule) checkRow(byID map[string]schedEvent, id string, rows []rowCells) []string {
+	ev, ok := byID[id]
+	if !ok {
+		return []string{fmt.Sprintf("a row of no event produced: %s", rows[0].key)}
+	}
+	base, bounded := ev.base()
+	if !bounded {
+		return []string{fmt.Sprintf("unbounded time, written: %s as %s", ev, rows[0].key)}
+	}
+	var bad []string
+	for _, f := range sc.forgets {
+		if f.covered(ev, base) {
+			bad = append(bad, fmt.Sprintf("erased, written again: %s as %s (forget up to %s, mark %v)", ev, rows[0].key, f.upTo.Format(time.RFC3339Nano), f.ends))
+		}
+	}
+	want := bigtable.Time(base.Add(scheduleTTLs[ev.tenant] - scheduleDefault))
+	for _, r := range rows {
+		p, err := rowkey.Parse(r.key)
+		switch {
+		case len(rows) > 1:
+			bad = append(bad, fmt.Sprintf("%s in %d rows", ev, len(rows)))
+		case err != nil || p.Millis != base.UnixMilli():
+			bad = append(bad, fmt.Sprintf("%s: row %s, want its time %s (%v)", ev, r.key, base.UTC().Format(time.RFC3339Nano), err))
+		case len(r.ts) != 1 || r.ts[0] != want:
+			bad = append(bad, fmt.Sprintf("%s: cells %v, want one at %d (its time + its TTL - default_ttl)", ev, r.ts, want))
+		}
+	}
+	return bad
+}
+
+// mustBeWritten reports whether promise 4 holds ev to a row.
+func (sc *schedule) mustBeWritten(ev schedEvent, now time.Time) bool {
+	base, bounded := ev.base()
+	if !bounded || (ev.tenant != "acme" && ev.tenant != "globex") || time.UnixMilli(ev.rec).Before(ev.sentAt.Add(30*time.Second)) ||
+		!base.Add(scheduleTTLs[ev.tenant]).After(now.Add(time.Minute)) {
+		return false
+	}
+	for _, f := range sc.forgets {
+		// An erasure's second pass also takes what was written meanwhile.
+		if f.covered(ev, base) || (f.tenant == ev.tenant && f.user == ev.user && !ev.sentAt.After(f.returned)) {
+			return false
+		}
+	}
+	return true
+}
+
+// checkLetters holds the letters with their payload to promise 3.
+func (sc *schedule) checkLetters() []string {
+	keep, err := sc.topicKeep(sc.s.dlq)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	at := map[[2]int64]schedEvent{}
+	for _, ev := range sc.events {
+		at[[2]int64{int64(ev.partition), ev.offset}] = ev
+	}
+	var bad []string
+	for _, m := range testenv.ReadToEnd(sc.t, sc.s.brokers, sc.s.dlq) {
+		if m.Value == nil || header(m, deadletter.HeaderPayload) == "omitted" {
+			continue
+		}
+		part, _ := strconv.ParseInt(header(m, deadletter.HeaderSourcePartition), 10, 64)
+		off, _ := strconv.ParseInt(header(m, deadletter.HeaderSourceOffset), 10, 64)
+		ev, ok := at[[2]int64{part, off}]
+		placed, perr := time.Parse(time.RFC3339Nano, header(m, deadletter.HeaderPlaced))
+		if !ok || perr != nil {
+			bad = append(bad, fmt.Sprintf("a letter with payload of no event produced, or unplaced: %d/%d", part, off))
+			continue
+		}
+		bound := placed.Add(scheduleShortest)
+		if base, bounded := ev.base(); bounded {
+			bound = base.Add(scheduleDefault) // an unlisted tenant's (the only valid events dead-lettered here)
+		}
+		if keep < 0 || placed.Add(keep).After(bound) {
+			bad = append(bad, fmt.Sprintf("letter of %s keeps its payload past %s: placed %s in a topic that keeps %s", ev, bound.UTC().Format(time.RFC3339), placed.UTC().Format(time.RFC3339Nano), keep))
+		}
+	}
+	return bad
+}
+
+// topicKeep reads how long topic keeps a record produced now, from the
+// broker: retention.ms + segment.ms + the broker's retention check, plus
+// how far ahead a producer may stamp under CreateTime; -1 for forever.
+func (sc *schedule) topicKeep(topic string) (time.Duration, error) {
+	ctx := context.Background()
+	res, err := sc.client.DescribeConfigs(ctx, &kafka.DescribeConfigsRequest{Resources: []kafka.DescribeConfigRequestResource{
+		{ResourceType: kafka.ResourceTypeTopic, ResourceName: topic},
+		{ResourceType: kafka.ResourceTypeBroker, ResourceName: "1", ConfigNames: []string{"log.retention.check.interval.ms"}}}})
+	if err != nil {
+		return 0, fmt.Errorf("the settings of %s: %v", topic, err)
+	}
+	ms := map[string]int64{}
+	typ := ""
+	for _, r := range res.Resources {
+		for _, e := range r.ConfigEntries {
+			if e.ConfigName == "message.timestamp.type" {
+				typ = e.ConfigValue
+			}
+			n, _ := strconv.ParseInt(e.ConfigValue, 10, 64)
+			ms[e.ConfigName] = n
+		}
+	}
+	ahead := ms["message.timestamp.after.max.ms"]
+	if typ == "LogAppendTime" {
+		ahead = 0
+	}
+	if ms["retention.ms"] < 0 || ahead >= 1<<50 {
+		return -1, nil
+	}
+	return time.Duration(ms["retention.ms"]+ms["segment.ms"]+ms["log.retention.check.interval.ms"]+ahead) * time.Millisecond, nil
+}

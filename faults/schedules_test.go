@@ -1,0 +1,416 @@
+package faults
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	mrand "math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/cellttl/cellttl/deadletter"
+	"github.com/cellttl/cellttl/internal/testenv"
+)
+
+// The retention promise searched for its next hole, in the manner of
+// Jepsen: a seeded generator of schedules (producers stamping times ahead,
+// behind and not at all, headers named like the worker's, tenants listed
+// and not; worker forget with and without --before; replays by new groups,
+// offset resets, redrives, restarts, a tenant listed at run time; the
+// broker's retention deleting segments under a retention.ms of seconds),
+// run against the real broker and emulator, then a checker of the promises
+// over what is left (schedcheck_test.go). A failing schedule prints its
+// seed; TESTENV_SCHEDULE_SEED=N replays it alone.
+//
+// The short form (make test) tries a few schedules, the long form (make
+// faults) more and longer ones; RELIABILITY.md says how many and what they
+// found.
+func TestRetentionSchedules(t *testing.T) {
+	faultSuite(t)
+	seeds := []uint64{}
+	if v := os.Getenv("TESTENV_SCHEDULE_SEED"); v != "" {
+		seed, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("TESTENV_SCHEDULE_SEED=%q: %v", v, err)
+		}
+		seeds = append(seeds, seed)
+	} else {
+		base := uint64(time.Now().UnixNano())
+		for i := range size(3, 12) {
+			seeds = append(seeds, base+uint64(i))
+		}
+	}
+	steps := size(14, 30)
+	for _, seed := range seeds {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			t.Parallel()
+			sc := newSchedule(t, seed)
+			for i := range steps {
+				sc.step(i)
+			}
+			sc.check()
+		})
+	}
+}
+
+// scheduleTenants: fast lives seconds, so that an erasure's record of the
+// build before expired within a schedule; newco is unlisted (its events
+// are letters) until a step lists it.
+const scheduleTenants = "default_ttl: 2d\nunlisted_tenants: dead-letter\nrecord_real_timestamp: true\ntenants:\n  fast: 10s\n  acme: 1h\n  globex: 3d\n"
+
+// scheduleSkew is the workers' --max-clock-skew in a schedule.
+const scheduleSkew = 5 * time.Second
+
+// schedEvent is a record a schedule produced, and where it went.
+type schedEvent struct {
+	id, tenant, user string
+	own              time.Time // occurred_at; zero when the event has none
+	rec              int64     // the record timestamp, Unix ms; -1: none
+	partition        int
+	offset           int64
+	sentAt           time.Time
+	forged           bool // carries a header named like the worker's
+}
+
+// schedForget is an erasure a schedule made, as its receipt says.
+type schedForget struct {
+	tenant, user string
+	upTo         time.Time
+	ends         []int64 // the mark; nil with --before
+	returned     time.Time
+}
+
+type schedule struct {
+	t       *testing.T
+	s       *suite
+	r       *mrand.Rand
+	seed    uint64
+	main    *worker
+	keys    string // the letter key file
+	client  *kafka.Client
+	events  []schedEvent
+	forgets []schedForget
+	done    []string // the steps taken, for a failure
+	listed  bool     // newco is listed
+}
+
+func newSchedule(t *testing.T, seed uint64) *schedule {
+	s := newSuite(t, 3,
+		withTopicConfig(map[string]string{"retention.ms": "20000", "segment.ms": "2000"}),
+		withDeadLetterConfig(map[string]string{"retention.ms": "10000", "segment.ms": "2000", "message.timestamp.type": "LogAppendTime"}))
+	if err := os.WriteFile(s.tenants, []byte(scheduleTenants), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tr := &kafka.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	sc := &schedule{t: t, s: s, r: mrand.New(mrand.NewPCG(seed, seed^0x5eed)), seed: seed,
+		client: &kafka.Client{Addr: kafka.TCP(s.brokers...), Timeout: 10 * time.Second, Transport: tr}}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		t.Fatal(err)
+	}
+	sc.keys = filepath.Join(t.TempDir(), "letter-keys")
+	if err := os.WriteFile(sc.keys, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() || testing.Verbose() {
+			t.Logf("schedule seed=%d (replay: TESTENV_SCHEDULE_SEED=%d), steps:\n  %s", seed, seed, strings.Join(sc.done, "\n  "))
+		}
+	})
+	sc.main = sc.startWorker(s.group)
+	return sc
+}
+
+// flags are what every command of the schedule shares with the workers:
+// forget waits the bound the workers' --erasure-refresh and
+// --write-timeout give (3 × 200 ms + 2 s) before its second pass.
+func (sc *schedule) flags() []string {
+	return []string{"--brokers", strings.Join(sc.s.brokers, ","), "--topic", sc.s.topic, "--dlq-topic", sc.s.dlq, "--table", sc.s.table,
+		"--tenants", sc.s.tenants, "--max-clock-skew", scheduleSkew.String(), "--erasure-refresh", "200ms", "--write-timeout", "2s", "--log-format", "text"}
+}
+
+// startWorker starts a worker of group and waits until it is ready: a
+// SIGTERM before its signal handler is installed kills it, which is no
+// drain to test.
+func (sc *schedule) startWorker(group string) *worker {
+	sc.t.Helper()
+	w := sc.s.start("--group", group, "--max-clock-skew", scheduleSkew.String(), "--erasure-refresh", "200ms", "--write-timeout", "2s",
+		"--dlq-signing-key-file", sc.keys, "--tenants-reload-interval", "200ms")
+	if err := w.WaitReady(context.Background(), 100*time.Millisecond, 30*time.Second); err != nil {
+		sc.t.Fatalf("worker %d: %v", w.id, err)
+	}
+	return w
+}
+
+// step takes the i-th step: what the generator draws, weighted towards
+// producing and erasing.
+func (sc *schedule) step(i int) {
+	sc.t.Helper()
+	if i == 0 {
+		sc.produce()
+		return
+	}
+	switch n := sc.r.IntN(20); {
+	case n < 6:
+		sc.produce()
+	case n < 11:
+		sc.forget()
+	case n < 14:
+		sc.wait()
+	case n < 17:
+		sc.replay()
+	case n < 18:
+		sc.restart()
+	case n < 19:
+		sc.resetOffsets()
+	case n < 20 && sc.r.IntN(2) == 0:
+		sc.redrive()
+	default:
+		sc.list()
+	}
+}
+
+func (sc *schedule) note(format string, args ...any) {
+	sc.done = append(sc.done, time.Now().Format("15:04:05.000")+" "+fmt.Sprintf(format, args...))
+}
+
+// produce sends a few records to each partition, each drawn: tenant, user,
+// its own time (none, now, ahead, behind, far ahead) and its record's
+// (now, ahead, none).
+func (sc *schedule) produce() {
+	sc.t.Helper()
+	now := time.Now()
+	var made []string
+	for p := range 3 {
+		var recs []kafka.Record
+		var evs []schedEvent
+		for range 1 + sc.r.IntN(4) {
+			ev, rec := sc.draw(now)
+			ev.partition, ev.sentAt = p, now
+			evs, recs = append(evs, ev), append(recs, rec)
+		}
+		res, err := sc.client.Produce(context.Background(), &kafka.ProduceRequest{Topic: sc.s.topic, Partition: p,
+			RequiredAcks: kafka.RequireAll, Records: kafka.NewRecordReader(recs...)})
+		if err == nil {
+			err = res.Error
+		}
+		if err != nil {
+			sc.t.Fatalf("produce to partition %d: %v", p, err)
+		}
+		for i := range evs {
+			evs[i].offset = res.BaseOffset + int64(i)
+			made = append(made, evs[i].String())
+		}
+		sc.events = append(sc.events, evs...)
+	}
+	sc.note("produce %s", strings.Join(made, ", "))
+}
+
+// draw makes one event and its record.
+func (sc *schedule) draw(now time.Time) (schedEvent, kafka.Record) {
+	r := sc.r
+	ev := schedEvent{id: fmt.Sprintf("e-%d", len(sc.events)+r.IntN(1<<30)), tenant: []string{"fast", "fast", "acme", "globex", "newco"}[r.IntN(5)],
+		user: fmt.Sprintf("u-%d", r.IntN(3)), rec: now.UnixMilli()}
+	switch r.IntN(6) {
+	case 0: // none: the record's time
+	case 1:
+		ev.own = now
+	case 2:
+		ev.own = now.Add(time.Duration(r.IntN(3600)) * time.Second)
+	case 3:
+		ev.own = now.Add(-time.Duration(r.IntN(7200)) * time.Second)
+	case 4:
+		ev.own = now.Add(time.Duration(1+r.IntN(2)) * time.Minute)
+	default:
+		ev.own = time.Date(2286, 11, 18, 0, 0, 0, 0, time.UTC)
+	}
+	switch r.IntN(5) {
+	case 0, 1:
+	case 2:
+		ev.rec = now.Add(30*time.Second + time.Duration(r.IntN(3600))*time.Second).UnixMilli()
+	case 3:
+		ev.rec = now.Add(time.Hour).UnixMilli()
+	default:
+		ev.rec = -1 // Kafka's "no timestamp"
+	}
+	v := map[string]string{"event_id": ev.id, "tenant_id": ev.tenant, "user_id": ev.user}
+	if !ev.own.IsZero() {
+		v["occurred_at"] = ev.own.UTC().Format(time.RFC3339Nano)
+	}
+	value, _ := json.Marshal(v)
+	rec := kafka.Record{Key: kafka.NewBytes([]byte(ev.user)), Value: kafka.NewBytes(value), Time: time.UnixMilli(ev.rec)}
+	if r.IntN(4) == 0 {
+		ev.forged = true
+		rec.Headers = []kafka.Header{{Key: deadletter.HeaderSourceTimestamp, Value: []byte("2286-11-18T00:00:00Z")},
+			{Key: deadletter.HeaderPlaced, Value: []byte("2286-11-18T00:00:00.000Z")}}
+	}
+	return ev, rec
+}
+
+func (e schedEvent) String() string {
+	own := "-"
+	if !e.own.IsZero() {
+		own = e.own.UTC().Format(time.RFC3339)
+	}
+	return fmt.Sprintf("%s %s/%s own %s rec %d @%d", e.id, e.tenant, e.user, own, e.rec, e.partition)
+}
+
+// forget erases a user of a tenant with events, every event or --before a
+// time, and keeps what the receipt says.
+func (sc *schedule) forget() {
+	sc.t.Helper()
+	if len(sc.events) == 0 {
+		return
+	}
+	// Mostly a user of the latest records, and of one stamped ahead: an
+	// erasure matters most while their records wait in the topic, and
+	// time alone does not cover a record stamped past erased_up_to.
+	from := 0
+	if sc.r.IntN(4) > 0 {
+		from = max(0, len(sc.events)-12)
+	}
+	pool := sc.events[from:]
+	if ahead := slices.DeleteFunc(slices.Clone(pool), func(e schedEvent) bool { return e.rec < e.sentAt.Add(30*time.Second).UnixMilli() }); len(ahead) > 0 && sc.r.IntN(2) == 0 {
+		pool = ahead
+	}
+	ev := pool[sc.r.IntN(len(pool))]
+	args := append([]string{"forget"}, sc.flags()...)
+	args = append(args, "--tenant", ev.tenant, "--user", ev.user, "--allow-empty", "--requested-by", "schedule", "--format", "json")
+	before := sc.r.IntN(4) == 0
+	if before {
+		args = append(args, "--before", time.Now().Add(-time.Duration(sc.r.IntN(600))*time.Second).UTC().Format(time.RFC3339))
+	}
+	out, err := exec.Command(sc.s.bin, args...).Output()
+	if err != nil {
+		sc.t.Fatalf("forget %s/%s: %v\n%s", ev.tenant, ev.user, err, out)
+	}
+	var rc struct {
+		ErasedUpTo time.Time `json:"erased_up_to"`
+		Below      *struct {
+			Ends []int64 `json:"end_offsets"`
+		} `json:"erased_below"`
+	}
+	if err := json.Unmarshal(out[:strings.IndexByte(string(out), '\n')], &rc); err != nil {
+		sc.t.Fatalf("forget's receipt: %v\n%s", err, out)
+	}
+	f := schedForget{tenant: ev.tenant, user: ev.user, upTo: rc.ErasedUpTo, returned: time.Now()}
+	if rc.Below != nil {
+		f.ends = rc.Below.Ends
+	}
+	sc.forgets = append(sc.forgets, f)
+	sc.note("forget %s/%s up to %s, mark %v (--before %t)", f.tenant, f.user, f.upTo.Format(time.RFC3339Nano), f.ends, before)
+}
+
+// wait lets time pass: records expire, the broker deletes segments, an
+// erasure's record of the build before expires.
+func (sc *schedule) wait() {
+	d := time.Duration(5+sc.r.IntN(21)) * time.Second
+	sc.note("wait %s", d)
+	time.Sleep(d)
+}
+
+// replay reads the topic again with a new group, from its start.
+func (sc *schedule) replay() {
+	sc.t.Helper()
+	group := testenv.Name("replay")
+	w := sc.startWorker(group)
+	sc.settle(group)
+	sc.s.term(w)
+	sc.note("replay by %s", group)
+}
+
+// restart stops the main worker, by SIGTERM or SIGKILL, and starts it again.
+func (sc *schedule) restart() {
+	sc.t.Helper()
+	how := "SIGTERM"
+	if sc.r.IntN(2) == 0 {
+		how = "SIGKILL"
+		sc.s.kill(sc.main)
+	} else {
+		sc.s.term(sc.main)
+	}
+	sc.main = sc.startWorker(sc.s.group)
+	sc.note("restart (%s)", how)
+}
+
+// resetOffsets stops the main worker, commits its group's offsets at each
+// partition's log start, as an operator's kafka-consumer-groups.sh
+// --reset-offsets --to-earliest does, and starts it again.
+func (sc *schedule) resetOffsets() {
+	sc.t.Helper()
+	sc.s.term(sc.main)
+	starts := testenv.LogStarts(sc.t, sc.s.brokers, sc.s.topic, 3)
+	commits := make([]kafka.OffsetCommit, 0, 3)
+	for p, o := range starts {
+		commits = append(commits, kafka.OffsetCommit{Partition: p, Offset: o})
+	}
+	res, err := sc.client.OffsetCommit(context.Background(), &kafka.OffsetCommitRequest{GroupID: sc.s.group, GenerationID: -1,
+		Topics: map[string][]kafka.OffsetCommit{sc.s.topic: commits}})
+	if err == nil {
+		for _, ps := range res.Topics {
+			for _, p := range ps {
+				if p.Error != nil {
+					err = p.Error
+				}
+			}
+		}
+	}
+	if err != nil {
+		sc.t.Fatalf("reset the group's offsets: %v", err)
+	}
+	sc.main = sc.startWorker(sc.s.group)
+	sc.note("reset offsets to %v", starts)
+}
+
+// redrive writes the letters again, signed ones alone.
+func (sc *schedule) redrive() {
+	sc.t.Helper()
+	args := append([]string{"redrive"}, sc.flags()...)
+	out, err := exec.Command(sc.s.bin, append(args, "--apply", "--dlq-signing-key-file", sc.keys)...).CombinedOutput()
+	if err != nil && !strings.Contains(string(out), "not trusted") {
+		sc.t.Fatalf("redrive: %v\n%s", err, out)
+	}
+	sc.note("redrive: %s", strings.Join(strings.Fields(string(out)), " "))
+}
+
+// list adds newco to the tenants file (an hour): its events are written
+// from then, and a redrive writes its letters.
+func (sc *schedule) list() {
+	sc.t.Helper()
+	if sc.listed {
+		return
+	}
+	if err := os.WriteFile(sc.s.tenants, []byte(scheduleTenants+"  newco: 1h\n"), 0o644); err != nil {
+		sc.t.Fatal(err)
+	}
+	sc.listed = true
+	time.Sleep(time.Second) // the workers' reload
+	sc.note("list newco: 1h")
+}
+
+// settle waits until group has committed every partition to its end, or
+// to where the broker's retention left it.
+func (sc *schedule) settle(group string) {
+	sc.t.Helper()
+	testenv.Eventually(sc.t, 90*time.Second, func() (bool, string) {
+		committed, end := testenv.Offsets(sc.t, sc.s.brokers, group, sc.s.topic, 3)
+		starts := testenv.LogStarts(sc.t, sc.s.brokers, sc.s.topic, 3)
+		for p, o := range end {
+			if committed[p] < o && starts[p] < o {
+				return false, fmt.Sprintf("group %s committed %v, end %v, log start %v", group, committed, end, starts)
+			}
+		}
+		return true, ""
+	})
+}
