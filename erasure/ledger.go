@@ -44,6 +44,9 @@ type Ledger struct {
 	// rows decided under an older generation are checked again before
 	// they are written (see Watch.Admits).
 	gen uint64
+	// ids are the incarnations of the topics the worker reads (Kafka's
+	// topic ids, by topic), which marks are held to (see Mark).
+	ids map[string]string
 }
 
 // erased is what the ledger holds of one user: the union of the user's
@@ -70,9 +73,10 @@ func expiresAt(t time.Time) int64 {
 	return t.UnixMilli()
 }
 
-// covers reports whether e erases the event at millis read at p.
-func (e erased) covers(millis int64, p Position) bool {
-	return millis <= e.upTo || e.below.covers(p)
+// covers reports whether e erases the event at millis read at p, of the
+// topic incarnation current.
+func (e erased) covers(millis int64, p Position, current string) bool {
+	return millis <= e.upTo || e.below.covers(p, current)
 }
 
 // merge is e and o together: the later erased_up_to, the union of marks,
@@ -147,7 +151,7 @@ func (l *Ledger) Erased(tenant, user string, millis int64, p Position) bool {
 		return false
 	}
 	e, ok := l.users[tenant][user]
-	return ok && e.covers(millis, p)
+	return ok && e.covers(millis, p, l.ids[p.Topic])
 }
 
 // ErasedKey is Erased for a row key, of a record read at p (the zero
@@ -229,7 +233,7 @@ func (l *Ledger) with(entries []entry, now time.Time) (_ *Ledger, grew bool) {
 	if touched == nil {
 		return l, false
 	}
-	next := &Ledger{users: make(map[string]map[string]erased, len(l.users)+len(touched)), n: l.n, gen: l.gen}
+	next := &Ledger{users: make(map[string]map[string]erased, len(l.users)+len(touched)), n: l.n, gen: l.gen, ids: l.ids}
 	for t, u := range l.users {
 		next.users[t] = u
 	}

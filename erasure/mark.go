@@ -1,6 +1,7 @@
 package erasure
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -23,19 +24,36 @@ type Position struct {
 // --max-clock-skew, and a producer chooses the record's timestamp, so an
 // event appended before the erasure may carry a time after erased_up_to.
 //
-// A topic deleted and created again under the same name starts its offsets
-// at 0 again: a mark of the old one then erases the user's first records
-// of the new one too, up to the old ends. That errs on the side of the
-// erasure, and is written in docs/retention.md.
+// A topic deleted and created again under the same name, or the mirror a
+// cluster fails over to, starts its offsets again. So a mark names the
+// incarnation its offsets are of, by the topic's id (Kafka's topic UUID),
+// and a mark of another incarnation than the one a worker reads covers
+// every record of the topic while its record is in force: offsets say
+// nothing there, and the erasure errs on its own side. A mark of a broker
+// that gives no ids (before Kafka 2.8) has none, and covers by offsets.
 type Mark struct {
 	Topic string `json:"topic"`
+	// TopicID is the incarnation of Topic the offsets are of: Kafka's id,
+	// "" when the broker gave none.
+	TopicID string `json:"topic_id,omitempty"`
 	// Ends holds each partition's end offset, by partition id.
 	Ends []int64 `json:"end_offsets"`
 }
 
-// covers reports whether the record at p was appended before m was read.
-func (m *Mark) covers(p Position) bool {
-	return m != nil && p.Topic == m.Topic && p.Partition >= 0 && p.Partition < len(m.Ends) && p.Offset < m.Ends[p.Partition]
+// anyIncarnation is the id of the union of marks of two incarnations: it
+// covers every record of the topic (each covers all of the other's).
+const anyIncarnation = "*"
+
+// covers reports whether the record at p was appended before m was read,
+// the topic's incarnation being current ("" when the reader knows none).
+func (m *Mark) covers(p Position, current string) bool {
+	switch {
+	case m == nil || p.Topic != m.Topic:
+		return false
+	case m.TopicID == anyIncarnation || m.TopicID != "" && current != "" && m.TopicID != current:
+		return true
+	}
+	return p.Partition >= 0 && p.Partition < len(m.Ends) && p.Offset < m.Ends[p.Partition]
 }
 
 // union is the mark covering what a and b each cover (either may be nil):
@@ -52,8 +70,10 @@ func union(a, b *Mark) *Mark {
 		// reads one topic. A ledger shared by the workers of two topics
 		// should have a table each (--erasure-table).
 		return b
+	case a.TopicID != "" && b.TopicID != "" && a.TopicID != b.TopicID:
+		return &Mark{Topic: a.Topic, TopicID: anyIncarnation}
 	}
-	out := &Mark{Topic: a.Topic, Ends: slices.Clone(a.Ends)}
+	out := &Mark{Topic: a.Topic, TopicID: cmp.Or(a.TopicID, b.TopicID), Ends: slices.Clone(a.Ends)}
 	for i, e := range b.Ends {
 		if i < len(out.Ends) {
 			out.Ends[i] = max(out.Ends[i], e)
@@ -69,7 +89,14 @@ func (a *Mark) contains(b *Mark) bool {
 	if b == nil || a == b {
 		return true
 	}
-	if a == nil || a.Topic != b.Topic || len(a.Ends) < len(b.Ends) {
+	switch {
+	case a == nil || a.Topic != b.Topic:
+		return false
+	case a.TopicID == anyIncarnation:
+		return true
+	case b.TopicID == anyIncarnation, b.TopicID != "" && a.TopicID != b.TopicID, len(a.Ends) < len(b.Ends):
+		// An id a lacks, or another: b covers every record of the other
+		// incarnations, a only what lies below its ends.
 		return false
 	}
 	for i, e := range b.Ends {
@@ -80,16 +107,30 @@ func (a *Mark) contains(b *Mark) bool {
 	return true
 }
 
-// markVersion leads an encoded mark, so that the encoding can change.
-const markVersion = 1
+// markVersion leads an encoded mark, so that the encoding can change: 1
+// without the topic's id, 2 with it. A mark without an id is written as
+// version 1, which a worker of an earlier release reads.
+const (
+	markVersion   = 1
+	markVersionID = 2
+	// maxTopicIDLen bounds a decoded id: Kafka's are 22 characters.
+	maxTopicIDLen = 64
+)
 
 // encode is the mark as the ledger table holds it: a version byte, the
-// topic's length and name, the number of partitions, then each end offset,
-// all as unsigned varints.
+// topic's length and name, with version 2 the id's length and the id, the
+// number of partitions, then each end offset, all as unsigned varints.
 func (m *Mark) encode() []byte {
 	b := []byte{markVersion}
+	if m.TopicID != "" {
+		b[0] = markVersionID
+	}
 	b = binary.AppendUvarint(b, uint64(len(m.Topic)))
 	b = append(b, m.Topic...)
+	if m.TopicID != "" {
+		b = binary.AppendUvarint(b, uint64(len(m.TopicID)))
+		b = append(b, m.TopicID...)
+	}
 	b = binary.AppendUvarint(b, uint64(len(m.Ends)))
 	for _, e := range m.Ends {
 		b = binary.AppendUvarint(b, uint64(max(0, e)))
@@ -106,9 +147,10 @@ var errBadMark = errors.New("not an encoded mark")
 
 // decodeMark reads an encoded mark.
 func decodeMark(b []byte) (*Mark, error) {
-	if len(b) == 0 || b[0] != markVersion {
+	if len(b) == 0 || b[0] != markVersion && b[0] != markVersionID {
 		return nil, errBadMark
 	}
+	withID := b[0] == markVersionID
 	b = b[1:]
 	n, k := binary.Uvarint(b)
 	if k <= 0 || n > uint64(len(b)-k) {
@@ -116,6 +158,13 @@ func decodeMark(b []byte) (*Mark, error) {
 	}
 	m := &Mark{Topic: string(b[k : k+int(n)])}
 	b = b[k+int(n):]
+	if withID {
+		n, k := binary.Uvarint(b)
+		if k <= 0 || n == 0 || n > maxTopicIDLen || n > uint64(len(b)-k) || string(b[k:k+int(n)]) == anyIncarnation {
+			return nil, errBadMark
+		}
+		m.TopicID, b = string(b[k:k+int(n)]), b[k+int(n):]
+	}
 	parts, k := binary.Uvarint(b)
 	if k <= 0 || parts > maxMarkPartitions || parts > uint64(len(b)-k) {
 		return nil, errBadMark
@@ -139,6 +188,9 @@ func decodeMark(b []byte) (*Mark, error) {
 func (m *Mark) String() string {
 	if m == nil {
 		return "none"
+	}
+	if m.TopicID != "" {
+		return fmt.Sprintf("%s (topic id %s) end offsets %v (by partition)", m.Topic, m.TopicID, m.Ends)
 	}
 	return fmt.Sprintf("%s end offsets %v (by partition)", m.Topic, m.Ends)
 }

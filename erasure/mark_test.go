@@ -55,6 +55,52 @@ func TestMarkErasesByOffset(t *testing.T) {
 	}
 }
 
+// A mark names the topic's incarnation its offsets are of. Read on that
+// incarnation it covers by offsets; on another (the topic created again, a
+// mirror after a failover) it covers every record of the topic, offsets
+// meaning nothing there; by a reader that knows no id, by offsets. Two
+// incarnations' marks of one user cover all of either; a mark without an
+// id, of a broker that gave none, joins one with.
+func TestMarkNamesItsIncarnation(t *testing.T) {
+	ms := t0.UnixMilli()
+	late := ms + int64(time.Hour/time.Millisecond)
+	old := &Mark{Topic: "clicks", TopicID: "AAAAAAAAAAAAAAAAAAAAAA", Ends: []int64{10}}
+	l := NewLedger([]Record{{Tenant: "acme", User: "u1", UpTo: t0, Below: old}}, t0)
+	above := Position{"clicks", 0, 50} // past the ends
+	if l.Erased("acme", "u1", late, above) {
+		t.Error("a reader that knows no id: a record past the ends is erased")
+	}
+	l.ids = map[string]string{"clicks": "AAAAAAAAAAAAAAAAAAAAAA"}
+	if l.Erased("acme", "u1", late, above) || !l.Erased("acme", "u1", late, Position{"clicks", 0, 9}) {
+		t.Error("on the mark's incarnation, not by offsets")
+	}
+	l.ids = map[string]string{"clicks": "BBBBBBBBBBBBBBBBBBBBBB"}
+	if !l.Erased("acme", "u1", late, above) || l.Erased("acme", "u1", late, Position{"views", 0, 0}) {
+		t.Error("on another incarnation, not every record of the topic (and only of it)")
+	}
+	newer := &Mark{Topic: "clicks", TopicID: "BBBBBBBBBBBBBBBBBBBBBB", Ends: []int64{3}}
+	both := union(old, newer)
+	if !both.contains(old) || !both.contains(newer) || !both.covers(above, "AAAAAAAAAAAAAAAAAAAAAA") || !both.covers(above, "BBBBBBBBBBBBBBBBBBBBBB") {
+		t.Errorf("the union of two incarnations' marks %+v does not cover all of either", both)
+	}
+	if newer.contains(old) || old.contains(newer) {
+		t.Error("a mark of one incarnation contains another's")
+	}
+	bare := &Mark{Topic: "clicks", Ends: []int64{20}}
+	if j := union(bare, old); j.TopicID != old.TopicID || j.Ends[0] != 20 || bare.contains(old) || !j.contains(bare) || !j.contains(old) {
+		t.Errorf("a mark without an id joined with one: %+v", j)
+	}
+	for _, m := range []*Mark{old, bare} {
+		got, err := decodeMark(m.encode())
+		if err != nil || got.TopicID != m.TopicID || !slices.Equal(got.Ends, m.Ends) || (m.TopicID == "") != (m.encode()[0] == markVersion) {
+			t.Errorf("decode(encode(%+v)) = %+v, %v", m, got, err)
+		}
+	}
+	if _, err := decodeMark((&Mark{Topic: "clicks", TopicID: anyIncarnation, Ends: []int64{1}}).encode()); err == nil {
+		t.Error("a stored mark claims every incarnation")
+	}
+}
+
 // A mark comes back from its encoding; bytes that are not one are refused,
 // and never make a decoder allocate what they claim.
 func TestMarkEncoding(t *testing.T) {
@@ -73,6 +119,7 @@ func TestMarkEncoding(t *testing.T) {
 
 func FuzzDecodeMark(f *testing.F) {
 	f.Add((&Mark{Topic: "clicks", Ends: []int64{1, 2, 3}}).encode())
+	f.Add((&Mark{Topic: "clicks", TopicID: "Z8HTRmW6QsSH9oxxqsoWYA", Ends: []int64{1, 2, 3}}).encode())
 	f.Add([]byte{1, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := decodeMark(b)

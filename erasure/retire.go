@@ -23,8 +23,9 @@ import (
 // the backups') and the time part (the tenant's longest TTL from
 // erased_up_to). Retire gives it that life.
 
-// LogStarts reads the log start offset of each partition of a topic.
-type LogStarts func(ctx context.Context, topic string) ([]int64, error)
+// LogStarts reads the log start offset of each partition of a topic, and
+// the topic's id ("" when the broker gives none).
+type LogStarts func(ctx context.Context, topic string) (starts []int64, id string, err error)
 
 // Life is the expiry of a record of tenant, erased up to upTo and recorded
 // at recorded, once no record its mark covers is left in the input topic;
@@ -56,17 +57,24 @@ func (s *Store) Retire(ctx context.Context, now time.Time, starts LogStarts, lif
 	if err != nil {
 		return done, err
 	}
-	read := map[string][]int64{}
+	type topicState struct {
+		starts []int64
+		id     string
+	}
+	read := map[string]topicState{}
 	for _, c := range cands {
 		st, ok := read[c.mark.Topic]
 		if !ok {
-			if st, err = starts(ctx, c.mark.Topic); err != nil {
+			if st.starts, st.id, err = starts(ctx, c.mark.Topic); err != nil {
 				done.Unread = append(done.Unread, fmt.Sprintf("%s: %v", c.mark.Topic, err))
 			}
 			read[c.mark.Topic] = st
 		}
+		// A mark of another incarnation (or of one the broker no longer
+		// names) stays: the log start offsets are another log's.
+		other := c.mark.TopicID != "" && c.mark.TopicID != st.id
 		exp := life(c.tenant, time.UnixMilli(c.upTo), time.UnixMilli(c.recorded))
-		if st == nil || !c.mark.passed(st) || exp.IsZero() {
+		if st.starts == nil || other || !c.mark.passed(st.starts) || exp.IsZero() {
 			done.Kept++
 			continue
 		}

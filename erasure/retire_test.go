@@ -38,11 +38,11 @@ func TestRetire(t *testing.T) {
 		Record{Tenant: "acme", User: "by-time"},
 		Record{Tenant: "globex", User: "u3", Below: &Mark{Topic: "other", Ends: []int64{1}}})
 	starts := map[string][]int64{"clicks": {5, 2}}
-	logStarts := func(_ context.Context, topic string) ([]int64, error) {
+	logStarts := func(_ context.Context, topic string) ([]int64, string, error) {
 		if st, ok := starts[topic]; ok {
-			return st, nil
+			return st, "", nil
 		}
-		return nil, errors.New("unknown topic")
+		return nil, "", errors.New("unknown topic")
 	}
 	// initech's life has passed already: its record leaves at once.
 	lives := map[string]time.Time{"acme": now.Add(90 * time.Minute), "initech": now.Add(-time.Minute), "globex": now.Add(time.Hour)}
@@ -111,7 +111,7 @@ func TestRereadTakesTheRetiredLife(t *testing.T) {
 		t.Fatalf("start: %v, %+v", err, w.Current().users["acme"]["u1"])
 	}
 	retired := now.Add(2 * time.Hour)
-	done, err := s.Retire(ctx, now, func(context.Context, string) ([]int64, error) { return []int64{1}, nil },
+	done, err := s.Retire(ctx, now, func(context.Context, string) ([]int64, string, error) { return []int64{1}, "", nil },
 		func(string, time.Time, time.Time) time.Time { return retired })
 	if err != nil || done.Records != 1 {
 		t.Fatalf("retire: %+v, %v", done, err)
@@ -217,5 +217,25 @@ func TestJournalRowsLiveADay(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A mark of another incarnation of the topic is never retired: the log
+// start offsets read are another log's. One of the incarnation read is.
+func TestRetireKeepsAnotherIncarnation(t *testing.T) {
+	s := indexedLedger(t)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	foreverRecords(t, s, now,
+		Record{Tenant: "acme", User: "old", Below: &Mark{Topic: "clicks", TopicID: "AAAAAAAAAAAAAAAAAAAAAA", Ends: []int64{1}}},
+		Record{Tenant: "acme", User: "now", Below: &Mark{Topic: "clicks", TopicID: "BBBBBBBBBBBBBBBBBBBBBB", Ends: []int64{1}}})
+	done, err := s.Retire(ctx, now, func(context.Context, string) ([]int64, string, error) { return []int64{5}, "BBBBBBBBBBBBBBBBBBBBBB", nil },
+		func(string, time.Time, time.Time) time.Time { return now.Add(time.Hour) })
+	if err != nil || done.Records != 1 || done.Kept != 1 {
+		t.Fatalf("retire: %+v, %v; want the current incarnation's retired, the other's kept", done, err)
+	}
+	left, err := s.foreverMarked(ctx)
+	if err != nil || len(left) != 1 || left[0].user != "old" {
+		t.Errorf("never-expiring left: %+v, %v", left, err)
 	}
 }

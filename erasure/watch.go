@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,12 +81,14 @@ type Watch struct {
 	// journal row), and lets go of the rest, so that a record's life,
 	// once retired, shortens in the workers too.
 	journal, journalBefore *Ledger
-	saidAhead              bool   // journalAhead has warned
-	lastRead               string // what the last load read, and how many rows or records
-	lastRows               int    // how many
-	ignored                int    // rows the last read of the records could not read as records
-	lastErr                error  // why the last load failed, nil when it did not
-	warned                 bool   // lastErr has been logged
+	// ids are the topics' incarnations the worker reads (SetTopicID).
+	ids       map[string]string
+	saidAhead bool   // journalAhead has warned
+	lastRead  string // what the last load read, and how many rows or records
+	lastRows  int    // how many
+	ignored   int    // rows the last read of the records could not read as records
+	lastErr   error  // why the last load failed, nil when it did not
+	warned    bool   // lastErr has been logged
 }
 
 // NewWatch returns a watch of store's ledger, to be started with Start.
@@ -125,6 +128,26 @@ func (w *Watch) Start(ctx context.Context) error {
 			return fmt.Errorf("load the erasure ledger: %w", err)
 		}
 	}
+}
+
+// SetTopicID says which incarnation of topic the worker reads: its Kafka
+// topic id (a mark of another covers every record of the topic). A worker
+// that could not read the id calls it not at all, and marks cover by
+// offsets. The ledger in force moves to a new generation: rows decided
+// before are checked again.
+func (w *Watch) SetTopicID(topic, id string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ids := maps.Clone(w.ids)
+	if ids == nil {
+		ids = map[string]string{}
+	}
+	ids[topic] = id
+	w.ids = ids
+	cur := *w.cur.Load()
+	cur.ids = ids
+	cur.gen++
+	w.cur.Store(&cur)
 }
 
 // Run loads the ledger every interval until ctx ends.
@@ -231,14 +254,16 @@ func (w *Watch) load(ctx context.Context) error {
 		w.mu.Unlock()
 		return err
 	}
+	w.mu.Lock()
 	if next != prev {
-		next.gen = prev.gen
+		// Under the lock, from the ledger in force (SetTopicID may have
+		// replaced prev meanwhile): its ids, and a generation no lower.
+		next.ids, next.gen = w.ids, w.cur.Load().gen
 		if grew {
 			next.gen++
 		}
 		w.cur.Store(next)
 	}
-	w.mu.Lock()
 	// The load counts from when it began: a record written after that
 	// may not be in it.
 	w.loadedAt, w.lastErr = start, nil

@@ -153,7 +153,7 @@ func (fo *forgetCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 		Table: fo.table.Target().String(), Facts: facts, LongestTTL: s.cfg.Policy.LongestTTL(fo.tenant),
 		Backups: fo.backups, BackupsDecidedBy: "--backup-retention", Tracers: s.tracers,
 		Pseudonyms: names, TenantsVersion: versionCheck, Replication: repl,
-		EndOffsets: input.EndOffsets, LogStarts: input.LogStarts,
+		EndOffsets: input.EndOffsets, TopicID: input.ID, LogStarts: input.LogStarts,
 	}, log)
 	if !rc.Begun() {
 		return err

@@ -108,6 +108,7 @@ func (rd *redriveCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer stop()
+	followIncarnation(ctx, rd.topics.kafka, erasures, log)
 	wcfg := rd.bound.writer
 	wcfg.Held, wcfg.Gate = erasures.Held, erasures
 	ro.Erasures = erasures.Current

@@ -74,6 +74,7 @@ func newWorker(ctx context.Context, o *runCmd, cfg *tenants.Config, dc *bigtable
 	if err != nil {
 		return nil, err
 	}
+	followIncarnation(ctx, o.kafka, w.erasures, log)
 	if err := w.claimRecord(ctx, dc); err != nil {
 		return nil, err
 	}

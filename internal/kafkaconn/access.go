@@ -33,7 +33,7 @@ const (
 // its own, set up the way the Transport sets up its own: TLS, API
 // versions, SASL.
 func (s Security) MayWrite(ctx context.Context, brokers []string, topic string) (ok, known bool, err error) {
-	pc, err := s.rawConn(ctx, brokers)
+	pc, _, err := s.rawConn(ctx, brokers)
 	if err != nil {
 		return false, false, err
 	}
@@ -58,29 +58,30 @@ func (s Security) MayWrite(ctx context.Context, brokers []string, topic string) 
 	return false, false, fmt.Errorf("metadata of %s: topic not in the answer", topic)
 }
 
-// rawConn connects to the first broker that answers.
-func (s Security) rawConn(ctx context.Context, brokers []string) (*protocol.Conn, error) {
+// rawConn connects to the first broker that answers, and returns the
+// newest version of each API the broker serves.
+func (s Security) rawConn(ctx context.Context, brokers []string) (*protocol.Conn, map[protocol.ApiKey]int16, error) {
 	tlsCfg, mech, err := s.parts()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var errs []error
 	for _, addr := range brokers {
-		pc, err := dialRaw(ctx, addr, tlsCfg, mech)
+		pc, newest, err := dialRaw(ctx, addr, tlsCfg, mech)
 		if err == nil {
-			return pc, nil
+			return pc, newest, nil
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", addr, err))
 	}
-	return nil, errors.Join(errs...)
+	return nil, nil, errors.Join(errs...)
 }
 
-func dialRaw(ctx context.Context, addr string, tlsCfg *tls.Config, mech sasl.Mechanism) (*protocol.Conn, error) {
+func dialRaw(ctx context.Context, addr string, tlsCfg *tls.Config, mech sasl.Mechanism) (*protocol.Conn, map[protocol.ApiKey]int16, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	nc, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if tlsCfg != nil {
 		cfg := tlsCfg.Clone()
@@ -95,21 +96,21 @@ func dialRaw(ctx context.Context, addr string, tlsCfg *tls.Config, mech sasl.Mec
 	res, err := pc.RoundTrip(new(apiversions.Request))
 	if err != nil {
 		pc.Close()
-		return nil, fmt.Errorf("API versions: %w", err)
+		return nil, nil, fmt.Errorf("API versions: %w", err)
 	}
-	versions := map[protocol.ApiKey]int16{}
+	versions, newest := map[protocol.ApiKey]int16{}, map[protocol.ApiKey]int16{}
 	for _, k := range res.(*apiversions.Response).ApiKeys {
 		key := protocol.ApiKey(k.ApiKey)
-		versions[key] = key.SelectVersion(k.MinVersion, k.MaxVersion)
+		versions[key], newest[key] = key.SelectVersion(k.MinVersion, k.MaxVersion), k.MaxVersion
 	}
 	pc.SetVersions(versions)
 	if mech != nil {
 		if err := authenticate(ctx, pc, mech, addr); err != nil {
 			pc.Close()
-			return nil, fmt.Errorf("SASL %s: %w", mech.Name(), err)
+			return nil, nil, fmt.Errorf("SASL %s: %w", mech.Name(), err)
 		}
 	}
-	return pc, nil
+	return pc, newest, nil
 }
 
 // authenticate runs a SASL exchange as kafka-go's Transport does.

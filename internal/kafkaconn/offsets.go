@@ -21,9 +21,19 @@ func (t Topic) EndOffsets(ctx context.Context) (string, []int64, error) {
 }
 
 // LogStarts reads the log start offsets of topic, on t's cluster (see
-// LogStartOffsets).
-func (t Topic) LogStarts(ctx context.Context, topic string) ([]int64, error) {
-	return LogStartOffsets(ctx, t.Brokers, t.Security, topic)
+// LogStartOffsets), and its id (see TopicID).
+func (t Topic) LogStarts(ctx context.Context, topic string) ([]int64, string, error) {
+	starts, err := LogStartOffsets(ctx, t.Brokers, t.Security, topic)
+	if err != nil {
+		return nil, "", err
+	}
+	id, err := TopicID(ctx, t.Brokers, t.Security, topic)
+	return starts, id, err
+}
+
+// ID reads topic's id, on t's cluster (see TopicID).
+func (t Topic) ID(ctx context.Context, topic string) (string, error) {
+	return TopicID(ctx, t.Brokers, t.Security, topic)
 }
 
 // EndOffsets reads the end offset of each of topic's partitions, by

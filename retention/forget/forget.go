@@ -44,6 +44,10 @@ type Request struct {
 	// appended before them, whatever time it carries (erasure.Mark). Nil
 	// erases by time alone, as does Before.
 	EndOffsets func(context.Context) (topic string, ends []int64, err error)
+	// TopicID reads a topic's id (its incarnation), "" when the broker
+	// gives none: read before and after the end offsets, it goes into the
+	// mark. Nil marks without an id.
+	TopicID func(ctx context.Context, topic string) (string, error)
 	// LogStarts reads a topic's log start offsets, by partition: forget
 	// retires the records of earlier erasures whose marks cover nothing
 	// the topic still holds (erasure.Store.Retire). Nil retires nothing.
@@ -448,12 +452,11 @@ func (e *eraser) mark(ctx context.Context) error {
 		e.rc.Bound = bound(e.rc.ErasedUpTo, nil, r.Before)
 		return nil
 	}
-	topic, ends, err := r.EndOffsets(ctx)
+	m, err := e.endOffsets(ctx)
 	if err != nil {
 		return fmt.Errorf("read the input topic's end offsets, which erase the records appended before the erasure whatever time they carry "+
 			"(the users are recorded by time; run the same forget again): %w", err)
 	}
-	m := &erasure.Mark{Topic: topic, Ends: ends}
 	for i := range e.rc.Users {
 		ur := &e.rc.Users[i]
 		if ur.Record == nil {
@@ -470,6 +473,41 @@ func (e *eraser) mark(ctx context.Context) error {
 	return nil
 }
 
+// endOffsets reads the mark: the input topic's end offsets, between two
+// reads of its id, which must agree: offsets read across a topic deleted
+// and created again would be of neither incarnation. (The first read of
+// the offsets only names the topic.)
+func (e *eraser) endOffsets(ctx context.Context) (*erasure.Mark, error) {
+	r := e.r
+	id := func(topic string) (string, error) {
+		if r.TopicID == nil {
+			return "", nil
+		}
+		return r.TopicID(ctx, topic)
+	}
+	topic, ends, err := r.EndOffsets(ctx)
+	if err != nil {
+		return nil, err
+	}
+	before, err := id(topic)
+	if err != nil {
+		return nil, err
+	}
+	if r.TopicID != nil {
+		if topic, ends, err = r.EndOffsets(ctx); err != nil {
+			return nil, err
+		}
+	}
+	after, err := id(topic)
+	if err != nil {
+		return nil, err
+	}
+	if before != after {
+		return nil, fmt.Errorf("topic %s was created again while its offsets were read (id %s, then %s)", topic, before, after)
+	}
+	return &erasure.Mark{Topic: topic, TopicID: after, Ends: ends}, nil
+}
+
 // bound says what an erasure covers, for the receipt.
 func bound(upTo time.Time, m *erasure.Mark, before time.Time) string {
 	at := upTo.Format(time.RFC3339Nano)
@@ -479,6 +517,10 @@ func bound(upTo time.Time, m *erasure.Mark, before time.Time) string {
 	case m == nil:
 		return "events whose time is at or before " + at + ", by time alone: events appended before the erasure but stamped later are not covered"
 	}
+	topic := m.Topic
+	if m.TopicID != "" {
+		topic += " (topic id " + m.TopicID + ")"
+	}
 	return fmt.Sprintf("events whose time is at or before %s, and every event appended to %s before the erasure was recorded, whatever time it carries (offsets below %v, by partition)",
-		at, m.Topic, m.Ends)
+		at, topic, m.Ends)
 }

@@ -1,0 +1,123 @@
+package kafkaconn
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// A topic's id is Kafka's UUID of one incarnation of a topic name
+// (Metadata v10 and later, Kafka 2.8): a topic deleted and created again,
+// or the mirror a cluster fails over to, has another. Offsets mean nothing
+// across incarnations, so an erasure's mark names the incarnation its end
+// offsets are of.
+//
+// kafka-go speaks Metadata up to v8, which has no ids: the request is
+// written and its answer read here with franz-go's kmsg, the wire types
+// alone, on a connection set up as the Transport sets up its own (TLS, API
+// versions, SASL).
+
+// maxTopicIDAnswer bounds the broker's answer about one topic: a topic of
+// thousands of partitions takes a few hundred KiB.
+const maxTopicIDAnswer = 4 << 20
+
+// TopicID returns topic's id, as Kafka writes it (base64, URL alphabet,
+// no padding); "" when the broker gives none (one before Kafka 2.8).
+func TopicID(ctx context.Context, brokers []string, s Security, topic string) (string, error) {
+	pc, newest, err := s.rawConn(ctx, brokers)
+	if err != nil {
+		return "", err
+	}
+	defer pc.Close()
+	v := min(newest[protocol.Metadata], 12)
+	if v < 10 {
+		return "", nil
+	}
+	req := kmsg.NewPtrMetadataRequest()
+	req.Version = v
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	const correlation = 1
+	if _, err := pc.Write(kmsg.NewRequestFormatter(kmsg.FormatterClientID("cellttl")).AppendRequest(nil, req, correlation)); err != nil {
+		return "", fmt.Errorf("metadata of %s: %w", topic, err)
+	}
+	body, err := readAnswer(pc, correlation)
+	if err != nil {
+		return "", fmt.Errorf("metadata of %s: %w", topic, err)
+	}
+	res := req.ResponseKind().(*kmsg.MetadataResponse)
+	if err := res.ReadFrom(body); err != nil {
+		return "", fmt.Errorf("metadata of %s: %w", topic, err)
+	}
+	return topicIDOf(res, topic)
+}
+
+// topicIDOf finds topic's id in a Metadata answer.
+func topicIDOf(res *kmsg.MetadataResponse, topic string) (string, error) {
+	for _, t := range res.Topics {
+		if t.Topic == nil || *t.Topic != topic {
+			continue
+		}
+		if t.ErrorCode != 0 {
+			return "", fmt.Errorf("metadata of %s: %w", topic, kafka.Error(t.ErrorCode))
+		}
+		if t.TopicID == [16]byte{} {
+			return "", nil
+		}
+		return base64.RawURLEncoding.EncodeToString(t.TopicID[:]), nil
+	}
+	return "", fmt.Errorf("metadata of %s: topic not in the answer", topic)
+}
+
+// readAnswer reads one answer of a flexible version: its size (at most
+// maxTopicIDAnswer), its correlation id, which must be want, and its
+// header's tagged fields; it returns the body.
+func readAnswer(r io.Reader, want int32) ([]byte, error) {
+	var size [4]byte
+	if _, err := io.ReadFull(r, size[:]); err != nil {
+		return nil, err
+	}
+	n := int32(binary.BigEndian.Uint32(size[:]))
+	if n < 5 || n > maxTopicIDAnswer {
+		return nil, fmt.Errorf("an answer of %d bytes, want 5 to %d", n, maxTopicIDAnswer)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return nil, err
+	}
+	if got := int32(binary.BigEndian.Uint32(b)); got != want {
+		return nil, fmt.Errorf("an answer to request %d, want %d", got, want)
+	}
+	return skipTags(b[4:])
+}
+
+var errTags = errors.New("the answer's header tags do not fit it")
+
+// skipTags skips a flexible header's tagged fields.
+func skipTags(b []byte) ([]byte, error) {
+	tags, k := binary.Uvarint(b)
+	if k <= 0 || tags > uint64(len(b)) {
+		return nil, errTags
+	}
+	b = b[k:]
+	for range tags {
+		if _, k = binary.Uvarint(b); k <= 0 {
+			return nil, errTags
+		}
+		b = b[k:]
+		size, k := binary.Uvarint(b)
+		if k <= 0 || size > uint64(len(b)-k) {
+			return nil, errTags
+		}
+		b = b[k+int(size):]
+	}
+	return b, nil
+}

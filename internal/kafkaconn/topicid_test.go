@@ -1,0 +1,83 @@
+package kafkaconn
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/cellttl/cellttl/internal/testenv"
+)
+
+// A topic's id names its incarnation: the same for every read, another
+// once the topic is deleted and created again under its name.
+func TestTopicID(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	topic := testenv.Name("incarnation")
+	testenv.CreateTopic(t, brokers, topic, 2)
+	ctx := context.Background()
+	first, err := TopicID(ctx, brokers, Security{}, topic)
+	if err != nil || len(first) != 22 {
+		t.Fatalf("id %q, %v: want Kafka's 22 characters", first, err)
+	}
+	if again, err := TopicID(ctx, brokers, Security{}, topic); err != nil || again != first {
+		t.Errorf("read again: %q, %v; want %q", again, err, first)
+	}
+	c := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second, Transport: &kafka.Transport{}}
+	defer c.Transport.(*kafka.Transport).CloseIdleConnections()
+	if _, err := c.DeleteTopics(ctx, &kafka.DeleteTopicsRequest{Topics: []string{topic}}); err != nil {
+		t.Fatal(err)
+	}
+	var second string
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		_, err := c.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: 2, ReplicationFactor: 1}}})
+		if err == nil {
+			second, err = TopicID(ctx, brokers, Security{}, topic)
+		}
+		return err == nil && second != "", "the topic created again: " + second
+	})
+	if second == first {
+		t.Errorf("the topic created again has the id of the one deleted: %s", first)
+	}
+	if _, err := TopicID(ctx, brokers, Security{}, testenv.Name("absent")); err == nil || !strings.Contains(err.Error(), "metadata of") {
+		t.Errorf("a missing topic: %v", err)
+	}
+}
+
+// A broker's answer is input too: a size past the bound, one too small,
+// another request's answer, tags that do not fit are errors, never an
+// allocation of what the answer claims.
+func TestTopicIDAnswerIsBounded(t *testing.T) {
+	frame := func(size int32, body []byte) []byte {
+		return append(binary.BigEndian.AppendUint32(nil, uint32(size)), body...)
+	}
+	for name, in := range map[string][]byte{
+		"past the bound":       frame(1<<30, nil),
+		"negative":             frame(-1, nil),
+		"too small":            frame(3, []byte{0, 0, 0}),
+		"another request":      frame(5, []byte{0, 0, 0, 2, 0}),
+		"cut short":            frame(100, []byte{0, 0, 0, 1, 0}),
+		"tags past the end":    frame(6, []byte{0, 0, 0, 1, 1, 7}),
+		"a tag's size past it": frame(8, []byte{0, 0, 0, 1, 1, 0, 100, 0}),
+		"more tags than bytes": frame(5, []byte{0, 0, 0, 1, 0xff}),
+	} {
+		if _, err := readAnswer(bytes.NewReader(in), 1); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+	body, err := readAnswer(bytes.NewReader(frame(9, []byte{0, 0, 0, 1, 1, 3, 1, 9, 42})), 1)
+	if err != nil || !bytes.Equal(body, []byte{42}) {
+		t.Errorf("an answer with a tag: %v %v", body, err)
+	}
+}
+
+func FuzzReadAnswer(f *testing.F) {
+	f.Add([]byte{0, 0, 0, 6, 0, 0, 0, 1, 0, 42})
+	f.Fuzz(func(t *testing.T, in []byte) {
+		_, _ = readAnswer(bytes.NewReader(in), 1)
+	})
+}
