@@ -229,7 +229,9 @@ func TestRetireKeepsAnotherIncarnation(t *testing.T) {
 	foreverRecords(t, s, now,
 		Record{Tenant: "acme", User: "old", Below: &Mark{Topic: "clicks", TopicID: "AAAAAAAAAAAAAAAAAAAAAA", Ends: []int64{1}}},
 		Record{Tenant: "acme", User: "now", Below: &Mark{Topic: "clicks", TopicID: "BBBBBBBBBBBBBBBBBBBBBB", Ends: []int64{1}}})
-	done, err := s.Retire(ctx, now, func(context.Context, string) ([]int64, string, error) { return []int64{5}, "BBBBBBBBBBBBBBBBBBBBBB", nil },
+	done, err := s.Retire(ctx, now, func(context.Context, string) ([]int64, string, error) {
+		return []int64{5}, "BBBBBBBBBBBBBBBBBBBBBB", nil
+	},
 		func(string, time.Time, time.Time) time.Time { return now.Add(time.Hour) })
 	if err != nil || done.Records != 1 || done.Kept != 1 {
 		t.Fatalf("retire: %+v, %v; want the current incarnation's retired, the other's kept", done, err)
