@@ -15,6 +15,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/cellttl/cellttl/ingest"
+	"github.com/cellttl/cellttl/internal/bounded"
 )
 
 // Headers set on every dead-lettered message. The original key, value and
@@ -175,7 +176,9 @@ func ourHeaders(dl Letter, payload bool) []kafka.Header {
 	}
 	// A letter without its payload says the reason's class: the sentence
 	// may quote the value. An undecodable batch's sentence quotes none.
-	reason := dl.Reason
+	// Any reason is cut to bounded.Reason: it may quote what a producer or
+	// a registry chose, and must not make the letter outgrow its topic.
+	reason := bounded.Text(dl.Reason, bounded.Reason)
 	if !payload && dl.Undecodable == nil && dl.Class != "" {
 		reason = dl.Class
 	}

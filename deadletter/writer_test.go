@@ -14,6 +14,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/cellttl/cellttl/ingest"
+	"github.com/cellttl/cellttl/internal/bounded"
 	"github.com/cellttl/cellttl/internal/kafkaconn"
 	"github.com/cellttl/cellttl/internal/testenv"
 )
@@ -219,3 +220,14 @@ func TestDeadLetterOfACutRecordAndAnUndecodableBatch(t *testing.T) {
 }
 
 var quiet = slog.New(slog.DiscardHandler)
+
+// A reason is cut to its bound, whatever it quotes: a schema a compiler
+// quoted whole made a reason of 1.4 MB, and a letter the broker refused,
+// for good.
+func TestReasonIsBounded(t *testing.T) {
+	m, _ := letterMessage(Letter{Msg: ingest.Message{Topic: "in", Value: []byte("v")}, Reason: strings.Repeat("schema text ", 120_000)}, 1<<22, true)
+	r, _ := header(m, HeaderReason)
+	if len(r) > bounded.Reason || !strings.HasSuffix(r, "bytes, cut)") {
+		t.Errorf("a reason of %d bytes", len(r))
+	}
+}

@@ -288,6 +288,12 @@ func readWellKnown(st *pStep, v []byte, fd *event.Found) error {
 		if nanos < 0 || nanos >= 1e9 {
 			return &event.Error{Class: event.BadTime, Field: st.path, Reason: fmt.Sprintf("%s has %d nanoseconds, outside 0..999999999", st.path, nanos)}
 		}
+		// Seconds past what time.Unix holds wrap, and a year near 2^63
+		// seconds read as one before 1970: skipped as expired, silently.
+		// google.protobuf.Timestamp itself allows 0001 to 9999.
+		if secs < minTimestamp || secs > maxTimestamp {
+			return &event.Error{Class: event.BadTime, Field: st.path, Reason: fmt.Sprintf("%s has %d seconds, outside 0001-01-01 to 9999-12-31", st.path, secs)}
+		}
 		fd.SetTime(st.leaf, time.Unix(secs, int64(nanos)), "a google.protobuf.Timestamp")
 	case "google.protobuf.StringValue":
 		var s string
@@ -312,3 +318,10 @@ func readWellKnown(st *pStep, v []byte, fd *event.Found) error {
 	}
 	return nil
 }
+
+// The seconds a google.protobuf.Timestamp may hold: 0001-01-01T00:00:00Z
+// to 9999-12-31T23:59:59Z, as its definition says.
+const (
+	minTimestamp = -62135596800
+	maxTimestamp = 253402300799
+)

@@ -3,6 +3,7 @@ package schema
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,5 +103,36 @@ func TestProtobufNestedEpoch(t *testing.T) {
 	_, err = d.DecodeRecord(&event.Record{Value: v, Time: recordTime})
 	if !errors.As(err, &e) || e.Class != event.BadSchema {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// A Timestamp's seconds past what it may hold (0001 to 9999) are an
+// invalid time, a letter with the reason: seconds near 2^63 wrapped in
+// time.Unix, and the event was skipped as long expired, silently. The
+// first and last seconds it holds are read.
+func TestProtobufTimestampOutOfRange(t *testing.T) {
+	c, m := compile(t, Protobuf, clickProto, event.DefaultFields())
+	d := decoder(5, c, m)
+	value := func(secs int64) []byte {
+		return protoValue(t, c, func(msg *dynamicpb.Message, md protoreflect.MessageDescriptor) {
+			setStr(msg, md, "event_id", "e-1")
+			setStr(msg, md, "tenant_id", "acme")
+			msg.Set(md.Fields().ByName("occurred_at"), protoreflect.ValueOfMessage((&timestamppb.Timestamp{Seconds: secs}).ProtoReflect()))
+		})
+	}
+	for _, secs := range []int64{1<<63 - 1, 253402300800, -62135596801, -1 << 63} {
+		_, err := d.DecodeRecord(&event.Record{Value: value(secs), Time: recordTime})
+		var e *event.Error
+		if !errors.As(err, &e) || e.Class != event.BadTime || e.Field != "occurred_at" {
+			t.Errorf("%d seconds: %v, want invalid_time", secs, err)
+		}
+	}
+	for _, secs := range []int64{253402300799, -62135596800} {
+		if _, err := d.DecodeRecord(&event.Record{Value: value(secs), Time: time.Unix(secs, 0)}); err != nil {
+			var e *event.Error
+			if errors.As(err, &e) && e.Class == event.BadTime && strings.Contains(e.Reason, "seconds, outside") {
+				t.Errorf("%d seconds, which a Timestamp holds: %v", secs, err)
+			}
+		}
 	}
 }

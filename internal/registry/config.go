@@ -119,14 +119,21 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// redact drops what a URL holds before its host, for errors.
+// redact drops what a URL may hold of a secret, for errors and logs: what
+// lies before its host (credentials), its query (a token) and fragment.
 func redact(raw string) string {
-	if u, err := url.Parse(raw); err == nil && u.User != nil {
-		u.User = nil
+	if u, err := url.Parse(raw); err == nil {
+		if u.User == nil && u.RawQuery == "" && u.Fragment == "" {
+			return raw
+		}
+		u.User, u.RawQuery, u.Fragment, u.RawFragment = nil, "", "", ""
 		return u.String()
 	}
 	if i := strings.LastIndex(raw, "@"); i >= 0 {
-		return "…" + raw[i:]
+		raw = "…" + raw[i:]
+	}
+	if i := strings.IndexAny(raw, "?#"); i >= 0 {
+		raw = raw[:i]
 	}
 	return raw
 }

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 
 	"github.com/twmb/franz-go/pkg/sr"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/cellttl/cellttl/internal/bounded"
 	"github.com/cellttl/cellttl/internal/retry"
 	"github.com/cellttl/cellttl/schema"
 )
@@ -101,7 +103,18 @@ func cause(err error) error {
 type statusError struct{ re *sr.ResponseError }
 
 func (e *statusError) Error() string {
-	return fmt.Sprintf("%s %s: HTTP %d: %s", e.re.Method, e.re.URL, e.re.StatusCode, e.re.Error())
+	msg := fmt.Sprintf("%s %s: HTTP %d: %s", e.re.Method, redact(e.re.URL), e.re.StatusCode, e.re.Error())
+	if e.re.StatusCode == http.StatusNotFound && !e.registryNotFound() {
+		msg += " (not the registry's own not-found answer, which carries an error code: check the path of --schema-registry-url)"
+	}
+	return bounded.Text(msg, bounded.Answer)
+}
+
+// registryNotFound reports whether the answer is a registry's own "not
+// found" (its error codes 40401, 40402, 40403), not a 404 of whatever
+// else answers at the URL (a wrong path, a proxy).
+func (e *statusError) registryNotFound() bool {
+	return e.re.StatusCode == http.StatusNotFound && e.re.ErrorCode >= 40401 && e.re.ErrorCode <= 40403
 }
 
 func (e *statusError) Unwrap() error { return e.re }

@@ -101,6 +101,13 @@ func (f *fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	// A registry's own not-found answers carry a code: 40401 for a
+	// subject, 40403 for a schema id (Confluent's, and Apicurio's
+	// Confluent-compatible API, answer so).
+	if strings.HasPrefix(r.URL.Path, "/subjects/") {
+		answer(w, http.StatusNotFound, map[string]any{"error_code": 40401, "message": "Subject not found"})
+		return
+	}
 	answer(w, http.StatusNotFound, map[string]any{"error_code": 40403, "message": "Schema not found"})
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/cellttl/cellttl/event"
+	"github.com/cellttl/cellttl/internal/bounded"
 	"github.com/cellttl/cellttl/internal/retry"
 	"github.com/cellttl/cellttl/schema"
 )
@@ -88,7 +90,9 @@ func New(c Config, m *event.Mapping, mp metric.MeterProvider, log *slog.Logger) 
 	}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.TLSClientConfig = tlsCfg
-	opts := []sr.ClientOpt{sr.URLs(c.URL), sr.HTTPClient(&http.Client{Transport: transport, Timeout: timeout}), sr.UserAgent("cellttl")}
+	// No redirect is followed, and every answer is read within a bound
+	// (guard): the registry's answers are input.
+	opts := []sr.ClientOpt{sr.URLs(c.URL), sr.HTTPClient(&http.Client{Transport: guard{transport}, Timeout: timeout, CheckRedirect: noRedirect}), sr.UserAgent("cellttl")}
 	if c.PasswordFile != "" {
 		user, file := c.Username, c.PasswordFile
 		opts = append(opts, sr.PreReq(func(req *http.Request) error {
@@ -231,21 +235,29 @@ func (s *Schemas) resolve(ctx context.Context, id uint32) (*entry, error) {
 	rctx, cancel := context.WithTimeout(ctx, 3*s.timeout)
 	defer cancel()
 	sch, err := s.client.SchemaByID(rctx, int(id))
-	if notFound(err) {
+	switch {
+	case notFound(err, 40403):
 		s.fetches.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", "not_found")))
 		return &entry{at: time.Now(), err: &event.Error{Class: event.UnknownSchema,
 			Reason: fmt.Sprintf("the schema registry has no schema of id %d (the value's framing names it)", id)}}, nil
-	}
-	if err != nil {
+	case errors.Is(err, errAnswerTooLarge):
+		return s.invalid(ctx, id, err), nil
+	case err != nil:
 		return nil, fmt.Errorf("schema id %d: %w", id, withStatus(err))
 	}
 	src := schema.Source{Type: sch.Type, Text: sch.Schema}
-	if src.Refs, err = s.references(rctx, sch.References, map[string]bool{}, nil); err != nil {
+	total := len(sch.Schema)
+	if src.Refs, err = s.references(rctx, sch.References, map[string]bool{}, &total, nil); err != nil {
 		var bad *badReference
 		if !errors.As(err, &bad) {
 			return nil, fmt.Errorf("schema id %d: %w", id, withStatus(err))
 		}
 		return s.invalid(ctx, id, err), nil
+	}
+	for _, text := range append([]string{src.Text}, refTexts(src.Refs)...) {
+		if n := nesting(text); n > maxNesting {
+			return s.invalid(ctx, id, fmt.Errorf("the schema %w: %d levels, more than %d", errTooDeep, n, maxNesting)), nil
+		}
 	}
 	c, err := schema.Compile(rctx, s.format, src, s.mapping)
 	if err != nil {
@@ -255,11 +267,24 @@ func (s *Schemas) resolve(ctx context.Context, id uint32) (*entry, error) {
 	return &entry{c: c}, nil
 }
 
+// invalid is the entry of a schema that cannot read values. Its reason,
+// which goes into every letter of its values, and the log line quote the
+// compiler's complaint cut to bounded.Answer: a compiler may quote the
+// whole schema, which the registry chose.
 func (s *Schemas) invalid(ctx context.Context, id uint32, err error) *entry {
+	why := bounded.Text(err.Error(), bounded.Answer)
 	s.fetches.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", "invalid")))
-	s.log.Warn("a schema of the registry cannot read values; its values are dead-lettered (invalid_schema)", "schema_id", id, "err", err)
+	s.log.Warn("a schema of the registry cannot read values; its values are dead-lettered (invalid_schema)", "schema_id", id, "err", why)
 	return &entry{at: time.Now(), err: &event.Error{Class: event.BadSchema,
-		Reason: fmt.Sprintf("schema %d cannot read values as --value-format %s: %v", id, s.format, err)}}
+		Reason: fmt.Sprintf("schema %d cannot read values as --value-format %s: %s", id, s.format, why)}}
+}
+
+func refTexts(refs []schema.Ref) []string {
+	out := make([]string, len(refs))
+	for i, r := range refs {
+		out[i] = r.Text
+	}
+	return out
 }
 
 // badReference is a reference the registry does not have: the schema is
@@ -271,8 +296,9 @@ func (b *badReference) Error() string { return b.err.Error() }
 // maxReferences bounds the schemas one schema may pull in.
 const maxReferences = 100
 
-// references fetches refs and theirs, each schema after those it needs.
-func (s *Schemas) references(ctx context.Context, refs []sr.SchemaReference, seen map[string]bool, out []schema.Ref) ([]schema.Ref, error) {
+// references fetches refs and theirs, each schema after those it needs,
+// adding their sizes to total (at most maxSchemas).
+func (s *Schemas) references(ctx context.Context, refs []sr.SchemaReference, seen map[string]bool, total *int, out []schema.Ref) ([]schema.Ref, error) {
 	for _, r := range refs {
 		key := fmt.Sprintf("%s/%d", r.Subject, r.Version)
 		if seen[key] {
@@ -283,13 +309,18 @@ func (s *Schemas) references(ctx context.Context, refs []sr.SchemaReference, see
 			return nil, &badReference{fmt.Errorf("more than %d referenced schemas", maxReferences)}
 		}
 		ss, err := s.client.SchemaByVersion(ctx, r.Subject, r.Version)
-		if notFound(err) {
+		switch {
+		case notFound(err, 40401, 40402):
 			return nil, &badReference{fmt.Errorf("referenced schema %s (subject %s version %d) is not in the registry", r.Name, r.Subject, r.Version)}
-		}
-		if err != nil {
+		case errors.Is(err, errAnswerTooLarge):
+			return nil, &badReference{err}
+		case err != nil:
 			return nil, err
 		}
-		if out, err = s.references(ctx, ss.References, seen, out); err != nil {
+		if *total += len(ss.Schema.Schema); *total > maxSchemas {
+			return nil, &badReference{fmt.Errorf("the schema and its references are larger than %d bytes together", maxSchemas)}
+		}
+		if out, err = s.references(ctx, ss.References, seen, total, out); err != nil {
 			return nil, err
 		}
 		out = append(out, schema.Ref{Name: r.Name, Text: ss.Schema.Schema})
@@ -297,9 +328,13 @@ func (s *Schemas) references(ctx context.Context, refs []sr.SchemaReference, see
 	return out, nil
 }
 
-func notFound(err error) bool {
+// notFound reports whether err is the registry's own "not found", one of
+// codes (40401 subject, 40402 version, 40403 schema): any other 404 is not
+// the registry's word on the id (a wrong path, a proxy), and the values
+// wait, as for an outage.
+func notFound(err error, codes ...int) bool {
 	var re *sr.ResponseError
-	return errors.As(err, &re) && re.StatusCode == http.StatusNotFound
+	return errors.As(err, &re) && re.StatusCode == http.StatusNotFound && slices.Contains(codes, re.ErrorCode)
 }
 
 // store adds e under id, copying the map: schemas up to the cache size,
