@@ -24,11 +24,11 @@ func (w *worker) readinessChecks() []admin.Check {
 			return errors.Join(w.rules.Problem(), w.writer.Outage(), w.erasures.Held())
 		}},
 		{Name: "dead-letter", Fn: func(context.Context) error { return w.dlq.Problem() }},
-		{Name: "schema-registry", Fn: func(context.Context) error {
+		{Name: "schema-registry", Fn: func(ctx context.Context) error {
 			if w.schemas == nil {
 				return nil
 			}
-			return w.schemas.Problem()
+			return errors.Join(w.schemas.Check(ctx), w.schemas.Problem())
 		}},
 		{Name: "config", Fn: func(context.Context) error {
 			if w.reloader.Current() == nil {

@@ -183,6 +183,12 @@ func openSchemas(cfg registry.Config, pipe *pipeline.Config, mp metric.MeterProv
 		return nil, err
 	}
 	pipe.Decoder.Values, pipe.Schemas = s, s
-	log.Info("values are read through the schema registry", "value_format", cfg.Format, "schema_registry", cfg.URL)
+	log.Info("values are read through the schema registry", "value_format", cfg.Format, "schema_registry", s.URL())
+	// Asked at start, so that a wrong URL or refused credentials show now,
+	// not at the first value; /readyz asks again while it does not answer.
+	if err := s.Check(context.Background()); err != nil {
+		log.Error("the schema registry does not answer as one: values that need a schema will wait until it does", "err", err,
+			"fix", "check --schema-registry-url (the path of its Confluent-compatible API), its credentials and TLS files")
+	}
 	return s, nil
 }

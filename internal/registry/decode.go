@@ -78,7 +78,7 @@ func (s *Schemas) fetchFew(ctx context.Context, id uint32) (*entry, error) {
 		}
 		s.fetches.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", "unavailable")))
 		if b.Attempt() >= decodeAttempts || !b.Wait() {
-			return nil, &UnavailableError{URL: s.url, ID: id, Err: errors.Join(cause(err), ctx.Err())}
+			return nil, &UnavailableError{URL: s.url, ID: id, Err: errors.Join(s.timedOut(cause(err)), ctx.Err())}
 		}
 	}
 }

@@ -88,6 +88,10 @@ func (f *fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var id int
+	if r.URL.Path == "/config" {
+		answer(w, http.StatusOK, map[string]any{"compatibilityLevel": "BACKWARD"})
+		return
+	}
 	if _, err := fmt.Sscanf(r.URL.Path, "/schemas/ids/%d", &id); err == nil {
 		if s, ok := f.ids[id]; ok {
 			answer(w, http.StatusOK, s)

@@ -165,3 +165,25 @@ func TestCappedReader(t *testing.T) {
 		}
 	}
 }
+
+// The registry is asked at start whether it answers as one: a URL whose
+// path is not the registry's API, or that redirects, is said at once (and
+// in /readyz), before any value needs a schema; a registry that answers
+// is not.
+func TestCheckAsksTheRegistry(t *testing.T) {
+	f := newFake()
+	good, _ := open(t, Config{URL: f.serve(t)}, contractMapping(t, event.DefaultFields()))
+	if err := good.Check(t.Context()); err != nil {
+		t.Errorf("a registry that answers: %v", err)
+	}
+	wrong, _ := hostile(t, func(w http.ResponseWriter, r *http.Request) { http.NotFound(w, r) })
+	if err := wrong.Check(t.Context()); err == nil || !strings.Contains(err.Error(), "check the path of --schema-registry-url") {
+		t.Errorf("a wrong path: %v", err)
+	}
+	moved, _ := hostile(t, func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "http://elsewhere.invalid/", http.StatusMovedPermanently)
+	})
+	if err := moved.Check(t.Context()); err == nil || !strings.Contains(err.Error(), "a redirect to http://elsewhere.invalid/") {
+		t.Errorf("a redirect: %v", err)
+	}
+}

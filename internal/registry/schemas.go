@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"slices"
 	"sync"
@@ -51,6 +52,11 @@ type Schemas struct {
 	waiting atomic.Pointer[outage]
 
 	fetches metric.Int64Counter
+
+	// cmu guards Check's last answer, and when it was asked.
+	cmu       sync.Mutex
+	checkedAt time.Time
+	checkErr  error
 }
 
 // entry is what an id stands for: a compiled schema, or why values of it
@@ -121,6 +127,9 @@ func New(c Config, m *event.Mapping, mp metric.MeterProvider, log *slog.Logger) 
 	}
 	return s, nil
 }
+
+// URL is the registry's URL, without credentials, query or fragment.
+func (s *Schemas) URL() string { return s.url }
 
 // Close ends the waits of ReadValue, and closes the idle connections to
 // the registry.
@@ -243,14 +252,14 @@ func (s *Schemas) resolve(ctx context.Context, id uint32) (*entry, error) {
 	case errors.Is(err, errAnswerTooLarge):
 		return s.invalid(ctx, id, err), nil
 	case err != nil:
-		return nil, fmt.Errorf("schema id %d: %w", id, withStatus(err))
+		return nil, fmt.Errorf("schema id %d: %w", id, s.timedOut(withStatus(err)))
 	}
 	src := schema.Source{Type: sch.Type, Text: sch.Schema}
 	total := len(sch.Schema)
 	if src.Refs, err = s.references(rctx, sch.References, map[string]bool{}, &total, nil); err != nil {
 		var bad *badReference
 		if !errors.As(err, &bad) {
-			return nil, fmt.Errorf("schema id %d: %w", id, withStatus(err))
+			return nil, fmt.Errorf("schema id %d: %w", id, s.timedOut(withStatus(err)))
 		}
 		return s.invalid(ctx, id, err), nil
 	}
@@ -271,6 +280,19 @@ func (s *Schemas) resolve(ctx context.Context, id uint32) (*entry, error) {
 // which goes into every letter of its values, and the log line quote the
 // compiler's complaint cut to bounded.Answer: a compiler may quote the
 // whole schema, which the registry chose.
+// timedOut names --schema-registry-timeout in an error of a request that
+// ran out of it. Go's http.Client says "Client.Timeout exceeded" only
+// when its own timer wins a race with the request's context deadline,
+// which its transport (guard, one it does not know) makes likely to lose:
+// the error then said only "context deadline exceeded".
+func (s *Schemas) timedOut(err error) error {
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
+		return fmt.Errorf("no answer within --schema-registry-timeout %s: %w", s.timeout, err)
+	}
+	return err
+}
+
 func (s *Schemas) invalid(ctx context.Context, id uint32, err error) *entry {
 	why := bounded.Text(err.Error(), bounded.Answer)
 	s.fetches.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", "invalid")))
@@ -362,6 +384,30 @@ func (s *Schemas) store(id uint32, e *entry) {
 	}
 	next[id] = e
 	s.known.Store(&next)
+}
+
+// checkEvery is how often Check asks the registry again.
+const checkEvery = 30 * time.Second
+
+// Check asks the registry whether it answers at its URL as a registry does
+// (its global compatibility, a small answer of every Confluent-compatible
+// registry), at most every checkEvery, and returns why not: a wrong URL
+// path, refused credentials, a redirect or a registry down show at start
+// and in /readyz, before any value needs a schema.
+func (s *Schemas) Check(ctx context.Context) error {
+	s.cmu.Lock()
+	defer s.cmu.Unlock()
+	if !s.checkedAt.IsZero() && time.Since(s.checkedAt) < checkEvery {
+		return s.checkErr
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	err := s.client.Compatibility(cctx)[0].Err
+	s.checkedAt, s.checkErr = time.Now(), nil
+	if err != nil {
+		s.checkErr = fmt.Errorf("the schema registry at %s does not answer as a registry: %w", s.url, cause(withStatus(err)))
+	}
+	return s.checkErr
 }
 
 // Problem is why values wait for the registry, nil when none does: for
