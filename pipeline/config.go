@@ -48,8 +48,8 @@ type Config struct {
 	StrictRetention bool
 	// Schemas, when values are read through a schema registry
 	// (Decoder.Values), is asked before each record is decided: a record
-	// whose schema is not known yet waits for it there, the rows batched
-	// before it written meanwhile (see internal/registry).
+	// whose schema is not known yet waits for it, with the records of its
+	// partition behind it, while the other partitions go on (see parking).
 	Schemas SchemaSource
 }
 

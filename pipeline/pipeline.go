@@ -194,8 +194,28 @@ func (p *Pipeline) Run(ctx context.Context) error {
 // budget until earlier ones are settled.
 func (p *Pipeline) fetchLoop(ctx context.Context, b *batcher, dead chan<- deadItem) error {
 	defer b.flush(flushDrain)
+	var park *parking
+	if p.cfg.Schemas != nil {
+		// Its fetches end with the loop, also when the source fails.
+		fctx, cancel := context.WithCancel(ctx)
+		park = newParking(p.cfg.Schemas, p.cfg.MaxInflightBytes)
+		defer park.stop()
+		defer cancel()
+		ctx = fctx
+	}
+	unparked := func(f *ingest.Fetched) { p.route(f, p.now(), p.config(), b, dead) }
 	var msgs []ingest.Fetched
 	for ctx.Err() == nil {
+		if park != nil {
+			park.unpark(ctx, unparked)
+			if park.full() {
+				// The rows batched so far are written first: only the
+				// records held wait.
+				b.flush(flushInterval)
+				park.await(ctx, unparked)
+				continue
+			}
+		}
 		// An open batch is due at its age: wait for messages until then.
 		pctx, cancel := ctx, context.CancelFunc(func() {})
 		if wait, open := b.untilDue(p.now()); open {
@@ -205,13 +225,24 @@ func (p *Pipeline) fetchLoop(ctx context.Context, b *batcher, dead chan<- deadIt
 			}
 			pctx, cancel = context.WithTimeout(ctx, wait)
 		}
+		if park != nil && park.waiting() {
+			// A schema fetched ends the wait: its partition goes on.
+			var stop context.CancelFunc
+			pctx, stop = context.WithCancel(pctx)
+			timeout := cancel
+			cancel = func() { stop(); timeout() }
+			if park.wakeOn(stop) {
+				cancel()
+				continue
+			}
+		}
 		var err error
 		msgs, err = p.src.Poll(pctx, msgs)
 		due := pctx.Err() != nil // before cancel, which ends pctx too
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil || due {
-				continue // stopping, or the batch's age: flushed above
+				continue // stopping, the batch's age (flushed above), or a schema fetched
 			}
 			return err
 		}
@@ -221,33 +252,14 @@ func (p *Pipeline) fetchLoop(ctx context.Context, b *batcher, dead chan<- deadIt
 		// could tell).
 		now, cfg := p.now(), p.config()
 		for i := range msgs {
-			if p.cfg.Schemas != nil && !p.schemaReady(&msgs[i]) {
-				if !p.awaitSchema(ctx, &msgs[i], b) {
-					break // stopping: the rest stay unsettled, read again by the next owner
-				}
-				now, cfg = p.now(), p.config()
+			if park != nil && park.holds(&msgs[i]) {
+				park.park(ctx, &msgs[i])
+				continue
 			}
 			p.route(&msgs[i], now, cfg, b, dead)
 		}
 	}
 	return nil
-}
-
-// schemaReady reports whether f can be decided without waiting for the
-// schema registry; a record the fetcher could not read is decided without
-// its value.
-func (p *Pipeline) schemaReady(f *ingest.Fetched) bool {
-	return f.Undecodable != nil || f.Cut != nil || p.cfg.Schemas.Ready(f.Msg.Value)
-}
-
-// awaitSchema waits for the schema of f's value. The rows batched so far
-// are written first, so that only the records from f on wait: the fetch
-// loop holds, every partition with it (a registry that cannot give one
-// schema is unlikely to give the others), and nothing is committed past
-// f. It returns false when ctx ended first.
-func (p *Pipeline) awaitSchema(ctx context.Context, f *ingest.Fetched, b *batcher) bool {
-	b.flush(flushInterval)
-	return p.cfg.Schemas.Await(ctx, f.Msg.Value) == nil
 }
 
 // record is what a decoder with mapping m reads of msg: the headers the

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -111,4 +113,48 @@ func gauge(t *testing.T, r *sdkmetric.ManualReader, name string) int64 {
 	}
 	t.Fatalf("no gauge %s", name)
 	return 0
+}
+
+// A slow answer for one id holds no other id's fetch: each partition waits
+// for its own schema (the pipeline parks it), and callers of one id share
+// one request. The fetches ran one at a time, under one lock.
+func TestFetchesOfOtherIdsDoNotWait(t *testing.T) {
+	f := newFake()
+	f.add(7, sr.Schema{Schema: clickAvro})
+	f.add(8, sr.Schema{Schema: clickAvro})
+	arrived, release := make(chan struct{}, 3), make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/schemas/ids/7" {
+			arrived <- struct{}{}
+			<-release // then answered
+		}
+		f.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	s, _ := open(t, Config{URL: srv.URL, Timeout: time.Minute}, contractMapping(t, event.DefaultFields()))
+
+	slow := make(chan error, 3)
+	for range 3 {
+		go func() { slow <- await(s, click(t, 7, "u-1"), time.Minute) }()
+	}
+	<-arrived
+	fast := make(chan error, 1)
+	go func() { fast <- await(s, click(t, 8, "u-1"), time.Minute) }()
+	select {
+	case err := <-fast:
+		if err != nil {
+			t.Errorf("id 8 while id 7's answer is slow: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Errorf("id 8 not fetched within 5s while id 7's answer is slow")
+	}
+	close(release)
+	for range 3 {
+		if err := <-slow; err != nil {
+			t.Fatalf("id 7 once answered: %v", err)
+		}
+	}
+	if n := f.hitsOf("/schemas/ids/7"); n != 1 {
+		t.Errorf("%d requests for id 7, want its three callers to share one", n)
+	}
 }

@@ -46,7 +46,11 @@ type Schemas struct {
 
 	// known is copied on write: the hot path reads it without a lock.
 	known atomic.Pointer[map[uint32]*entry]
-	mu    sync.Mutex // writers of known, and fetches
+	mu    sync.Mutex // writers of known, and inflight
+	// inflight has the ids being fetched, each closed when its fetch
+	// ends; slots bounds how many are asked at once.
+	inflight map[uint32]chan struct{}
+	slots    chan struct{}
 	// waiting is set while a value waits for the registry: since when and
 	// why, for /readyz and the metric.
 	waiting atomic.Pointer[outage]
@@ -82,6 +86,10 @@ const (
 	negativeTTL = time.Minute
 	maxNegative = 1000
 )
+
+// maxFetches bounds the requests to the registry under way at once: the
+// partitions waiting for unknown ids share them.
+const maxFetches = 4
 
 // New returns the schemas of the registry c names, compiled for mapping
 // m; its metrics go to mp (none when nil).
@@ -119,6 +127,7 @@ func New(c Config, m *event.Mapping, mp metric.MeterProvider, log *slog.Logger) 
 	}
 	s := &Schemas{format: c.ValueFormat(), mapping: m, client: client, transport: transport, url: redact(c.URL), timeout: timeout, log: log, limit: c.CacheSize,
 		policy: retry.Policy{Initial: 200 * time.Millisecond, Max: 10 * time.Second}}
+	s.inflight, s.slots = map[uint32]chan struct{}{}, make(chan struct{}, maxFetches)
 	s.life, s.cancel = context.WithCancel(context.Background())
 	empty := map[uint32]*entry{}
 	s.known.Store(&empty)
@@ -196,17 +205,55 @@ func (s *Schemas) Await(ctx context.Context, value []byte) error {
 // makes the id unknown. Retrying forever is right here: nothing is
 // committed past the record meanwhile, and the wait is loud (Problem, the
 // metric, the log).
+//
+// Fetches of different ids run side by side (the pipeline's partitions
+// each wait for their own), at most maxFetches at once; callers of one id
+// share its fetch.
 func (s *Schemas) fetch(ctx context.Context, id uint32) (*entry, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if e := s.lookup(id); e != nil {
-		return e, nil // fetched by another caller meanwhile
+	for {
+		s.mu.Lock()
+		if e := s.lookup(id); e != nil {
+			s.mu.Unlock()
+			return e, nil // fetched by another caller meanwhile
+		}
+		busy, shared := s.inflight[id]
+		if !shared {
+			busy = make(chan struct{})
+			s.inflight[id] = busy
+		}
+		s.mu.Unlock()
+		if shared {
+			select {
+			case <-busy:
+				continue
+			case <-ctx.Done():
+				return nil, fmt.Errorf("schema id %d: %w", id, ctx.Err())
+			}
+		}
+		e, err := s.fetchOwn(ctx, id)
+		s.mu.Lock()
+		if err == nil {
+			s.store(id, e)
+		}
+		delete(s.inflight, id)
+		close(busy)
+		s.mu.Unlock()
+		return e, err
+	}
+}
+
+// fetchOwn is fetch by the one caller that asks the registry for id.
+func (s *Schemas) fetchOwn(ctx context.Context, id uint32) (*entry, error) {
+	select {
+	case s.slots <- struct{}{}:
+		defer func() { <-s.slots }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("schema id %d: %w", id, ctx.Err())
 	}
 	b := retry.New(ctx, s.policy)
 	for {
 		e, err := s.resolve(ctx, id)
 		if err == nil {
-			s.store(id, e)
 			if w := s.waiting.Swap(nil); w != nil {
 				s.log.Info("the schema registry answers again; held events go on", "waited", time.Since(w.since).Round(time.Millisecond).String())
 			}
@@ -220,9 +267,10 @@ func (s *Schemas) fetch(ctx context.Context, id uint32) (*entry, error) {
 		}
 		s.fetches.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", "unavailable")))
 		if w := s.waiting.Load(); w == nil {
-			s.waiting.Store(&outage{since: time.Now(), err: err})
-			s.log.Error("the schema registry cannot give a schema: the events that need it wait, uncommitted; none is dead-lettered for it (check --schema-registry-url, its credentials and TLS files, and that the registry runs)",
-				"schema_id", id, "err", err)
+			if s.waiting.CompareAndSwap(nil, &outage{since: time.Now(), err: err}) {
+				s.log.Error("the schema registry cannot give a schema: the events that need it wait, uncommitted; none is dead-lettered for it (check --schema-registry-url, its credentials and TLS files, and that the registry runs)",
+					"schema_id", id, "err", err)
+			}
 		} else {
 			s.waiting.Store(&outage{since: w.since, err: err})
 			if b.Attempt()%20 == 0 {
@@ -276,10 +324,6 @@ func (s *Schemas) resolve(ctx context.Context, id uint32) (*entry, error) {
 	return &entry{c: c}, nil
 }
 
-// invalid is the entry of a schema that cannot read values. Its reason,
-// which goes into every letter of its values, and the log line quote the
-// compiler's complaint cut to bounded.Answer: a compiler may quote the
-// whole schema, which the registry chose.
 // timedOut names --schema-registry-timeout in an error of a request that
 // ran out of it. Go's http.Client says "Client.Timeout exceeded" only
 // when its own timer wins a race with the request's context deadline,
@@ -293,6 +337,10 @@ func (s *Schemas) timedOut(err error) error {
 	return err
 }
 
+// invalid is the entry of a schema that cannot read values. Its reason,
+// which goes into every letter of its values, and the log line quote the
+// compiler's complaint cut to bounded.Answer: a compiler may quote the
+// whole schema, which the registry chose.
 func (s *Schemas) invalid(ctx context.Context, id uint32, err error) *entry {
 	why := bounded.Text(err.Error(), bounded.Answer)
 	s.fetches.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", "invalid")))
