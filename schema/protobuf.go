@@ -2,35 +2,87 @@ package schema
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/bufbuild/protocompile"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/descriptorpb"
 
 	"github.com/cellttl/cellttl/event"
 )
 
-// compileProto compiles a .proto schema, with the schemas it imports by
+// compileProto compiles a Protobuf schema, with the schemas it imports by
 // name (the registry's references), into its file descriptor. protocompile
 // is the compiler buf uses: pure Go, no protoc.
+//
+// Each schema comes as a registry returns it: .proto text, or the base64
+// of a FileDescriptorProto, which Confluent's serializers register and
+// registries other than Confluent's return as stored (Confluent's own
+// converts it to text unless asked for ?format=serialized). The two mix:
+// a binary schema may import a text one, and the reverse.
 func compileProto(ctx context.Context, text string, imports map[string]string) (protoreflect.FileDescriptor, error) {
 	const main = "cellttl-schema.proto"
 	srcs := map[string]string{main: text}
 	for name, src := range imports {
 		srcs[name] = src
 	}
-	c := protocompile.Compiler{
-		Resolver:       protocompile.WithStandardImports(&protocompile.SourceResolver{Accessor: protocompile.SourceAccessorFromMap(srcs)}),
-		MaxParallelism: 1,
-	}
+	resolve := protocompile.ResolverFunc(func(path string) (protocompile.SearchResult, error) {
+		src, ok := srcs[path]
+		if !ok {
+			return protocompile.SearchResult{}, fmt.Errorf("import %q: %w", path, protoregistry.NotFound)
+		}
+		return protoSource(path, src)
+	})
+	c := protocompile.Compiler{Resolver: protocompile.WithStandardImports(resolve), MaxParallelism: 1}
 	files, err := c.Compile(ctx, main)
 	if err != nil {
+		if _, binary := descriptorBytes(text); binary {
+			return nil, fmt.Errorf("the schema (a base64 FileDescriptorProto): %w", err)
+		}
 		return nil, err
 	}
 	return files[0], nil
+}
+
+// maxDescriptorDepth bounds how deep a binary schema's messages nest, as
+// the registry bounds a text schema's braces (64 levels) before any
+// compiler reads it: a FileDescriptorProto's own framing adds a few.
+const maxDescriptorDepth = 64 + 8
+
+// protoSource is the compiler's input for the schema text of path: its
+// source, or the FileDescriptorProto it is the base64 of.
+func protoSource(path, text string) (protocompile.SearchResult, error) {
+	b, binary := descriptorBytes(text)
+	if !binary {
+		return protocompile.SearchResult{Source: strings.NewReader(text)}, nil
+	}
+	fdp := &descriptorpb.FileDescriptorProto{}
+	if err := (proto.UnmarshalOptions{RecursionLimit: maxDescriptorDepth}).Unmarshal(b, fdp); err != nil {
+		return protocompile.SearchResult{}, fmt.Errorf("%s: base64 that is no FileDescriptorProto: %w", path, err)
+	}
+	// The compiler knows a file by the path it was asked for; the name the
+	// producer's file had is its own.
+	fdp.Name = proto.String(path)
+	return protocompile.SearchResult{Proto: fdp}, nil
+}
+
+// descriptorBytes reports whether text is base64 (standard alphabet,
+// padded, as Confluent's serializers write it), and its bytes. .proto
+// text never is: it has spaces, semicolons or quotes, which base64 has not.
+func descriptorBytes(text string) ([]byte, bool) {
+	t := strings.TrimSpace(text)
+	if t == "" {
+		return nil, false
+	}
+	b, err := base64.StdEncoding.DecodeString(t)
+	return b, err == nil
 }
 
 // pPlan is what to read of one message of the mapping's paths: the step
