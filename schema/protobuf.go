@@ -70,7 +70,46 @@ func protoSource(path, text string) (protocompile.SearchResult, error) {
 	// The compiler knows a file by the path it was asked for; the name the
 	// producer's file had is its own.
 	fdp.Name = proto.String(path)
+	for _, m := range fdp.MessageType {
+		defaultJSONNames(m)
+	}
 	return protocompile.SearchResult{Proto: fdp}, nil
+}
+
+// defaultJSONNames gives each field of m (and of the messages nested in
+// it) without a json_name the one protoc would. protoc always writes it;
+// a descriptor built by hand (as Python's descriptor_pb2 makes it easy to)
+// leaves it out, and the compiler then takes every such field's JSON name
+// for the empty one, and refuses the schema for two fields sharing it.
+func defaultJSONNames(m *descriptorpb.DescriptorProto) {
+	for _, f := range append(m.Field, m.Extension...) {
+		if f.JsonName == nil {
+			f.JsonName = proto.String(jsonName(f.GetName()))
+		}
+	}
+	for _, n := range m.NestedType {
+		defaultJSONNames(n)
+	}
+}
+
+// jsonName is protoc's JSON name of a field: each underscore dropped and
+// the letter after it upper-cased.
+func jsonName(name string) string {
+	var b strings.Builder
+	upper := false
+	for _, r := range name {
+		switch {
+		case r == '_':
+			upper = true
+		case upper && 'a' <= r && r <= 'z':
+			b.WriteRune(r - 'a' + 'A')
+			upper = false
+		default:
+			b.WriteRune(r)
+			upper = false
+		}
+	}
+	return b.String()
 }
 
 // descriptorBytes reports whether text is base64 (standard alphabet,

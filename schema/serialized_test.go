@@ -27,6 +27,18 @@ func serialized(t testing.TB, name, text string, imports map[string]string) stri
 	}
 	fdp := protodesc.ToFileDescriptorProto(fd)
 	fdp.Name = proto.String(name)
+	// Without json_name, as Confluent's Python serializer registers a
+	// descriptor built with descriptor_pb2 (protoc writes it).
+	var strip func(ms []*descriptorpb.DescriptorProto)
+	strip = func(ms []*descriptorpb.DescriptorProto) {
+		for _, m := range ms {
+			for _, f := range m.Field {
+				f.JsonName = nil
+			}
+			strip(m.NestedType)
+		}
+	}
+	strip(fdp.MessageType)
 	b, err := proto.Marshal(fdp)
 	if err != nil {
 		t.Fatal(err)

@@ -131,6 +131,23 @@ fetch_serdes() {
 	(cd "$repo/scripts/registry" && mvn -q -B dependency:copy-dependencies -DoutputDirectory="$serdes_lib") >&2
 }
 
+# fetch_python installs Confluent's Python client and serializers
+# (scripts/registry/requirements.txt, pinned) into a virtualenv in the
+# cache, once per version of that file.
+fetch_python() {
+	local sum
+	sum=$(sha256sum "$repo/scripts/registry/requirements.txt" | cut -c1-12)
+	python_env=$cache/python-confluent-$sum
+	if [ -f "$python_env/installed" ]; then
+		return
+	fi
+	log "installing Confluent's Python client from PyPI into $python_env"
+	rm -rf "$python_env"
+	python3 -m venv "$python_env" >&2
+	"$python_env/bin/pip" install -q --disable-pip-version-check -r "$repo/scripts/registry/requirements.txt" >&2
+	touch "$python_env/installed" # the mark of an install that finished
+}
+
 # launch_registry starts the registry in the background on a free port;
 # wait_registry waits for its API. In between, Kafka starts: the JVMs warm
 # up side by side.
@@ -138,6 +155,7 @@ launch_registry() {
 	pick_registry
 	fetch_registry
 	fetch_serdes
+	fetch_python
 	local port mport
 	port=$(free_port)
 	mport=$(free_port)
@@ -381,6 +399,7 @@ print_env() {
 	if [ -f "$dir/registry.url" ]; then
 		echo "export TESTENV_SCHEMA_REGISTRY_URL=$(cat "$dir/registry.url")"
 		echo "export TESTENV_SERDES_LIB='$serdes_lib'"
+		echo "export TESTENV_CONFLUENT_PYTHON='$python_env/bin/python'"
 	fi
 }
 
