@@ -2,10 +2,6 @@ package main
 
 import (
 	"bytes"
-	"fmt"
-	"os"
-	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
@@ -72,42 +68,6 @@ func TestProtobufThroughTheRegistry(t *testing.T) {
 		// A field of wire type 7, which Protobuf does not have.
 		badValue{append(append([]byte{}, good[:6]...), 0x7f, 0x01), "undecodable", "field 15"},
 	)
-	if err := f.stop(); err != nil {
-		t.Fatalf("worker: %v", err)
-	}
-}
-
-// Protobuf values of Confluent's own Python client and ProtobufSerializer
-// with its defaults land with the contract's cells: the schema it
-// auto-registers is the base64 of the file's FileDescriptorProto, which
-// the suite's registry returns as stored; Click is the file's second
-// message ([1]), its time a Timestamp finer than a millisecond. Every
-// event was an invalid_schema letter (syntax error: unexpected
-// identifier) while the worker read .proto text only.
-func TestConfluentPythonProtobuf(t *testing.T) {
-	t.Parallel()
-	python := os.Getenv("TESTENV_CONFLUENT_PYTHON")
-	f := startFormatTest(t, "protobuf")
-	if python == "" {
-		t.Fatal("TESTENV_CONFLUENT_PYTHON is not set: scripts/services.sh installs Confluent's Python client beside the registry")
-	}
-	at := time.Now().Add(-5 * time.Minute).Truncate(time.Second).Add(123456789 * time.Nanosecond)
-	const n = 6
-	cmd := exec.Command(python, "testdata/confluent_producer.py", "protobuf", strings.Join(f.brokers, ","), f.topic, f.ccompat, fmt.Sprint(n), "py", fmt.Sprint(at.UnixNano()))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("confluent_producer.py: %v\n%s", err, out)
-	}
-	f.produced += n
-	_, body := testenv.MustGet(t, fmt.Sprintf("%s/subjects/%s-value/versions/1", f.ccompat, f.topic))
-	if strings.Contains(body, "syntax") || !strings.Contains(body, `"PROTOBUF"`) {
-		t.Fatalf("the registry holds %s, want the serializer's base64 FileDescriptorProto", body)
-	}
-	f.expectLanded(t, n, at, "py")
-	for _, m := range testenv.ReadAll(t, f.brokers, f.topic, n, 10*time.Second) {
-		if !bytes.Equal(m.Value[5:7], []byte{2, 2}) {
-			t.Fatalf("value % x, want Click's index [1] after the schema id", m.Value[:min(len(m.Value), 8)])
-		}
-	}
 	if err := f.stop(); err != nil {
 		t.Fatalf("worker: %v", err)
 	}
