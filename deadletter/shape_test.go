@@ -89,7 +89,7 @@ func TestCheckShapeReportsShortfalls(t *testing.T) {
 func TestTopicStampedByItsProducersIsAShortfall(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	frozen := testenv.Name("stamped")
-	testenv.CreateTopicWith(t, brokers, frozen, 1, map[string]string{"retention.ms": "3600000", "segment.ms": "300000"})
+	testenv.CreateTopicWith(t, brokers, frozen, 1, testenv.AnyTimeAhead(map[string]string{"retention.ms": "3600000", "segment.ms": "300000"}))
 	var logs syncBuffer
 	made := frozen + ".1h"
 	d, err := NewWriter(brokers, Topics{Base: frozen, Retention: time.Hour, Classes: []time.Duration{time.Hour}, ReplicationFactor: 1}, kafkaconn.Security{}, nil,

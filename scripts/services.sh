@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Starts and stops the real services the tests use, as plain processes on
-# 127.0.0.1: an Apache Kafka 3.9 broker (KRaft, jars from Maven Central),
+# 127.0.0.1: an Apache Kafka 4.x or 3.9 broker (KRaft, jars from Maven
+# Central; TESTENV_KAFKA below),
 # Google's Bigtable emulator and Apicurio Registry (from Maven Central too),
 # whose Confluent-compatible API the schema-registry value formats read.
 #
@@ -18,8 +19,29 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 dir=${TESTENV_SERVICES_DIR:-$repo/.services}
-kafka_version=3.9.1
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/cellttl
+# TESTENV_KAFKA picks the broker: 4 (Kafka 4.4.0, the default) or 3 (3.9.1,
+# the last with ZooKeeper, here in KRaft mode too). Their jars come from
+# Maven Central (scripts/kafka4/pom.xml, scripts/kafka/pom.xml); they log
+# through log4j 2 and reload4j.
+case ${TESTENV_KAFKA:-4} in
+4)
+	kafka_version=4.4.0
+	kafka_pom=$repo/scripts/kafka4
+	kafka_log="-Dlog4j2.configurationFile=$repo/scripts/kafka4/log4j2.properties"
+	kafka_tools=org.apache.kafka.tools
+	;;
+3)
+	kafka_version=3.9.1
+	kafka_pom=$repo/scripts/kafka
+	kafka_log="-Dlog4j.configuration=file:$repo/scripts/kafka/log4j.properties"
+	kafka_tools=kafka.admin
+	;;
+*)
+	echo "services: TESTENV_KAFKA=${TESTENV_KAFKA}: want 4 or 3" >&2
+	exit 2
+	;;
+esac
 kafka_lib=$cache/kafka-$kafka_version/lib
 # Apicurio Registry 3.x needs Java 21 or newer; 2.6 runs on Java 17 (see
 # pick_registry). Its Java serializers (scripts/registry/pom.xml) are the
@@ -34,9 +56,9 @@ sasl_password=cellttl-test-secret
 
 log() { echo "services: $*" >&2; }
 
-# kjava runs a class from the Kafka jars with the project's log4j settings.
+# kjava runs a class from the Kafka jars with the project's log settings.
 kjava() {
-	java -Dlog4j.configuration="file:$repo/scripts/kafka/log4j.properties" -cp "$kafka_lib/*" "$@"
+	java "$kafka_log" -cp "$kafka_lib/*" "$@"
 }
 
 free_port() {
@@ -57,7 +79,7 @@ fetch_kafka() {
 	fi
 	log "fetching Kafka $kafka_version jars from Maven Central into $kafka_lib"
 	mkdir -p "$kafka_lib"
-	(cd "$repo/scripts/kafka" && mvn -q -B dependency:copy-dependencies -DoutputDirectory="$kafka_lib") >&2
+	(cd "$kafka_pom" && mvn -q -B dependency:copy-dependencies -DoutputDirectory="$kafka_lib") >&2
 }
 
 # java_major prints the major version of a java binary (17, 21, 25...).
@@ -292,7 +314,7 @@ PROPS
 	# The SASL user may do anything with topics and groups; tests deny it
 	# single topics with ACLs of their own.
 	for resource in --topic --group; do
-		kjava kafka.admin.AclCommand --bootstrap-server "127.0.0.1:$port" --add --allow-principal "User:$sasl_user" \
+		kjava $kafka_tools.AclCommand --bootstrap-server "127.0.0.1:$port" --add --allow-principal "User:$sasl_user" \
 			--operation All "$resource" '*' >>"$dir/kafka-acls.log" 2>&1
 	done
 	log "ACLs for User:$sasl_user: all on every topic and group"
@@ -303,7 +325,7 @@ PROPS
 run_kafka() {
 	local addr
 	addr=$(cat "$dir/kafka.addr")
-	nohup java -Xmx512m -Xms256m -Dlog4j.configuration="file:$repo/scripts/kafka/log4j.properties" -cp "$kafka_lib/*" kafka.Kafka "$dir/server.properties" >>"$dir/kafka.log" 2>&1 &
+	nohup java -Xmx512m -Xms256m "$kafka_log" -cp "$kafka_lib/*" kafka.Kafka "$dir/server.properties" >>"$dir/kafka.log" 2>&1 &
 	echo $! >"$dir/kafka.pid"
 	# A listening port is not a working broker: wait until it answers
 	# Metadata, through Kafka's own admin tool.
@@ -350,7 +372,7 @@ PROPS
 		kjava kafka.tools.StorageTool format -t "$(cat "$dir/cluster.id")" -c "$dir/server2.properties" >"$dir/kafka2-format.log" 2>&1
 		echo "127.0.0.1:$port" >"$dir/kafka2.addr"
 	fi
-	nohup java -Xmx384m -Xms128m -Dlog4j.configuration="file:$repo/scripts/kafka/log4j.properties" -cp "$kafka_lib/*" kafka.Kafka "$dir/server2.properties" >>"$dir/kafka2.log" 2>&1 &
+	nohup java -Xmx384m -Xms128m "$kafka_log" -cp "$kafka_lib/*" kafka.Kafka "$dir/server2.properties" >>"$dir/kafka2.log" 2>&1 &
 	echo $! >"$dir/kafka2.pid"
 	local deadline=$((SECONDS + 90))
 	until kjava org.apache.kafka.tools.TopicCommand --bootstrap-server "$(cat "$dir/kafka2.addr")" --list >/dev/null 2>&1; do
@@ -382,6 +404,7 @@ print_env() {
 	echo "export CELLTTL_BROKERS=$(cat "$dir/kafka.addr")"
 	echo "export BIGTABLE_EMULATOR_HOST=$(cat "$dir/emulator.addr")"
 	echo "export TESTENV_KAFKA_LIB='$kafka_lib'"
+	echo "export TESTENV_KAFKA_VERSION=$kafka_version"
 	# Not CELLTTL_*: those configure the worker itself.
 	echo "export TESTENV_SASL_BROKERS=$(cat "$dir/kafka-sasl.addr")"
 	echo "export TESTENV_SASL_USERNAME=$sasl_user"

@@ -152,7 +152,7 @@ func TestDeadLetterTopicsCreatedWithTheirRetention(t *testing.T) {
 	// and Kafka's default stamping, takes letters all the same, and the
 	// worker says it falls short.
 	small := testenv.Name("small")
-	testenv.CreateTopic(t, e.brokers, small, 2)
+	testenv.CreateTopicWith(t, e.brokers, small, 2, testenv.AnyTimeAhead(nil))
 	stop, logs = e.startWorker(t, "--topic", input, "--dlq-topic", small)
 	testenv.Eventually(t, 20*time.Second, func() (bool, string) {
 		code, body := testenv.Get(adminURL(t, logs) + "/status")

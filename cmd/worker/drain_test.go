@@ -30,7 +30,12 @@ func TestIndependentProducer(t *testing.T) {
 	lines := fmt.Sprintf(`{"event_id":"k-1","tenant_id":"acme","user_id":"u-42","occurred_at":%q}
 {"event_id":"k-2","tenant_id":"globex","occurred_at":%q,"extra":{"nested":[1,2]}}
 `, occurred.Format(time.RFC3339Nano), occurred.Format(time.RFC3339Nano))
-	cmd := exec.Command("java", "-cp", lib+"/*", "kafka.tools.ConsoleProducer", "--bootstrap-server", e.brokers[0], "--topic", e.topic)
+	// Kafka 4 moved the console producer to the tools module.
+	class := "org.apache.kafka.tools.ConsoleProducer"
+	if strings.HasPrefix(os.Getenv("TESTENV_KAFKA_VERSION"), "3.") {
+		class = "kafka.tools.ConsoleProducer"
+	}
+	cmd := exec.Command("java", "-cp", lib+"/*", class, "--bootstrap-server", e.brokers[0], "--topic", e.topic)
 	cmd.Stdin = strings.NewReader(lines)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("console producer: %v\n%s", err, out)

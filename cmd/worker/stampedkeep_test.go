@@ -25,7 +25,7 @@ import (
 func TestErasureOutlivesRecordsStampedAhead(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "default_ttl: 2d\ntenants:\n  acme: 10s\n")
-	alterTopic(t, e.brokers, e.topic, map[string]string{"retention.ms": "5000", "segment.ms": "2000"})
+	alterTopic(t, e.brokers, e.topic, testenv.AnyTimeAhead(map[string]string{"retention.ms": "5000", "segment.ms": "2000"}))
 	alterTopic(t, e.brokers, e.topic+".dlq", map[string]string{"retention.ms": "5000", "segment.ms": "2000", "message.timestamp.type": "LogAppendTime"})
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)

@@ -54,7 +54,7 @@ func TestRetentionStatement(t *testing.T) {
 	if err := e.ac.SetGCPolicy(context.Background(), e.table, "c", bigtable.MaxAgePolicy(72*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	alterTopic(t, e.brokers, e.topic, map[string]string{"retention.ms": "604800000", "segment.ms": "300000"})
+	alterTopic(t, e.brokers, e.topic, testenv.AnyTimeAhead(map[string]string{"retention.ms": "604800000", "segment.ms": "300000"}))
 	alterTopic(t, e.brokers, e.topic+".dlq", map[string]string{"retention.ms": "-1"})
 	out, err = e.cmd(t, "retention", append(brokers, "--format", "json", "--checkpoints", positions+","+keys)...)
 	if codeOf(err) != 1 {

@@ -16,7 +16,8 @@ import (
 // refuses to start until the topic bounds them within --max-clock-skew.
 func TestFutureRecordTimestamps(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, tenantsYAML) // the input topic with the broker's defaults: unbounded
+	e := newEnv(t, tenantsYAML)
+	alterTopic(t, e.brokers, e.topic, testenv.AnyTimeAhead(nil))
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)
 	}
@@ -57,14 +58,21 @@ func TestFutureRecordTimestamps(t *testing.T) {
 	// Regression (review): difference.max.ms bounds too when after.max.ms
 	// does not; LogAppendTime does not (the worker reads each record's own
 	// timestamp).
-	for _, tt := range []struct {
+	cases := []struct {
 		configs map[string]string
 		bounded bool
 		setting string
 	}{
-		{map[string]string{"message.timestamp.difference.max.ms": "60000"}, true, "message.timestamp.difference.max.ms"},
-		{map[string]string{"message.timestamp.type": "LogAppendTime"}, false, "message.timestamp.after.max.ms"},
-	} {
+		{testenv.AnyTimeAhead(map[string]string{"message.timestamp.type": "LogAppendTime"}), false, "message.timestamp.after.max.ms"},
+	}
+	if testenv.KafkaMajor() < 4 { // Kafka 4 removed difference.max.ms
+		cases = append(cases, struct {
+			configs map[string]string
+			bounded bool
+			setting string
+		}{testenv.AnyTimeAhead(map[string]string{"message.timestamp.difference.max.ms": "60000"}), true, "message.timestamp.difference.max.ms"})
+	}
+	for _, tt := range cases {
 		alterTopic(t, e.brokers, e.topic, tt.configs)
 		rt, err := kafkaconn.ReadRecordTimes(context.Background(), e.brokers, kafkaconn.Security{}, e.topic, 5*time.Minute)
 		if err != nil || rt.Bounded != tt.bounded || rt.Setting != tt.setting {
@@ -93,4 +101,34 @@ func recordTimestamps(t *testing.T, url string) recordTimes {
 		return page.RecordTimestamps.Type != "", body
 	})
 	return page.RecordTimestamps
+}
+
+// Kafka 4.0 bounds how far ahead a producer may stamp a record to an hour
+// by default (message.timestamp.after.max.ms, KIP-1030); 3.x did not bound
+// it. On a topic with the broker's defaults the worker reads which: on 3.x
+// producers may stamp any time ahead, on 4.x an hour, which is still past
+// the default --max-clock-skew (5m) and within one of 2h.
+func TestBrokerDefaultStampBound(t *testing.T) {
+	testenv.NeedsBroker(t, "the broker's own default of message.timestamp.after.max.ms")
+	major := testenv.KafkaMajor()
+	if major == 0 {
+		t.Skip("TESTENV_KAFKA_VERSION is not set: scripts/services.sh names the broker it started")
+	}
+	t.Parallel()
+	brokers := testenv.Kafka(t)
+	topic := testenv.Name("defaults")
+	testenv.CreateTopic(t, brokers, topic, 1)
+	for _, skew := range []time.Duration{5 * time.Minute, 2 * time.Hour} {
+		rt, err := kafkaconn.ReadRecordTimes(context.Background(), brokers, kafkaconn.Security{}, topic, skew)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantAhead, wantBounded := time.Duration(-1), false
+		if major >= 4 {
+			wantAhead, wantBounded = time.Hour, skew >= time.Hour
+		}
+		if rt.AheadMax != wantAhead || rt.Bounded != wantBounded || rt.Setting != "message.timestamp.after.max.ms" {
+			t.Errorf("Kafka %d, skew %s: ahead %s, bounded %t by %s (%s); want %s and %t", major, skew, rt.AheadMax, rt.Bounded, rt.Setting, rt.Summary, wantAhead, wantBounded)
+		}
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -184,6 +185,30 @@ tenants:
 // broker's defaults (7 days, 7-day segments, producers' timestamps
 // unbounded) would get letters without it.
 var DeadLetterConfigs = map[string]string{"retention.ms": "1800000", "segment.ms": "120000", "message.timestamp.type": "LogAppendTime"}
+
+// AnyTimeAhead returns configs (a new map) with producers let to stamp
+// records any time ahead (message.timestamp.after.max.ms unbounded):
+// Kafka 3.x's default, which 4.0 bounded to an hour (KIP-1030). A test of
+// what the worker does on such a topic says so, whichever broker runs.
+// kfake knows no such setting: it is left out there.
+func AnyTimeAhead(configs map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range configs {
+		out[k] = v
+	}
+	if os.Getenv("KAFKA_BROKERS") != "" {
+		out["message.timestamp.after.max.ms"] = "9223372036854775807"
+	}
+	return out
+}
+
+// KafkaMajor is the major version of the real broker scripts/services.sh
+// started (TESTENV_KAFKA_VERSION), 0 when unknown.
+func KafkaMajor() int {
+	v, _, _ := strings.Cut(os.Getenv("TESTENV_KAFKA_VERSION"), ".")
+	n, _ := strconv.Atoi(v)
+	return n
+}
 
 // CreateTopic creates a topic with partitions partitions.
 func CreateTopic(t testing.TB, brokers []string, topic string, partitions int) {
