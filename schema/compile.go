@@ -124,14 +124,15 @@ func (c *Compiled) Read(payload []byte) (event.Found, error) {
 	case Avro:
 		return readAvro(c.avroType, c.avroPlan, payload)
 	case Protobuf:
+		framed := payload
 		idx, payload, err := parseMessageIndex(payload)
 		if err != nil {
-			return event.Found{}, err
+			return event.Found{}, apicurioOr(framed, err)
 		}
 		plan := c.protoFirst
 		if idx.depth != 1 || idx.path[0] != 0 {
 			if plan = c.protoPlans[idx]; plan == nil {
-				return event.Found{}, noMessage(idx)
+				return event.Found{}, apicurioOr(framed, noMessage(idx))
 			}
 		}
 		r := pReader{}

@@ -10,11 +10,13 @@ package schema
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/sr"
 
 	"github.com/cellttl/cellttl/event"
+	"github.com/cellttl/cellttl/internal/bounded"
 )
 
 // Format is how values are written: the worker's --value-format.
@@ -118,6 +120,38 @@ func parseMessageIndex(b []byte) (messageIndex, []byte, error) {
 	}
 	idx.depth = int(n)
 	return idx, b, nil
+}
+
+// apicurioOr is err, unless b (what follows the schema id) starts as
+// Apicurio's own Protobuf serializer frames a value: a length-delimited
+// message naming the value's message (field 1, its simple name) where
+// Confluent's framing has message indexes. Read as indexes, its length is
+// a count, and the refusal said nothing a producer could act on. It is not
+// read as a name: the same bytes may be valid indexes of another schema,
+// so the worker cannot tell the two framings apart by the bytes alone.
+func apicurioOr(b []byte, err error) error {
+	l, w := binary.Uvarint(b)
+	if w <= 0 || l < 3 || uint64(len(b)-w) < l || b[w] != 0x0a {
+		return err
+	}
+	ref := b[w : w+int(l)]
+	n, nw := binary.Uvarint(ref[1:])
+	if nw <= 0 || n == 0 || uint64(len(ref)-1-nw) != n {
+		return err
+	}
+	name := ref[1+nw:]
+	for _, c := range name {
+		if !(c == '_' || c == '.' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') {
+			return err
+		}
+	}
+	var e *event.Error
+	if !errors.As(err, &e) {
+		return err
+	}
+	return &event.Error{Class: e.Class, Reason: fmt.Sprintf("%s; the value names its message %q where Confluent's framing has message indexes, "+
+		"as Apicurio's own Protobuf serializer writes it: produce with a serializer that writes Confluent's framing "+
+		"(Confluent's KafkaProtobufSerializer, or confluent-kafka's ProtobufSerializer)", e.Reason, bounded.Text(string(name), 128))}
 }
 
 func undecodable(why string) error {

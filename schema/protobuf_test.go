@@ -136,3 +136,36 @@ func TestProtobufTimestampOutOfRange(t *testing.T) {
 		}
 	}
 }
+
+// A value of Apicurio's own Protobuf serializer names its message where
+// Confluent's framing has indexes: the refusal says so and names the
+// serializer to change to, whether the name's length reads as a bad count
+// (odd) or as indexes of no message (even). Bytes that only look alike
+// keep the plain refusal.
+func TestProtobufApicurioFraming(t *testing.T) {
+	c, m := compile(t, Protobuf, clickProto, event.DefaultFields())
+	d := decoder(5, c, m)
+	ref := func(name string) []byte {
+		return append([]byte{byte(2 + len(name)), 0x0a, byte(len(name))}, name...)
+	}
+	for _, tc := range []struct {
+		name    string
+		framing []byte
+		want    string
+	}{
+		{"odd length", ref("Click"), `names its message "Click"`},
+		{"even length", ref("Clicks"), `names its message "Clicks"`},
+		{"not a name", ref("Cl ck"), ""},
+		{"not a message", []byte{7, 0x12, 5, 'C', 'l', 'i', 'c', 'k'}, ""},
+	} {
+		v := append(frame(5, nil), append(tc.framing, 0x0a, 1, 'x')...)
+		_, err := d.DecodeRecord(&event.Record{Value: v, Time: recordTime})
+		var e *event.Error
+		if !errors.As(err, &e) {
+			t.Fatalf("%s: %v, want a refusal", tc.name, err)
+		}
+		if says := strings.Contains(e.Reason, "Apicurio"); says != (tc.want != "") || !strings.Contains(e.Reason, tc.want) {
+			t.Errorf("%s: %s (%s), want Apicurio named: %t, and %q", tc.name, e.Reason, e.Class, tc.want != "", tc.want)
+		}
+	}
+}

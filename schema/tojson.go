@@ -47,13 +47,14 @@ func (c *Compiled) JSON(payload []byte) (json.RawMessage, error) {
 		}
 		return r.out.Bytes(), nil
 	case Protobuf:
+		framed := payload
 		idx, payload, err := parseMessageIndex(payload)
 		if err != nil {
-			return nil, err
+			return nil, apicurioOr(framed, err)
 		}
 		md := c.protoMessages[idx]
 		if md == nil {
-			return nil, noMessage(idx)
+			return nil, apicurioOr(framed, noMessage(idx))
 		}
 		msg := dynamicpb.NewMessage(md)
 		if err := (proto.UnmarshalOptions{RecursionLimit: maxProtoDepth}).Unmarshal(payload, msg); err != nil {

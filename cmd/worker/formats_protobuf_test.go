@@ -58,7 +58,7 @@ func TestProtobufThroughTheRegistry(t *testing.T) {
 
 	good := produced[0].Value // schema version 1, message [0]
 	f.expectDeadLettered(t,
-		badValue{apicurio[0].Value, "undecodable", "the Protobuf message index has -4 entries, want 1..16"},
+		badValue{apicurio[0].Value, "undecodable", `the Protobuf message index has -4 entries, want 1..16; the value names its message "Click" where Confluent's framing has message indexes`},
 		badValue{[]byte(`{"event_id":"j-1","context":{"tenant":"acme"}}`), "not_framed", ""},
 		badValue{unknownID(good[5:]), "unknown_schema", ""},
 		// Message [5] of a schema of one message.

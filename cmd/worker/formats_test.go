@@ -6,9 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"os/exec"
 	"strings"
@@ -34,27 +31,6 @@ func registryEnv(t *testing.T) (ccompat, serdes string) {
 	return ccompat, serdes
 }
 
-// flakyRegistry stands between the worker and the registry; down makes
-// it answer 503, as a registry behind a load balancer with no backend.
-func flakyRegistry(t *testing.T, ccompat string) (string, *atomic.Bool) {
-	t.Helper()
-	target, err := url.Parse(ccompat)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var down atomic.Bool
-	proxy := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: target.Scheme, Host: target.Host})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if down.Load() {
-			http.Error(w, "no backend", http.StatusServiceUnavailable)
-			return
-		}
-		proxy.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	return srv.URL + target.Path, &down
-}
-
 // formatTest is a worker reading one --value-format through the registry,
 // behind flakyRegistry, from a topic testdata/RegistryProducer.java
 // writes.
@@ -71,8 +47,14 @@ type formatTest struct {
 // --value-format format and the mapping flags.
 func startFormatTest(t *testing.T, format string, flags ...string) *formatTest {
 	t.Helper()
+	return startFormatTestWith(t, tenantsYAML, format, flags...)
+}
+
+// startFormatTestWith is startFormatTest with the tenants file yaml.
+func startFormatTestWith(t *testing.T, yaml, format string, flags ...string) *formatTest {
+	t.Helper()
 	ccompat, serdes := registryEnv(t)
-	e := newEnv(t, tenantsYAML)
+	e := newEnv(t, yaml)
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)
 	}

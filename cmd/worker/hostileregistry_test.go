@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -138,4 +141,25 @@ func TestHostileRegistry(t *testing.T) {
 	if err := p.Stop(20 * time.Second); err != nil {
 		t.Errorf("worker: %v", err)
 	}
+}
+
+// flakyRegistry stands between the worker and the registry; down makes
+// it answer 503, as a registry behind a load balancer with no backend.
+func flakyRegistry(t *testing.T, ccompat string) (string, *atomic.Bool) {
+	t.Helper()
+	target, err := url.Parse(ccompat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var down atomic.Bool
+	proxy := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: target.Scheme, Host: target.Host})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if down.Load() {
+			http.Error(w, "no backend", http.StatusServiceUnavailable)
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL + target.Path, &down
 }

@@ -17,6 +17,8 @@ all at AT_NS (nanoseconds since the epoch), each in the contract's fields
                  google.protobuf.Timestamp finer than a millisecond
   protobuf-refs  the same, Click's context a message of another file the
                  serializer registers under a subject of its own
+  protobuf-nested  Click nested in the file's second message, Envelope
+                 (index [1, 0])
 """
 import datetime
 import sys
@@ -42,7 +44,7 @@ JSON_CLICK = """{"$schema":"http://json-schema.org/draft-07/schema#","title":"Cl
  "occurred_at":{"type":"string","format":"date-time"}},"required":["event_id","tenant_id","occurred_at"]}"""
 
 
-def proto_classes(refs):
+def proto_classes(refs, nested=False):
     """Click's class, built from FileDescriptorProtos as protoc would
     generate them (the serializer registers each file's serialized form):
     with refs, Click's context is a message of another file."""
@@ -58,14 +60,20 @@ def proto_classes(refs):
         deps.append("cellttl/context.proto")
     f = descriptor_pb2.FileDescriptorProto(name="cellttl/click.proto", package="cellttl.test", syntax="proto3", dependency=deps)
     f.message_type.add(name="Other").field.add(name="x", number=1, type=fdp.TYPE_STRING, label=fdp.LABEL_OPTIONAL)
-    click = f.message_type.add(name="Click")
+    if nested:
+        envelope = f.message_type.add(name="Envelope")
+        envelope.field.add(name="y", number=1, type=fdp.TYPE_STRING, label=fdp.LABEL_OPTIONAL)
+        click = envelope.nested_type.add(name="Click")
+    else:
+        click = f.message_type.add(name="Click")
     for number, name in enumerate(["event_id", "tenant_id", "user_id"], start=1):
         click.field.add(name=name, number=number, type=fdp.TYPE_STRING, label=fdp.LABEL_OPTIONAL)
     click.field.add(name="occurred_at", number=4, type=fdp.TYPE_MESSAGE, type_name=".google.protobuf.Timestamp", label=fdp.LABEL_OPTIONAL)
     if refs:
         click.field.add(name="context", number=5, type=fdp.TYPE_MESSAGE, type_name=".cellttl.test.Context", label=fdp.LABEL_OPTIONAL)
     pool.AddSerializedFile(f.SerializeToString())
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName("cellttl.test.Click"))
+    name = "cellttl.test.Envelope.Click" if nested else "cellttl.test.Click"
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(name))
 
 
 def serializer(fmt, registry, topic):
@@ -91,10 +99,10 @@ def serializer(fmt, registry, topic):
         def value(event_id, tenant, user, at):
             return {"event_id": event_id, "tenant_id": tenant, "user_id": user, "occurred_at": at.isoformat()}
         return JSONSerializer(JSON_CLICK, registry), value
-    if fmt in ("protobuf", "protobuf-refs"):
+    if fmt in ("protobuf", "protobuf-refs", "protobuf-nested"):
         from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
         refs = fmt == "protobuf-refs"
-        Click = proto_classes(refs)
+        Click = proto_classes(refs, nested=fmt == "protobuf-nested")
 
         def value(event_id, tenant, user, at):
             msg = Click(event_id=event_id, tenant_id=tenant, user_id=user)
