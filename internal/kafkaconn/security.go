@@ -299,26 +299,27 @@ func (s Security) parts() (*tls.Config, sasl.Mechanism, error) {
 	return t, m, nil
 }
 
-// Dialer returns the dialer of the consumer, nil for plaintext.
+// Dialer returns the dialer of the consumer group's connections. Their
+// answers are checked before kafka-go reads them (checkedDial), and it does
+// TLS itself, beneath the check.
 func (s Security) Dialer() (*kafka.Dialer, error) {
 	t, m, err := s.parts()
 	if err != nil {
 		return nil, err
 	}
-	if t == nil && m == nil {
-		return nil, nil
-	}
-	return &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, TLS: t, SASLMechanism: m}, nil
+	return &kafka.Dialer{Timeout: 10 * time.Second, DialFunc: checkedDial(t), SASLMechanism: m}, nil
 }
 
 // Transport returns a transport with the TLS and SASL settings: the
-// consumer's fetches, the dead-letter producer, admin reads.
+// consumer's fetches, the dead-letter producer, admin reads. Its answers
+// are checked before kafka-go reads them (checkedDial), and it does TLS
+// itself, beneath the check.
 func (s Security) Transport() (*kafka.Transport, error) {
 	t, m, err := s.parts()
 	if err != nil {
 		return nil, err
 	}
-	return &kafka.Transport{TLS: t, SASL: m}, nil
+	return &kafka.Transport{Dial: checkedDial(t), SASL: m}, nil
 }
 
 // AdminClient is a client for one-off reads of topic settings, its
