@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/cellttl/cellttl/internal/bounded"
 )
 
 // A tenants source is a file, or a directory of *.yaml files: 100,000
@@ -49,6 +51,11 @@ func (s source) bytes() []byte {
 	return out
 }
 
+// MaxFileBytes bounds a tenants file, and each file of a tenants
+// directory: 16 times what a ConfigMap holds. Past it the file is refused,
+// and the last good config keeps running.
+const MaxFileBytes = 16 << 20
+
 // readSource reads path: a file, or every *.yaml of a directory (names
 // starting with a dot are left out: a ConfigMap volume's ..data and its
 // timestamped directories), sorted by name.
@@ -58,7 +65,7 @@ func readSource(path string) (source, error) {
 		return source{}, fmt.Errorf("read tenants file: %w", err)
 	}
 	if !info.IsDir() {
-		data, err := os.ReadFile(path)
+		data, err := bounded.ReadFile(path, MaxFileBytes)
 		if err != nil {
 			return source{}, fmt.Errorf("read tenants file: %w", err)
 		}
@@ -73,7 +80,7 @@ func readSource(path string) (source, error) {
 		if strings.HasPrefix(e.Name(), ".") || !strings.HasSuffix(e.Name(), ".yaml") {
 			continue
 		}
-		data, err := os.ReadFile(filepath.Join(path, e.Name()))
+		data, err := bounded.ReadFile(filepath.Join(path, e.Name()), MaxFileBytes)
 		if err != nil {
 			return source{}, fmt.Errorf("read tenants directory: %w", err)
 		}

@@ -104,3 +104,37 @@ func TestReloadDirectory(t *testing.T) {
 		t.Errorf("a tenant defined twice was not refused: %+v", r.Status())
 	}
 }
+
+// A tenants file past MaxFileBytes is refused, naming the file and the
+// bound, before more than the bound is held: a path naming the wrong file
+// (a disk image, a log) cannot take the worker's memory. The YAML below
+// the bound parses as before.
+func TestTenantsFileIsBounded(t *testing.T) {
+	dir := t.TempDir()
+	big := filepath.Join(dir, "tenants.yaml")
+	body := "default_ttl: 2d\ntenants:\n  acme: 1h\n# "
+	if err := os.WriteFile(big, []byte(body+strings.Repeat("x", MaxFileBytes-len(body))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(big); err != nil {
+		t.Fatalf("a file of exactly MaxFileBytes: %v", err)
+	}
+	f, err := os.OpenFile(big, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("x"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if _, err := Load(big); err == nil || !strings.Contains(err.Error(), big) || !strings.Contains(err.Error(), "larger than 16777216 bytes") {
+		t.Errorf("a file one byte past MaxFileBytes: %v, want it refused, naming the file and the bound", err)
+	}
+	writeFiles(t, dir, map[string]string{"a.yaml": "tenants:\n  acme: 1h\n"})
+	if err := os.Rename(big, filepath.Join(dir, "b.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Errorf("a directory holding a file past MaxFileBytes: %v, want it refused", err)
+	}
+}

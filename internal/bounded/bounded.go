@@ -6,6 +6,9 @@
 package bounded
 
 import (
+	"fmt"
+	"io"
+	"os"
 	"strconv"
 	"unicode/utf8"
 )
@@ -36,4 +39,24 @@ func Text(s string, max int) string {
 		keep--
 	}
 	return s[:keep] + note
+}
+
+// ReadFile reads the file at path, refusing one past max bytes before
+// holding more than max+1 of it: a file is outside input too, whoever
+// writes it (a ConfigMap, a mounted Secret, a typo in a path naming a
+// disk image).
+func ReadFile(path string, max int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > max {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, max)
+	}
+	return data, nil
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/segmentio/kafka-go/sasl/plain"
 	"github.com/segmentio/kafka-go/sasl/scram"
 
+	"github.com/cellttl/cellttl/internal/bounded"
 	"github.com/cellttl/cellttl/internal/envflag"
 )
 
@@ -49,6 +50,9 @@ type Security struct {
 
 // maxPasswordFile bounds what is read of a password file.
 const maxPasswordFile = 64 << 10
+
+// maxCAFile bounds a CA file: a bundle of a few hundred certificates.
+const maxCAFile = 4 << 20
 
 // password returns the SASL password: the file's first line when
 // PasswordFile is set. Errors name the file, never its content.
@@ -124,7 +128,7 @@ func (s Security) tlsConfig() (*tls.Config, error) {
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: s.InsecureSkipVerify} //nolint:gosec // an explicit operator choice
 	if s.CAFile != "" {
-		pem, err := os.ReadFile(s.CAFile)
+		pem, err := bounded.ReadFile(s.CAFile, maxCAFile)
 		if err != nil {
 			return nil, fmt.Errorf("read Kafka CA file: %w", err)
 		}

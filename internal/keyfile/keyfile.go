@@ -13,11 +13,16 @@ import (
 	"os"
 	"strings"
 	"syscall"
+
+	"github.com/cellttl/cellttl/internal/bounded"
 )
 
 // MinBytes is the shortest key accepted: the 32 bytes of HMAC-SHA-256's
 // security, as RFC 2104 advises.
 const MinBytes = 32
+
+// MaxFileBytes bounds a key file: hundreds of keys, in base64, one a line.
+const MaxFileBytes = 64 << 10
 
 // Read returns the keys of the file at path, in order, at least one. what
 // names the file in errors ("letter key file").
@@ -32,7 +37,7 @@ func Read(path, what string) ([][]byte, error) {
 	if err := private(fi); err != nil {
 		return nil, fmt.Errorf("%s %s: %w", what, path, err)
 	}
-	data, err := os.ReadFile(path)
+	data, err := bounded.ReadFile(path, MaxFileBytes)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}

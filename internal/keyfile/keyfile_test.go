@@ -72,3 +72,15 @@ func TestKeyFileMode(t *testing.T) {
 		}
 	}
 }
+
+// A key file past MaxFileBytes is refused, naming the bound.
+func TestKeyFileIsBounded(t *testing.T) {
+	key := base64.StdEncoding.EncodeToString(make([]byte, 32)) + "\n"
+	p := write(t, strings.Repeat(key, MaxFileBytes/len(key)+1))
+	if _, err := Read(p, "letter key file"); err == nil || !strings.Contains(err.Error(), "larger than 65536 bytes") {
+		t.Errorf("a key file past MaxFileBytes: %v, want it refused", err)
+	}
+	if _, err := Read(write(t, strings.Repeat(key, MaxFileBytes/len(key))), "letter key file"); err != nil {
+		t.Errorf("a key file within MaxFileBytes: %v", err)
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/cellttl/cellttl/internal/bounded"
 	"github.com/cellttl/cellttl/internal/envflag"
 	"github.com/cellttl/cellttl/schema"
 )
@@ -144,7 +145,7 @@ func (c Config) tlsConfig() (*tls.Config, error) {
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	if c.CAFile != "" {
-		pem, err := os.ReadFile(c.CAFile)
+		pem, err := bounded.ReadFile(c.CAFile, maxCAFile)
 		if err != nil {
 			return nil, fmt.Errorf("--schema-registry-tls-ca: %w", err)
 		}
@@ -166,6 +167,9 @@ func (c Config) tlsConfig() (*tls.Config, error) {
 
 // maxPasswordFile bounds what is read of a password file.
 const maxPasswordFile = 64 << 10
+
+// maxCAFile bounds a CA file: a bundle of a few hundred certificates.
+const maxCAFile = 4 << 20
 
 // password reads the first line of the password file. Errors name the
 // file, never its content.
