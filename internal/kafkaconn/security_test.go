@@ -175,3 +175,14 @@ func TestPasswordFile(t *testing.T) {
 		t.Errorf("a directory as the password file: %v", err)
 	}
 }
+
+// A CA file past its bound is refused, naming the file and the bound.
+func TestCAFileIsBounded(t *testing.T) {
+	big := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(big, make([]byte, maxCAFile+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (Security{TLS: true, CAFile: big}).Dialer(); err == nil || !strings.Contains(err.Error(), big) || !strings.Contains(err.Error(), "larger than") {
+		t.Errorf("a CA file past maxCAFile: %v, want it refused", err)
+	}
+}
