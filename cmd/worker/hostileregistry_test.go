@@ -28,7 +28,9 @@ const hostileClick = `{"type":"record","name":"Click","fields":[{"name":"event_i
 // hostileRegistry answers schema 1 well, and each other id as a hostile
 // registry would: 2 an endless answer, 3 a schema of 1.4 MB a compiler
 // quotes whole in its refusal, 4 a schema nesting 100,000 levels, 5
-// references of 5 MB each.
+// references of 5 MB each; 6 and 7 Protobuf schemas of 100,000 nested
+// messages and of an option literal nested 30,000 deep (5 GB and 8.6 s of
+// CPU in the compiler, unbounded).
 func hostileRegistry(t *testing.T) string {
 	t.Helper()
 	deep := strings.Repeat(`{"type":"array","items":`, 100_000) + `"string"` + strings.Repeat("}", 100_000)
@@ -37,6 +39,15 @@ func hostileRegistry(t *testing.T) string {
 		refs[i] = map[string]any{"name": fmt.Sprintf("r%d", i), "subject": "big", "version": i + 1}
 	}
 	big := `{"type":"enum","name":"Big","symbols":["A"],"doc":"` + strings.Repeat("d", 5<<20) + `"}`
+	var b strings.Builder
+	b.WriteString(`syntax = "proto3"; `)
+	for i := range 100_000 {
+		fmt.Fprintf(&b, "message M%d { ", i)
+	}
+	nestedMessages := b.String() + strings.Repeat("} ", 100_000) // 1.8 MB
+	nestedOption := `syntax = "proto3"; import "google/protobuf/descriptor.proto";
+extend google.protobuf.MessageOptions { O o = 50000; } message O { O a = 1; }
+message Click { option (o) = ` + strings.Repeat("{ a: ", 30_000) + strings.Repeat("}", 30_000) + `; string event_id = 1; }` // 195 KiB
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/vnd.schemaregistry.v1+json")
 		answer := func(v any) { _ = json.NewEncoder(w).Encode(v) }
@@ -58,6 +69,10 @@ func hostileRegistry(t *testing.T) string {
 			answer(map[string]any{"schema": deep})
 		case r.URL.Path == "/schemas/ids/5":
 			answer(map[string]any{"schema": hostileClick, "references": refs})
+		case r.URL.Path == "/schemas/ids/6":
+			answer(map[string]any{"schemaType": "PROTOBUF", "schema": nestedMessages})
+		case r.URL.Path == "/schemas/ids/7":
+			answer(map[string]any{"schemaType": "PROTOBUF", "schema": nestedOption})
 		case strings.HasPrefix(r.URL.Path, "/subjects/big/versions/"):
 			answer(map[string]any{"subject": "big", "version": 1, "id": 99, "schema": big})
 		default:
@@ -71,7 +86,8 @@ func hostileRegistry(t *testing.T) string {
 
 // A registry that misbehaves in every way tried (an endless answer, a
 // schema of megabytes a compiler quotes whole, nesting a compiler recurses
-// on, references of megabytes) costs each of its schema's values one
+// on, references of megabytes; for Protobuf, 100,000 nested messages and an
+// option literal nested 30,000 deep) costs each of its schema's values one
 // letter with a short reason, invalid_schema, while the good values are
 // written, every offset is committed, and the worker stays within its
 // memory bound. The reason of 1.4 MB made a letter the broker refused, for
@@ -79,21 +95,37 @@ func hostileRegistry(t *testing.T) string {
 // and emulator, the worker a process.
 func TestHostileRegistry(t *testing.T) {
 	t.Parallel()
+	url := hostileRegistry(t)
+	t.Run("avro", func(t *testing.T) {
+		t.Parallel()
+		at := time.Now().Truncate(time.Millisecond)
+		value := func(id uint32, event string) []byte {
+			b, err := avro.Marshal(avro.MustParse(hostileClick), map[string]any{"event_id": event, "tenant_id": "globex", "occurred_at": at})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return append(binary.BigEndian.AppendUint32([]byte{0}, id), b...)
+		}
+		runHostile(t, url, "avro", []uint32{1, 2, 3, 4, 5}, value, 2)
+	})
+	t.Run("protobuf", func(t *testing.T) {
+		t.Parallel()
+		value := func(id uint32, _ string) []byte { return append(binary.BigEndian.AppendUint32([]byte{0}, id), 0) }
+		runHostile(t, url, "protobuf", []uint32{6, 7}, value, 0)
+	})
+}
+
+// runHostile produces two values of each id with value, runs a worker of
+// format against the registry at url, and checks that every value but
+// the rows wanted is an invalid_schema letter with a short reason, within
+// the memory bound and with short log lines.
+func runHostile(t *testing.T, url, format string, ids []uint32, value func(id uint32, event string) []byte, rows int) {
 	e := newEnv(t, tenantsYAML)
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)
 	}
-	url := hostileRegistry(t)
-	at := time.Now().Truncate(time.Millisecond)
-	value := func(id uint32, event string) []byte {
-		b, err := avro.Marshal(avro.MustParse(hostileClick), map[string]any{"event_id": event, "tenant_id": "globex", "occurred_at": at})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return append(binary.BigEndian.AppendUint32([]byte{0}, id), b...)
-	}
 	var msgs []kafka.Message
-	for id := uint32(1); id <= 5; id++ {
+	for _, id := range ids {
 		for i := range 2 {
 			msgs = append(msgs, kafka.Message{Value: value(id, fmt.Sprintf("s%d-%d", id, i))})
 		}
@@ -101,7 +133,7 @@ func TestHostileRegistry(t *testing.T) {
 	testenv.ProduceMessages(t, e.brokers, e.topic, msgs...)
 
 	logs := &syncBuffer{}
-	p, err := lab.Start(lab.Options{Bin: testenv.WorkerBinary(t), Log: logs, Args: e.args("run", "--value-format", "avro", "--schema-registry-url", url,
+	p, err := lab.Start(lab.Options{Bin: testenv.WorkerBinary(t), Log: logs, Args: e.args("run", "--value-format", format, "--schema-registry-url", url,
 		"--max-inflight-bytes", "16777216", "--log-format", "text")})
 	if err != nil {
 		t.Fatal(err)
@@ -122,12 +154,13 @@ func TestHostileRegistry(t *testing.T) {
 	if limit := int64(16+80) << 20; peak > limit {
 		t.Errorf("peak RSS %d MiB, past the bound + 80 MiB", peak>>20)
 	}
-	if rows := e.rows(t); len(rows) != 2 {
-		t.Errorf("%d rows, want schema 1's two", len(rows))
+	if got := e.rows(t); len(got) != rows {
+		t.Errorf("%d rows, want %d", len(got), rows)
 	}
-	letters := testenv.ReadAll(t, e.brokers, e.topic+".dlq", 8, 30*time.Second)
-	if len(letters) != 8 {
-		t.Errorf("%d letters, want two for each of schemas 2 to 5", len(letters))
+	want := len(msgs) - rows
+	letters := testenv.ReadAll(t, e.brokers, e.topic+".dlq", want, 30*time.Second)
+	if len(letters) != want {
+		t.Errorf("%d letters, want %d", len(letters), want)
 	}
 	for _, l := range letters {
 		if c, r := letterHeader(l, deadletter.HeaderReasonClass), letterHeader(l, deadletter.HeaderReason); c != "invalid_schema" || len(r) > bounded.Reason {
