@@ -70,6 +70,14 @@ func (ld *loader) indexCell(it bigtable.ReadItem) bool {
 	if it.Timestamp != never {
 		e.expires = int64(it.Timestamp) / 1000
 	}
+	if e.expires == forever && ld.compact != nil {
+		if ld.exactForever >= ld.compactAbove {
+			// Held by the filter: the lookup reads its mark.
+			ld.compact.add(tenant, user)
+			return true
+		}
+		ld.exactForever++
+	}
 	if len(it.Value) > 8 {
 		// A mark that does not decode erases by time alone: the record
 		// still stands.
@@ -84,6 +92,7 @@ func (ld *loader) indexCell(it bigtable.ReadItem) bool {
 // records (cells), expired ones of the hour among them.
 func (s *Store) loadInForce(ctx context.Context, now time.Time) (loaded, error) {
 	ld := newLoader()
+	ld.compact, ld.compactAbove = newCompact(int(s.compacted.Load()), s.lookupUser), s.compactAbove()
 	ms := max(0, now.UnixMilli())
 	from := fmt.Sprintf("%s%013d", indexPrefix, ms-ms%(3600*1000))
 	rng := bigtable.NewRange(from, rowkey.PrefixEnd(indexPrefix))
@@ -110,6 +119,10 @@ func (s *Store) loadInForce(ctx context.Context, now time.Time) (loaded, error) 
 		return loaded{}, fmt.Errorf("read the expiry index of the erasure ledger %s: %w", s.name, err)
 	}
 	got.l = ld.l
+	if ld.compact.n > 0 {
+		got.l.compact = ld.compact
+	}
+	s.compacted.Store(int64(ld.compact.n))
 	return got, nil
 }
 

@@ -7,6 +7,7 @@
 package erasure
 
 import (
+	"context"
 	"math"
 	"strings"
 	"time"
@@ -47,6 +48,9 @@ type Ledger struct {
 	// ids are the incarnations of the topics the worker reads (Kafka's
 	// topic ids, by topic), which marks are held to (see Mark).
 	ids map[string]string
+	// compact, when set, holds the records that never expire past the
+	// first CompactAbove (see compact).
+	compact *compact
 }
 
 // erased is what the ledger holds of one user: the union of the user's
@@ -126,12 +130,13 @@ func (l *Ledger) add(tenant, user string, e erased) {
 	}
 }
 
-// Len is the number of users erased.
+// Len is the number of users erased: those held exactly, and the records
+// held compact (a user may count in both).
 func (l *Ledger) Len() int {
 	if l == nil {
 		return 0
 	}
-	return l.n
+	return l.n + l.compact.len()
 }
 
 // Generation is the ledger's generation (see Ledger.gen).
@@ -146,12 +151,57 @@ func (l *Ledger) Generation() uint64 {
 // time, as its row key holds it), read at p, is erased: by its time, or by
 // its place in the input topic (see Mark). An event without a user is
 // never erased: erasure is by user.
+//
+// A user the compact part may hold is erased by it only once Resolve has
+// looked the user up: Decide asks Known first, and sets the record aside
+// until then. The checks made again before a write (Admits) need no
+// lookup: an erasure recorded since the decision is held exactly.
 func (l *Ledger) Erased(tenant, user string, millis int64, p Position) bool {
-	if l == nil || l.n == 0 || user == "" {
+	if l == nil || user == "" {
 		return false
 	}
-	e, ok := l.users[tenant][user]
-	return ok && e.covers(millis, p, l.ids[p.Topic])
+	if l.n > 0 {
+		if e, ok := l.users[tenant][user]; ok && e.covers(millis, p, l.ids[p.Topic]) {
+			return true
+		}
+	}
+	if l.compact == nil {
+		return false
+	}
+	a, _ := l.compact.known(tenant, user)
+	return a.ok && a.e.covers(millis, p, l.ids[p.Topic])
+}
+
+// Known reports whether the ledger can say at once whether user's events
+// are erased: false while the compact part may hold the user and has not
+// looked the user up (Resolve).
+func (l *Ledger) Known(tenant, user string) bool {
+	if l == nil || l.compact == nil || user == "" {
+		return true
+	}
+	_, ok := l.compact.known(tenant, user)
+	return ok
+}
+
+// Resolve looks up a user Known says is not known, in the user's record
+// row, trying again while the ledger table cannot answer, until ctx ends.
+func (l *Ledger) Resolve(ctx context.Context, tenant, user string) error {
+	if l.Known(tenant, user) {
+		return nil
+	}
+	return l.compact.resolve(ctx, tenant, user)
+}
+
+// ResolveKey is Resolve for the user of a row key.
+func (l *Ledger) ResolveKey(ctx context.Context, key string) error {
+	if l == nil || l.compact == nil {
+		return nil
+	}
+	k, err := rowkey.Parse(key)
+	if err != nil {
+		return nil // ErasedKey does not erase it either
+	}
+	return l.Resolve(ctx, k.Tenant, k.User)
 }
 
 // ErasedKey is Erased for a row key, of a record read at p (the zero
@@ -175,10 +225,16 @@ func (l *Ledger) Covers(tenant string) bool {
 	if tenant == "" {
 		return true
 	}
+	if l.compact != nil {
+		if _, ok := l.compact.tenants[tenant]; ok {
+			return true
+		}
+	}
 	return len(l.users[tenant]) > 0
 }
 
-// UpTo returns a user's erased_up_to, if the user is erased.
+// UpTo returns a user's erased_up_to, if the user is erased. It reads the
+// records held exactly, as a ledger of LoadUsers holds them all.
 func (l *Ledger) UpTo(tenant, user string) (time.Time, bool) {
 	if l.Len() == 0 {
 		return time.Time{}, false
@@ -187,7 +243,7 @@ func (l *Ledger) UpTo(tenant, user string) (time.Time, bool) {
 	return time.UnixMilli(e.upTo).UTC(), ok
 }
 
-// Users calls f for every erased user of tenant.
+// Users calls f for every erased user of tenant held exactly.
 func (l *Ledger) Users(tenant string, f func(user string, upTo time.Time)) {
 	if l.Len() == 0 {
 		return
@@ -233,7 +289,7 @@ func (l *Ledger) with(entries []entry, now time.Time) (_ *Ledger, grew bool) {
 	if touched == nil {
 		return l, false
 	}
-	next := &Ledger{users: make(map[string]map[string]erased, len(l.users)+len(touched)), n: l.n, gen: l.gen, ids: l.ids}
+	next := &Ledger{users: make(map[string]map[string]erased, len(l.users)+len(touched)), n: l.n, gen: l.gen, ids: l.ids, compact: l.compact}
 	for t, u := range l.users {
 		next.users[t] = u
 	}
@@ -277,6 +333,11 @@ func (l *Ledger) withHeld(prev *Ledger, now time.Time) {
 func (l *Ledger) newer(prev *Ledger) bool {
 	if l.Len() == 0 {
 		return false
+	}
+	// The compact part is known by its count alone: more records there
+	// than before may erase something new.
+	if l.compact != nil && (prev == nil || l.compact.n > prev.compact.len()) {
+		return true
 	}
 	for t, users := range l.users {
 		var had map[string]erased

@@ -32,11 +32,17 @@ const (
 
 // Letter decides what becomes of a dead letter of s: asked when the letter
 // is produced, each attempt, so that a letter that waited out an outage
-// of the dead-letter topic obeys the erasures recorded meanwhile.
+// of the dead-letter topic obeys the erasures recorded meanwhile. A user
+// the ledger does not know at once (Known: the lookup of its decision
+// answered a ledger reread since) is judged as one whose user could not
+// be read: the letter goes without its payload, never with a copy the
+// ledger might erase.
 func (l *Ledger) Letter(s Subject) LetterFate {
 	switch {
 	case s.UserRead && l.Erased(s.Tenant, s.User, s.Millis, s.At):
 		return DropLetter
+	case s.UserRead && !l.Known(s.Tenant, s.User):
+		return LetterWithoutPayload
 	case !s.UserRead && l.Covers(s.Tenant):
 		return LetterWithoutPayload
 	}

@@ -8,6 +8,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"cloud.google.com/go/bigtable"
@@ -100,11 +101,26 @@ type Store struct {
 	// the record's RecordedAt (when forget began, minutes before its last
 	// record when it erases many users).
 	clock func() time.Time
+	// CompactAbove is how many records that never expire a read of the
+	// records in force holds exactly; the rest it holds compact (see
+	// compact). Zero is DefaultCompactAbove.
+	CompactAbove int
+	// compacted is how many the last read held compact: the next sizes
+	// its filter by it.
+	compacted atomic.Int64
 }
 
 // NewStore returns the store of the ledger table named table.
 func NewStore(c *bigtable.Client, table string) *Store {
 	return &Store{tbl: c.Open(table), name: table, clock: time.Now}
+}
+
+// compactAbove is CompactAbove, defaulted.
+func (s *Store) compactAbove() int {
+	if s.CompactAbove > 0 {
+		return s.CompactAbove
+	}
+	return DefaultCompactAbove
 }
 
 // Table is the ledger table's name.
@@ -264,6 +280,10 @@ var ledgerColumns = bigtable.ColumnFilter("^(" + colUpTo + "|" + colBelow + `)\.
 type loader struct {
 	l  *Ledger
 	ms marks
+	// compact, when set, takes the records that never expire past the
+	// first compactAbove (exactForever counts those held exactly).
+	compact                    *compact
+	compactAbove, exactForever int
 }
 
 func newLoader() *loader {

@@ -38,6 +38,10 @@ const (
 	// written nor dead-lettered nor settled, it is read again by whoever
 	// reads its partition next.
 	Held
+	// Lookup: the ledger must look the event's user up before it can say
+	// whether the user is erased (erasure.Ledger.Known); the record waits
+	// for erasure.Ledger.Resolve, then is decided again.
+	Lookup
 )
 
 // Decision is what the worker makes of one record: a pure function of the
@@ -88,6 +92,9 @@ func Decide(d *event.Decoder, cfg *tenants.Config, ledger *erasure.Ledger, msg *
 		if !ev.Base.IsZero() {
 			t = ev.Base
 		}
+		if !ledger.Known(ev.Tenant, ev.User) {
+			return Decision{Fate: Lookup, Event: ev}
+		}
 		if ledger.Erased(ev.Tenant, ev.User, t.UnixMilli(), at) {
 			_, listed := cfg.Policy.Tenants[ev.Tenant]
 			return Decision{Fate: Erased, Event: ev, Listed: listed}
@@ -107,6 +114,10 @@ func Decide(d *event.Decoder, cfg *tenants.Config, ledger *erasure.Ledger, msg *
 	pol := cfg.Policy
 	ttl, listed := pol.Tenants[ev.Tenant]
 	dec := Decision{Event: ev, Listed: listed}
+	if !ledger.Known(ev.Tenant, ev.User) {
+		dec.Fate = Lookup
+		return dec
+	}
 	if ledger.Erased(ev.Tenant, ev.User, ev.Base.UnixMilli(), at) {
 		dec.Fate = Erased
 		return dec

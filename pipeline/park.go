@@ -7,12 +7,14 @@ import (
 	"github.com/cellttl/cellttl/ingest"
 )
 
-// parking holds the records of the partitions that wait for a schema, so
-// that the decision loop goes on with the others: a value whose schema id
-// the worker has not met costs a registry request (one round trip for a
-// garbage id, up to --schema-registry-timeout for a slow registry), and
-// that wait is its partition's alone. A partition's records stay in offset
-// order: once one waits, the partition's later records queue behind it.
+// parking holds the records of the partitions that wait for a schema, or
+// for the erasure ledger to look a user up, so that the decision loop goes
+// on with the others: a value whose schema id the worker has not met costs
+// a registry request (one round trip for a garbage id, up to
+// --schema-registry-timeout for a slow registry), a user the ledger's
+// compact part may hold costs a read of the ledger table, and that wait is
+// its partition's alone. A partition's records stay in offset order: once
+// one waits, the partition's later records queue behind it.
 //
 // The records held are charged to the fetcher's byte budget as any others
 // (they are fetched and not settled), so the budget bounds them. Past
@@ -21,7 +23,7 @@ import (
 // hold the others that way, without anyone seeing why. During an outage
 // of the registry every partition waits, as it should.
 type parking struct {
-	schemas  SchemaSource
+	schemas  SchemaSource // nil: values need no schema
 	parts    map[int]*parked
 	bytes    int64 // held, as the fetcher charges them
 	maxBytes int64
@@ -34,7 +36,8 @@ type parking struct {
 	wg   sync.WaitGroup
 }
 
-// parked is a partition's queue: its first record waits for its schema.
+// parked is a partition's queue: its first record waits for its schema, or
+// for its user's lookup.
 type parked struct {
 	queue    []ingest.Fetched
 	fetching bool
@@ -50,13 +53,21 @@ func (k *parking) holds(f *ingest.Fetched) bool {
 	if len(k.parts) > 0 && k.parts[f.Msg.Partition] != nil {
 		return true
 	}
-	return f.Undecodable == nil && f.Cut == nil && !k.schemas.Ready(f.Msg.Value)
+	return k.needsSchema(f)
 }
 
+func (k *parking) needsSchema(f *ingest.Fetched) bool {
+	return k.schemas != nil && f.Undecodable == nil && f.Cut == nil && !k.schemas.Ready(f.Msg.Value)
+}
+
+// A router routes a record, or returns what it must wait for first (its
+// user's lookup), leaving it unrouted.
+type router func(*ingest.Fetched) (wait func(context.Context) error)
+
 // park queues a copy of f (the slice it is in is the source's again at
-// the next poll) behind its partition, and starts the fetch of its schema
-// when it is the partition's first.
-func (k *parking) park(ctx context.Context, f *ingest.Fetched) {
+// the next poll) behind its partition, and starts wait (nil: the fetch of
+// its schema) when it is the partition's first.
+func (k *parking) park(ctx context.Context, f *ingest.Fetched, wait func(context.Context) error) {
 	q := k.parts[f.Msg.Partition]
 	if q == nil {
 		q = &parked{}
@@ -65,19 +76,28 @@ func (k *parking) park(ctx context.Context, f *ingest.Fetched) {
 	q.queue = append(q.queue, *f)
 	k.bytes += size(f)
 	if !q.fetching {
-		k.fetch(ctx, f.Msg.Partition, f.Msg.Value)
+		if wait == nil {
+			wait = k.schemaOf(f)
+		}
+		k.fetch(ctx, f.Msg.Partition, wait)
 		q.fetching = true
 	}
+}
+
+// schemaOf is the wait for f's schema.
+func (k *parking) schemaOf(f *ingest.Fetched) func(context.Context) error {
+	value := f.Msg.Value
+	return func(ctx context.Context) error { return k.schemas.Await(ctx, value) }
 }
 
 func size(f *ingest.Fetched) int64 {
 	return int64(len(f.Msg.Key)+len(f.Msg.Value)) + ingest.MessageOverhead
 }
 
-// fetch waits for value's schema beside the loop, then tells it.
-func (k *parking) fetch(ctx context.Context, partition int, value []byte) {
+// fetch runs wait beside the loop, then tells it.
+func (k *parking) fetch(ctx context.Context, partition int, wait func(context.Context) error) {
 	k.wg.Go(func() {
-		_ = k.schemas.Await(ctx, value) // its error is ctx's: the loop stops too
+		_ = wait(ctx) // its error is ctx's: the loop stops too
 		select {
 		case k.done <- partition:
 		case <-ctx.Done():
@@ -107,9 +127,9 @@ func (k *parking) wakeOn(cancel context.CancelFunc) bool {
 }
 
 // unpark routes the records of each partition whose fetch ended, in their
-// order, until one needs a schema not at hand: that one waits for its own
-// fetch, the records behind it with it.
-func (k *parking) unpark(ctx context.Context, route func(*ingest.Fetched)) {
+// order, until one needs a schema not at hand or a lookup: that one waits
+// for its own, the records behind it with it.
+func (k *parking) unpark(ctx context.Context, route router) {
 	k.mu.Lock()
 	k.wake = nil
 	k.mu.Unlock()
@@ -123,19 +143,24 @@ func (k *parking) unpark(ctx context.Context, route func(*ingest.Fetched)) {
 	}
 }
 
-func (k *parking) resume(ctx context.Context, partition int, route func(*ingest.Fetched)) {
+func (k *parking) resume(ctx context.Context, partition int, route router) {
 	q := k.parts[partition]
 	q.fetching = false
 	for len(q.queue) > 0 {
 		f := &q.queue[0]
-		if f.Undecodable == nil && f.Cut == nil && !k.schemas.Ready(f.Msg.Value) {
+		var wait func(context.Context) error
+		if k.needsSchema(f) {
+			wait = k.schemaOf(f)
+		} else {
+			wait = route(f)
+		}
+		if wait != nil {
 			if ctx.Err() == nil {
-				k.fetch(ctx, partition, f.Msg.Value)
+				k.fetch(ctx, partition, wait)
 				q.fetching = true
 			}
 			return
 		}
-		route(f)
 		k.bytes -= size(f)
 		q.queue[0] = ingest.Fetched{} // its bytes are the batch's now, or settled
 		q.queue = q.queue[1:]
@@ -144,7 +169,7 @@ func (k *parking) resume(ctx context.Context, partition int, route func(*ingest.
 }
 
 // await waits until a fetch ends, or ctx does, and routes what it let go.
-func (k *parking) await(ctx context.Context, route func(*ingest.Fetched)) {
+func (k *parking) await(ctx context.Context, route router) {
 	select {
 	case partition := <-k.done:
 		k.resume(ctx, partition, route)

@@ -195,7 +195,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 func (p *Pipeline) fetchLoop(ctx context.Context, b *batcher, dead chan<- deadItem) error {
 	defer b.flush(flushDrain)
 	var park *parking
-	if p.cfg.Schemas != nil {
+	if p.cfg.Schemas != nil || p.cfg.Erasures != nil {
 		// Its fetches end with the loop, also when the source fails.
 		fctx, cancel := context.WithCancel(ctx)
 		park = newParking(p.cfg.Schemas, p.cfg.MaxInflightBytes)
@@ -203,7 +203,7 @@ func (p *Pipeline) fetchLoop(ctx context.Context, b *batcher, dead chan<- deadIt
 		defer cancel()
 		ctx = fctx
 	}
-	unparked := func(f *ingest.Fetched) { p.route(f, p.now(), p.config(), b, dead) }
+	unparked := func(f *ingest.Fetched) func(context.Context) error { return p.route(f, p.now(), p.config(), b, dead) }
 	var msgs []ingest.Fetched
 	for ctx.Err() == nil {
 		if park != nil {
@@ -253,10 +253,12 @@ func (p *Pipeline) fetchLoop(ctx context.Context, b *batcher, dead chan<- deadIt
 		now, cfg := p.now(), p.config()
 		for i := range msgs {
 			if park != nil && park.holds(&msgs[i]) {
-				park.park(ctx, &msgs[i])
+				park.park(ctx, &msgs[i], nil)
 				continue
 			}
-			p.route(&msgs[i], now, cfg, b, dead)
+			if wait := p.route(&msgs[i], now, cfg, b, dead); wait != nil {
+				park.park(ctx, &msgs[i], wait) // only a ledger asks, and with one there is a park
+			}
 		}
 	}
 	return nil
@@ -291,8 +293,10 @@ func cutError(c *ingest.Cut, d event.Decoder) error {
 	return &event.Error{Class: event.TooLarge, Reason: fmt.Sprintf("the record's %s took more than 64 KiB: the record is too large to hold", strings.ReplaceAll(c.Dropped, ",", " and "))}
 }
 
-// route decides a message's fate: dead letter, skip, or a row to write.
-func (p *Pipeline) route(f *ingest.Fetched, now time.Time, cfg *tenants.Config, b *batcher, dead chan<- deadItem) {
+// route decides a message's fate: dead letter, skip, or a row to write. It
+// returns what the message waits for instead when the ledger must look its
+// user up first (Lookup): the message is then not routed.
+func (p *Pipeline) route(f *ingest.Fetched, now time.Time, cfg *tenants.Config, b *batcher, dead chan<- deadItem) (wait func(context.Context) error) {
 	msg := &f.Msg
 	if msg.Time.Sub(now) > p.cfg.Decoder.MaxClockSkew {
 		// Counted, not corrected: the cells stay a function of the record.
@@ -301,18 +305,22 @@ func (p *Pipeline) route(f *ingest.Fetched, now time.Time, cfg *tenants.Config, 
 	// Decided in this frame: a Decision is large, and a wrapper returning
 	// it costs a copy per event (BenchmarkPipeline, 178 instructions).
 	var dec Decision
+	ledger := p.ledger()
 	if !p.unread(f, &dec) {
 		var latest time.Time
 		if p.cfg.StrictRetention {
 			latest = StrictLatest(now, p.cfg.Decoder.MaxClockSkew)
 		}
-		dec = Decide(&p.cfg.Decoder, cfg, p.ledger(), msg, now, latest)
+		dec = Decide(&p.cfg.Decoder, cfg, ledger, msg, now, latest)
 	}
 	ev := &dec.Event
 	switch dec.Fate {
 	case Held:
 		// Stopping while it waited for the schema registry: left unsettled.
-		return
+		return nil
+	case Lookup:
+		tenant, user := ev.Tenant, ev.User
+		return func(ctx context.Context) error { return ledger.Resolve(ctx, tenant, user) }
 	case Rejected:
 		// Under its tenant's row only when the file lists it and the event
 		// was read as far as its time (only its own TTL failed): the ids of
@@ -326,7 +334,7 @@ func (p *Pipeline) route(f *ingest.Fetched, now time.Time, cfg *tenants.Config, 
 		p.deadLetter(b, dead, deadItem{dl: deadletter.Letter{Msg: *msg, Reason: dec.Err.Error(), Field: dec.Field, Cut: f.Cut, Undecodable: f.Undecodable,
 			Class: dec.Class, KeepUntil: dec.KeepUntil(cfg, p.cfg.UnlistedDeadLetterTTL, msg.Time, now)}, ack: f.Ack, tenant: ts, reason: dec.Class,
 			who: dec.Subject(msg)})
-		return
+		return nil
 	case UnlistedDeadLetter:
 		p.stats.Unlisted(ev.Tenant)
 		ts := p.stats.Tenant(UnlistedTenants)
@@ -334,7 +342,7 @@ func (p *Pipeline) route(f *ingest.Fetched, now time.Time, cfg *tenants.Config, 
 		p.deadLetter(b, dead, deadItem{dl: deadletter.Letter{Msg: *msg, Reason: dec.Err.Error(), Field: dec.Field,
 			Class: dec.Class, Tenant: ev.Tenant, KeepUntil: dec.KeepUntil(cfg, p.cfg.UnlistedDeadLetterTTL, msg.Time, now)}, ack: f.Ack, tenant: ts, reason: dec.Class,
 			who: dec.Subject(msg)})
-		return
+		return nil
 	case TimeAhead:
 		ts := p.count(&dec)
 		dl := deadletter.Letter{Msg: *msg, Reason: dec.Err.Error(), Field: dec.Field, Class: dec.Class, KeepUntil: dec.KeepUntil(cfg, p.cfg.UnlistedDeadLetterTTL, msg.Time, now)}
@@ -342,24 +350,25 @@ func (p *Pipeline) route(f *ingest.Fetched, now time.Time, cfg *tenants.Config, 
 			dl.Tenant = ev.Tenant
 		}
 		p.deadLetter(b, dead, deadItem{dl: dl, ack: f.Ack, tenant: ts, reason: dec.Class, who: dec.Subject(msg)})
-		return
+		return nil
 	}
 	ts := p.count(&dec)
 	switch dec.Fate {
 	case Expired:
 		ts.Expired.Add(1)
 		p.src.Done(f.Ack)
-		return
+		return nil
 	case Erased:
 		ts.Erased.Add(1)
 		p.src.Done(f.Ack)
-		return
+		return nil
 	}
 	it := item{ack: f.Ack, msg: *msg, tenant: ts, expires: dec.Cell.Expiry, keep: dec.KeepUntil(cfg, p.cfg.UnlistedDeadLetterTTL, msg.Time, now)}
 	if dec.Listed {
 		it.id = ev.Tenant
 	}
 	b.add(cfg.Version, dec.Row, it)
+	return nil
 }
 
 // unread decides, into dec, a message the fetcher could not read or held

@@ -62,11 +62,21 @@ func (r *run) decide(ctx context.Context, letter ingest.Message) (sink.Row, stri
 	}
 	now := r.o.Now()
 	dec := pipeline.Decide(r.d, r.cfg, ledger, &src, now, r.latest(letter, now))
+	if dec.Fate == pipeline.Lookup {
+		// The ledger holds the user compact: it reads the user's record,
+		// then knows.
+		if err := ledger.Resolve(ctx, dec.Event.Tenant, dec.Event.User); err != nil {
+			return sink.Row{}, "", fmt.Errorf("letter at offset %d: %w", letter.Offset, err)
+		}
+		dec = pipeline.Decide(r.d, r.cfg, ledger, &src, now, r.latest(letter, now))
+	}
 	switch dec.Fate {
 	case pipeline.TimeAhead:
 		return sink.Row{}, TimeAhead, nil
 	case pipeline.Held:
 		return sink.Row{}, "", fmt.Errorf("letter at offset %d: %w", letter.Offset, dec.Err)
+	case pipeline.Lookup:
+		return sink.Row{}, "", fmt.Errorf("letter at offset %d: the erasure ledger did not keep the lookup of its user", letter.Offset)
 	case pipeline.Erased:
 		return sink.Row{}, Erased, nil
 	case pipeline.Write:

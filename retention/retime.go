@@ -284,6 +284,9 @@ func (p *retimer) apply(ctx context.Context) error {
 	}
 	if l := p.o.ledger(); l.Len() > 0 {
 		for i, k := range p.keys {
+			if err := l.ResolveKey(ctx, k); err != nil {
+				return err
+			}
 			if l.ErasedKey(k, erasure.Position{}) {
 				p.muts[i] = bigtable.NewMutation()
 				p.muts[i].DeleteRow()

@@ -1,0 +1,196 @@
+package erasure
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/cellttl/cellttl/internal/testenv"
+)
+
+// Records that never expire past the first CompactAbove are held as a
+// filter: a user it names is not known until looked up, and once looked
+// up is erased exactly as the exact ledger erases (by time, and by the
+// mark of its input topic); a user it does not name is known at once, and
+// not erased. A dead letter of a user not yet looked up keeps no payload.
+func TestCompactHoldsRecordsKeptForever(t *testing.T) {
+	dc, ac := testenv.Clients(t)
+	ctx := context.Background()
+	name := testenv.Name("ledger")
+	createLedger(t, ac, name)
+	s := NewStore(dc, name)
+	s.CompactAbove = 2
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	upTo := now.Add(-time.Hour)
+	const users = 40
+	for i := range users {
+		r := Record{Tenant: "acme", User: fmt.Sprintf("u-%d", i), UpTo: upTo, RecordedAt: now, RequestedBy: "t"}
+		if i%2 == 1 {
+			r.Below = &Mark{Topic: "clicks", Ends: []int64{100}}
+		}
+		if err := s.Put(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Put(ctx, Record{Tenant: "acme", User: "u-expiring", UpTo: upTo, RecordedAt: now, Expires: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Index(ctx, now); err != nil { // as worker setup does
+		t.Fatal(err)
+	}
+	w := NewWatch(s, time.Minute, slog.New(slog.DiscardHandler))
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := w.Current()
+	if got := l.compact.len(); got != users-2 {
+		t.Fatalf("records held compact: %d, want %d (all kept forever but the first two)", got, users-2)
+	}
+	if l.Len() != users+1 {
+		t.Errorf("Len %d, want %d", l.Len(), users+1)
+	}
+	before, after := upTo.UnixMilli(), now.UnixMilli()
+	unknown := 0
+	for i := range users {
+		u := fmt.Sprintf("u-%d", i)
+		if !l.Known("acme", u) {
+			unknown++
+			if l.Erased("acme", u, before, Position{}) {
+				t.Errorf("%s erased before it was looked up (the decision must ask Known first)", u)
+			}
+			if got := l.Letter(Subject{Tenant: "acme", User: u, UserRead: true, Millis: after}); got != LetterWithoutPayload {
+				t.Errorf("a letter of %s, not looked up: %v, want without payload", u, got)
+			}
+			if err := l.Resolve(ctx, "acme", u); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !l.Erased("acme", u, before, Position{}) {
+			t.Errorf("%s's event at erased_up_to not erased", u)
+		}
+		marked := l.Erased("acme", u, after, Position{Topic: "clicks", Offset: 99})
+		if marked != (i%2 == 1) {
+			t.Errorf("%s's event after erased_up_to, below its mark: erased %v, want %v", u, marked, i%2 == 1)
+		}
+		if l.Erased("acme", u, after, Position{Topic: "clicks", Offset: 100}) {
+			t.Errorf("%s's event after erased_up_to and past the mark erased", u)
+		}
+	}
+	if unknown != users-2 {
+		t.Errorf("users not known before a lookup: %d, want the %d held compact", unknown, users-2)
+	}
+	// Others: known at once but for the filter's false positives, which a
+	// lookup finds not erased.
+	const others = 20_000
+	positives := 0
+	for i := range others {
+		u := fmt.Sprintf("other-%d", i)
+		if !l.Known("acme", u) {
+			positives++
+			if err := l.Resolve(ctx, "acme", u); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if l.Erased("acme", u, before, Position{}) {
+			t.Fatalf("%s, never erased, is", u)
+		}
+	}
+	if positives > others/50 {
+		t.Errorf("the filter named %d of %d users it does not hold, more than 2%%", positives, others)
+	}
+	if !l.Covers("acme") || l.Covers("globex") {
+		t.Errorf("Covers: acme %v globex %v, want true false", l.Covers("acme"), l.Covers("globex"))
+	}
+	t.Logf("false positives: %d of %d", positives, others)
+}
+
+// A lookup the ledger table cannot answer is tried again until it can:
+// the record waits, it is never taken as not erased.
+func TestCompactLookupWaitsForTheTable(t *testing.T) {
+	dc, ac := testenv.Clients(t)
+	ctx := context.Background()
+	name := testenv.Name("ledger")
+	createLedger(t, ac, name)
+	s := NewStore(dc, name)
+	s.CompactAbove = 1
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	for _, u := range []string{"u-1", "u-2"} {
+		if err := s.Put(ctx, Record{Tenant: "acme", User: u, UpTo: now, RecordedAt: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := s.Index(ctx, now); err != nil { // as worker setup does
+		t.Fatal(err)
+	}
+	w := NewWatch(s, time.Minute, slog.New(slog.DiscardHandler))
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := w.Current()
+	u := "u-1"
+	if l.Known("acme", u) {
+		u = "u-2"
+	}
+	if err := ac.DeleteTable(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	if err := l.Resolve(sctx, "acme", u); err == nil || l.Known("acme", u) {
+		t.Fatalf("a lookup without the table: %v, known %v; want it to wait until its context ends", err, l.Known("acme", u))
+	}
+}
+
+// The filter names every key added, across the filters it grows, and
+// about 1 in 150 of the others at 12 bits a key.
+func TestBloom(t *testing.T) {
+	c := newCompact(1000, nil)
+	const n = 100_000
+	for i := range n {
+		c.add("t", fmt.Sprint(i))
+	}
+	if len(c.filters) < 2 {
+		t.Errorf("%d filters for %d keys of a first sized for 65,536", len(c.filters), n)
+	}
+	for i := range n {
+		if !c.may("t", fmt.Sprint(i)) {
+			t.Fatalf("key %d added and not named", i)
+		}
+	}
+	fp := 0
+	for i := range n {
+		if c.may("t", fmt.Sprint("x", i)) {
+			fp++
+		}
+	}
+	if rate := float64(fp) / n; rate > 0.012 {
+		t.Errorf("false positives %.4f, want at most 0.012", rate)
+	}
+	t.Logf("false positives: %d of %d", fp, n)
+}
+
+// BenchmarkCompact is the hot path's question to a ledger holding ten
+// million records kept forever compact: an event of a user the filter
+// does not name (every event but those of erased users and about 1 in
+// 150 others), which Decide asks Known, then Erased.
+func BenchmarkCompact(b *testing.B) {
+	const n = 10_000_000
+	c := newCompact(n, nil)
+	for i := range n {
+		c.add(fmt.Sprintf("tenant-%04d", i%1000), fmt.Sprintf("user-%09d", i))
+	}
+	l := &Ledger{users: map[string]map[string]erased{}, compact: c}
+	var words int
+	for _, f := range c.filters {
+		words += len(f.words)
+	}
+	at := time.Now().UnixMilli()
+	for b.Loop() {
+		if !l.Known("tenant-0242", "user-999999999") || l.Erased("tenant-0242", "user-999999999", at, Position{}) {
+			b.Fatal("wrong answer")
+		}
+	}
+	b.ReportMetric(float64(words*8)/n, "filter_B/record")
+}
