@@ -51,6 +51,9 @@ func TestCompactHoldsRecordsKeptForever(t *testing.T) {
 	if l.Len() != users+1 {
 		t.Errorf("Len %d, want %d", l.Len(), users+1)
 	}
+	if st := w.Status(); st.CompactUsers != users-2 || st.ErasedUsers != users+1 {
+		t.Errorf("status: %d compact of %d erased users, want %d of %d", st.CompactUsers, st.ErasedUsers, users-2, users+1)
+	}
 	before, after := upTo.UnixMilli(), now.UnixMilli()
 	unknown := 0
 	for i := range users {

@@ -356,7 +356,10 @@ type Status struct {
 	Table       string `json:"table"`
 	State       string `json:"state"` // loaded, or stale (writes wait)
 	ErasedUsers int    `json:"erased_users"`
-	Generation  uint64 `json:"generation"`
+	// CompactUsers is how many of ErasedUsers are of records kept forever
+	// held as a filter (see compact): an event of one waits for a lookup.
+	CompactUsers int    `json:"compact_users,omitempty"`
+	Generation   uint64 `json:"generation"`
 	// LoadedAt is when the load in force began: every record written
 	// before it is obeyed.
 	LoadedAt time.Time `json:"loaded_at"`
@@ -382,7 +385,7 @@ func (w *Watch) Status() Status {
 	l := w.cur.Load()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	s := Status{Table: w.store.Table(), State: "loaded", ErasedUsers: l.Len(), Generation: l.gen,
+	s := Status{Table: w.store.Table(), State: "loaded", ErasedUsers: l.Len(), CompactUsers: l.compact.len(), Generation: l.gen,
 		LoadedAt: w.loadedAt, FullReadAt: w.readAt, Indexed: w.indexed, LastRead: w.lastRead, Refresh: w.interval.String(), Ignored: w.ignored}
 	if w.lastErr != nil {
 		s.Error = w.lastErr.Error()
