@@ -102,6 +102,10 @@ type schedule struct {
 	forgets []schedForget
 	done    []string // the steps taken, for a failure
 	listed  bool     // newco is listed
+	// exact is the workers' --erasure-exact-forever: 1 in half the
+	// schedules, so that a worker started after the second erasure holds
+	// the rest compact and looks its users up.
+	exact string
 }
 
 func newSchedule(t *testing.T, seed uint64) *schedule {
@@ -131,6 +135,8 @@ func newSchedule(t *testing.T, seed uint64) *schedule {
 			t.Logf("schedule seed=%d (replay: TESTENV_SCHEDULE_SEED=%d), steps:\n  %s", seed, seed, strings.Join(sc.done, "\n  "))
 		}
 	})
+	sc.exact = []string{"1", "100000"}[sc.r.IntN(2)]
+	sc.done = append(sc.done, "workers: --erasure-exact-forever "+sc.exact)
 	sc.main = sc.startWorker(s.group)
 	return sc
 }
@@ -149,7 +155,7 @@ func (sc *schedule) flags() []string {
 func (sc *schedule) startWorker(group string) *worker {
 	sc.t.Helper()
 	w := sc.s.start("--group", group, "--max-clock-skew", scheduleSkew.String(), "--erasure-refresh", "200ms", "--write-timeout", "2s",
-		"--dlq-signing-key-file", sc.keys, "--tenants-reload-interval", "200ms")
+		"--dlq-signing-key-file", sc.keys, "--tenants-reload-interval", "200ms", "--erasure-exact-forever", sc.exact)
 	if err := w.WaitReady(context.Background(), 100*time.Millisecond, 30*time.Second); err != nil {
 		sc.t.Fatalf("worker %d: %v", w.id, err)
 	}

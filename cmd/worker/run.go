@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cellttl/cellttl/erasure"
 	"io"
 	"log/slog"
 	"os"
@@ -36,6 +37,9 @@ type runCmd struct {
 	strictRetention bool
 	// erasureRefresh is how often the erasure ledger is read again.
 	erasureRefresh time.Duration
+	// erasureExactForever is how many records kept forever the ledger
+	// holds exactly (erasure.Store.CompactAbove).
+	erasureExactForever int
 	// ttlFromChange records --ttl-from as the table's setting over
 	// another one recorded (tablemeta).
 	ttlFromChange bool
@@ -58,6 +62,8 @@ func newRunCmd() *runCmd {
 		registry:       registry.DefaultConfig(),
 		startupTimeout: time.Minute,
 		erasureRefresh: defaultErasureRefresh,
+
+		erasureExactForever: erasure.DefaultCompactAbove,
 	}
 }
 
@@ -73,6 +79,8 @@ func (o *runCmd) flags(out io.Writer) *envflag.FlagSet {
 	tablemeta.RegisterChangeFlag(f, &o.ttlFromChange)
 	o.registry.RegisterFlags(f)
 	registerErasureRefresh(f, &o.erasureRefresh)
+	f.Int(&o.erasureExactForever, "erasure-exact-forever", "ERASURE_EXACT_FOREVER", o.erasureExactForever,
+		"how many erasures kept forever (of a topic that may hold their records for good) the worker holds exactly, at about 90 B each; past it, 1.5 B each, and an event whose user may be one waits for a read of the user's ledger row")
 	f.Section("Worker")
 	registerStrictRetention(f, &o.strictRetention, "hold to --max-clock-skew the time a producer stamps, which would buy retention: refuse to start, and hold the writes (failing /readyz) while the input topic lets producers stamp records further ahead or its settings go unread for 3 × --dlq-check-interval; dead-letter an event whose time lies further ahead of the worker's clock (reason time_ahead)")
 	f.Advanced()
@@ -87,6 +95,9 @@ func (o *runCmd) resolve() error {
 	}
 	if o.erasureRefresh <= 0 {
 		return usageError(fmt.Errorf("--erasure-refresh %s: must be positive", o.erasureRefresh))
+	}
+	if o.erasureExactForever < 1 {
+		return usageError(fmt.Errorf("--erasure-exact-forever %d: must be at least 1", o.erasureExactForever))
 	}
 	if o.startupTimeout <= 0 {
 		return usageError(fmt.Errorf("--startup-timeout %s: must be positive", o.startupTimeout))

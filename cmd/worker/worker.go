@@ -67,7 +67,9 @@ func newWorker(ctx context.Context, o *runCmd, cfg *tenants.Config, dc *bigtable
 		fmt.Sprintf("set it back (`worker setup --update-gc-policy` with the tenants file this worker runs, %s), or restart the workers with the tenants file that matches the new rule", describePolicy(cfg.Policy)), log)
 	// Before anything is consumed: an event of an erased user must never
 	// be written, so the worker knows who was erased before it writes.
-	w.erasures = erasure.NewWatch(erasure.NewStore(dc, o.table.ErasureTable()), o.erasureRefresh, log)
+	store := erasure.NewStore(dc, o.table.ErasureTable())
+	store.CompactAbove = o.erasureExactForever
+	w.erasures = erasure.NewWatch(store, o.erasureRefresh, log)
 	lctx, cancel := context.WithTimeout(ctx, o.startupTimeout)
 	err = w.erasures.Start(lctx)
 	cancel()
