@@ -30,12 +30,20 @@ import (
 //	#x#9999999999999#<the 30 days they were recorded in, Unix ms, 13 digits>#<shard>
 //
 // where the shard (two hex digits) spreads the users of one forget, which
-// all expire at the same millisecond, over indexShards rows. A cell's
+// all expire at the same millisecond, over indexShards rows, and the
+// records that never expire over foreverShards: a fleet whose topics keep
+// records forever may record millions of them in 30 days, and a reader
+// holds a row whole (at ten million, 16 rows would be 60 MB each; 256 are
+// 4 MB). Readers read key ranges, and retirement deletes the cell it read
+// by the row it read it in, so the count may change between releases. A cell's
 // column is tenant#user#<recorded ms, 13 digits>: the erasures of a user
 // that expire in the same hour are cells of their own. Its value is
 // erased_up_to (Unix ms, 8 bytes big-endian), then the mark, encoded,
 // when the record has one; its timestamp, the record's expiry.
-const indexShards = 16
+const (
+	indexShards   = 16
+	foreverShards = 256
+)
 
 // indexKey is the index row of the cell of a record of tenant's user,
 // recorded at recorded (Unix ms), whose cells carry ts.
@@ -44,6 +52,7 @@ func indexKey(ts bigtable.Timestamp, tenant, user string, recorded int64) string
 	h.Write([]byte(recordKey(tenant, user)))
 	shard := h.Sum32() % indexShards
 	if ts == never {
+		shard = h.Sum32() % foreverShards
 		// By 30 days: a fleet records few that never expire, or all.
 		const period = 30 * 24 * 3600 * 1000
 		return fmt.Sprintf("%s%013d#%013d#%02x", indexPrefix, rowkey.MaxMillis, recorded-recorded%period, shard)
