@@ -123,6 +123,10 @@ func (s *Store) compactAbove() int {
 	return DefaultCompactAbove
 }
 
+// SetClock sets the clock Put keys journal rows by: the host's that runs
+// forget, which forget holds within ClockTolerance of Bigtable's.
+func (s *Store) SetClock(now func() time.Time) { s.clock = now }
+
 // Table is the ledger table's name.
 func (s *Store) Table() string { return s.name }
 

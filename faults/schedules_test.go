@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -102,11 +103,14 @@ type schedule struct {
 	forgets []schedForget
 	done    []string // the steps taken, for a failure
 	listed  bool     // newco is listed
-	// exact is the workers' --erasure-exact-forever: 1 in half the
-	// schedules, so that a worker started after the second erasure holds
-	// the rest compact and looks its users up.
-	exact string
 }
+
+// scheduleExactForever is the workers' --erasure-exact-forever: a worker
+// started after the second erasure (a replay, a restart) holds the rest
+// compact and looks their users up, the path the rest of the suite meets
+// least. The topic keeps its records stamped ahead, so every erasure with
+// a mark is kept forever until retired.
+const scheduleExactForever = "1"
 
 func newSchedule(t *testing.T, seed uint64) *schedule {
 	s := newSuite(t, 3,
@@ -135,8 +139,6 @@ func newSchedule(t *testing.T, seed uint64) *schedule {
 			t.Logf("schedule seed=%d (replay: TESTENV_SCHEDULE_SEED=%d), steps:\n  %s", seed, seed, strings.Join(sc.done, "\n  "))
 		}
 	})
-	sc.exact = []string{"1", "100000"}[sc.r.IntN(2)]
-	sc.done = append(sc.done, "workers: --erasure-exact-forever "+sc.exact)
 	sc.main = sc.startWorker(s.group)
 	return sc
 }
@@ -155,7 +157,7 @@ func (sc *schedule) flags() []string {
 func (sc *schedule) startWorker(group string) *worker {
 	sc.t.Helper()
 	w := sc.s.start("--group", group, "--max-clock-skew", scheduleSkew.String(), "--erasure-refresh", "200ms", "--write-timeout", "2s",
-		"--dlq-signing-key-file", sc.keys, "--tenants-reload-interval", "200ms", "--erasure-exact-forever", sc.exact)
+		"--dlq-signing-key-file", sc.keys, "--tenants-reload-interval", "200ms", "--erasure-exact-forever", scheduleExactForever)
 	if err := w.WaitReady(context.Background(), 100*time.Millisecond, 30*time.Second); err != nil {
 		sc.t.Fatalf("worker %d: %v", w.id, err)
 	}
@@ -296,13 +298,26 @@ func (sc *schedule) forget() {
 	ev := pool[sc.r.IntN(len(pool))]
 	args := append([]string{"forget"}, sc.flags()...)
 	args = append(args, "--tenant", ev.tenant, "--user", ev.user, "--allow-empty", "--requested-by", "schedule", "--format", "json")
+	skew := sc.forgetSkew()
 	before := sc.r.IntN(4) == 0
 	if before {
-		args = append(args, "--before", time.Now().Add(-time.Duration(sc.r.IntN(600))*time.Second).UTC().Format(time.RFC3339))
+		args = append(args, "--before", time.Now().Add(min(0, skew)-time.Duration(sc.r.IntN(600))*time.Second).UTC().Format(time.RFC3339))
 	}
-	out, err := exec.Command(sc.s.bin, args...).Output()
+	cmd := exec.Command(forgetBinary(sc.t, sc.s.bin), args...)
+	cmd.Env = append(os.Environ(), "TESTENV_FORGET_CLOCK_SKEW="+skew.String())
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if skew.Abs() > erasureClockTolerance+5*time.Second {
+		// Past the tolerance forget refuses, and records nothing.
+		if err == nil || !strings.Contains(stderr.String(), "refusing to record") {
+			sc.t.Fatalf("forget %s/%s with its clock %s off: %v, want a refusal\n%s%s", ev.tenant, ev.user, skew, err, out, stderr.String())
+		}
+		sc.note("forget %s/%s refused, its clock %s off", ev.tenant, ev.user, skew)
+		return
+	}
 	if err != nil {
-		sc.t.Fatalf("forget %s/%s: %v\n%s", ev.tenant, ev.user, err, out)
+		sc.t.Fatalf("forget %s/%s (its clock %s off): %v\n%s%s", ev.tenant, ev.user, skew, err, out, stderr.String())
 	}
 	var rc struct {
 		ErasedUpTo time.Time `json:"erased_up_to"`
@@ -318,7 +333,60 @@ func (sc *schedule) forget() {
 		f.ends = rc.Below.Ends
 	}
 	sc.forgets = append(sc.forgets, f)
-	sc.note("forget %s/%s up to %s, mark %v (--before %t)", f.tenant, f.user, f.upTo.Format(time.RFC3339Nano), f.ends, before)
+	sc.note("forget %s/%s up to %s, mark %v (--before %t, its clock %s off)", f.tenant, f.user, f.upTo.Format(time.RFC3339Nano), f.ends, before, skew)
+}
+
+// erasureClockTolerance is how far forget's clock may lie from
+// Bigtable's before it refuses (erasure.ClockTolerance).
+const erasureClockTolerance = time.Minute
+
+// forgetSkew draws how far forget's host clock lies off: mostly not at
+// all, often within the tolerance, ahead or behind, now and then past it.
+// Zero when the worker binary is not the suite's own build (it cannot be
+// moved there).
+func (sc *schedule) forgetSkew() time.Duration {
+	if os.Getenv("TESTENV_WORKER_BIN") != "" {
+		return 0
+	}
+	switch n := sc.r.IntN(10); {
+	case n < 5:
+		return 0
+	case n < 9:
+		return time.Duration(sc.r.IntN(100)-50) * time.Second
+	default:
+		return time.Duration(1-2*sc.r.IntN(2)) * (erasureClockTolerance + time.Duration(10+sc.r.IntN(30))*time.Second)
+	}
+}
+
+var (
+	skewBuild    sync.Once
+	skewBin      string
+	skewBuildErr error
+)
+
+// forgetBinary is a build of the worker whose forget clock
+// TESTENV_FORGET_CLOCK_SKEW moves (the build tag skewclock), built once;
+// bin itself when the suite runs another build (TESTENV_WORKER_BIN).
+func forgetBinary(t *testing.T, bin string) string {
+	t.Helper()
+	if os.Getenv("TESTENV_WORKER_BIN") != "" {
+		return bin
+	}
+	skewBuild.Do(func() {
+		dir, err := os.MkdirTemp("", "cellttl-worker-skewclock")
+		if err != nil {
+			skewBuildErr = err
+			return
+		}
+		skewBin = filepath.Join(dir, "worker")
+		if out, err := exec.Command("go", "build", "-tags", "skewclock", "-o", skewBin, "github.com/cellttl/cellttl/cmd/worker").CombinedOutput(); err != nil {
+			skewBuildErr = fmt.Errorf("build the worker with its forget clock movable: %v\n%s", err, out)
+		}
+	})
+	if skewBuildErr != nil {
+		t.Fatal(skewBuildErr)
+	}
+	return skewBin
 }
 
 // wait lets time pass: records expire, the broker deletes segments, an

@@ -110,7 +110,7 @@ func (fo *forgetCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 			return usageError(err)
 		}
 	}
-	now := time.Now().UTC().Truncate(time.Millisecond)
+	now := wallClock().UTC().Truncate(time.Millisecond)
 	var before time.Time
 	if fo.before != "" {
 		if before, err = parseWhen("--before", fo.before, now); err != nil {
@@ -133,7 +133,7 @@ func (fo *forgetCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	facts, err := retention.Gather(ctx, fo.topics.sources(s, fo.table), time.Now())
+	facts, err := retention.Gather(ctx, fo.topics.sources(s, fo.table), wallClock())
 	if err != nil {
 		return fmt.Errorf("read how long the topics keep copies (the ledger record must live as long): %w", err)
 	}
@@ -145,7 +145,9 @@ func (fo *forgetCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	rc, err := forget.Forget(ctx, s.dc.Open(fo.table.Table), erasure.NewStore(s.dc, fo.table.ErasureTable()), forget.Request{
+	ledger := erasure.NewStore(s.dc, fo.table.ErasureTable())
+	ledger.SetClock(wallClock)
+	rc, err := forget.Forget(ctx, s.dc.Open(fo.table.Table), ledger, forget.Request{
 		Tenant: fo.tenant, Users: users, RequestedBy: fo.requestedBy, Operator: operator(),
 		Now: now, Before: before, MaxClockSkew: fo.topics.pipe.Decoder.MaxClockSkew,
 		DryRun: fo.dryRun, AllowEmpty: fo.allowEmpty,
