@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/binary"
 	"testing"
 	"time"
@@ -76,13 +77,29 @@ func BenchmarkHotPathFormats(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	protoValue, fdp := protoClick(b, at)
 	b.Run("protobuf", func(b *testing.B) {
-		hotPathWith(b, event.DefaultFields(), ingest.Message{Value: framed(protoClick(b, at), 0)}, oneSchema{pc})
+		hotPathWith(b, event.DefaultFields(), ingest.Message{Value: framed(protoValue, 0)}, oneSchema{pc})
+	})
+	// The same schema as Confluent's serializers register it, a base64
+	// FileDescriptorProto: compiled once, as text is, the values read by
+	// the same walk.
+	desc, err := proto.Marshal(fdp)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sc, err := schema.Compile(context.Background(), schema.Protobuf, schema.Source{Type: sr.TypeProtobuf, Text: base64.StdEncoding.EncodeToString(desc)}, m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("protobuf-serialized", func(b *testing.B) {
+		hotPathWith(b, event.DefaultFields(), ingest.Message{Value: framed(protoValue, 0)}, oneSchema{sc})
 	})
 }
 
-// protoClick encodes the benchmark's click with the Go Protobuf runtime.
-func protoClick(b *testing.B, at time.Time) []byte {
+// protoClick encodes the benchmark's click with the Go Protobuf runtime,
+// and returns its schema's descriptor.
+func protoClick(b *testing.B, at time.Time) ([]byte, *descriptorpb.FileDescriptorProto) {
 	ts := &descriptorpb.FieldDescriptorProto{Name: proto.String("occurred_at"), Number: proto.Int32(4), Type: descriptorpb.FieldDescriptorProto_TYPE_MESSAGE.Enum(), TypeName: proto.String(".google.protobuf.Timestamp")}
 	var fields []*descriptorpb.FieldDescriptorProto
 	for i, n := range []string{"event_id", "tenant_id", "user_id", "", "page", "referrer", "payload"} {
@@ -116,7 +133,7 @@ func protoClick(b *testing.B, at time.Time) []byte {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return v
+	return v, fdp
 }
 
 // hotPathWith is hotPath with values read by r.
