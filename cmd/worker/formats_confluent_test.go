@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -49,7 +50,9 @@ func TestConfluentPythonSerializers(t *testing.T) {
 			f := startFormatTestWith(t, unlisted, tc.format)
 			at := time.Now().Add(-5 * time.Minute).Truncate(time.Second).Add(123456789 * time.Nanosecond)
 			const n = 6
-			cmd := exec.Command(python, "testdata/confluent_producer.py", tc.mode, strings.Join(f.brokers, ","), f.topic, f.ccompat, fmt.Sprint(n), "py", fmt.Sprint(at.UnixNano()))
+			ctx, cancel := context.WithTimeout(t.Context(), commandTimeout)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, python, "testdata/confluent_producer.py", tc.mode, strings.Join(f.brokers, ","), f.topic, f.ccompat, fmt.Sprint(n), "py", fmt.Sprint(at.UnixNano()))
 			if out, err := cmd.CombinedOutput(); err != nil {
 				t.Fatalf("confluent_producer.py %s: %v\n%s", tc.mode, err, out)
 			}

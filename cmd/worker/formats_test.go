@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -83,7 +84,9 @@ func (f *formatTest) produce(t *testing.T, version, count int, prefix string, at
 func (f *formatTest) runProducer(t *testing.T, mode, topic string, version, count int, prefix string, at time.Time) {
 	t.Helper()
 	apis := strings.TrimSuffix(f.ccompat, "/ccompat/v7")
-	cmd := exec.Command("java", "-cp", f.serdes+"/*", "testdata/RegistryProducer.java", mode, strings.Join(f.brokers, ","), topic, apis,
+	ctx, cancel := context.WithTimeout(t.Context(), commandTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "java", "-cp", f.serdes+"/*", "testdata/RegistryProducer.java", mode, strings.Join(f.brokers, ","), topic, apis,
 		fmt.Sprint(version), fmt.Sprint(count), prefix, fmt.Sprint(at.UnixNano()))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("RegistryProducer %s: %v\n%s", mode, err, out)

@@ -77,12 +77,21 @@ func (e *env) args(cmd string, extra ...string) []string {
 }
 
 // cmd runs a worker command in-process and returns its stdout and error.
+// It gets commandTimeout: a command that waits for good (on a registry, a
+// broker) fails its test with what it said, not the whole binary at go
+// test's timeout with nothing.
 func (e *env) cmd(t *testing.T, cmd string, extra ...string) (string, error) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	err := run(context.Background(), e.args(cmd, extra...), &out, &errOut)
+	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
+	defer cancel()
+	err := run(ctx, e.args(cmd, extra...), &out, &errOut)
 	return out.String() + errOut.String(), err
 }
+
+// commandTimeout bounds each command a test runs to its end, in-process
+// or a producer of another client.
+const commandTimeout = 3 * time.Minute
 
 // syncBuffer is shared by a logger and the test.
 type syncBuffer = testenv.Buffer

@@ -57,10 +57,6 @@ type Schemas struct {
 
 	fetches metric.Int64Counter
 
-	// textOnly is set once the registry refused format=serialized (see
-	// serialized): it is asked for Protobuf schemas as they are stored.
-	textOnly atomic.Bool
-
 	// cmu guards Check's last answer, and when it was asked.
 	cmu       sync.Mutex
 	checkedAt time.Time
@@ -210,15 +206,7 @@ func (s *Schemas) resolve(ctx context.Context, id uint32) (*entry, error) {
 	// the references, by a few of them.
 	rctx, cancel := context.WithTimeout(ctx, 3*s.timeout)
 	defer cancel()
-	rctx = s.serialized(rctx)
 	sch, err := s.client.SchemaByID(rctx, int(id))
-	if refusedFormat(err) && !s.textOnly.Swap(true) {
-		s.log.Info("the schema registry does not give Protobuf schemas serialized (format=serialized); it is asked for them as stored", "status", bounded.Text(err.Error(), bounded.Answer))
-		var cancel2 context.CancelFunc
-		rctx, cancel2 = context.WithTimeout(ctx, 3*s.timeout) // ctx: without the parameter
-		defer cancel2()
-		sch, err = s.client.SchemaByID(rctx, int(id))
-	}
 	switch {
 	case notFound(err, 40403):
 		s.fetches.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", "not_found")))
@@ -249,27 +237,6 @@ func (s *Schemas) resolve(ctx context.Context, id uint32) (*entry, error) {
 	}
 	s.fetches.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", "found")))
 	return &entry{c: c}, nil
-}
-
-// serialized asks, for Protobuf, the schemas as the producer's serializer
-// registered them, a FileDescriptorProto (format=serialized): Confluent's
-// registry renders them as .proto text by default, which is a rendering
-// (Redpanda's and Apicurio's return what was stored either way). Both
-// forms are read; the descriptor is exact, and needs no parser. A
-// registry that refuses the parameter (Redpanda before 25.2: 501) is
-// asked without it from then on (textOnly).
-func (s *Schemas) serialized(ctx context.Context) context.Context {
-	if s.format != schema.Protobuf || s.textOnly.Load() {
-		return ctx
-	}
-	return sr.WithParams(ctx, sr.Format("serialized"))
-}
-
-// refusedFormat reports whether err is a registry's refusal of a query
-// parameter: 400, 422 or 501, not a 404 (the id is not there).
-func refusedFormat(err error) bool {
-	var re *sr.ResponseError
-	return errors.As(err, &re) && (re.StatusCode == http.StatusBadRequest || re.StatusCode == http.StatusUnprocessableEntity || re.StatusCode == http.StatusNotImplemented)
 }
 
 // timedOut names --schema-registry-timeout in an error of a request that
