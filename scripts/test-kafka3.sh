@@ -5,8 +5,8 @@
 # transactions (ingest), topic settings and record timestamps (kafkaconn,
 # the dead-letter topics, the retention facts), the contract's events end
 # to end through the worker, the producers no one here wrote (Kafka's
-# console and Java producers, 3.9's client), and the fault suite's short
-# form. docs/testing.md says why this subset.
+# console and Java producers, 3.9's client), a Java consumer in the
+# workers' group, and the fault suite's short form. docs/testing.md says why this subset.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,7 +23,7 @@ echo "the Kafka 3 subset against Kafka $TESTENV_KAFKA_VERSION at $KAFKA_BROKERS 
 status=0
 go test -race -count=1 -timeout 20m -p 2 ./ingest/... ./internal/kafkaconn ./deadletter ./retention/... || status=1
 go test -race -count=1 -timeout 20m -parallel 4 ./cmd/worker \
-	-run 'Contract|Transaction|Retention|Stamp|Timestamp|IndependentProducer|JavaProducer|Erasure|DeadLetterTopics' || status=1
+	-run 'Contract|Transaction|Retention|Stamp|Timestamp|IndependentProducer|JavaProducer|JavaConsumer|Erasure|DeadLetterTopics' || status=1
 # Last: it kills and restarts its broker. The scenarios that hold a worker
 # to its memory bound first, alone, as scripts/test.sh runs them.
 bounds='^(TestMemoryUnderBacklog|TestStuckOffsetMemory|TestBigtableFaults|TestCompressedBatchesPastTheBound|TestGCRuleChangedUnderWorkers)$'
