@@ -192,6 +192,19 @@ func (l *Ledger) Resolve(ctx context.Context, tenant, user string) error {
 	return l.compact.resolve(ctx, tenant, user)
 }
 
+// KnownKeys reports whether Known holds for the user of every row key.
+func (l *Ledger) KnownKeys(keys []string) bool {
+	if l == nil || l.compact == nil {
+		return true
+	}
+	for _, key := range keys {
+		if k, err := rowkey.Parse(key); err == nil && !l.Known(k.Tenant, k.User) {
+			return false
+		}
+	}
+	return true
+}
+
 // ResolveKey is Resolve for the user of a row key.
 func (l *Ledger) ResolveKey(ctx context.Context, key string) error {
 	if l == nil || l.compact == nil {

@@ -214,7 +214,13 @@ func (p *retimer) tenant(ctx context.Context, tenant string, ti, n int) error {
 	readErr := p.tbl.ReadRows(ctx, rng, func(r bigtable.Row) bool {
 		row := readRow(r, p.family)
 		p.rep.Scanned++
-		if m := plan(&row, tenant, p.policy, p.o.WrittenUnder, p.o.ledger(), now, &p.rep); m != nil {
+		ledger := p.o.ledger()
+		// A user the ledger holds compact is looked up before the row is
+		// planned: its rows are deleted, not left as they are.
+		if flushErr = ledger.ResolveKey(ctx, row.key); flushErr != nil {
+			return false
+		}
+		if m := plan(&row, tenant, p.policy, p.o.WrittenUnder, ledger, now, &p.rep); m != nil {
 			p.keys, p.muts = append(p.keys, row.key), append(p.muts, m)
 		}
 		if p.rep.Scanned%batchRows == 0 {
@@ -277,16 +283,24 @@ func (p *retimer) apply(ctx context.Context) error {
 	// deleted, not re-timed (forget may have deleted them already, and a
 	// rewrite would bring them back). The write is bounded by
 	// attemptTimeout, so that it cannot land after forget's second pass.
-	if p.o.ErasuresHeld != nil {
-		if err := p.o.ErasuresHeld(); err != nil {
+	// The users the ledger holds compact are looked up first, which may
+	// take a while; then the ledger's age is checked and the ledger taken,
+	// so that the write follows one no older than the bound.
+	for {
+		if err := p.resolve(ctx, p.o.ledger()); err != nil {
 			return err
+		}
+		if p.o.ErasuresHeld != nil {
+			if err := p.o.ErasuresHeld(); err != nil {
+				return err
+			}
+		}
+		if p.o.ledger().KnownKeys(p.keys) {
+			break // else a reread came between: look up again under it
 		}
 	}
 	if l := p.o.ledger(); l.Len() > 0 {
 		for i, k := range p.keys {
-			if err := l.ResolveKey(ctx, k); err != nil {
-				return err
-			}
 			if l.ErasedKey(k, erasure.Position{}) {
 				p.muts[i] = bigtable.NewMutation()
 				p.muts[i].DeleteRow()
@@ -294,6 +308,16 @@ func (p *retimer) apply(ctx context.Context) error {
 		}
 	}
 	return applyBulk(ctx, tracerOf(p.o.Tracers), p.tbl, p.keys, p.muts)
+}
+
+// resolve looks up, in l, the users of the rows planned.
+func (p *retimer) resolve(ctx context.Context, l *erasure.Ledger) error {
+	for _, k := range p.keys {
+		if err := l.ResolveKey(ctx, k); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // tenantsIn lists the tenants whose rows the table holds, in key order,
