@@ -16,34 +16,20 @@ import (
 // mark of its input topic); a user it does not name is known at once, and
 // not erased. A dead letter of a user not yet looked up keeps no payload.
 func TestCompactHoldsRecordsKeptForever(t *testing.T) {
-	dc, ac := testenv.Clients(t)
 	ctx := context.Background()
-	name := testenv.Name("ledger")
-	createLedger(t, ac, name)
-	s := NewStore(dc, name)
-	s.CompactAbove = 2
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	upTo := now.Add(-time.Hour)
 	const users = 40
+	var recs []Record
 	for i := range users {
 		r := Record{Tenant: "acme", User: fmt.Sprintf("u-%d", i), UpTo: upTo, RecordedAt: now, RequestedBy: "t"}
 		if i%2 == 1 {
 			r.Below = &Mark{Topic: "clicks", Ends: []int64{100}}
 		}
-		if err := s.Put(ctx, r); err != nil {
-			t.Fatal(err)
-		}
+		recs = append(recs, r)
 	}
-	if err := s.Put(ctx, Record{Tenant: "acme", User: "u-expiring", UpTo: upTo, RecordedAt: now, Expires: now.Add(time.Hour)}); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := s.Index(ctx, now); err != nil { // as worker setup does
-		t.Fatal(err)
-	}
-	w := NewWatch(s, time.Minute, slog.New(slog.DiscardHandler))
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	recs = append(recs, Record{Tenant: "acme", User: "u-expiring", UpTo: upTo, RecordedAt: now, Expires: now.Add(time.Hour)})
+	w, _ := compactWatch(t, 2, now, recs...)
 	l := w.Current()
 	if got := l.compact.len(); got != users-2 {
 		t.Fatalf("records held compact: %d, want %d (all kept forever but the first two)", got, users-2)
@@ -112,37 +98,49 @@ func TestCompactHoldsRecordsKeptForever(t *testing.T) {
 // A lookup the ledger table cannot answer is tried again until it can:
 // the record waits, it is never taken as not erased.
 func TestCompactLookupWaitsForTheTable(t *testing.T) {
-	dc, ac := testenv.Clients(t)
 	ctx := context.Background()
-	name := testenv.Name("ledger")
-	createLedger(t, ac, name)
-	s := NewStore(dc, name)
-	s.CompactAbove = 1
 	now := time.Now().UTC().Truncate(time.Millisecond)
-	for _, u := range []string{"u-1", "u-2"} {
-		if err := s.Put(ctx, Record{Tenant: "acme", User: u, UpTo: now, RecordedAt: now}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, _, err := s.Index(ctx, now); err != nil { // as worker setup does
-		t.Fatal(err)
-	}
-	w := NewWatch(s, time.Minute, slog.New(slog.DiscardHandler))
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	w, drop := compactWatch(t, 1, now, Record{Tenant: "acme", User: "u-1", UpTo: now, RecordedAt: now}, Record{Tenant: "acme", User: "u-2", UpTo: now, RecordedAt: now})
 	l := w.Current()
 	u := "u-1"
 	if l.Known("acme", u) {
 		u = "u-2"
 	}
-	if err := ac.DeleteTable(ctx, name); err != nil {
-		t.Fatal(err)
-	}
+	drop()
 	sctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
 	if err := l.Resolve(sctx, "acme", u); err == nil || l.Known("acme", u) {
 		t.Fatalf("a lookup without the table: %v, known %v; want it to wait until its context ends", err, l.Known("acme", u))
+	}
+}
+
+// compactWatch puts recs into a new ledger table, indexes them as worker
+// setup does, and starts a watch holding records kept forever exactly up
+// to above; drop deletes the table under it.
+func compactWatch(t *testing.T, above int, now time.Time, recs ...Record) (w *Watch, drop func()) {
+	t.Helper()
+	dc, ac := testenv.Clients(t)
+	ctx := context.Background()
+	name := testenv.Name("ledger")
+	createLedger(t, ac, name)
+	s := NewStore(dc, name)
+	s.CompactAbove = above
+	for _, r := range recs {
+		if err := s.Put(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := s.Index(ctx, now); err != nil {
+		t.Fatal(err)
+	}
+	w = NewWatch(s, time.Minute, slog.New(slog.DiscardHandler))
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return w, func() {
+		if err := ac.DeleteTable(ctx, name); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
