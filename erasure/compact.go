@@ -132,23 +132,35 @@ func (c *compact) remember(k userKey, a answer) {
 func (c *compact) resolve(ctx context.Context, tenant, user string) error {
 	b := retry.New(ctx, retry.Policy{Initial: 100 * time.Millisecond, Max: 10 * time.Second})
 	for {
-		e, ok, err := c.lookup(ctx, tenant, user)
+		err := c.ask(ctx, tenant, user)
 		if err == nil {
-			c.mu.Lock()
-			c.remember(userKey{tenant, user}, answer{e: e, ok: ok})
-			c.mu.Unlock()
 			return nil
 		}
 		if !b.Wait() {
-			return fmt.Errorf("look up the erasure of a user of %s: %w", tenant, err)
+			return err
 		}
 	}
+}
+
+// ask looks the user up once and keeps the answer.
+func (c *compact) ask(ctx context.Context, tenant, user string) error {
+	e, ok, err := c.lookup(ctx, tenant, user)
+	if err != nil {
+		return fmt.Errorf("look up the erasure of a user of %s: %w", tenant, err)
+	}
+	c.mu.Lock()
+	c.remember(userKey{tenant, user}, answer{e: e, ok: ok})
+	c.mu.Unlock()
+	return nil
 }
 
 // lookupUser reads the records in force of one user: the compact part's
 // lookup.
 func (s *Store) lookupUser(ctx context.Context, tenant, user string) (erased, bool, error) {
 	l, err := s.LoadUsers(ctx, tenant, []string{user}, s.clock())
+	if ctx.Err() == nil { // a stop is not the table failing
+		s.lookups.done(err)
+	}
 	if err != nil {
 		return erased{}, false, err
 	}

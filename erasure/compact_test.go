@@ -2,12 +2,16 @@ package erasure
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/cellttl/cellttl/internal/testenv"
+	"github.com/cellttl/cellttl/rowkey"
+	"github.com/cellttl/cellttl/sink"
 )
 
 // Records that never expire past the first CompactAbove are held as a
@@ -194,4 +198,96 @@ func BenchmarkCompact(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(words*8)/n, "filter_B/record")
+}
+
+// A row decided before its user was erased, whose write stalls across
+// two rereads of the records in force, is rechecked before it is sent
+// (Watch.Admits): after the rereads the record is held compact and its
+// answer is gone, so the recheck looks the user up and withdraws the row.
+// A recheck the ledger table cannot answer holds the write, neither
+// written nor withdrawn, and says so: /status, the counters, and /readyz
+// past LookupPatience.
+func TestAdmitsLooksUpUsersHeldCompact(t *testing.T) {
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	first := Record{Tenant: "acme", User: "u-first", UpTo: now, RecordedAt: now}
+	w, drop := compactWatch(t, 1, now, first)
+	// Users whose index cells come after u-first's: past the one record
+	// held exactly, a reread holds them compact.
+	var late []string
+	for i := 0; len(late) < 2; i++ {
+		u := fmt.Sprintf("u-%d", i)
+		if indexKey(never, "acme", u, now.UnixMilli()) > indexKey(never, "acme", first.User, now.UnixMilli()) {
+			late = append(late, u)
+		}
+	}
+	dc, ac := testenv.Clients(t)
+	events := sink.Target(testenv.Table(t, ac, dc, 48*time.Hour))
+	cfg := sink.DefaultWriterConfig()
+	cfg.InitialBackoff, cfg.MaxBackoff, cfg.Gate = 10*time.Millisecond, 50*time.Millisecond, w
+	sw, err := sink.NewWriter(dc, events, cfg, nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Rows decided now, before their users are erased.
+	gen := w.Generation()
+	row := func(user string) sink.Row {
+		return sink.Row{Key: rowkey.Key("acme", user, "e1", now.Add(-time.Hour).UnixMilli()), Timestamp: now.UnixMicro(), Value: []byte("v"), Gen: gen}
+	}
+	for _, u := range late {
+		if !w.Current().Known("acme", u) || w.Current().Erased("acme", u, now.Add(-time.Hour).UnixMilli(), Position{}) {
+			t.Fatalf("%s known %v, erased before its record", u, w.Current().Known("acme", u))
+		}
+		if err := w.store.Put(ctx, Record{Tenant: "acme", User: u, UpTo: now, RecordedAt: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		w.mu.Lock()
+		w.rereadAt = time.Time{}
+		w.mu.Unlock()
+		w.refresh(ctx)
+	}
+	if st := w.Status(); st.CompactUsers != 2 || st.Error != "" {
+		t.Fatalf("after two rereads: %+v, want the two late users held compact", st)
+	}
+	for _, u := range late {
+		if w.Current().Known("acme", u) {
+			t.Fatalf("%s known after the rereads: the recheck would not need to look it up", u)
+		}
+	}
+	rows := []sink.Row{row(late[0]), row("u-never-erased")}
+	res, err := sw.Write(ctx, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(res[0], sink.ErrWithdrawn) || res[1] != nil {
+		t.Fatalf("results %v, want the erased user's row withdrawn and the other written", res)
+	}
+	if row, err := dc.Open(events.Table).ReadRow(ctx, rows[0].Key); err != nil || len(row) != 0 {
+		t.Fatalf("the erased user's row: %v %v, want none", row, err)
+	}
+
+	// The ledger table gone: the recheck of late[1] cannot be answered.
+	drop()
+	wctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	res, err = sw.Write(wctx, []sink.Row{row(late[1])})
+	if err == nil || errors.Is(res[0], sink.ErrWithdrawn) {
+		t.Fatalf("a recheck without the ledger table: %v, %v; want the write held until its context ends", res, err)
+	}
+	if row, err := dc.Open(events.Table).ReadRow(ctx, row(late[1]).Key); err != nil || len(row) != 0 {
+		t.Fatalf("the row held: %v %v, want none", row, err)
+	}
+	st := w.Status()
+	if st.LookupsFailingSince == nil || !strings.Contains(st.LookupError, "does not exist") || w.store.lookups.failed.Load() == 0 {
+		t.Errorf("status while lookups fail: since %v, error %q, %d failed", st.LookupsFailingSince, st.LookupError, w.store.lookups.failed.Load())
+	}
+	if err := w.Problem(); err != nil {
+		t.Errorf("ready within LookupPatience: %v", err)
+	}
+	w.store.lookups.now = func() time.Time { return time.Now().Add(LookupPatience + time.Second) }
+	if err := w.Problem(); err == nil || !strings.Contains(err.Error(), "have failed since") {
+		t.Errorf("not ready past LookupPatience: %v", err)
+	}
 }

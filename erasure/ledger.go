@@ -154,8 +154,9 @@ func (l *Ledger) Generation() uint64 {
 //
 // A user the compact part may hold is erased by it only once Resolve has
 // looked the user up: Decide asks Known first, and sets the record aside
-// until then. The checks made again before a write (Admits) need no
-// lookup: an erasure recorded since the decision is held exactly.
+// until then. The check made again before a write (Watch.Admits) looks up
+// too: an answer is kept only until the second reread after it, and a
+// reread may hold compact a record the journal reads missed.
 func (l *Ledger) Erased(tenant, user string, millis int64, p Position) bool {
 	if l == nil || user == "" {
 		return false
@@ -215,6 +216,19 @@ func (l *Ledger) ResolveKey(ctx context.Context, key string) error {
 		return nil // ErasedKey does not erase it either
 	}
 	return l.Resolve(ctx, k.Tenant, k.User)
+}
+
+// askKey looks up, once, the user of a row key that Known says is not
+// known.
+func (l *Ledger) askKey(ctx context.Context, key string) error {
+	if l == nil || l.compact == nil {
+		return nil
+	}
+	k, err := rowkey.Parse(key)
+	if err != nil || l.Known(k.Tenant, k.User) {
+		return nil // ErasedKey does not erase an unparsable key either
+	}
+	return l.compact.ask(ctx, k.Tenant, k.User)
 }
 
 // ErasedKey is Erased for a row key, of a record read at p (the zero

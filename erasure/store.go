@@ -108,6 +108,8 @@ type Store struct {
 	// compacted is how many the last read held compact: the next sizes
 	// its filter by it.
 	compacted atomic.Int64
+	// lookups is how the compact part's lookups fare.
+	lookups lookups
 }
 
 // NewStore returns the store of the ledger table named table.

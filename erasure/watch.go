@@ -12,6 +12,7 @@ import (
 
 	"github.com/cellttl/cellttl/internal/retry"
 	"github.com/cellttl/cellttl/internal/tick"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
 
@@ -94,6 +95,9 @@ type Watch struct {
 // NewWatch returns a watch of store's ledger, to be started with Start.
 func NewWatch(store *Store, interval time.Duration, log *slog.Logger) *Watch {
 	w := &Watch{store: store, interval: interval, log: log, now: time.Now, rereadEvery: RereadEvery}
+	store.lookups.mu.Lock()
+	store.lookups.log = log
+	store.lookups.mu.Unlock()
 	w.cur.Store(&Ledger{})
 	return w
 }
@@ -333,10 +337,20 @@ func (w *Watch) Generation() uint64 { return w.cur.Load().gen }
 
 // Admits reports whether the row at key, of the record read at topic,
 // partition and offset ("" for a row whose record is not known), may be
-// written under the ledger in force.
-func (w *Watch) Admits(key, topic string, partition int, offset int64) bool {
-	return !w.cur.Load().ErasedKey(key, Position{Topic: topic, Partition: partition, Offset: offset})
+// written under the ledger in force. A user the compact part may hold is
+// looked up first, once: its error says the ledger cannot tell yet, and
+// the write waits (sink.Gate).
+func (w *Watch) Admits(ctx context.Context, key, topic string, partition int, offset int64) (bool, error) {
+	l := w.cur.Load()
+	if err := l.askKey(ctx, key); err != nil {
+		return false, err
+	}
+	return !l.ErasedKey(key, Position{Topic: topic, Partition: partition, Offset: offset}), nil
 }
+
+// Problem is why records wait for lookups of users held compact, once
+// the lookups have failed for longer than LookupPatience: for /readyz.
+func (w *Watch) Problem() error { return w.store.lookups.problem() }
 
 // Held returns why writes must wait: the ledger in force was loaded more
 // than StaleAfter intervals ago, so an erasure recorded since might not be
@@ -358,8 +372,12 @@ type Status struct {
 	ErasedUsers int    `json:"erased_users"`
 	// CompactUsers is how many of ErasedUsers are of records kept forever
 	// held as a filter (see compact): an event of one waits for a lookup.
-	CompactUsers int    `json:"compact_users,omitempty"`
-	Generation   uint64 `json:"generation"`
+	CompactUsers int `json:"compact_users,omitempty"`
+	// LookupsFailingSince is set while the lookups of users held compact
+	// fail: records of those users wait, each holding its partition.
+	LookupsFailingSince *time.Time `json:"lookups_failing_since,omitempty"`
+	LookupError         string     `json:"lookup_error,omitempty"`
+	Generation          uint64     `json:"generation"`
 	// LoadedAt is when the load in force began: every record written
 	// before it is obeyed.
 	LoadedAt time.Time `json:"loaded_at"`
@@ -390,6 +408,9 @@ func (w *Watch) Status() Status {
 	if w.lastErr != nil {
 		s.Error = w.lastErr.Error()
 	}
+	if since, err := w.store.lookups.waiting(); !since.IsZero() {
+		s.LookupsFailingSince, s.LookupError = &since, err.Error()
+	}
 	if w.now().Sub(w.loadedAt) > StaleAfter*w.interval {
 		s.State = "stale"
 	}
@@ -403,11 +424,16 @@ func (w *Watch) RegisterMetrics(m metric.Meter) error {
 		metric.WithDescription("users the erasure ledger in force erases"))
 	age, err2 := m.Float64ObservableGauge("cellttl.erasure.ledger_age", metric.WithUnit("s"),
 		metric.WithDescription("seconds since the erasure ledger in force began loading; writes wait past 3 × --erasure-refresh"))
-	if err := errors.Join(err1, err2); err != nil {
+	lookups, err3 := m.Int64ObservableCounter("cellttl.erasure.lookups", metric.WithUnit("{lookup}"),
+		metric.WithDescription("lookups of users the erasure ledger holds compact (records kept forever past --erasure-exact-forever), by outcome: answered, failed (the record or row waits and asks again)"))
+	if err := errors.Join(err1, err2, err3); err != nil {
 		return fmt.Errorf("register erasure metrics: %w", err)
 	}
+	answered, failed := metric.WithAttributes(attribute.String("outcome", "answered")), metric.WithAttributes(attribute.String("outcome", "failed"))
 	_, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		o.ObserveInt64(users, int64(w.Current().Len()))
+		o.ObserveInt64(lookups, w.store.lookups.answered.Load(), answered)
+		o.ObserveInt64(lookups, w.store.lookups.failed.Load(), failed)
 		w.mu.Lock()
 		loaded := w.loadedAt
 		w.mu.Unlock()
@@ -415,7 +441,7 @@ func (w *Watch) RegisterMetrics(m metric.Meter) error {
 			o.ObserveFloat64(age, w.now().Sub(loaded).Seconds())
 		}
 		return nil
-	}, users, age)
+	}, users, age, lookups)
 	if err != nil {
 		return fmt.Errorf("register erasure metrics: %w", err)
 	}

@@ -3,7 +3,6 @@ package pipeline
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -44,7 +43,8 @@ func TestCompactErasureLookupHoldsOnlyItsPartition(t *testing.T) {
 	if _, _, err := store.Index(ctx, now); err != nil {
 		t.Fatal(err)
 	}
-	w := erasure.NewWatch(store, time.Minute, slog.New(slog.DiscardHandler))
+	logs, log := testenv.NewLogs()
+	w := erasure.NewWatch(store, time.Minute, log)
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -78,6 +78,11 @@ func TestCompactErasureLookupHoldsOnlyItsPartition(t *testing.T) {
 	if got := fmt.Sprint(wr.events()); got != "[e-3 e-4]" || src.committed() != -1 {
 		t.Fatalf("while the lookup cannot be answered: rows %s committed %d, want [e-3 e-4] and nothing of partition 0", got, src.committed())
 	}
+	// The wait says so, once, for as long as it lasts.
+	const failing, answering = "looking up erased users held compact fails", "lookups of erased users held compact answer again"
+	if n, st := logs.Count(failing), w.Status(); n != 1 || st.LookupsFailingSince == nil {
+		t.Errorf("while the lookup cannot be answered: %d warnings, failing since %v; want 1 and a time", n, st.LookupsFailingSince)
+	}
 	createLedgerTable(t, ac, name)
 	put()
 	testenv.Eventually(t, 20*time.Second, func() (bool, string) {
@@ -85,6 +90,9 @@ func TestCompactErasureLookupHoldsOnlyItsPartition(t *testing.T) {
 	})
 	if err := stop(); err != nil {
 		t.Fatal(err)
+	}
+	if n, m, st := logs.Count(failing), logs.Count(answering), w.Status(); n != 1 || m != 1 || st.LookupsFailingSince != nil {
+		t.Errorf("once answered: %d warnings, %d recoveries, failing since %v; want 1, 1, none", n, m, st.LookupsFailingSince)
 	}
 	if got := fmt.Sprint(wr.events()); got != "[e-1 e-3 e-4]" {
 		t.Errorf("rows %s, want [e-1 e-3 e-4] (%s's e-0 and e-2 erased)", got, gone)

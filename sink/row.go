@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"context"
 	"errors"
 	"time"
 )
@@ -50,8 +51,10 @@ type Gate interface {
 	// Generation grows whenever Admits may refuse a row it admitted.
 	Generation() uint64
 	// Admits reports whether the row at key, of the record read at topic,
-	// partition and offset, may be written.
-	Admits(key, topic string, partition int, offset int64) bool
+	// partition and offset, may be written. An error says the gate cannot
+	// tell yet (a lookup failed): the row is neither written nor
+	// withdrawn, and the write asks again after a backoff.
+	Admits(ctx context.Context, key, topic string, partition int, offset int64) (bool, error)
 }
 
 // ErrWithdrawn is the result of a row the Gate withdrew: it was not

@@ -165,7 +165,11 @@ func (w *Writer) Write(ctx context.Context, rows []Row) ([]error, error) {
 			}
 		}
 		if w.cfg.Gate != nil {
-			if pending = w.withdraw(rows, pending, results); len(pending) == 0 {
+			var err error
+			if pending, err = w.withdraw(ctx, rows, pending, results); err != nil {
+				return &held{err}
+			}
+			if len(pending) == 0 {
 				return nil
 			}
 		}
@@ -193,14 +197,21 @@ func (w *Writer) Write(ctx context.Context, rows []Row) ([]error, error) {
 
 // withdraw asks the gate about the rows at pending decided under an older
 // generation, records ErrWithdrawn for those it refuses, and returns the
-// rest. With the generation unchanged it only compares numbers.
-func (w *Writer) withdraw(rows []Row, pending []int, results []error) []int {
+// rest. With the generation unchanged it only compares numbers. A gate
+// that cannot tell ends the pass: the rows not yet asked about stay
+// pending, as they were.
+func (w *Writer) withdraw(ctx context.Context, rows []Row, pending []int, results []error) ([]int, error) {
 	gen := w.cfg.Gate.Generation()
 	kept := pending[:0]
-	for _, i := range pending {
+	for j, i := range pending {
 		r := &rows[i]
 		if r.Gen < gen {
-			if !w.cfg.Gate.Admits(r.Key, r.Source.Topic, r.Source.Partition, r.Source.Offset) {
+			ok, err := w.cfg.Gate.Admits(ctx, r.Key, r.Source.Topic, r.Source.Partition, r.Source.Offset)
+			if err != nil {
+				// kept is no longer than j: append moves the rest down.
+				return append(kept, pending[j:]...), fmt.Errorf("recheck a row's user against the erasure ledger: %w", err)
+			}
+			if !ok {
 				results[i] = ErrWithdrawn
 				continue
 			}
@@ -208,7 +219,7 @@ func (w *Writer) withdraw(rows []Row, pending []int, results []error) []int {
 		}
 		kept = append(kept, i)
 	}
-	return kept
+	return kept, nil
 }
 
 // held is a write that waits: nothing was sent (see WriterConfig.Held).

@@ -409,17 +409,21 @@ func isRowError(err error) bool {
 	return errors.As(err, &re)
 }
 
-// gate is a Gate that refuses the keys in refused once its generation is 1.
+// gate is a Gate that refuses the key refused once its generation is 1,
+// and cannot tell, the first unsure times it is asked.
 type gate struct {
 	gen     atomic.Uint64
 	asked   atomic.Int64
 	refused string
+	unsure  int64
 }
 
 func (g *gate) Generation() uint64 { return g.gen.Load() }
-func (g *gate) Admits(key, _ string, _ int, _ int64) bool {
-	g.asked.Add(1)
-	return g.gen.Load() == 0 || key != g.refused
+func (g *gate) Admits(_ context.Context, key, _ string, _ int, _ int64) (bool, error) {
+	if g.asked.Add(1) <= g.unsure {
+		return false, errors.New("injected: the ledger cannot tell")
+	}
+	return g.gen.Load() == 0 || key != g.refused, nil
 }
 
 // A row whose user is erased while its write is being retried is not sent
@@ -466,5 +470,38 @@ func TestGateWithdrawsRowsBetweenAttempts(t *testing.T) {
 	// the row of generation 1, nor twice about a row it admitted at 1.
 	if n := g.asked.Load(); n != 2 {
 		t.Errorf("the gate was asked %d times, want 2", n)
+	}
+}
+
+// A gate that cannot tell holds the write: the rows it was asked about
+// are neither sent nor withdrawn, and once it answers, the one it refuses
+// is withdrawn and the others are written.
+func TestGateThatCannotTellHoldsTheWrite(t *testing.T) {
+	dc, ac := testenv.Clients(t)
+	tgt := sink.Target(testenv.Table(t, ac, dc, 48*time.Hour))
+	g := &gate{refused: "erased", unsure: 3}
+	g.gen.Store(1)
+	cfg := sink.DefaultWriterConfig()
+	cfg.InitialBackoff, cfg.MaxBackoff, cfg.Gate = time.Millisecond, time.Millisecond, g
+	w, err := sink.NewWriter(dc, tgt, cfg, nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := time.Now().UnixMilli() * 1000
+	rows := []sink.Row{{Key: "kept", Timestamp: ts, Value: []byte("v")}, {Key: "erased", Timestamp: ts, Value: []byte("v")}}
+	res, err := w.Write(ctx, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0] != nil || !errors.Is(res[1], sink.ErrWithdrawn) {
+		t.Fatalf("results %v, want nil, ErrWithdrawn", res)
+	}
+	if len(readRow(t, dc, tgt.Table, "erased")) != 0 || len(readRow(t, dc, tgt.Table, "kept")) == 0 {
+		t.Error("the refused row was written, or the kept one was not")
+	}
+	// Three passes that could not tell (each ends at its first row),
+	// then one that asked about both.
+	if n := g.asked.Load(); n != 5 {
+		t.Errorf("the gate was asked %d times, want 5", n)
 	}
 }

@@ -21,7 +21,9 @@ func (w *worker) readinessChecks() []admin.Check {
 			// Reads can pass while every write is refused (an app profile
 			// that routes nowhere, missing write permission), or held (the
 			// family's GC rule changed under the worker).
-			return errors.Join(w.rules.Problem(), w.writer.Outage(), w.erasures.Held())
+			// And the ledger answering the lookups that records of erased
+			// users held compact wait for.
+			return errors.Join(w.rules.Problem(), w.writer.Outage(), w.erasures.Held(), w.erasures.Problem())
 		}},
 		{Name: "dead-letter", Fn: func(context.Context) error { return w.dlq.Problem() }},
 		{Name: "schema-registry", Fn: func(ctx context.Context) error {
