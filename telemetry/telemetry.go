@@ -11,12 +11,14 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"runtime"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
@@ -42,7 +44,10 @@ type Telemetry struct {
 // context propagator. The parts get the providers from MeterProvider and
 // TracerProvider; the global ones are set too, for libraries that use
 // them.
-func Setup(ctx context.Context, version string) (*Telemetry, error) {
+//
+// version and revision name the build: the resource's service.version, and
+// the gauge cellttl_build_info.
+func Setup(ctx context.Context, version, revision string) (*Telemetry, error) {
 	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(
 		semconv.ServiceName(serviceName()), semconv.ServiceVersion(version)))
 	if err != nil {
@@ -64,6 +69,9 @@ func Setup(ctx context.Context, version string) (*Telemetry, error) {
 	}
 	t.meters = sdkmetric.NewMeterProvider(opts...)
 	otel.SetMeterProvider(t.meters)
+	if err := registerBuildInfo(t.meters.Meter("github.com/cellttl/cellttl/telemetry"), version, revision); err != nil {
+		return nil, err
+	}
 
 	if otlpConfigured("TRACES") {
 		exp, err := traceExporter(ctx)
@@ -165,4 +173,23 @@ func traceExporter(ctx context.Context) (sdktrace.SpanExporter, error) {
 		return nil, fmt.Errorf("OTLP trace exporter: %w", err)
 	}
 	return exp, nil
+}
+
+// registerBuildInfo reports the build as a gauge of 1 whose labels say
+// which: the usual way to see a fleet's versions, and a rollout's
+// progress, in a dashboard.
+func registerBuildInfo(m metric.Meter, version, revision string) error {
+	info, err := m.Int64ObservableGauge("cellttl.build_info",
+		metric.WithDescription("1, labelled with the release (version), the revision it was built from and the Go version"))
+	if err != nil {
+		return fmt.Errorf("register build info: %w", err)
+	}
+	attrs := metric.WithAttributes(attribute.String("version", version), attribute.String("revision", revision), attribute.String("go_version", runtime.Version()))
+	if _, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		o.ObserveInt64(info, 1, attrs)
+		return nil
+	}, info); err != nil {
+		return fmt.Errorf("register build info: %w", err)
+	}
+	return nil
 }

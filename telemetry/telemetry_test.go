@@ -18,7 +18,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // Prometheus endpoint, with the OTel names translated.
 func TestPrometheusEndpoint(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
-	tel, err := Setup(context.Background(), "test")
+	tel, err := Setup(context.Background(), "1.2.3", "abcdef123456")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,6 +37,9 @@ func TestPrometheusEndpoint(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^target_info\{.*service_name="cellttl"`).Match(body) {
 		t.Error("no service name in target_info")
 	}
+	if !regexp.MustCompile(`(?m)^cellttl_build_info\{.*revision="abcdef123456".*version="1\.2\.3".*\} 1$`).Match(body) {
+		t.Errorf("no cellttl_build_info naming the version and revision:\n%.2000s", body)
+	}
 	if !strings.Contains(string(body), "go_goroutines") {
 		t.Error("no Go runtime metrics")
 	}
@@ -45,7 +48,7 @@ func TestPrometheusEndpoint(t *testing.T) {
 func TestOTLPProtocolChecked(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "carrier-pigeon")
-	if _, err := Setup(context.Background(), "test"); err == nil || !strings.Contains(err.Error(), "carrier-pigeon") {
+	if _, err := Setup(context.Background(), "1.2.3", "abcdef123456"); err == nil || !strings.Contains(err.Error(), "carrier-pigeon") {
 		t.Errorf("unknown protocol accepted: %v", err)
 	}
 }

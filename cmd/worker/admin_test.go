@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cellttl/cellttl/ingest"
+	"github.com/cellttl/cellttl/internal/release"
 	"github.com/cellttl/cellttl/internal/testenv"
 )
 
@@ -139,6 +140,9 @@ func TestMetricsAndStatus(t *testing.T) {
 	if _, ok := metricValue(body, "cellttl_config_info", `config_version="`); !ok {
 		t.Error("no cellttl_config_info")
 	}
+	if _, ok := metricValue(body, "cellttl_build_info", `version="`+release.Version+`"`, `revision="`); !ok {
+		t.Errorf("no cellttl_build_info of release %s", release.Version)
+	}
 
 	if v, ok := metricValue(body, "cellttl_inflight_limit_bytes"); !ok || v <= 0 {
 		t.Errorf("cellttl_inflight_limit_bytes %v (found %t), want the fetch budget", v, ok)
@@ -182,8 +186,9 @@ func TestMetricsAndStatus(t *testing.T) {
 
 	// The page as a client reads it.
 	type page struct {
-		BigtableEmulator string `json:"bigtable_emulator"`
-		Config           struct {
+		Version, Revision string
+		BigtableEmulator  string `json:"bigtable_emulator"`
+		Config            struct {
 			Version string
 			Tenants map[string]string
 		}
@@ -211,7 +216,8 @@ func TestMetricsAndStatus(t *testing.T) {
 		sum.DeadLettered, sum.Clamped = sum.DeadLettered+c.DeadLettered, sum.Clamped+c.Clamped
 	}
 	if !st.Kafka.Joined || len(st.Kafka.Partitions) != 3 || st.Lag != 0 || st.Config.Tenants["acme"] != "1h" ||
-		st.Events["acme"].Written != 7 || st.Events["acme"].TTL != "1h" || st.Totals != sum || st.Config.Version == "" {
+		st.Events["acme"].Written != 7 || st.Events["acme"].TTL != "1h" || st.Totals != sum || st.Config.Version == "" ||
+		st.Version != release.Version || st.Revision == "" {
 		t.Errorf("/status (totals %+v, the tenants' sum %+v): %s", st.Totals, sum, statusBody)
 	}
 	// The brief page: the same but for the two lists of tenants.

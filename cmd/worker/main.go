@@ -3,17 +3,14 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 
 	"github.com/cellttl/cellttl/internal/envflag"
@@ -33,6 +30,7 @@ Usage:
   worker retention [flags] how long each tenant's copies can live, store by store, from the live system
   worker redrive [flags] send dead letters through the worker's path again (a dry run unless --apply)
   worker demo [flags]    everything in-process: Kafka, the Bigtable emulator, synthetic clicks
+  worker version         this release, and the revision it was built from
 
 Run "worker COMMAND --help" for a command's flags.`
 
@@ -82,11 +80,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch {
 	case len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help"):
 		name = "help"
+	case len(args) > 0 && (args[0] == "-version" || args[0] == "--version"):
+		name = "version"
 	case len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-':
 		name, args = args[0], args[1:]
 	}
-	if name == "help" {
+	switch name {
+	case "help":
 		fmt.Fprintln(stdout, usage)
+		return nil
+	case "-version", "--version", "version":
+		fmt.Fprintln(stdout, versionLine())
 		return nil
 	}
 	newCmd, ok := commandTable()[name]
@@ -187,26 +191,3 @@ func deprecated(f *envflag.FlagSet, env, flag string) {
 
 // usageError is an error of the command line or its files: exit status 2.
 func usageError(err error) error { return &exitError{code: 2, err: err} }
-
-// buildVersion is set by the image build (-ldflags -X), whose context has
-// no .git for the Go toolchain to read the revision from.
-var buildVersion string
-
-// version is the module version, or the VCS revision of a source build.
-// version is read from the build once: /status shows it on every request.
-var version = sync.OnceValue(func() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return cmp.Or(buildVersion, "unknown")
-	}
-	v := bi.Main.Version
-	if buildVersion != "" {
-		v += " " + buildVersion
-	}
-	for _, s := range bi.Settings {
-		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-			v += " " + s.Value[:12]
-		}
-	}
-	return v
-})

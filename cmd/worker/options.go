@@ -93,7 +93,7 @@ func describePolicy(p *expiry.Policy) string {
 // and returns the tracer provider (nil when telemetry is off) and what
 // flushes it at the end.
 func startTraces(ctx context.Context, log *slog.Logger) (trace.TracerProvider, func()) {
-	tel, err := telemetry.Setup(ctx, version())
+	tel, err := telemetry.Setup(ctx, version(), revision())
 	if err != nil {
 		log.Warn("telemetry off", "err", err)
 		return nil, func() {}

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/cellttl/cellttl/internal/release"
 )
 
 // The references in docs/reference are generated from the code: the
@@ -63,6 +65,13 @@ func TestReference(t *testing.T) {
 		t.Fatal(err)
 	}
 	fmt.Fprintf(&b, "## worker\n\n```text\n%s\n```\n", strings.TrimRight(top.String(), "\n"))
+	// The release, in the three ways a user asks for it.
+	for _, args := range [][]string{{"--version"}, {"-version"}, {"version"}} {
+		var out bytes.Buffer
+		if err := run(context.Background(), args, &out, &out); err != nil || !strings.HasPrefix(out.String(), "worker "+release.Version+" (revision ") {
+			t.Errorf("worker %s: %v %q, want the release %s and its revision", args[0], err, out.String(), release.Version)
+		}
+	}
 	for _, cmd := range commands {
 		var out bytes.Buffer
 		if err := run(context.Background(), []string{cmd, "--help"}, &out, &out); err != errHelp {

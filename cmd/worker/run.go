@@ -142,7 +142,7 @@ func (o *runCmd) run(ctx context.Context, _, stderr io.Writer) error {
 		return fmt.Errorf("refusing to start: %w", err)
 	}
 	limitMemory(o.pipe.MaxInflightBytes, log)
-	tel, err := telemetry.Setup(ctx, version())
+	tel, err := telemetry.Setup(ctx, version(), revision())
 	if err != nil {
 		return err
 	}

@@ -65,11 +65,12 @@ type deadLetterTopic struct {
 }
 
 type statusPage struct {
-	Version string    `json:"version"`
-	Started time.Time `json:"started"`
-	Topic   string    `json:"topic"`
-	Group   string    `json:"group"`
-	Table   string    `json:"table"`
+	Version  string    `json:"version"`
+	Revision string    `json:"revision"`
+	Started  time.Time `json:"started"`
+	Topic    string    `json:"topic"`
+	Group    string    `json:"group"`
+	Table    string    `json:"table"`
 	// BigtableEmulator is BIGTABLE_EMULATOR_HOST when it is set: every
 	// Bigtable request goes there, without credentials.
 	BigtableEmulator string `json:"bigtable_emulator,omitempty"`
@@ -121,7 +122,7 @@ func (s *statusSource) status(q url.Values) any {
 	var p statusPage
 	w := s.w
 	cfg := w.reloader.Current()
-	p.Version, p.Started, p.Topic, p.Group, p.Table = version(), s.started, w.o.kafka.Topic, w.o.kafka.Group, w.o.table.Target().String()
+	p.Version, p.Revision, p.Started, p.Topic, p.Group, p.Table = version(), revision(), s.started, w.o.kafka.Topic, w.o.kafka.Group, w.o.table.Target().String()
 	p.Config.Version, p.Config.Strategy, p.Config.DefaultTTL = cfg.Version, cfg.Policy.Strategy.String(), duration.Format(cfg.Policy.DefaultTTL)
 	var page map[string]bool
 	if full {

@@ -159,6 +159,9 @@ var placeholder = regexp.MustCompile(`^(?:[A-Z]+|<[^>]*>|\[[^\]]*\]|\.\.\.|…)$
 func (c *commandChecker) workerCommand(file string, at int, args []string) {
 	c.workerSeen++
 	cmd := "run"
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version") {
+		return // the worker's own, not run's (main.go)
+	}
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		switch {
 		case c.worker[args[0]] != nil && args[0] != "":
