@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -43,8 +44,8 @@ func TestCompactErasureLookupHoldsOnlyItsPartition(t *testing.T) {
 	if _, _, err := store.Index(ctx, now); err != nil {
 		t.Fatal(err)
 	}
-	logs, log := testenv.NewLogs()
-	w := erasure.NewWatch(store, time.Minute, log)
+	logs := &testenv.Buffer{}
+	w := erasure.NewWatch(store, time.Minute, slog.New(slog.NewTextHandler(logs, nil)))
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

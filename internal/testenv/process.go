@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 
@@ -26,6 +27,18 @@ func (s *Buffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// Count is the number of lines that hold sub: a promise to log a thing
+// once is as testable as any other.
+func (s *Buffer) Count(sub string) int {
+	n := 0
+	for line := range strings.Lines(s.String()) {
+		if strings.Contains(line, sub) {
+			n++
+		}
+	}
+	return n
 }
 
 var (
