@@ -123,6 +123,10 @@ type Record struct {
 	TTLFrom []Setting `json:"ttl_from"`
 	// Versions are the tenants file versions recorded, by Started.
 	Versions []Version `json:"tenants_versions"`
+	// OldestWriter is the oldest release that may write the table, as
+	// the newest worker setup recorded it; empty for a table set up
+	// before releases recorded it.
+	OldestWriter string `json:"oldest_writer,omitempty"`
 }
 
 // Current is the setting in force, ok false when none was recorded.
@@ -163,6 +167,8 @@ func (s *Store) Read(ctx context.Context) (Record, error) {
 			version(strings.TrimPrefix(col, colStarted)).Started = at
 		case strings.HasPrefix(col, colSeen):
 			version(strings.TrimPrefix(col, colSeen)).Seen = at
+		case col == colOldestWriter:
+			rec.OldestWriter = string(it.Value)
 		}
 	}
 	slices.SortStableFunc(rec.TTLFrom, func(a, b Setting) int { return a.Since.Compare(b.Since) })

@@ -12,6 +12,8 @@ import (
 
 	"cloud.google.com/go/bigtable"
 
+	"github.com/cellttl/cellttl/internal/release"
+
 	"github.com/cellttl/cellttl/internal/envflag"
 )
 
@@ -109,6 +111,9 @@ func (s *Store) ClaimTTLFrom(ctx context.Context, c Claim) (_ Setting, recorded 
 		if err != nil {
 			return Setting{}, false, err
 		}
+		if err := rec.CheckWriter(s.name, release.Version); err != nil {
+			return Setting{}, false, err
+		}
 		cur, ok := rec.Current()
 		switch {
 		case ok && cur.TTLFrom == c.TTLFrom:
@@ -168,7 +173,7 @@ func (s *Store) ClaimAndSay(ctx context.Context, c Claim, log *slog.Logger) erro
 	set, recorded, err := s.ClaimTTLFrom(ctx, c)
 	var mm *MismatchError
 	switch {
-	case errors.As(err, &mm):
+	case errors.As(err, &mm), errors.Is(err, ErrTooOld):
 		return fmt.Errorf("refusing to start: %w", err)
 	case err != nil:
 		return err

@@ -12,6 +12,7 @@ import (
 	"cloud.google.com/go/bigtable"
 
 	"github.com/cellttl/cellttl/internal/duration"
+	"github.com/cellttl/cellttl/internal/release"
 )
 
 const (
@@ -252,6 +253,9 @@ func (s *Store) CheckTenantsVersion(ctx context.Context, version string, allow b
 	rec, err := s.Read(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read the tenants file version the workers run: %w", err)
+	}
+	if err := rec.CheckWriter(s.name, release.Version); err != nil {
+		return nil, fmt.Errorf("refusing to erase: %w", err)
 	}
 	c := CheckVersion(rec, version, time.Now())
 	switch {

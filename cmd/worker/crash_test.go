@@ -13,8 +13,14 @@ import (
 // startProcess starts `worker run` as a process, killed with the test.
 func (e *env) startProcess(t *testing.T, extra ...string) *lab.Process {
 	t.Helper()
+	return e.startBinary(t, testenv.WorkerBinary(t), extra...)
+}
+
+// startBinary is startProcess of another build of the worker.
+func (e *env) startBinary(t *testing.T, bin string, extra ...string) *lab.Process {
+	t.Helper()
 	logs := &syncBuffer{}
-	p, err := lab.Start(lab.Options{Bin: testenv.WorkerBinary(t), Args: e.args("run", extra...), Log: logs})
+	p, err := lab.Start(lab.Options{Bin: bin, Args: e.args("run", extra...), Log: logs})
 	if err != nil {
 		t.Fatal(err)
 	}

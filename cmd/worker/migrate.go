@@ -202,6 +202,9 @@ func (m *migration) apply(ctx context.Context, steps []retention.Step, stderr io
 	o, s, log, ro := m.o, m.s, m.log, m.ro
 	ro.Log, ro.Tracers = log, s.tracers
 	ro.Job = retention.Job{Table: o.table.Table, Family: o.table.Family, Config: m.oldCfg.Version + " to " + s.cfg.Version}
+	if err := checkRelease(ctx, s, o.table.Table); err != nil {
+		return retention.Report{}, fmt.Errorf("refusing to migrate: %w", err)
+	}
 	// Rows of erased users are deleted, never given a new timestamp.
 	erasures, stopErasures, err := followErasures(ctx, s, o.table, defaultErasureRefresh, log)
 	if err != nil {

@@ -18,9 +18,11 @@ import (
 	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/cellttl/cellttl/internal/envflag"
 	"github.com/cellttl/cellttl/internal/kafkaconn"
+	"github.com/cellttl/cellttl/internal/release"
 	"github.com/cellttl/cellttl/pipeline"
 	"github.com/cellttl/cellttl/retention"
 	"github.com/cellttl/cellttl/sink"
+	"github.com/cellttl/cellttl/tablemeta"
 	"github.com/cellttl/cellttl/telemetry"
 	"github.com/cellttl/cellttl/tenants"
 )
@@ -133,6 +135,16 @@ func (o *tableOptions) openJob(ctx context.Context, stderr io.Writer) (s *sessio
 // followErasures loads the erasure ledger of the session's table and keeps
 // it fresh until stop: for the jobs that write or rewrite rows beside the
 // workers (redrive, retime, migrate).
+// checkRelease refuses a command that writes table when the table's record
+// names a newer oldest writer than this release (tablemeta.CheckWriter).
+func checkRelease(ctx context.Context, s *session, table string) error {
+	rec, err := tablemeta.NewStore(s.dc, table).Read(ctx)
+	if err != nil {
+		return err
+	}
+	return rec.CheckWriter(table, release.Version)
+}
+
 func followErasures(ctx context.Context, s *session, t sink.TableConfig, refresh time.Duration, log *slog.Logger) (*erasure.Watch, func(), error) {
 	return erasure.Follow(ctx, erasure.NewStore(s.dc, t.ErasureTable()), refresh, log)
 }

@@ -68,6 +68,9 @@ func (o *retimeCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if err := sink.CheckGC(ctx, s.ac, o.table.Target(), s.cfg.Policy.GCMaxAge()); err != nil {
 		return fmt.Errorf("refusing to re-time: %w (the tenants file says %s)", err, describePolicy(s.cfg.Policy))
 	}
+	if err := checkRelease(ctx, s, o.table.Table); err != nil {
+		return fmt.Errorf("refusing to re-time: %w", err)
+	}
 	ro.Log, ro.Tracers = log, s.tracers
 	ro.Job = retention.Job{Table: o.table.Table, Family: o.table.Family, Config: s.cfg.Version}
 	// Rows of erased users are deleted, never given a new timestamp.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/internal/envflag"
+	"github.com/cellttl/cellttl/internal/release"
 	"github.com/cellttl/cellttl/sink"
 	"github.com/cellttl/cellttl/tablemeta"
 )
@@ -67,7 +68,7 @@ func (o *setupCmd) run(ctx context.Context, stdout, _ io.Writer) error {
 	default:
 		fmt.Fprintf(stdout, "family %s already has GC rule %q for %s; nothing to do\n", target, rule, describePolicy(cfg.Policy))
 	}
-	if err := setupRecord(ctx, s.ac, target.Table, stdout); err != nil {
+	if err := setupRecord(ctx, s.ac, s.dc, target.Table, stdout); err != nil {
 		return err
 	}
 	return setupLedger(ctx, s, ledger, target, replacing, stdout)
@@ -136,8 +137,11 @@ func setupLedger(ctx context.Context, s *session, target, events sink.Target, re
 	return nil
 }
 
-// setupRecord adds the record's family to the event table (worker setup).
-func setupRecord(ctx context.Context, ac *bigtable.AdminClient, table string, stdout io.Writer) error {
+// setupRecord adds the record's family to the event table (worker setup),
+// then records the oldest release that may write the table: refused when
+// a newer release recorded a newer one, before setup writes anything
+// else of its own (the ledger's index).
+func setupRecord(ctx context.Context, ac *bigtable.AdminClient, dc *bigtable.Client, table string, stdout io.Writer) error {
 	created, err := tablemeta.Setup(ctx, ac, table)
 	if err != nil {
 		return fmt.Errorf("setup of the workers' record: %w", err)
@@ -146,6 +150,20 @@ func setupRecord(ctx context.Context, ac *bigtable.AdminClient, table string, st
 		fmt.Fprintf(stdout, "created family %s, where the workers record the --ttl-from and tenants file version they run (GC rule: the newest cell of each column)\n", tablemeta.Target(table))
 	} else {
 		fmt.Fprintf(stdout, "family %s (the workers' record) already exists; nothing to do\n", tablemeta.Target(table))
+	}
+	store := tablemeta.NewStore(dc, table)
+	rec, err := store.Read(ctx)
+	if err != nil {
+		return fmt.Errorf("setup of the workers' record: %w", err)
+	}
+	if err := rec.CheckWriter(table, release.Version); err != nil {
+		return fmt.Errorf("refusing to set up: %w", err)
+	}
+	if err := store.RecordOldestWriter(ctx, release.OldestWriter); err != nil {
+		return fmt.Errorf("setup of the workers' record: %w", err)
+	}
+	if c, _ := release.Compare(rec.OldestWriter, release.OldestWriter); rec.OldestWriter == "" || c < 0 {
+		fmt.Fprintf(stdout, "recorded in %s: releases older than %s may no longer write it (this is %s)\n", tablemeta.Target(table), release.OldestWriter, release.Version)
 	}
 	return nil
 }
