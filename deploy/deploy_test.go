@@ -253,7 +253,7 @@ func TestKubernetes(t *testing.T) {
 			}
 
 			// The setup Job runs worker setup with known flags and env.
-			job := objs["Job/cellttl-setup"]
+			job := setupJob(t, objs)
 			jc := list(get(job, "spec", "template", "spec", "containers"))[0]
 			if c.checkArgs(t, "setup Job", toStrings(get(jc, "args"))) != "setup" {
 				t.Error("the setup Job does not run worker setup")

@@ -3,8 +3,9 @@ package deploy
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/cellttl/cellttl/internal/testenv"
 )
 
-// Every goroutine a test starts has ended when the package's tests end.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// Every goroutine a test starts has ended when the package's tests end,
+// and the in-process services the tests shared are stopped.
+func TestMain(m *testing.M) { testenv.Main(m) }

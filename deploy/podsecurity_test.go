@@ -16,7 +16,7 @@ import (
 func workloads(t *testing.T) map[string]object {
 	t.Helper()
 	out := map[string]object{}
-	for _, overlay := range []string{"k8s/keda", "k8s/hpa"} {
+	for _, overlay := range overlays {
 		for name, o := range build(t, overlay) {
 			if tmpl := get(o, "spec", "template"); tmpl != nil {
 				out[overlay+" "+name] = o
@@ -39,7 +39,8 @@ func TestPodSecurityRestricted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	identity := map[string]string{"Deployment/cellttl": "cellttl-worker", "Job/cellttl-setup": "cellttl-admin", "Job/cellttl-retime": "cellttl-retention"}
+	// By the pod's component: the setup Job's name carries the release.
+	identity := map[string]string{"worker": "cellttl-worker", "setup": "cellttl-admin", "retime": "cellttl-retention"}
 	for name, o := range workloads(t) {
 		data, err := json.Marshal(get(o, "spec", "template"))
 		if err != nil {
@@ -57,8 +58,7 @@ func TestPodSecurityRestricted(t *testing.T) {
 		if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
 			t.Errorf("%s mounts a service account token (it does not call the Kubernetes API)", name)
 		}
-		kindName := name[strings.LastIndex(name, " ")+1:]
-		if want := identity[kindName]; want == "" || spec.ServiceAccountName != want {
+		if want := identity[tmpl.Labels["app.kubernetes.io/component"]]; want == "" || spec.ServiceAccountName != want {
 			t.Errorf("%s runs as %q, want %q", name, spec.ServiceAccountName, want)
 		}
 		// A Secret mounted for a non-root user is readable only through
@@ -83,7 +83,7 @@ func TestPodSecurityRestricted(t *testing.T) {
 
 // Only the scraper reaches the worker pods, and only on the admin port.
 func TestNetworkPolicy(t *testing.T) {
-	for _, overlay := range []string{"k8s/keda", "k8s/hpa"} {
+	for _, overlay := range overlays {
 		objs := build(t, overlay)
 		np := objs["NetworkPolicy/cellttl-worker"]
 		if np == nil {

@@ -1,0 +1,231 @@
+package deploy
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/cellttl/cellttl/internal/release"
+)
+
+// overlays are the kustomizations a user applies: each runs the workers.
+var overlays = []string{"k8s/keda", "k8s/hpa", "k8s/tenants-dir"}
+
+// setupSelector is the label selector the docs give kubectl for the first
+// of the two applies: the setup Job and what it needs.
+const setupSelector = "app.kubernetes.io/component in (config,setup)"
+
+// setupJob returns the overlay's setup Job, whose name carries the release.
+func setupJob(t *testing.T, objs map[string]object) object {
+	t.Helper()
+	var job object
+	for name, o := range objs {
+		if strings.HasPrefix(name, "Job/") && str(get(o, "metadata", "labels", "app.kubernetes.io/component")) == "setup" {
+			if job != nil {
+				t.Fatal("two setup Jobs")
+			}
+			job = o
+		}
+	}
+	if job == nil {
+		t.Fatal("no setup Job")
+	}
+	return job
+}
+
+// podSpecs returns the pod spec of every workload of objs, by kind/name.
+func podSpecs(objs map[string]object) map[string]any {
+	out := map[string]any{}
+	for name, o := range objs {
+		if spec := get(o, "spec", "template", "spec"); spec != nil {
+			out[name] = spec
+		}
+	}
+	return out
+}
+
+// What an apply as shipped does, overlay by overlay:
+//   - every container runs this release's image, and the setup Job is
+//     named by it (the next release's apply creates its own Job);
+//   - the setup Job comes first: for Argo CD by sync wave, before the
+//     Deployment, with everything it mounts or reads in its wave or an
+//     earlier one; for kubectl, by the selector the docs give, which
+//     selects the Job and everything it needs and not the workers;
+//   - no replicas under an autoscaler (each apply would reset the count
+//     and rebalance the group);
+//   - GOMEMLIMIT below the memory limit with headroom, a startup probe
+//     that outlasts the start-up timeout, spread over zones, and a PDB
+//     that lets drains evict unready pods.
+func TestAppliedAsShipped(t *testing.T) {
+	sel, err := labels.Parse(setupSelector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, overlay := range overlays {
+		t.Run(overlay, func(t *testing.T) {
+			objs := build(t, overlay)
+			job := setupJob(t, objs)
+			if name, want := str(get(job, "metadata", "name")), "cellttl-setup-"+release.Version; name != want {
+				t.Errorf("setup Job %s, want %s: a Job's template cannot change, so each release needs its own", name, want)
+			}
+			if get(job, "spec", "ttlSecondsAfterFinished") == nil {
+				t.Error("the setup Job is never deleted once finished")
+			}
+			for name, spec := range podSpecs(objs) {
+				for _, c := range list(get(spec, "containers")) {
+					if img := str(get(c, "image")); !strings.HasSuffix(img, ":"+release.Version) {
+						t.Errorf("%s runs %s, not release %s", name, img, release.Version)
+					}
+				}
+			}
+
+			// Ordering.
+			wave := func(o object) int {
+				var w int
+				fmt.Sscan(str(get(o, "metadata", "annotations", "argocd.argoproj.io/sync-wave")), &w)
+				return w
+			}
+			selected := func(o object) bool {
+				l := labels.Set{}
+				for k, v := range get(o, "metadata", "labels").(object) {
+					l[k] = str(v)
+				}
+				return sel.Matches(l)
+			}
+			dep := objs["Deployment/cellttl"]
+			if !selected(job) || selected(dep) || wave(job) >= wave(dep) {
+				t.Errorf("setup Job selected %v wave %d, Deployment selected %v wave %d: want the Job alone first", selected(job), wave(job), selected(dep), wave(dep))
+			}
+			pod := get(job, "spec", "template", "spec")
+			needs := []string{"ServiceAccount/" + str(get(pod, "serviceAccountName"))}
+			for _, c := range list(get(pod, "containers")) {
+				for _, ef := range list(get(c, "envFrom")) {
+					needs = append(needs, "ConfigMap/"+str(get(ef, "configMapRef", "name")))
+				}
+			}
+			for _, v := range list(get(pod, "volumes")) {
+				if n := str(get(v, "configMap", "name")); n != "" {
+					needs = append(needs, "ConfigMap/"+n)
+				}
+				for _, src := range list(get(v, "projected", "sources")) {
+					if n := str(get(src, "configMap", "name")); n != "" {
+						needs = append(needs, "ConfigMap/"+n)
+					}
+				}
+			}
+			for _, n := range needs {
+				o := objs[n]
+				if o == nil {
+					t.Errorf("the setup Job needs %s, which the overlay does not have", n)
+					continue
+				}
+				if !selected(o) || wave(o) > wave(job) {
+					t.Errorf("the setup Job needs %s: selected by %q %v, wave %d after the Job's %d", n, setupSelector, selected(o), wave(o), wave(job))
+				}
+			}
+
+			// Autoscaled: no count in the Deployment.
+			if get(dep, "spec", "replicas") != nil {
+				t.Errorf("the Deployment sets replicas %v under an autoscaler", get(dep, "spec", "replicas"))
+			}
+
+			ctr := list(get(dep, "spec", "template", "spec", "containers"))[0]
+			limit := resource.MustParse(str(get(ctr, "resources", "limits", "memory")))
+			var gomem string
+			for _, e := range list(get(ctr, "env")) {
+				if str(get(e, "name")) == "GOMEMLIMIT" {
+					gomem = str(get(e, "value"))
+				}
+			}
+			if soft, ok := goMemLimit(gomem); !ok || soft > limit.Value()*9/10 || soft < limit.Value()/2 {
+				t.Errorf("GOMEMLIMIT %q with a memory limit of %s: want between 50%% and 90%% of it", gomem, limit.String())
+			}
+			sp := get(ctr, "startupProbe")
+			period, _ := get(sp, "periodSeconds").(int)
+			fails, _ := get(sp, "failureThreshold").(int)
+			if str(get(sp, "httpGet", "path")) != "/healthz" || time.Duration(period*fails)*time.Second < 2*time.Minute {
+				t.Errorf("startup probe %v: want /healthz for more than the 1m start-up timeout and the ledger's load", sp)
+			}
+			zones := false
+			for _, c := range list(get(dep, "spec", "template", "spec", "topologySpreadConstraints")) {
+				zones = zones || str(get(c, "topologyKey")) == "topology.kubernetes.io/zone"
+			}
+			if !zones {
+				t.Error("the workers are not spread over zones")
+			}
+			if p := str(get(objs["PodDisruptionBudget/cellttl"], "spec", "unhealthyPodEvictionPolicy")); p != "AlwaysAllow" {
+				t.Errorf("PDB unhealthyPodEvictionPolicy %q: a drain waits on unready pods", p)
+			}
+		})
+	}
+}
+
+// goMemLimit reads a GOMEMLIMIT value (a number of bytes, or with the
+// runtime's units KiB, MiB, GiB).
+func goMemLimit(s string) (int64, bool) {
+	m := regexp.MustCompile(`^(\d+)(B|KiB|MiB|GiB)?$`).FindStringSubmatch(s)
+	if m == nil {
+		return 0, false
+	}
+	var n int64
+	fmt.Sscan(m[1], &n)
+	return n << map[string]int{"": 0, "B": 0, "KiB": 10, "MiB": 20, "GiB": 30}[m[2]], true
+}
+
+// The image carries no tenants file: a pod without its ConfigMap fails,
+// it does not run the example's tenants. Every pointer into the docs from
+// deploy/ names a file and a section that exist.
+func TestImageAndLinks(t *testing.T) {
+	data, err := os.ReadFile("Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if regexp.MustCompile(`(?m)^(COPY|ADD)\s.*tenants|^ENV\s+CELLTTL_TENANTS`).Match(data) {
+		t.Error("the image bakes in a tenants file")
+	}
+	ref := regexp.MustCompile(`(README|docs/[a-z/]+\.md|[A-Z]+\.md)(?:,| says| has)?\s*(?:#\s*)?(?:"([^"]+)")?`)
+	heading := regexp.MustCompile(`(?m)^#+ (.*)$`)
+	err = filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || strings.HasSuffix(path, ".go") || strings.HasSuffix(path, ".json") {
+			return err
+		}
+		text, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		// Comments may wrap a reference over lines.
+		flat := regexp.MustCompile(`\n\s*#\s*`).ReplaceAllString(string(text), " ")
+		for _, m := range ref.FindAllStringSubmatch(flat, -1) {
+			file := m[1]
+			if file == "README" {
+				file = "README.md"
+			}
+			doc, err := os.ReadFile(filepath.Join("..", file))
+			if err != nil {
+				t.Errorf("%s points to %s, which does not exist", path, file)
+				continue
+			}
+			if m[2] == "" {
+				continue
+			}
+			found := false
+			for _, h := range heading.FindAllStringSubmatch(string(doc), -1) {
+				found = found || strings.EqualFold(strings.ReplaceAll(h[1], "`", ""), strings.ReplaceAll(m[2], "`", ""))
+			}
+			if !found {
+				t.Errorf("%s points to %s, %q: no such section", path, file, m[2])
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,229 @@
+package deploy
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/bigtable"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/cellttl/cellttl/internal/lab"
+	"github.com/cellttl/cellttl/internal/testenv"
+)
+
+// Every overlay, rendered, runs as a cluster would run it, against the
+// suite's Kafka and Bigtable: the setup Job's container, then the
+// Deployment's, each with its own arguments, its environment (ConfigMaps,
+// Secrets, resource fields) and its volumes written where it mounts them.
+// Only what a cluster has and this machine has not is replaced: where
+// Kafka and Bigtable are, and names of the test's own. Setup exits 0; the
+// worker gets ready, writes an event of a tenant of the mounted tenants
+// file, and stops cleanly on SIGTERM.
+func TestOverlaysRunAsRendered(t *testing.T) {
+	bin := testenv.WorkerBinary(t)
+	brokers := testenv.Kafka(t)
+	emulator := testenv.Bigtable(t)
+	dc, _ := testenv.Clients(t)
+	for _, overlay := range overlays {
+		t.Run(overlay, func(t *testing.T) {
+			objs := build(t, overlay)
+			admin, err := lab.FreeAddr()
+			if err != nil {
+				t.Fatal(err)
+			}
+			site := map[string]string{
+				"CELLTTL_BROKERS": strings.Join(brokers, ","), "CELLTTL_TOPIC": testenv.Name("clicks"),
+				"CELLTTL_GROUP": testenv.Name("group"), "CELLTTL_TABLE": testenv.Name("table"), "CELLTTL_ADMIN_ADDR": admin,
+				// The emulator keeps tables by project and instance: the
+				// test's client reads those of testenv.Clients.
+				"CELLTTL_PROJECT": "local", "CELLTTL_INSTANCE": "local",
+			}
+			testenv.CreateTopic(t, brokers, site["CELLTTL_TOPIC"], 3)
+			extra := []string{"BIGTABLE_EMULATOR_HOST=" + emulator, "PATH=" + os.Getenv("PATH")}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+
+			setup := container(t, objs, get(setupJob(t, objs), "spec", "template", "spec"), site)
+			cmd := exec.CommandContext(ctx, bin, setup.args...)
+			cmd.Env = append(setup.env, extra...)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("the setup Job's container (worker %s) failed: %v\n%s", strings.Join(setup.args, " "), err, out)
+			}
+
+			run := container(t, objs, get(objs["Deployment/cellttl"], "spec", "template", "spec"), site)
+			logs := &testenv.Buffer{}
+			cmd = exec.Command(bin, run.args...)
+			cmd.Env, cmd.Stdout, cmd.Stderr = append(run.env, extra...), logs, logs
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			defer func() {
+				_ = cmd.Process.Kill()
+				<-done
+				if t.Failed() {
+					t.Logf("the worker's log:\n%s", logs.String())
+				}
+			}()
+			testenv.Eventually(t, time.Minute, func() (bool, string) {
+				res, err := http.Get("http://" + admin + "/readyz")
+				if err != nil {
+					return false, err.Error()
+				}
+				res.Body.Close()
+				return res.StatusCode == 200, fmt.Sprintf("/readyz %d", res.StatusCode)
+			})
+			testenv.Produce(t, brokers, site["CELLTTL_TOPIC"], []byte(`{"event_id":"e-1","tenant_id":"acme"}`))
+			testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+				n := 0
+				err := dc.Open(site["CELLTTL_TABLE"]).ReadRows(ctx, bigtable.PrefixRange("acme"), func(bigtable.Row) bool { n++; return true })
+				return err == nil && n == 1, fmt.Sprintf("%d rows of acme, %v", n, err)
+			})
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case err := <-done:
+				done <- err // for the deferred wait
+				if err != nil {
+					t.Errorf("the worker's exit after SIGTERM: %v", err)
+				}
+			case <-time.After(45 * time.Second):
+				t.Error("the worker did not stop within the pod's grace period after SIGTERM")
+			}
+		})
+	}
+}
+
+// rendered is a container as its pod would run it.
+type rendered struct {
+	args []string
+	env  []string // NAME=value, sorted
+}
+
+// container renders the first container of pod: its volumes written into
+// a directory of the test, every path under a mount moved there, its
+// environment resolved, and site's values in place of the cluster's.
+func container(t *testing.T, objs map[string]object, pod any, site map[string]string) rendered {
+	t.Helper()
+	root := t.TempDir()
+	vols := map[string]string{} // volume name -> directory
+	for _, v := range list(get(pod, "volumes")) {
+		name := str(get(v, "name"))
+		dir := filepath.Join(root, name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		vols[name] = dir
+		var sources []any
+		switch {
+		case get(v, "configMap") != nil:
+			sources = []any{object{"configMap": get(v, "configMap")}}
+		case get(v, "secret") != nil:
+			sources = []any{object{"secret": get(v, "secret")}}
+		default:
+			sources = list(get(v, "projected", "sources"))
+		}
+		for _, src := range sources {
+			kind, ref := "ConfigMap", get(src, "configMap")
+			if ref == nil {
+				kind, ref = "Secret", get(src, "secret")
+			}
+			nameKey := "name"
+			if kind == "Secret" && get(ref, "secretName") != nil {
+				nameKey = "secretName"
+			}
+			o := objs[kind+"/"+str(get(ref, nameKey))]
+			if o == nil {
+				if get(ref, "optional") != true {
+					t.Fatalf("volume %s mounts %s %s, which the overlay does not have", name, kind, str(get(ref, nameKey)))
+				}
+				continue // an optional Secret the user has not made: an empty directory
+			}
+			for file, data := range get(o, "data").(object) {
+				if err := os.WriteFile(filepath.Join(dir, file), []byte(str(data)), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	ctr := list(get(pod, "containers"))[0]
+	mounts := map[string]string{} // mount path -> directory
+	for _, m := range list(get(ctr, "volumeMounts")) {
+		mounts[str(get(m, "mountPath"))] = vols[str(get(m, "name"))]
+	}
+	local := func(s string) string {
+		best := ""
+		for p := range mounts {
+			if (s == p || strings.HasPrefix(s, p+"/")) && len(p) > len(best) {
+				best = p
+			}
+		}
+		if best == "" {
+			return s
+		}
+		return mounts[best] + strings.TrimPrefix(s, best)
+	}
+	env := map[string]string{}
+	for _, ef := range list(get(ctr, "envFrom")) {
+		name := str(get(ef, "configMapRef", "name"))
+		cm := objs["ConfigMap/"+name]
+		if cm == nil {
+			t.Fatalf("envFrom ConfigMap %s, which the overlay does not have", name)
+		}
+		for k, v := range get(cm, "data").(object) {
+			env[k] = str(v)
+		}
+	}
+	for _, e := range list(get(ctr, "env")) {
+		name := str(get(e, "name"))
+		switch from := get(e, "valueFrom"); {
+		case from == nil:
+			env[name] = str(get(e, "value"))
+		case get(from, "secretKeyRef") != nil:
+			ref := get(from, "secretKeyRef")
+			s := objs["Secret/"+str(get(ref, "name"))]
+			if s == nil && get(ref, "optional") != true {
+				t.Fatalf("env %s from Secret %s, which the overlay does not have", name, str(get(ref, "name")))
+			}
+			if v := str(get(s, "data", str(get(ref, "key")))); v != "" {
+				env[name] = v
+			}
+		case get(from, "configMapKeyRef") != nil:
+			ref := get(from, "configMapKeyRef")
+			env[name] = str(get(objs["ConfigMap/"+str(get(ref, "name"))], "data", str(get(ref, "key"))))
+		case get(from, "resourceFieldRef") != nil:
+			kind, res, _ := strings.Cut(str(get(from, "resourceFieldRef", "resource")), ".") // limits.memory
+			q := resource.MustParse(str(get(ctr, "resources", kind, res)))
+			env[name] = fmt.Sprint(q.Value())
+		default:
+			t.Fatalf("env %s: a source the test does not render: %v", name, from)
+		}
+	}
+	for k, v := range site {
+		if _, ok := env[k]; !ok {
+			t.Fatalf("the container does not set %s, which a cluster sets to its own", k)
+		}
+		env[k] = v
+	}
+	var out rendered
+	for k, v := range env {
+		out.env = append(out.env, k+"="+local(v))
+	}
+	sort.Strings(out.env)
+	for _, a := range toStrings(get(ctr, "args")) {
+		if name, value, ok := strings.Cut(a, "="); ok && strings.HasPrefix(name, "-") {
+			a = name + "=" + local(value)
+		}
+		out.args = append(out.args, local(a))
+	}
+	return out
+}
