@@ -17,6 +17,9 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/cellttl/cellttl/internal/envflag"
 )
 
@@ -51,6 +54,7 @@ type readiness struct {
 	at     time.Time
 	ok     bool
 	report string
+	passed []bool // by check
 }
 
 // CheckTimeout bounds each readiness check.
@@ -151,12 +155,13 @@ wait:
 		}
 	}
 	var b strings.Builder
-	r := &readiness{at: time.Now(), ok: true}
+	r := &readiness{at: time.Now(), ok: true, passed: make([]bool, len(s.checks))}
 	for i, c := range s.checks {
 		err := errs[i]
 		if err == nil && !answered[i] && s.isRunning(i) {
 			err = fmt.Errorf("no answer within %s", CheckTimeout)
 		}
+		r.passed[i] = err == nil
 		if err != nil {
 			r.ok = false
 			fmt.Fprintf(&b, "%s: not ready: %v\n", c.Name, err)
@@ -190,7 +195,7 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	}
 	// Results older than two rounds mean the checks stopped running: not
 	// a reason to go on answering 200.
-	if age := time.Since(r.at); age > 2*s.every+CheckTimeout+time.Second {
+	if age := time.Since(r.at); s.stale(r) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		fmt.Fprintf(w, "%sstale: the checks last ran %s ago\n", r.report, age.Round(time.Millisecond))
 		return
@@ -199,6 +204,41 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}
 	fmt.Fprintf(w, "%s(checked %s ago)\n", r.report, time.Since(r.at).Round(time.Millisecond))
+}
+
+// stale reports whether r is older than two rounds of the checks.
+func (s *Server) stale(r *readiness) bool {
+	return time.Since(r.at) > 2*s.every+CheckTimeout+time.Second
+}
+
+// RegisterMetrics reports readiness as /readyz answers it, check by check:
+// cellttl.ready is 1 for a check that passed in the last run, 0 for one
+// that failed, and 0 for all before the first run or once the runs have
+// stopped. A scrape sees what the kubelet's probe sees, per pod, also
+// where the probe's answer is not recorded.
+func (s *Server) RegisterMetrics(m metric.Meter) error {
+	ready, err := m.Int64ObservableGauge("cellttl.ready",
+		metric.WithDescription("1 while the readiness check named by check passes, 0 while it fails (or has not run); /readyz answers 200 when every check is 1"))
+	if err != nil {
+		return fmt.Errorf("register readiness metric: %w", err)
+	}
+	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		s.mu.Lock()
+		r := s.ready
+		s.mu.Unlock()
+		for i, c := range s.checks {
+			v := int64(0)
+			if r != nil && !s.stale(r) && r.passed[i] {
+				v = 1
+			}
+			o.ObserveInt64(ready, v, metric.WithAttributes(attribute.String("check", c.Name)))
+		}
+		return nil
+	}, ready)
+	if err != nil {
+		return fmt.Errorf("register readiness metric: %w", err)
+	}
+	return nil
 }
 
 // Start listens and serves in the background, and runs the readiness

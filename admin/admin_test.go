@@ -9,10 +9,14 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/cellttl/cellttl/internal/testenv"
 )
@@ -33,6 +37,13 @@ func TestEndpoints(t *testing.T) {
 	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "m 1\n") })
 	s := New(Config{Addr: "127.0.0.1:0", ReadinessInterval: 50 * time.Millisecond}, metrics,
 		func(q url.Values) any { return map[string]any{"partitions": 3, "tenants": q.Get("tenants")} }, checks, slog.New(slog.DiscardHandler))
+	reader := sdkmetric.NewManualReader()
+	if err := s.RegisterMetrics(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test")); err != nil {
+		t.Fatal(err)
+	}
+	if got := readyGauge(t, reader); got != "config=0 kafka=0" {
+		t.Errorf("cellttl.ready before the first run: %s, want every check 0", got)
+	}
 	addr, err := s.Start()
 	if err != nil {
 		t.Fatal(err)
@@ -47,12 +58,18 @@ func TestEndpoints(t *testing.T) {
 		code, body := testenv.MustGet(t, base+"/readyz")
 		return code == 200 && strings.Contains(body, "kafka: ok"), fmt.Sprintf("/readyz: %d %q", code, body)
 	})
+	if got := readyGauge(t, reader); got != "config=1 kafka=1" {
+		t.Errorf("cellttl.ready while ready: %s", got)
+	}
 	kafkaDown.Store(true)
 	testenv.Eventually(t, 5*time.Second, func() (bool, string) {
 		code, body := testenv.MustGet(t, base+"/readyz")
 		return code == 503 && strings.Contains(body, "kafka: not ready: not in the consumer group") && strings.Contains(body, "config: ok"),
 			fmt.Sprintf("/readyz with kafka down: %d %q", code, body)
 	})
+	if got := readyGauge(t, reader); got != "config=1 kafka=0" {
+		t.Errorf("cellttl.ready with kafka down: %s, want the failing check alone at 0", got)
+	}
 	if code, body := testenv.MustGet(t, base+"/status"); code != 200 || !strings.Contains(body, `"partitions": 3`) {
 		t.Errorf("/status: %d %q", code, body)
 	}
@@ -139,4 +156,27 @@ func TestConfigValidateNamesTheFlag(t *testing.T) {
 	if err := (Config{PprofAddr: ":6060", ReadinessInterval: time.Second}).Validate(); err == nil || !strings.Contains(err.Error(), "--pprof-addr needs --admin-addr") {
 		t.Errorf("--pprof-addr without the admin server: %v", err)
 	}
+}
+
+// readyGauge is cellttl.ready as reader collects it, "check=value" sorted.
+func readyGauge(t *testing.T, reader *sdkmetric.ManualReader) string {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != "cellttl.ready" {
+				continue
+			}
+			for _, p := range m.Data.(metricdata.Gauge[int64]).DataPoints {
+				check, _ := p.Attributes.Value("check")
+				out = append(out, fmt.Sprintf("%s=%d", check.AsString(), p.Value))
+			}
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, " ")
 }

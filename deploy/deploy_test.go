@@ -22,6 +22,7 @@ import (
 
 	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/cellttl/cellttl/internal/lab"
+	"github.com/cellttl/cellttl/internal/release"
 	"github.com/cellttl/cellttl/tenants"
 )
 
@@ -441,11 +442,28 @@ func TestAlertRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	runbook, err := os.ReadFile("../docs/runbook.md")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, g := range plain.Groups {
 		for _, r := range list(get(g, "rules")) {
 			name := str(get(r, "alert"))
 			if str(get(r, "annotations", "runbook")) == "" {
 				t.Errorf("alert %s has no runbook", name)
+			}
+			// The runbook of the release the rules ship with, at its
+			// section, which says what to do.
+			url := "https://github.com/cellttl/cellttl/blob/v" + release.Version + "/docs/runbook.md#" + strings.ToLower(name)
+			section := regexp.MustCompile(`(?s)\n## ` + name + `\n(.*?)(\n## |$)`).FindSubmatch(runbook)
+			if got := str(get(r, "annotations", "runbook_url")); got != url || section == nil || !strings.Contains(string(section[1]), "What to do") {
+				t.Errorf("alert %s: runbook_url %q, want %q, with a section that says what to do in docs/runbook.md", name, got, url)
+			}
+			// Pages are for symptoms: events late, unsettled or living
+			// past their TTL, erasures that may not hold.
+			symptoms := []string{"CellttlEventsDelayed", "CellttlCommitStuck", "CellttlTransactionHeld", "CellttlErasureLedgerStale", "CellttlRetentionBreached"}
+			if sev := str(get(r, "labels", "severity")); sev != map[bool]string{true: "critical", false: "warning"}[slices.Contains(symptoms, name)] {
+				t.Errorf("alert %s has severity %s: page on symptoms, warn on causes", name, sev)
 			}
 			if c := strings.Count(string(tests), "alertname: "+name+"\n"); c < 2 {
 				t.Errorf("alert %s has %d unit tests, want one that fires and one that does not", name, c)

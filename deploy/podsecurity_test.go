@@ -113,8 +113,8 @@ func TestNetworkPolicy(t *testing.T) {
 			peer := get(f, "podSelector", "matchLabels")
 			if get(f, "namespaceSelector") == nil || peer == nil {
 				t.Errorf("%s: an ingress peer without a namespace and a pod selector: %v", overlay, f)
-			} else if v := get(peer, "app.kubernetes.io/name"); v != "prometheus" || len(peer.(object)) != 1 {
-				t.Errorf("%s: the ingress peer selects pods %v, want Prometheus's", overlay, peer)
+			} else if v := get(peer, "app.kubernetes.io/name"); v != "prometheus" && v != "collector" || len(peer.(object)) != 1 {
+				t.Errorf("%s: the ingress peer selects pods %v, want Prometheus's or GKE's collectors", overlay, peer)
 			}
 		}
 	}

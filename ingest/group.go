@@ -20,6 +20,7 @@ var generationRetry = retry.Policy{Initial: time.Second, Max: 10 * time.Second}
 func (c *Consumer) generations(ctx context.Context) {
 	spun := false // the last generation ended at once, with nothing assigned
 	pauses := generationRetry.Curve()
+	unowned := time.Now() // since when this worker owns no partition
 	for {
 		if !pace(ctx, spun, pauses) {
 			return
@@ -35,6 +36,8 @@ func (c *Consumer) generations(ctx context.Context) {
 			continue
 		}
 		started := time.Now()
+		c.m.rebalances.Add(ctx, 1)
+		c.m.rebalanced.Record(ctx, started.Sub(unowned).Seconds())
 		parts := c.joined(ctx, gen)
 		if len(parts) == 0 {
 			gen.Start(c.watchEmptyAssignment)
@@ -53,6 +56,7 @@ func (c *Consumer) generations(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		}
+		unowned = time.Now()
 		spun = len(parts) == 0 && time.Since(started) < time.Second
 	}
 }

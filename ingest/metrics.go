@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -21,6 +22,10 @@ type consumerMetrics struct {
 	fetchErrors  metric.Int64Counter
 	undecodable  metric.Int64Counter
 	aborted      metric.Int64Counter
+	rebalances   metric.Int64Counter
+	// rebalanced is the time a worker owned no partition across a
+	// rebalance: from a generation's end to the next one's assignment.
+	rebalanced   metric.Float64Histogram
 	registration metric.Registration
 }
 
@@ -30,6 +35,7 @@ type gauges struct {
 	consumed                                       metric.Int64ObservableCounter
 	lag, committed, owned, inflight, limit         metric.Int64ObservableGauge
 	committedLag, stalled, lastStable, unstableLag metric.Int64ObservableGauge
+	timeLag                                        metric.Float64ObservableGauge
 }
 
 // registerMetrics reports consumption, lag, commits and the byte budget,
@@ -58,10 +64,15 @@ func (c *Consumer) registerMetrics(mp metric.MeterProvider) (*consumerMetrics, e
 			"record batches that could not be decoded (past the decompression bound, or broken), handed on to the dead-letter topic"},
 		{&m.aborted, "cellttl.kafka.aborted_records", "{record}",
 			"records of aborted transactions skipped under --isolation-level read_committed: never written nor dead-lettered, their offsets settled"},
+		{&m.rebalances, "cellttl.kafka.consumer.rebalances", "{rebalance}",
+			"generations of the consumer group this worker joined (each follows a rebalance, the first its join)"},
 	} {
 		*s.dst, err = meter.Int64Counter(s.name, metric.WithUnit(s.unit), metric.WithDescription(s.desc))
 		errs = append(errs, err)
 	}
+	m.rebalanced, err = meter.Float64Histogram("cellttl.kafka.consumer.rebalance.duration", metric.WithUnit("s"),
+		metric.WithDescription("time this worker owned no partition across a rebalance: from a generation's end (or its own start) to the next generation's assignment"))
+	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("register consumer metrics: %w", err)
 	}
@@ -73,12 +84,12 @@ func (c *Consumer) registerMetrics(mp metric.MeterProvider) (*consumerMetrics, e
 	m.registration, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		c.observe(o, g, base)
 		return nil
-	}, g.consumed, g.lag, g.committed, g.owned, g.inflight, g.limit, g.committedLag, g.stalled, g.lastStable, g.unstableLag)
+	}, g.consumed, g.lag, g.committed, g.owned, g.inflight, g.limit, g.committedLag, g.stalled, g.lastStable, g.unstableLag, g.timeLag)
 	if err != nil {
 		return nil, fmt.Errorf("register consumer metrics: %w", err)
 	}
 	// The counters exist from start-up, at 0, for rate() and dashboards.
-	for _, n := range []metric.Int64Counter{m.offsetResets, m.fetchErrors, m.undecodable, m.aborted} {
+	for _, n := range []metric.Int64Counter{m.offsetResets, m.fetchErrors, m.undecodable, m.aborted, m.rebalances} {
 		n.Add(context.Background(), 0)
 	}
 	return &m, nil
@@ -117,7 +128,9 @@ func newGauges(meter metric.Meter) (*gauges, error) {
 		*s.dst, err = meter.Int64ObservableGauge(s.name, metric.WithUnit(s.unit), metric.WithDescription(s.desc))
 		errs = append(errs, err)
 	}
-	if err := errors.Join(errs...); err != nil {
+	g.timeLag, err = meter.Float64ObservableGauge("cellttl.kafka.consumer.time_lag", metric.WithUnit("s"),
+		metric.WithDescription("age of the oldest event fetched and not yet settled, per owned partition (0 when none waits): its record timestamp, or its fetch when the record has none or one ahead"))
+	if err := errors.Join(append(errs, err)...); err != nil {
 		return nil, fmt.Errorf("register consumer metrics: %w", err)
 	}
 	return &g, nil
@@ -152,6 +165,11 @@ func (c *Consumer) observe(o metric.Observer, g *gauges, base []attribute.KeyVal
 		if p.Stalled != "" {
 			nstalled++
 		}
+		age := 0.0
+		if p.OldestUnsettled != nil {
+			age = max(0, time.Since(*p.OldestUnsettled).Seconds())
+		}
+		o.ObserveFloat64(g.timeLag, age, attrs)
 	}
 	o.ObserveInt64(g.stalled, int64(nstalled), baseSet)
 }

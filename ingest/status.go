@@ -31,6 +31,9 @@ type PartitionStatus struct {
 	// Stalled says, when the partition has made no progress for longer
 	// than the stall timeout, for how long and why.
 	Stalled string `json:"stalled,omitempty"`
+	// OldestUnsettled is the time of the oldest event fetched and not yet
+	// settled (see entry.at); nil when none waits.
+	OldestUnsettled *time.Time `json:"oldest_unsettled,omitempty"`
 }
 
 // Status is the consumer's view of its membership.
@@ -44,7 +47,7 @@ type Status struct {
 
 // Status returns the current membership and per-partition lag.
 func (c *Consumer) Status() Status {
-	floors := c.tracker.Floors()
+	floors, oldest := c.tracker.Floors(), c.tracker.Oldest()
 	held := c.budget.Held()
 	now := time.Now()
 	c.mu.Lock()
@@ -74,6 +77,9 @@ func (c *Consumer) Status() Status {
 		}
 		if e := p.lastErr.Load(); e != nil {
 			ps.Error = *e
+		}
+		if at, ok := oldest[p.id]; ok {
+			ps.OldestUnsettled = &at
 		}
 		if still := now.Sub(time.Unix(0, p.movedAt.Load())); still > c.cfg.StallTimeout {
 			why := ps.Error

@@ -3,6 +3,7 @@ package ingest
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // tracker decides what may be committed: for each partition, the offset
@@ -54,7 +55,11 @@ type epoch struct {
 // that could not be decoded), by the first offset it covers.
 type entry struct {
 	offset int64
-	done   bool
+	// at is the message's time in Unix ms, for the age of the oldest one
+	// not settled: the record's timestamp, or when it was fetched if it
+	// has none or one ahead of that.
+	at   int64
+	done bool
 }
 
 // compactAt is the number of entries from which done ones are removed once
@@ -141,6 +146,7 @@ func (t *tracker) trackAll(a *epoch, fs []Fetched) {
 	if len(fs) == 0 {
 		return
 	}
+	now := time.Now().UnixMilli()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for i := range fs {
@@ -149,6 +155,11 @@ func (t *tracker) trackAll(a *epoch, fs []Fetched) {
 			last = u.Last
 		}
 		fs[i].Ack = t.trackLocked(a, fs[i].Msg.Offset, last, fs[i].Ack.size)
+		if ts := fs[i].Msg.Time; !ts.IsZero() {
+			a.entries[len(a.entries)-1].at = min(ts.UnixMilli(), now)
+		} else {
+			a.entries[len(a.entries)-1].at = now
+		}
 	}
 }
 
@@ -260,6 +271,21 @@ func (t *tracker) Floors() map[int]int64 {
 	out := make(map[int]int64, len(t.current))
 	for p, a := range t.current {
 		out[p] = a.floor
+	}
+	return out
+}
+
+// Oldest returns, per current partition with a message not settled, the
+// time (entry.at) of the oldest such message: the tracker removes a
+// settled prefix at once, so it is the first entry.
+func (t *tracker) Oldest() map[int]time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := map[int]time.Time{}
+	for p, a := range t.current {
+		if len(a.entries) > 0 {
+			out[p] = time.UnixMilli(a.entries[0].at)
+		}
 	}
 	return out
 }

@@ -93,6 +93,8 @@ type WriterConfig struct {
 	// under an older generation of it (Row.Gen); a row it no longer admits
 	// is not sent, and its result is ErrWithdrawn.
 	Gate Gate
+	// Throttle, when set, paces the rows sent (see Throttle).
+	Throttle *Throttle
 	// RuleCheckInterval is how often the worker's RuleWatch reads the
 	// family's GC rule.
 	RuleCheckInterval time.Duration
@@ -115,6 +117,11 @@ func NewWriter(c *bigtable.Client, t Target, cfg WriterConfig, mp metric.MeterPr
 	m, err := newWriterMetrics(mp)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Throttle != nil && mp != nil {
+		if err := cfg.Throttle.registerMetrics(mp.Meter(scope)); err != nil {
+			return nil, err
+		}
 	}
 	loop, err := retry.NewLoop("bigtable.write", retry.Policy{Initial: cfg.InitialBackoff, Max: cfg.MaxBackoff}, mp)
 	if err != nil {
@@ -282,7 +289,15 @@ func (e *evidence) othersAccepted() bool {
 // rejected for good in results, and says what is left to retry.
 func (w *Writer) attempt(ctx context.Context, rows []Row, pending []int, results []error) outcome {
 	ev := &evidence{w: w, ctx: ctx}
+	if t := w.cfg.Throttle; t != nil {
+		if err := t.Wait(ctx, len(pending)); err != nil {
+			return outcome{retry: pending, code: status.FromContextError(err).Code(), err: err, whole: true}
+		}
+	}
 	rowErrs, err := w.apply(ctx, rows, pending)
+	if t := w.cfg.Throttle; t != nil {
+		t.Sent(len(pending), exhausted(err, rowErrs))
+	}
 	if err != nil {
 		code := status.Code(err)
 		if aboutContent(code) && ctx.Err() == nil && ev.othersAccepted() {
@@ -293,6 +308,20 @@ func (w *Writer) attempt(ctx context.Context, rows []Row, pending []int, results
 		return outcome{retry: pending, code: code, err: err, whole: true}
 	}
 	return w.settle(rows, pending, rowErrs, results, ev)
+}
+
+// exhausted reports whether Bigtable throttled a request: the request, or
+// one of its rows, refused with RESOURCE_EXHAUSTED.
+func exhausted(err error, rowErrs []error) bool {
+	if status.Code(err) == codes.ResourceExhausted {
+		return true
+	}
+	for _, e := range rowErrs {
+		if e != nil && status.Code(e) == codes.ResourceExhausted {
+			return true
+		}
+	}
+	return false
 }
 
 // settle sorts the per-row results of a request that Bigtable took.

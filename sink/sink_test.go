@@ -505,3 +505,43 @@ func TestGateThatCannotTellHoldsTheWrite(t *testing.T) {
 		t.Errorf("the gate was asked %d times, want 5", n)
 	}
 }
+
+// Writes Bigtable refuses with RESOURCE_EXHAUSTED are retried at a rate
+// cut to half of what was sent, not at full speed, and every row is
+// written: the throttle holds rows back, it drops none.
+func TestWriterSlowsDownWhenThrottled(t *testing.T) {
+	dc, ac, proxy := faultyEmulator(t)
+	tgt := sink.Target(testenv.Table(t, ac, dc, 48*time.Hour))
+	proxy.SetFault(refuseFirst(1, codes.ResourceExhausted))
+	th := sink.NewThrottle()
+	th.SetCap(5000)
+	cfg := sink.DefaultWriterConfig()
+	cfg.InitialBackoff, cfg.MaxBackoff, cfg.Throttle = time.Millisecond, time.Millisecond, th
+	w, err := sink.NewWriter(dc, tgt, cfg, nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := time.Now().UnixMilli() * 1000
+	var rows []sink.Row
+	for i := range 200 {
+		rows = append(rows, sink.Row{Key: fmt.Sprintf("r-%03d", i), Timestamp: ts, Value: []byte("v")})
+	}
+	res, err := w.Write(ctx, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res {
+		if r != nil {
+			t.Fatalf("row %d: %v", i, r)
+		}
+	}
+	// Cut to 100 (half the 200 rows sent), grown by a tenth since.
+	if l := th.Limit(); l < 100 || l > 150 {
+		t.Errorf("after RESOURCE_EXHAUSTED on a request of 200 rows: limit %v rows/s, want about half of them", l)
+	}
+	n := 0
+	err = dc.Open(tgt.Table).ReadRows(ctx, bigtable.InfiniteRange(""), func(bigtable.Row) bool { n++; return true })
+	if err != nil || n != 200 {
+		t.Errorf("%d rows in the table (%v), want 200", n, err)
+	}
+}

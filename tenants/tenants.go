@@ -47,6 +47,10 @@ type Config struct {
 	Policy *expiry.Policy
 	// Unlisted is the unlisted_tenants policy.
 	Unlisted Unlisted
+	// WriteRate is max_write_rate: the rows per second each worker may
+	// send to Bigtable, 0 when the file sets no cap. A reload applies it
+	// at the next write.
+	WriteRate float64
 	// ShortestTTL is the shortest TTL the file gives anyone (default_ttl
 	// included): the longest a copy of an event whose tenant cannot be
 	// trusted may live.
@@ -117,6 +121,7 @@ func parseRoot(root *yaml.Node, data []byte) (*Config, error) {
 
 	var defaultTTL, tenantsNode, minNode, maxNode, metricNode *yaml.Node
 	unlisted := UnlistedDefaultTTL
+	var writeRate float64
 	seen := map[string]*yaml.Node{}
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
@@ -150,6 +155,13 @@ func parseRoot(root *yaml.Node, data []byte) (*Config, error) {
 			maxNode = v
 		case "metric_tenants":
 			metricNode = v
+		case "max_write_rate":
+			n, err := strconv.ParseUint(v.Value, 10, 32)
+			if err != nil || v.Kind != yaml.ScalarNode || v.Tag != "!!int" {
+				report(lineErr(v, "max_write_rate", "%q is not a number of rows per second (a whole number; 0 for no cap)", v.Value))
+				continue
+			}
+			writeRate = float64(n)
 		case "unlisted_tenants":
 			switch u := Unlisted(v.Value); {
 			case v.Kind == yaml.ScalarNode && (u == UnlistedDefaultTTL || u == UnlistedDeadLetter):
@@ -158,7 +170,7 @@ func parseRoot(root *yaml.Node, data []byte) (*Config, error) {
 				report(lineErr(v, "unlisted_tenants", "%q is not a policy (want default_ttl or dead-letter)", v.Value))
 			}
 		default:
-			report(lineErr(k, k.Value, "unknown field (known: strategy, default_ttl, min_ttl, max_ttl, record_real_timestamp, unlisted_tenants, metric_tenants, tenants)"))
+			report(lineErr(k, k.Value, "unknown field (known: strategy, default_ttl, min_ttl, max_ttl, record_real_timestamp, unlisted_tenants, metric_tenants, max_write_rate, tenants)"))
 		}
 	}
 
@@ -200,7 +212,7 @@ func parseRoot(root *yaml.Node, data []byte) (*Config, error) {
 	for _, ttl := range p.Tenants {
 		shortest = min(shortest, ttl)
 	}
-	return &Config{Policy: p, Unlisted: unlisted, ShortestTTL: shortest, Version: Version(data), metricTenants: metricTenants, raw: data}, nil
+	return &Config{Policy: p, Unlisted: unlisted, WriteRate: writeRate, ShortestTTL: shortest, Version: Version(data), metricTenants: metricTenants, raw: data}, nil
 }
 
 // boundNodes are min_ttl and max_ttl as read (nil nodes when not given).

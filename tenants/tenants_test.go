@@ -59,23 +59,25 @@ func TestGoodFiles(t *testing.T) {
 // the value or field at fault.
 func TestBadFiles(t *testing.T) {
 	want := map[string][]string{
-		"duplicate-tenant.bad.yaml":   {"line 6", "tenants.acme", "duplicate tenant (first at line 4)"},
-		"duplicate-key.bad.yaml":      {"line 3", "default_ttl", "duplicate key"},
-		"unknown-field.bad.yaml":      {"line 3", "retention", "unknown field"},
-		"bad-duration.bad.yaml":       {"line 3", "tenants.acme", `"soon"`},
-		"zero-ttl.bad.yaml":           {"line 3", "tenants.acme", `"0s" must be positive`},
-		"negative-ttl.bad.yaml":       {"line 3", "tenants.acme", `"-1h" must be positive`},
-		"absurd-ttl.bad.yaml":         {"line 3", "tenants.acme", `"100000d" is outside 1s..3650d`},
-		"sub-millisecond.bad.yaml":    {"line 3", "tenants.acme", `"1h1500us" is finer than a millisecond`},
-		"fractional-default.bad.yaml": {"line 1", "default_ttl", `"90500ms" is not a whole number of seconds`},
-		"bad-strategy.bad.yaml":       {"line 1", "strategy", `"two-second"`},
-		"missing-default.bad.yaml":    {"default_ttl is missing"},
-		"hash-in-tenant.bad.yaml":     {"line 3", `"ac#me"`, "'#'"},
-		"bad-bool.bad.yaml":           {"line 2", "record_real_timestamp", `"yes please"`},
-		"tenants-list.bad.yaml":       {"line 2", "tenants", "mapping"},
-		"not-a-mapping.bad.yaml":      {"line 1", "mapping"},
-		"bad-indent.bad.yaml":         {"line 4"},
-		"bad-unlisted.bad.yaml":       {"line 2", "unlisted_tenants", `"drop" is not a policy`},
+		"duplicate-tenant.bad.yaml":    {"line 6", "tenants.acme", "duplicate tenant (first at line 4)"},
+		"duplicate-key.bad.yaml":       {"line 3", "default_ttl", "duplicate key"},
+		"unknown-field.bad.yaml":       {"line 3", "retention", "unknown field"},
+		"bad-duration.bad.yaml":        {"line 3", "tenants.acme", `"soon"`},
+		"zero-ttl.bad.yaml":            {"line 3", "tenants.acme", `"0s" must be positive`},
+		"negative-ttl.bad.yaml":        {"line 3", "tenants.acme", `"-1h" must be positive`},
+		"absurd-ttl.bad.yaml":          {"line 3", "tenants.acme", `"100000d" is outside 1s..3650d`},
+		"sub-millisecond.bad.yaml":     {"line 3", "tenants.acme", `"1h1500us" is finer than a millisecond`},
+		"fractional-default.bad.yaml":  {"line 1", "default_ttl", `"90500ms" is not a whole number of seconds`},
+		"bad-strategy.bad.yaml":        {"line 1", "strategy", `"two-second"`},
+		"missing-default.bad.yaml":     {"default_ttl is missing"},
+		"hash-in-tenant.bad.yaml":      {"line 3", `"ac#me"`, "'#'"},
+		"bad-bool.bad.yaml":            {"line 2", "record_real_timestamp", `"yes please"`},
+		"tenants-list.bad.yaml":        {"line 2", "tenants", "mapping"},
+		"not-a-mapping.bad.yaml":       {"line 1", "mapping"},
+		"bad-indent.bad.yaml":          {"line 4"},
+		"bad-unlisted.bad.yaml":        {"line 2", "unlisted_tenants", `"drop" is not a policy`},
+		"bad-write-rate.bad.yaml":      {"line 2", "max_write_rate", `"5k" is not a number of rows per second`},
+		"negative-write-rate.bad.yaml": {"line 2", "max_write_rate", `"-10"`},
 	}
 	files, _ := filepath.Glob("testdata/*.bad.yaml")
 	if len(files) != len(want) {
@@ -160,4 +162,19 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// max_write_rate is the rows per second each worker may send: absent or 0,
+// no cap.
+func TestWriteRate(t *testing.T) {
+	for file, want := range map[string]float64{
+		"default_ttl: 2d\n":                        0,
+		"default_ttl: 2d\nmax_write_rate: 0\n":     0,
+		"default_ttl: 2d\nmax_write_rate: 20000\n": 20000,
+	} {
+		cfg, err := Parse([]byte(file))
+		if err != nil || cfg.WriteRate != want {
+			t.Errorf("%q: write rate %v, %v; want %v", file, cfg.WriteRate, err, want)
+		}
+	}
 }

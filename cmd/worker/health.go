@@ -3,8 +3,12 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/cellttl/cellttl/admin"
 )
@@ -39,6 +43,39 @@ func (w *worker) readinessChecks() []admin.Check {
 			return nil
 		}},
 	}
+}
+
+// registerShortfalls reports the stores whose settings let a copy outlive
+// its tenant's TTL, read at collection time: the input topic while
+// producers may stamp records beyond --max-clock-skew (a record stamped
+// ahead keeps its segment, and the events before it), and each
+// dead-letter topic whose records are not stamped by the broker
+// (LogAppendTime): one letter stamped ahead freezes its partition.
+// /status says which, and the log the fix.
+func (w *worker) registerShortfalls(m metric.Meter) error {
+	g, err := m.Int64ObservableGauge("cellttl.retention.shortfalls", metric.WithUnit("{store}"),
+		metric.WithDescription("stores whose settings let a copy outlive its tenant's TTL, by store: input_topic (producers may stamp records beyond --max-clock-skew), dead_letter_topic (records not stamped LogAppendTime); /status record_timestamps and dead_letter_topics say which and the fix"))
+	if err != nil {
+		return fmt.Errorf("register retention metric: %w", err)
+	}
+	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		var input, letters int64
+		if t := w.times.Status(); t.Type != "" && !t.Bounded {
+			input = 1
+		}
+		for _, r := range w.dlq.Topics() {
+			if r.Stamping.Type != "" && r.Stamping.Type != "LogAppendTime" {
+				letters++
+			}
+		}
+		o.ObserveInt64(g, input, metric.WithAttributes(attribute.String("store", "input_topic")))
+		o.ObserveInt64(g, letters, metric.WithAttributes(attribute.String("store", "dead_letter_topic")))
+		return nil
+	}, g)
+	if err != nil {
+		return fmt.Errorf("register retention metric: %w", err)
+	}
+	return nil
 }
 
 // lastError remembers the latest error of a kind, for /status.

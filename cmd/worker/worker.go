@@ -17,7 +17,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/grpc/codes"
 
 	"github.com/cellttl/cellttl/admin"
 	"github.com/cellttl/cellttl/deadletter"
@@ -50,6 +49,7 @@ type worker struct {
 	// schemas reads values through the schema registry; nil for JSON.
 	schemas      *registry.Schemas
 	lastWriteErr lastError
+	meter        metric.Meter // the parts' meter, for the admin server's
 }
 
 // newWorker builds the parts, checks the dead-letter topic and joins the
@@ -59,7 +59,7 @@ func newWorker(ctx context.Context, o *runCmd, cfg *tenants.Config, dc *bigtable
 	if mp == nil {
 		mp = noop.NewMeterProvider()
 	}
-	w := &worker{o: o, cfg: cfg, log: log}
+	w := &worker{o: o, cfg: cfg, log: log, meter: mp.Meter(meterName)}
 	// The rule the cells are computed for never changes while the worker
 	// runs (a reload that would change it is refused): checked at start-up,
 	// then watched.
@@ -88,17 +88,11 @@ func newWorker(ctx context.Context, o *runCmd, cfg *tenants.Config, dc *bigtable
 	if err := w.openKafka(ctx, mp); err != nil {
 		return nil, err
 	}
-	wcfg := o.writer
-	wcfg.OnRetry = func(rows int, code codes.Code, err error) { w.lastWriteErr.set(err) }
-	// Under --strict-retention, a topic relaxed at run time (or whose
-	// settings go unread) holds the writes as it refuses the start.
-	wcfg.Held = func() error { return cmp.Or(w.rules.Held(), w.erasures.Held(), w.times.Problem()) }
-	wcfg.Gate = w.erasures
-	if w.writer, err = sink.NewWriter(dc, o.table.Target(), wcfg, mp, log); err != nil {
+	if w.writer, err = sink.NewWriter(dc, o.table.Target(), w.writerConfig(), mp, log); err != nil {
 		return nil, err
 	}
 	w.reloader = tenants.NewReloader(o.tenants.Path, cfg, o.tenants.ReloadInterval, log)
-	if err := errors.Join(w.reloader.RegisterMetrics(mp.Meter(meterName)), w.erasures.RegisterMetrics(mp.Meter(meterName))); err != nil {
+	if err := errors.Join(w.reloader.RegisterMetrics(w.meter), w.erasures.RegisterMetrics(w.meter), w.registerShortfalls(w.meter)); err != nil {
 		return nil, err
 	}
 	if w.schemas, err = openSchemas(o.registry, &o.pipe, mp, log); err != nil {
@@ -218,7 +212,7 @@ func (w *worker) serve(ctx context.Context, metrics http.Handler) error {
 		st := &statusSource{w: w, started: time.Now()}
 		srv := admin.New(o.admin, metrics, st.status, w.readinessChecks(), log)
 		addr, err := srv.Start()
-		if err != nil {
+		if err = errors.Join(err, srv.RegisterMetrics(w.meter)); err != nil {
 			return errors.Join(err, w.closeKafka())
 		}
 		log.Info("admin server listening", "addr", addr.String())

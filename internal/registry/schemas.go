@@ -417,7 +417,7 @@ func (s *Schemas) registerMetrics(m metric.Meter) error {
 	for _, o := range []string{"found", "not_found", "invalid", "unavailable"} {
 		s.fetches.Add(context.Background(), 0, metric.WithAttributes(attribute.String("outcome", o)))
 	}
-	waiting, err1 := m.Int64ObservableGauge("cellttl.schema_registry.waiting", metric.WithUnit("1"),
+	waiting, err1 := m.Int64ObservableGauge("cellttl.schema_registry.waiting",
 		metric.WithDescription("1 while events wait for the schema registry (unreachable, 5xx, refused credentials): nothing is committed past them"))
 	cached, err2 := m.Int64ObservableGauge("cellttl.schema_registry.schemas_cached", metric.WithUnit("{schema}"),
 		metric.WithDescription("compiled schemas kept, by id, up to --schema-cache-size"))

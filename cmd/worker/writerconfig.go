@@ -1,0 +1,27 @@
+package main
+
+import (
+	"cmp"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/cellttl/cellttl/sink"
+)
+
+// writerConfig is --write-*'s configuration of the Bigtable writer, with
+// what the worker's other parts tell it: the last failure for /status,
+// what holds the writes, the erasure ledger's recheck of rows decided
+// under an older one, and the write rate.
+func (w *worker) writerConfig() sink.WriterConfig {
+	wcfg := w.o.writer
+	wcfg.OnRetry = func(rows int, code codes.Code, err error) { w.lastWriteErr.set(err) }
+	// Under --strict-retention, a topic relaxed at run time (or whose
+	// settings go unread) holds the writes as it refuses the start.
+	wcfg.Held = func() error { return cmp.Or(w.rules.Held(), w.erasures.Held(), w.times.Problem()) }
+	wcfg.Gate = w.erasures
+	// The cap follows the tenants file in force: an edit of
+	// max_write_rate applies at the next write, without a restart.
+	wcfg.Throttle = sink.NewThrottle()
+	wcfg.Throttle.Follow(func() float64 { return w.reloader.Current().WriteRate })
+	return wcfg
+}
