@@ -1,5 +1,5 @@
 # The two commands of the README, and a few for development.
-.PHONY: demo test test-kafka3 test-short lint services-start services-stop fuzz bench bench-scale faults
+.PHONY: demo test test-kafka3 test-short lint services-start services-stop fuzz bench bench-scale faults release release-check
 
 # The whole pipeline in one process: in-process Kafka and Bigtable emulator.
 demo:
@@ -54,3 +54,12 @@ bench-scale:
 # (RELIABILITY.md). make test runs its short form.
 faults:
 	scripts/faults.sh
+
+# The release binaries (linux/amd64, linux/arm64), their SBOMs and
+# SHA256SUMS in dist/, without Docker; release-check builds twice in fresh
+# caches and compares (CI runs it).
+release:
+	scripts/release.sh dist
+
+release-check:
+	scripts/release.sh --check
