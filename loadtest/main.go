@@ -93,10 +93,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	var o options
 	fs := envflag.NewUnprefixed("loadtest", "loadtest: drive the worker with synthetic click events and check what it wrote.", os.Stderr)
 	fs.Bool(&o.embedded, "embedded", "", false, "start in-process Kafka (kfake) and Bigtable emulator (bttest) and a worker process against them")
-	fs.String(&o.brokers, "brokers", "KAFKA_BROKERS", "", "Kafka brokers of the worker under test")
-	fs.String(&o.topic, "topic", "", "clicks", "topic the worker consumes")
+	fs.String(&o.brokers, "brokers", "CELLTTL_BROKERS", "", "Kafka brokers of the worker under test")
+	fs.Renamed("brokers", "KAFKA_BROKERS")
+	fs.String(&o.topic, "topic", "CELLTTL_TOPIC", "clicks", "topic the worker consumes")
 	fs.String(&o.dlqTopic, "dlq-topic", "", "", "dead-letter topic (default <topic>.dlq)")
-	fs.String(&o.tenantsFile, "tenants", "", "tenants.yaml", "the worker's tenants file: the tenant mix and the expected timestamps")
+	fs.String(&o.tenantsFile, "tenants", "CELLTTL_TENANTS", "tenants.yaml", "the worker's tenants file: the tenant mix and the expected timestamps")
 	fs.String(&o.weights, "weights", "", "", `tenant weights, e.g. "acme=5,globex=1,*=2" (* is a tenant the file does not list); others weigh 1`)
 	fs.Int(&o.rate, "rate", "", 0, "events per second (0: as fast as possible)")
 	fs.Int(&o.count, "count", "", 0, "events to produce (0: until --duration)")
@@ -106,10 +107,15 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.BytesInt(&o.payloadBytes, "payload-bytes", "", 200, "bytes of filler per event")
 	fs.Float64(&o.malformed, "malformed", "", 0.01, "share of malformed events")
 	fs.String(&o.statusURL, "worker-status", "", "http://127.0.0.1:8080/status", "the worker's /status, for written counts and lag")
-	fs.String(&o.project, "project", "BIGTABLE_PROJECT", "local", "Bigtable project")
-	fs.String(&o.instance, "instance", "BIGTABLE_INSTANCE", "local", "Bigtable instance")
-	fs.String(&o.table, "table", "BIGTABLE_TABLE", "clicks", "Bigtable table")
-	fs.String(&o.family, "family", "", "c", "column family")
+	fs.String(&o.project, "project", "CELLTTL_PROJECT", "local", "Bigtable project")
+	fs.String(&o.instance, "instance", "CELLTTL_INSTANCE", "local", "Bigtable instance")
+	fs.String(&o.table, "table", "CELLTTL_TABLE", "clicks", "Bigtable table")
+	fs.String(&o.family, "family", "CELLTTL_FAMILY", "c", "column family")
+	// The worker's names, so that one environment serves both; the names
+	// loadtest read before, for this release, with a warning.
+	fs.Renamed("project", "BIGTABLE_PROJECT")
+	fs.Renamed("instance", "BIGTABLE_INSTANCE")
+	fs.Renamed("table", "BIGTABLE_TABLE")
 	fs.String(&o.reportDir, "report-dir", "", "", "where the report goes (default loadtest-report/<run id>)")
 	fs.Bool(&o.verify, "verify", "", true, "check Bigtable and the dead-letter topic afterwards")
 	fs.Duration(&o.settle, "settle-timeout", "", 5*time.Minute, "how long to wait for the worker to catch up")
@@ -155,7 +161,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		defer emb.stop()
 	}
 	if o.brokers == "" {
-		return errors.New("no brokers: --brokers, KAFKA_BROKERS, or --embedded")
+		return errors.New("no brokers: --brokers, CELLTTL_BROKERS, or --embedded")
 	}
 	return loadTest(ctx, &o, strings.Split(o.brokers, ","), stdout)
 }
@@ -165,7 +171,8 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := envflag.NewUnprefixed("loadtest bench", "loadtest bench: the ceilings and the worker measured in one run (BENCHMARKS.md).", os.Stderr)
 	var o bench.Options
 	var brokers string
-	fs.String(&brokers, "brokers", "KAFKA_BROKERS", "", "Kafka brokers (scripts/services.sh starts one)")
+	fs.String(&brokers, "brokers", "CELLTTL_BROKERS", "", "Kafka brokers (scripts/services.sh starts one)")
+	fs.Renamed("brokers", "KAFKA_BROKERS")
 	fs.Int(&o.Events, "events", "", 300000, "events per measurement")
 	fs.BytesInt(&o.PayloadBytes, "payload-bytes", "", 200, "bytes of filler per event")
 	fs.Int(&o.Partitions, "partitions", "", 6, "partitions of the topics")
@@ -192,7 +199,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if brokers == "" || os.Getenv("BIGTABLE_EMULATOR_HOST") == "" {
-		return errors.New("bench needs KAFKA_BROKERS and BIGTABLE_EMULATOR_HOST: eval \"$(scripts/services.sh start)\" first, or run make bench")
+		return errors.New("bench needs CELLTTL_BROKERS and BIGTABLE_EMULATOR_HOST: eval \"$(scripts/services.sh start)\" first, or run make bench")
 	}
 	if len(configs) == 0 {
 		configs = multiFlag{""}
@@ -218,7 +225,8 @@ func runLedger(ctx context.Context, args []string, stdout io.Writer) error {
 		"The emulator holds the ledger in memory (about 1.5 KiB per erased user, two rows each): run it against an emulator of its own.", os.Stderr)
 	var o bench.LedgerOptions
 	var brokers string
-	fs.String(&brokers, "brokers", "KAFKA_BROKERS", "", "Kafka brokers (scripts/services.sh starts one)")
+	fs.String(&brokers, "brokers", "CELLTTL_BROKERS", "", "Kafka brokers (scripts/services.sh starts one)")
+	fs.Renamed("brokers", "KAFKA_BROKERS")
 	fs.Int(&o.Erasures, "erasures", "", 1_000_000, "erased users in the ledger")
 	fs.Int(&o.InForce, "in-force", "", 200_000, "of them, how many expire after now (recorded within the last --record-life)")
 	fs.Int(&o.Forever, "forever", "", 50_000, "of them, how many never expire (a topic that keeps records forever, or whose settings could not be read)")
@@ -235,7 +243,7 @@ func runLedger(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if brokers == "" || os.Getenv("BIGTABLE_EMULATOR_HOST") == "" {
-		return errors.New("ledger needs KAFKA_BROKERS and BIGTABLE_EMULATOR_HOST")
+		return errors.New("ledger needs CELLTTL_BROKERS and BIGTABLE_EMULATOR_HOST")
 	}
 	o.Brokers = strings.Split(brokers, ",")
 	return bench.RunLedger(ctx, o, stdout)
@@ -246,7 +254,8 @@ func runRollout(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := envflag.NewUnprefixed("loadtest rollout", "loadtest rollout: a rolling restart of a group of workers under steady load, measured from the group's committed offsets (RELIABILITY.md).", os.Stderr)
 	var o rollout.Options
 	var brokers string
-	fs.String(&brokers, "brokers", "KAFKA_BROKERS", "", "Kafka brokers (scripts/services.sh starts one)")
+	fs.String(&brokers, "brokers", "CELLTTL_BROKERS", "", "Kafka brokers (scripts/services.sh starts one)")
+	fs.Renamed("brokers", "KAFKA_BROKERS")
 	fs.String(&o.WorkerBin, "worker-bin", "", "", "the worker build to roll (required; scripts/rollout.sh builds one from a commit)")
 	fs.Int(&o.Partitions, "partitions", "", 24, "partitions of the input topic")
 	fs.Int(&o.Workers, "workers", "", 6, "worker processes in the group (replicas)")
@@ -272,7 +281,7 @@ func runRollout(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if brokers == "" || os.Getenv("BIGTABLE_EMULATOR_HOST") == "" {
-		return errors.New("rollout needs KAFKA_BROKERS and BIGTABLE_EMULATOR_HOST: eval \"$(scripts/services.sh start)\" first")
+		return errors.New("rollout needs CELLTTL_BROKERS and BIGTABLE_EMULATOR_HOST: eval \"$(scripts/services.sh start)\" first")
 	}
 	if o.WorkerBin == "" {
 		return errors.New("rollout needs --worker-bin: a worker binary (scripts/rollout.sh builds one from a commit)")

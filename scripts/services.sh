@@ -398,8 +398,8 @@ start_emulator() {
 }
 
 print_env() {
-	# KAFKA_BROKERS for the tests and loadtest, CELLTTL_BROKERS for the
-	# worker's --brokers.
+	# KAFKA_BROKERS for the tests, CELLTTL_BROKERS for the worker's and
+	# loadtest's --brokers.
 	echo "export KAFKA_BROKERS=$(cat "$dir/kafka.addr")"
 	echo "export CELLTTL_BROKERS=$(cat "$dir/kafka.addr")"
 	echo "export BIGTABLE_EMULATOR_HOST=$(cat "$dir/emulator.addr")"

@@ -248,6 +248,11 @@ func (f *FlagSet) Parse(args []string) error {
 	return nil
 }
 
+// Renamed has the flag name also read old, the variable it read before
+// its current one, with the warnings a prefixed set gives its own legacy
+// names: for a tool whose variables take the worker's names.
+func (f *FlagSet) Renamed(name, old string) { f.meta[name].legacy = old }
+
 // OnCommandLine reports whether the flag name was set on the command line
 // (not by its environment variable, not left at its default).
 func (f *FlagSet) OnCommandLine(name string) bool { return f.given[name] }

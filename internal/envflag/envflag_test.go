@@ -77,6 +77,31 @@ func TestVariableNames(t *testing.T) {
 	}
 }
 
+// A tool's flag set takes the worker's variable, and reads the name it
+// read before as the worker's sets do their legacy names.
+func TestRenamed(t *testing.T) {
+	isolate(t)
+	parse := func() (string, string) {
+		var out strings.Builder
+		f := NewUnprefixed("loadtest", "x", &out)
+		var b string
+		f.String(&b, "brokers", "CELLTTL_BROKERS", "", "")
+		f.Renamed("brokers", "KAFKA_BROKERS")
+		if err := f.Parse(nil); err != nil {
+			t.Fatal(err)
+		}
+		return b, out.String()
+	}
+	t.Setenv("KAFKA_BROKERS", "k:9092")
+	if b, out := parse(); b != "k:9092" || !strings.Contains(out, "WARNING: KAFKA_BROKERS is deprecated and read for this release only: set CELLTTL_BROKERS instead") {
+		t.Errorf("the old name alone: %q, output %q", b, out)
+	}
+	t.Setenv("CELLTTL_BROKERS", "k:9092")
+	if b, out := parse(); b != "k:9092" || out != "" {
+		t.Errorf("both names, the same value (scripts/services.sh): %q, output %q", b, out)
+	}
+}
+
 // A prefixed variable that names no flag stops the command, with the
 // nearest name when it looks misspelt, unless another command has it.
 func TestUnknownVariables(t *testing.T) {
