@@ -229,3 +229,36 @@ func TestImageAndLinks(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// KEDA reads the lag with the workers' credentials: the trigger names a
+// TriggerAuthentication of the overlay whose username and password are
+// the keys of the Secret the workers read theirs from.
+func TestKEDAAuthenticatesLikeTheWorkers(t *testing.T) {
+	objs := build(t, "k8s/keda")
+	trigger := list(get(objs["ScaledObject/cellttl"], "spec", "triggers"))[0]
+	ta := objs["TriggerAuthentication/"+str(get(trigger, "authenticationRef", "name"))]
+	if ta == nil {
+		t.Fatalf("the trigger's authenticationRef %v names no TriggerAuthentication of the overlay", get(trigger, "authenticationRef"))
+	}
+	refs := map[string]string{}
+	for _, r := range list(get(ta, "spec", "secretTargetRef")) {
+		refs[str(get(r, "parameter"))] = str(get(r, "name")) + "/" + str(get(r, "key"))
+	}
+	workers := map[string]string{}
+	ctr := list(get(objs["Deployment/cellttl"], "spec", "template", "spec", "containers"))[0]
+	for _, e := range list(get(ctr, "env")) {
+		if ref := get(e, "valueFrom", "secretKeyRef"); ref != nil {
+			workers[str(get(e, "name"))] = str(get(ref, "name")) + "/" + str(get(ref, "key"))
+		}
+	}
+	for _, v := range list(get(objs["Deployment/cellttl"], "spec", "template", "spec", "volumes")) {
+		if sec := get(v, "secret"); sec != nil {
+			for _, it := range list(get(sec, "items")) {
+				workers["file "+str(get(it, "path"))] = str(get(sec, "secretName")) + "/" + str(get(it, "key"))
+			}
+		}
+	}
+	if refs["username"] != workers["CELLTTL_KAFKA_SASL_USERNAME"] || refs["password"] != workers["file password"] || refs["sasl"] == "" {
+		t.Errorf("KEDA reads %v; the workers %v: want the same Secret's username and password, and a mechanism", refs, workers)
+	}
+}
