@@ -31,8 +31,8 @@ func DefaultTableConfig() TableConfig { return TableConfig{Table: "clicks", Fami
 // defaults.
 func (c *TableConfig) RegisterFlags(f *envflag.FlagSet) {
 	f.Section("Bigtable")
-	f.String(&c.Project, "project", "BIGTABLE_PROJECT", c.Project, "Google Cloud project of the Bigtable instance (default \"local\" with BIGTABLE_EMULATOR_HOST)")
-	f.String(&c.Instance, "instance", "BIGTABLE_INSTANCE", c.Instance, "Bigtable instance (default \"local\" with BIGTABLE_EMULATOR_HOST)")
+	f.String(&c.Project, "project", "BIGTABLE_PROJECT", c.Project, "Google Cloud project of the Bigtable instance (required; \"local\" when BIGTABLE_EMULATOR_HOST points at an emulator)")
+	f.String(&c.Instance, "instance", "BIGTABLE_INSTANCE", c.Instance, "Bigtable instance (required; \"local\" when BIGTABLE_EMULATOR_HOST points at an emulator)")
 	f.String(&c.Table, "table", "BIGTABLE_TABLE", c.Table, "Bigtable table")
 	f.String(&c.AppProfile, "app-profile", "BIGTABLE_APP_PROFILE", c.AppProfile, "Bigtable app profile of data requests (default: the instance's default profile)")
 	f.String(&c.Family, "family", "BIGTABLE_FAMILY", c.Family, "column family of the event and written_at columns")
