@@ -260,10 +260,13 @@ inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SSL:SSL,MTLS:SSL,SASL_SSL:SASL_SSL
 # A second listener for the secure-Kafka tests: SASL with SCRAM users made
 # at format time, and PLAIN.
-sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512,PLAIN
+sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512,PLAIN,OAUTHBEARER
 listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$sasl_user="$sasl_password";
+# OAUTHBEARER with Kafka's own validator of unsecured tokens (alg none):
+# the exchange is the client's to prove; the token's sub is the principal.
+listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="$sasl_user";
 # Three TLS listeners with the certificates of scripts/gencerts, in PEM
 # (an unencrypted PKCS#8 key: no ssl.key.password): SSL, server
 # authentication only; MTLS, which requires a client certificate of the CA;
@@ -276,6 +279,7 @@ listener.name.mtls.ssl.client.auth=required
 listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$sasl_user="$sasl_password";
+listener.name.sasl_ssl.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="$sasl_user";
 # A client certificate's principal is its CN, which gencerts makes the SASL
 # user's name: the mutual-TLS worker has the SASL user's ACLs.
 ssl.principal.mapping.rules=RULE:^CN=([^,]+)$/\$1/,DEFAULT

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -53,6 +54,41 @@ func TestSASL(t *testing.T) {
 		if !strings.Contains(said, "--kafka-sasl-password shows the password") {
 			t.Error("no warning about the password given as a flag")
 		}
+	})
+	// A bearer token from a file, which the broker validates as Kafka's
+	// unsecured tokens (services.sh): its sub is the SASL user.
+	t.Run("OAUTHBEARER", func(t *testing.T) {
+		tok := func(exp time.Time) string {
+			enc := base64.RawURLEncoding.EncodeToString
+			path := filepath.Join(t.TempDir(), "token")
+			claims := fmt.Sprintf(`{"sub":%q,"iat":%d,"exp":%d}`, user, time.Now().Unix(), exp.Unix())
+			if err := os.WriteFile(path, []byte(enc([]byte(`{"alg":"none"}`))+"."+enc([]byte(claims))+".\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return path
+		}
+		good := tok(time.Now().Add(time.Hour))
+		said := consumeThrough(t, saslBrokers, "--kafka-sasl-mechanism", "OAUTHBEARER", "--kafka-sasl-oauthbearer-token-file", good, "--allow-plaintext-sasl")
+		if data, _ := os.ReadFile(good); strings.Contains(said, strings.TrimSpace(string(data))) {
+			t.Error("the bearer token appears in the logs, /status or /metrics")
+		}
+		// An expired token: the broker's refusal is logged with its
+		// reason, and nothing is written.
+		e := newEnv(t, tenantsYAML)
+		if out, err := e.cmd(t, "setup"); err != nil {
+			t.Fatalf("setup: %v\n%s", err, out)
+		}
+		plaintext := e.brokers
+		e.workerBrokers = []string{saslBrokers}
+		stop, logs := e.startWorker(t, "--kafka-sasl-mechanism", "OAUTHBEARER", "--kafka-sasl-oauthbearer-token-file", tok(time.Now().Add(-time.Hour)), "--allow-plaintext-sasl")
+		testenv.Produce(t, plaintext, e.topic, click{EventID: "o-1", TenantID: "acme"}.bytes())
+		testenv.Eventually(t, 20*time.Second, func() (bool, string) {
+			return strings.Contains(logs.String(), `the broker refused the OAUTHBEARER token: {\"status\":\"invalid_token\"}`), "no refusal of the expired token logged"
+		})
+		if n := len(e.rows(t)); n != 0 {
+			t.Errorf("%d rows written with an expired token", n)
+		}
+		_ = stop()
 	})
 	t.Run("wrong password", func(t *testing.T) {
 		e := newEnv(t, tenantsYAML)

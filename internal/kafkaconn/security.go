@@ -36,7 +36,8 @@ type Security struct {
 	// CertFile and KeyFile are the client certificate, for mutual TLS.
 	CertFile, KeyFile  string
 	InsecureSkipVerify bool
-	// SASLMechanism is "", PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
+	// SASLMechanism is "", PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or
+	// OAUTHBEARER.
 	SASLMechanism      string
 	Username, Password string
 	// PasswordFile holds the password instead (a mounted Secret): read
@@ -44,8 +45,13 @@ type Security struct {
 	// is taken without a restart.
 	PasswordFile string
 	// AllowPlaintextSASL lets PLAIN, which sends the password as it is,
-	// run without TLS.
+	// run without TLS; and OAUTHBEARER, which sends its token so.
 	AllowPlaintextSASL bool
+	// TokenFile (OAUTHBEARER) holds the bearer token, read at each
+	// handshake; GoogleToken makes it from Application Default
+	// Credentials, as Google's Managed Service for Apache Kafka takes it.
+	TokenFile   string
+	GoogleToken bool
 }
 
 // maxPasswordFile bounds what is read of a password file.
@@ -116,8 +122,27 @@ func (s Security) Validate() error {
 		if s.SASLMechanism == "PLAIN" && !s.TLS && !s.AllowPlaintextSASL {
 			errs = append(errs, errors.New("--kafka-sasl-mechanism PLAIN without --kafka-tls sends the password in clear to anyone on the path: use --kafka-tls or SCRAM, or pass --allow-plaintext-sasl"))
 		}
+	case "OAUTHBEARER":
+		switch {
+		case s.Username != "" || s.Password != "":
+			// A password file is left alone: the manifests name one
+			// (optional) whatever the mechanism.
+			errs = append(errs, errors.New("--kafka-sasl-mechanism OAUTHBEARER takes a token, not a user name or password: give --kafka-sasl-oauthbearer-token-file or --kafka-sasl-oauthbearer-google"))
+		case (s.TokenFile == "") == !s.GoogleToken:
+			errs = append(errs, errors.New("--kafka-sasl-mechanism OAUTHBEARER needs one of --kafka-sasl-oauthbearer-token-file and --kafka-sasl-oauthbearer-google"))
+		case s.TokenFile != "":
+			if _, err := fileToken(s.TokenFile)(context.Background()); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if !s.TLS && !s.AllowPlaintextSASL {
+			errs = append(errs, errors.New("--kafka-sasl-mechanism OAUTHBEARER without --kafka-tls sends the token in clear to anyone on the path: use --kafka-tls, or pass --allow-plaintext-sasl"))
+		}
 	default:
-		errs = append(errs, fmt.Errorf("--kafka-sasl-mechanism %q: want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", s.SASLMechanism))
+		errs = append(errs, fmt.Errorf("--kafka-sasl-mechanism %q: want PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER", s.SASLMechanism))
+	}
+	if s.SASLMechanism != "OAUTHBEARER" && (s.TokenFile != "" || s.GoogleToken) {
+		errs = append(errs, errors.New("--kafka-sasl-oauthbearer-* given without --kafka-sasl-mechanism OAUTHBEARER"))
 	}
 	return errors.Join(errs...)
 }
@@ -237,8 +262,13 @@ func tlsRefused(err error) bool {
 }
 
 func (s Security) mechanism() (sasl.Mechanism, error) {
-	if s.SASLMechanism == "" {
+	switch {
+	case s.SASLMechanism == "":
 		return nil, nil
+	case s.SASLMechanism == "OAUTHBEARER" && s.GoogleToken:
+		return oauthBearer{token: googleToken()}, nil
+	case s.SASLMechanism == "OAUTHBEARER":
+		return oauthBearer{token: fileToken(s.TokenFile)}, nil
 	}
 	if _, err := s.credentials(); err != nil {
 		return nil, err
@@ -347,7 +377,9 @@ func (s *Security) RegisterFlags(f *envflag.FlagSet) {
 	f.String(&s.KeyFile, "kafka-tls-key", "KAFKA_TLS_KEY_FILE", s.KeyFile, "PEM key of the client certificate")
 	// A flag only, as --allow-plaintext-sasl.
 	f.Bool(&s.InsecureSkipVerify, "kafka-tls-insecure-skip-verify", "", s.InsecureSkipVerify, "do not verify the brokers' certificates (testing only; a flag only: no environment variable)")
-	f.String(&s.SASLMechanism, "kafka-sasl-mechanism", "KAFKA_SASL_MECHANISM", s.SASLMechanism, "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+	f.String(&s.SASLMechanism, "kafka-sasl-mechanism", "KAFKA_SASL_MECHANISM", s.SASLMechanism, "SASL mechanism: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER")
+	f.String(&s.TokenFile, "kafka-sasl-oauthbearer-token-file", envflag.Env, s.TokenFile, "OAUTHBEARER: file whose first line is the bearer token, which an agent beside the worker keeps fresh; read when connecting")
+	f.Bool(&s.GoogleToken, "kafka-sasl-oauthbearer-google", envflag.Env, s.GoogleToken, "OAUTHBEARER: tokens from Application Default Credentials (Workload Identity on GKE), as Google's Managed Service for Apache Kafka takes them")
 	f.String(&s.Username, "kafka-sasl-username", "KAFKA_SASL_USERNAME", s.Username, "SASL user name")
 	f.String(&s.Password, "kafka-sasl-password", "KAFKA_SASL_PASSWORD", s.Password, "SASL password; prefer --kafka-sasl-password-file: a flag shows in process lists (a warning says so)")
 	f.String(&s.PasswordFile, "kafka-sasl-password-file", "KAFKA_SASL_PASSWORD_FILE", s.PasswordFile, "file whose first line is the SASL password (a mounted Secret); read when connecting, so a rotated file needs no restart")

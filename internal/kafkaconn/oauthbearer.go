@@ -1,0 +1,163 @@
+package kafkaconn
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+
+	"cloud.google.com/go/compute/metadata"
+	"github.com/segmentio/kafka-go/sasl"
+	"golang.org/x/oauth2"
+	"golang.org/x/oauth2/google"
+
+	"github.com/cellttl/cellttl/internal/bounded"
+)
+
+// oauthBearer is SASL OAUTHBEARER (RFC 7628, KIP-255), which kafka-go does
+// not have: the client sends its bearer token in the initial response, and
+// the broker answers nothing on success, or a JSON error. token is asked
+// at every handshake, so a token refreshed by its source is taken by the
+// next connection.
+type oauthBearer struct {
+	token func(ctx context.Context) (string, error)
+}
+
+func (oauthBearer) Name() string { return "OAUTHBEARER" }
+
+func (m oauthBearer) Start(ctx context.Context) (sasl.StateMachine, []byte, error) {
+	tok, err := m.token(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	// gs2-header "n,,", then the auth key-value pair, each ended by ^A.
+	return oauthSession{}, []byte("n,,\x01auth=Bearer " + tok + "\x01\x01"), nil
+}
+
+type oauthSession struct{}
+
+// Next takes the broker's answer to the token: nothing is success; a JSON
+// error (RFC 7628 3.2.2) is a refusal, returned with the broker's reason.
+// The RFC has the client answer ^A before the broker fails the exchange;
+// the error is as final, and names the reason the broker gave.
+func (oauthSession) Next(_ context.Context, challenge []byte) (bool, []byte, error) {
+	if len(challenge) == 0 {
+		return true, nil, nil
+	}
+	return true, nil, fmt.Errorf("the broker refused the OAUTHBEARER token: %s", bounded.Text(string(challenge), bounded.Answer))
+}
+
+// maxTokenFile bounds what is read of a token file: a JWT of a few KiB.
+const maxTokenFile = 64 << 10
+
+// bearerToken has the shape of a token RFC 6750 allows (b64token): it
+// cannot break the SASL message it is put in.
+var bearerToken = regexp.MustCompile(`^[A-Za-z0-9\-._~+/]+=*$`)
+
+// fileToken reads the first line of path: a token an agent beside the
+// worker keeps fresh (a sidecar, a projected volume). Errors name the
+// file, never its content.
+func fileToken(path string) func(context.Context) (string, error) {
+	return func(context.Context) (string, error) {
+		if fi, err := os.Stat(path); err != nil {
+			return "", fmt.Errorf("--kafka-sasl-oauthbearer-token-file: %w", err)
+		} else if !fi.Mode().IsRegular() {
+			return "", fmt.Errorf("--kafka-sasl-oauthbearer-token-file %s is not a regular file", path)
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return "", fmt.Errorf("--kafka-sasl-oauthbearer-token-file: %w", err)
+		}
+		defer f.Close()
+		data, err := io.ReadAll(io.LimitReader(f, maxTokenFile))
+		if err != nil {
+			return "", fmt.Errorf("--kafka-sasl-oauthbearer-token-file %s: %w", path, err)
+		}
+		tok, _, _ := strings.Cut(string(data), "\n")
+		tok = strings.TrimRightFunc(tok, unicode.IsSpace)
+		switch {
+		case tok == "":
+			return "", fmt.Errorf("--kafka-sasl-oauthbearer-token-file %s is empty", path)
+		case !bearerToken.MatchString(tok):
+			return "", fmt.Errorf("--kafka-sasl-oauthbearer-token-file %s: the first line is not a bearer token (letters, digits and -._~+/ only)", path)
+		}
+		return tok, nil
+	}
+}
+
+// googleToken makes tokens from Application Default Credentials in the
+// form Google's Managed Service for Apache Kafka takes (its Java login
+// handler's): a JWT-shaped header and claims, base64url, with the OAuth2
+// access token in place of the signature. The principal is the service
+// account's email: Workload Identity's (the metadata server's), a key
+// file's, or an impersonated one's.
+func googleToken() func(context.Context) (string, error) {
+	var (
+		mu      sync.Mutex
+		src     oauth2.TokenSource
+		subject string
+	)
+	return func(ctx context.Context) (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if src == nil {
+			creds, err := google.FindDefaultCredentials(ctx, "https://www.googleapis.com/auth/cloud-platform")
+			if err != nil {
+				return "", fmt.Errorf("--kafka-sasl-oauthbearer-google: Application Default Credentials: %w", err)
+			}
+			if subject, err = principal(ctx, creds.JSON); err != nil {
+				return "", err
+			}
+			src = creds.TokenSource
+		}
+		at, err := src.Token()
+		if err != nil {
+			return "", fmt.Errorf("--kafka-sasl-oauthbearer-google: an access token: %w", err)
+		}
+		return googleKafkaToken(at.AccessToken, subject, at.Expiry, time.Now())
+	}
+}
+
+// googleKafkaToken is the token for access, of principal subject.
+func googleKafkaToken(access, subject string, expiry, now time.Time) (string, error) {
+	enc := base64.RawURLEncoding.EncodeToString
+	claims, err := json.Marshal(map[string]any{"exp": expiry.Unix(), "iat": now.Unix(), "scope": "kafka", "sub": subject})
+	if err != nil {
+		return "", err
+	}
+	return enc([]byte(`{"typ":"JWT","alg":"GOOG_OAUTH2_TOKEN"}`)) + "." + enc(claims) + "." + enc([]byte(access)), nil
+}
+
+// principal is the service account of the credentials' JSON, or of the
+// metadata server when there is none (GKE, Compute Engine, Cloud Run).
+func principal(ctx context.Context, credsJSON []byte) (string, error) {
+	if len(credsJSON) == 0 {
+		email, err := metadata.EmailWithContext(ctx, "default")
+		if err != nil {
+			return "", fmt.Errorf("--kafka-sasl-oauthbearer-google: the service account of the metadata server: %w", err)
+		}
+		return email, nil
+	}
+	var f struct {
+		Email         string `json:"client_email"`
+		Impersonation string `json:"service_account_impersonation_url"`
+	}
+	if err := json.Unmarshal(credsJSON, &f); err != nil {
+		return "", fmt.Errorf("--kafka-sasl-oauthbearer-google: the credentials file: %w", err)
+	}
+	if f.Email != "" {
+		return f.Email, nil
+	}
+	if m := regexp.MustCompile(`serviceAccounts/([^/:]+):generateAccessToken`).FindStringSubmatch(f.Impersonation); m != nil {
+		return m[1], nil
+	}
+	return "", errors.New("--kafka-sasl-oauthbearer-google: the credentials name no service account (a user's own credentials are not taken): use Workload Identity, a service account, or impersonate one")
+}
