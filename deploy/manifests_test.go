@@ -68,6 +68,12 @@ func TestAppliedAsShipped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The retime Job, which no overlay holds, runs the release's image too.
+	for _, c := range list(get(retimeJob(t), "spec", "template", "spec", "containers")) {
+		if img := str(get(c, "image")); !strings.HasSuffix(img, ":"+release.Version) {
+			t.Errorf("the retime Job runs %s, not release %s", img, release.Version)
+		}
+	}
 	for _, overlay := range overlays {
 		t.Run(overlay, func(t *testing.T) {
 			objs := build(t, overlay)

@@ -83,11 +83,18 @@ func TestOverlaysRunAsRendered(t *testing.T) {
 				res.Body.Close()
 				return res.StatusCode == 200, fmt.Sprintf("/readyz %d", res.StatusCode)
 			})
-			testenv.Produce(t, brokers, site["CELLTTL_TOPIC"], []byte(`{"event_id":"e-1","tenant_id":"acme"}`))
+			// acme is in every overlay's tenants; initech only in the
+			// tenants-dir overlay's second ConfigMap: its row says the
+			// whole directory is mounted.
+			tenant := "acme"
+			if overlay == "k8s/tenants-dir" {
+				tenant = "initech"
+			}
+			testenv.Produce(t, brokers, site["CELLTTL_TOPIC"], []byte(`{"event_id":"e-1","tenant_id":"`+tenant+`"}`))
 			testenv.Eventually(t, 30*time.Second, func() (bool, string) {
 				n := 0
-				err := dc.Open(site["CELLTTL_TABLE"]).ReadRows(ctx, bigtable.PrefixRange("acme"), func(bigtable.Row) bool { n++; return true })
-				return err == nil && n == 1, fmt.Sprintf("%d rows of acme, %v", n, err)
+				err := dc.Open(site["CELLTTL_TABLE"]).ReadRows(ctx, bigtable.PrefixRange(tenant+"#"), func(bigtable.Row) bool { n++; return true })
+				return err == nil && n == 1, fmt.Sprintf("%d rows of %s, %v", n, tenant, err)
 			})
 			_ = cmd.Process.Signal(syscall.SIGTERM)
 			select {

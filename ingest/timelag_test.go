@@ -101,3 +101,15 @@ func find(rm metricdata.ResourceMetrics, name string) *metricdata.Metrics {
 	}
 	return nil
 }
+
+// A record stamped 0 (a producer's default, not a time) counts from its
+// fetch: it does not make the partition's lag 56 years.
+func TestTimeLagOfARecordStampedZero(t *testing.T) {
+	tr := newTracker()
+	a := tr.Assign(map[int]int64{0: -1})[0]
+	before := time.Now().Truncate(time.Millisecond)
+	tr.trackAll(a, []Fetched{{Msg: Message{Offset: 1, Time: time.UnixMilli(0)}}})
+	if at := tr.Oldest()[0]; at.Before(before) || at.After(time.Now()) {
+		t.Errorf("oldest unsettled %v for a record stamped 0: want its fetch, after %v", at, before)
+	}
+}

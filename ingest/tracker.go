@@ -155,8 +155,9 @@ func (t *tracker) trackAll(a *epoch, fs []Fetched) {
 			last = u.Last
 		}
 		fs[i].Ack = t.trackLocked(a, fs[i].Msg.Offset, last, fs[i].Ack.size)
-		if ts := fs[i].Msg.Time; !ts.IsZero() {
-			a.entries[len(a.entries)-1].at = min(ts.UnixMilli(), now)
+		// A timestamp of 0 or before is none: the fetch stands for it.
+		if ms := fs[i].Msg.Time.UnixMilli(); !fs[i].Msg.Time.IsZero() && ms > 0 {
+			a.entries[len(a.entries)-1].at = min(ms, now)
 		} else {
 			a.entries[len(a.entries)-1].at = now
 		}

@@ -51,7 +51,8 @@ type Throttle struct {
 }
 
 // minRate is the floor of a cut: a cluster refusing everything still gets
-// a request a second, which tells when it takes writes again.
+// rows, which tell when it takes writes again, and the rate grows back by
+// the clock from there (about 50 s from 10 to 1,000 rows a second).
 const minRate = 10
 
 // NewThrottle returns a Throttle with no limit.
@@ -103,7 +104,10 @@ func (t *Throttle) applyLocked() {
 	t.lim.SetLimit(rate.Limit(l))
 }
 
-// Wait blocks until rows may be sent, or ctx ends (its error).
+// Wait blocks until rows may be sent, or ctx ends (its error). The rows
+// are taken a burst at a time, and the rate may grow back between two: a
+// batch larger than a second's worth at a cut rate does not wait at the
+// cut rate throughout.
 func (t *Throttle) Wait(ctx context.Context, rows int) error {
 	if t.capOf != nil {
 		t.SetCap(t.capOf())
@@ -112,22 +116,59 @@ func (t *Throttle) Wait(ctx context.Context, rows int) error {
 	defer func() { t.waited.Add(int64(t.now().Sub(start))) }()
 	for rows > 0 {
 		t.mu.Lock()
-		lim := t.lim
+		t.growLocked(t.now())
 		n := rows
-		if lim.Limit() != rate.Inf {
-			n = min(rows, lim.Burst())
+		if t.lim.Limit() != rate.Inf {
+			n = min(rows, t.lim.Burst())
 		}
+		// Reserved under the lock: a cut or a cap edit in between could
+		// shrink the burst below n, which WaitN refuses.
+		r := t.lim.ReserveN(t.now(), n)
 		t.mu.Unlock()
-		if err := lim.WaitN(ctx, n); err != nil {
-			return fmt.Errorf("wait for the write rate limit: %w", err)
+		if !r.OK() {
+			continue // the limit changed since: asked again
+		}
+		if d := r.DelayFrom(t.now()); d > 0 {
+			timer := time.NewTimer(d)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				timer.Stop()
+				r.Cancel()
+				return fmt.Errorf("wait for the write rate limit: %w", ctx.Err())
+			}
 		}
 		rows -= n
 	}
 	return nil
 }
 
-// Sent counts rows a request carried, whatever its outcome, and lets a
-// rate cut by Bigtable's throttling grow back once a second.
+// growLocked lets a rate cut by Bigtable's throttling grow back by a tenth
+// (and a row) for each whole second since it last grew or was cut: by the
+// clock, not by the requests, which a low rate makes rare.
+func (t *Throttle) growLocked(now time.Time) {
+	if t.backoff == 0 {
+		return
+	}
+	secs := int(now.Sub(t.grewAt) / time.Second)
+	if secs < 1 {
+		return
+	}
+	for range min(secs, 100) {
+		t.backoff = t.backoff*1.1 + 1
+	}
+	t.grewAt = t.grewAt.Add(time.Duration(secs) * time.Second)
+	switch {
+	case t.cap > 0 && t.backoff >= t.cap:
+		t.backoff = 0
+	case t.cap == 0 && t.backoff >= 2*max(t.lastSec, t.sent, minRate):
+		t.backoff = 0 // it no longer binds
+	}
+	t.applyLocked()
+}
+
+// Sent counts rows a request carried, whatever its outcome, cuts the rate
+// when Bigtable throttled it, and otherwise lets a cut rate grow back.
 func (t *Throttle) Sent(rows int, throttled bool) {
 	now := t.now()
 	t.mu.Lock()
@@ -149,17 +190,7 @@ func (t *Throttle) Sent(rows int, throttled bool) {
 		t.applyLocked()
 		return
 	}
-	if t.backoff == 0 || now.Sub(t.grewAt) < time.Second {
-		return
-	}
-	t.backoff, t.grewAt = t.backoff*1.1+1, now
-	switch {
-	case t.cap > 0 && t.backoff >= t.cap:
-		t.backoff = 0
-	case t.cap == 0 && t.backoff >= 2*max(t.lastSec, t.sent):
-		t.backoff = 0 // it no longer binds
-	}
-	t.applyLocked()
+	t.growLocked(now)
 }
 
 // registerMetrics reports the rate in force and the time spent waiting.

@@ -107,4 +107,12 @@ func TestThrottleBacksOffAndRecovers(t *testing.T) {
 	if l := th.Limit(); l != minRate {
 		t.Errorf("after 30 s of refusals: limit %v, want the floor %d", l, minRate)
 	}
+	// The rate grows back by the clock, not by the requests, which a rate
+	// at the floor makes rare: a minute later, with one request, it is
+	// back at the cap.
+	tick(time.Minute)
+	th.Sent(1, false)
+	if l := th.Limit(); l != 400 {
+		t.Errorf("a minute after the last refusal: limit %v, want the cap 400", l)
+	}
 }

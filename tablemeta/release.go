@@ -53,6 +53,10 @@ func (r Record) CheckWriter(table, self string) error {
 		return nil // set up before the rule: any release writes it
 	}
 	c, err := release.Compare(r.OldestWriter, self)
+	if err == nil && r.oldestWriterStamp != 0 {
+		err = fmt.Errorf("its cell (%s:%s of row %q) has the timestamp %d, not the one worker setup gives it: written by hand? Delete the column, then run worker setup",
+			Family, colOldestWriter, Key, r.oldestWriterStamp)
+	}
 	if err != nil {
 		return fmt.Errorf("the record of %s names the oldest release that may write it as %q: %w", table, r.OldestWriter, err)
 	}

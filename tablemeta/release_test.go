@@ -55,8 +55,18 @@ func TestOldestWriter(t *testing.T) {
 	if err := s.RecordOldestWriter(ctx, "0.x.0"); err == nil {
 		t.Error("recorded a release that is not one")
 	}
+	// A cell written by hand, stamped with the clock: it would be the
+	// newest for good, whatever later setups record.
 	m := bigtable.NewMutation()
-	m.Set(Family, colOldestWriter, bigtable.Timestamp(1_000_000_000_000_000), []byte("garbage"))
+	m.Set(Family, colOldestWriter, bigtable.Now(), []byte("0.1.0"))
+	if err := s.tbl.Apply(ctx, Key, m); err != nil {
+		t.Fatal(err)
+	}
+	if err := read().CheckWriter(name, "1.0.0"); err == nil || !strings.Contains(err.Error(), "written by hand") {
+		t.Errorf("a rule cell stamped by the clock: %v", err)
+	}
+	m = bigtable.NewMutation()
+	m.Set(Family, colOldestWriter, bigtable.Timestamp(9_000_000_000_000_000), []byte("garbage"))
 	if err := s.tbl.Apply(ctx, Key, m); err != nil {
 		t.Fatal(err)
 	}

@@ -127,6 +127,9 @@ type Record struct {
 	// the newest worker setup recorded it; empty for a table set up
 	// before releases recorded it.
 	OldestWriter string `json:"oldest_writer,omitempty"`
+	// oldestWriterStamp is set when the cell's timestamp is not its
+	// release's (see Read).
+	oldestWriterStamp bigtable.Timestamp
 }
 
 // Current is the setting in force, ok false when none was recorded.
@@ -169,6 +172,12 @@ func (s *Store) Read(ctx context.Context) (Record, error) {
 			version(strings.TrimPrefix(col, colSeen)).Seen = at
 		case col == colOldestWriter:
 			rec.OldestWriter = string(it.Value)
+			// Setup stamps the cell with its release (releaseTime): one
+			// stamped otherwise was written by hand, and its timestamp,
+			// not its value, decides which cell is newest.
+			if ts, err := releaseTime(rec.OldestWriter); err != nil || ts != it.Timestamp {
+				rec.oldestWriterStamp = it.Timestamp
+			}
 		}
 	}
 	slices.SortStableFunc(rec.TTLFrom, func(a, b Setting) int { return a.Since.Compare(b.Since) })
