@@ -284,7 +284,7 @@ func TestMemoryUnderBacklog(t *testing.T) {
 			n := max(50, 3*bound/(sh.size+256))
 			s.produce(ctx, n, max(200, 20<<20/(sh.size+256)))
 			time.Sleep(time.Duration(size(5, 10)) * time.Second) // the budget fills and stays full
-			s.logf("bigtable back; peak RSS so far %d MiB", peak.Load()>>20)
+			s.logf("bigtable back; peak own memory so far %d MiB", peak.Load()>>20)
 			thaw(t, proxy)
 			s.faults++
 			recovery := s.settle(sh.partitions, 3*time.Minute)
@@ -294,7 +294,7 @@ func TestMemoryUnderBacklog(t *testing.T) {
 			v := s.judge(s.observe(sh.partitions))
 			v.Scenario = fmt.Sprintf("memory-%dp-%dB", sh.partitions, sh.size)
 			v.Recovery, v.PeakRSSMiB, v.BoundMiB, v.Faults = recovery.Round(100*time.Millisecond).String(), p>>20, bound>>20, 1
-			v.Notes = fmt.Sprintf("1 worker, --max-inflight-bytes 32MiB; %d events of %d bytes on %d partitions produced while Bigtable was frozen; peak RSS %d MiB (the bound + %d MiB)",
+			v.Notes = fmt.Sprintf("1 worker, --max-inflight-bytes 32MiB; %d events of %d bytes on %d partitions produced while Bigtable was frozen; peak own memory %d MiB (the bound + %d MiB)",
 				n, sh.size, sh.partitions, p>>20, (p-bound)>>20)
 			t.Logf("%s", v.Notes)
 			for _, pr := range v.problems {

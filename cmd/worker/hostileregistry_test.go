@@ -145,7 +145,7 @@ func runHostile(t *testing.T, url, format string, ids []uint32, value func(id ui
 		}
 	})
 	e.waitCommitted(t, 90*time.Second)
-	_, peak, err := lab.Memory(p.Pid())
+	_, peak, _, err := lab.Memory(p.Pid())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,8 +66,8 @@ func TestProc(t *testing.T) {
 	if cpu, err := CPU(os.Getpid()); err != nil || cpu <= 0 || cpu%(10*time.Millisecond) != 0 {
 		t.Errorf("CPU: %v, %v: want whole ticks of 10 ms", cpu, err)
 	}
-	if rss, peak, err := Memory(os.Getpid()); err != nil || rss <= 0 || peak < rss {
-		t.Errorf("Memory: rss %d, peak %d, %v", rss, peak, err)
+	if rss, peak, own, err := Memory(os.Getpid()); err != nil || rss <= 0 || peak < rss || own <= 0 || own >= rss {
+		t.Errorf("Memory: rss %d, peak %d, own %d, %v: want own a part of rss, the binary's pages the rest", rss, peak, own, err)
 	}
 	if _, err := LoadAverage(); err != nil {
 		t.Error(err)

@@ -28,18 +28,21 @@ func CPU(pid int) (time.Duration, error) {
 	return time.Duration(st.CPUTime() * float64(time.Second)).Round(10 * time.Millisecond), nil
 }
 
-// Memory is process pid's resident set and its peak, its high-water
-// mark (VmRSS and VmHWM), in bytes.
-func Memory(pid int) (rss, peak int64, err error) {
+// Memory is process pid's resident set, its peak (its high-water mark:
+// VmRSS and VmHWM), and the part of the resident set that is its own:
+// anonymous and shared pages (RssAnon and RssShmem), not the pages of its
+// binary (RssFile), which grow with the code, are shared and clean, and
+// which the kernel reclaims before it kills. In bytes.
+func Memory(pid int) (rss, peak, own int64, err error) {
 	p, err := procfs.NewProc(pid)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	st, err := p.NewStatus()
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
-	return int64(st.VmRSS), int64(st.VmHWM), nil
+	return int64(st.VmRSS), int64(st.VmHWM), int64(st.RssAnon + st.RssShmem), nil
 }
 
 // LoadAverage is the machine's load average over the last minute.

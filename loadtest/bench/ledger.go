@@ -239,7 +239,7 @@ func measureLedgerWorker(ctx context.Context, bin string, o LedgerOptions, ledge
 		return r, err
 	}
 	r.idleCPU = cpu - r.startCPU
-	r.rss, r.peak, _ = lab.Memory(pid)
+	r.rss, r.peak, _, _ = lab.Memory(pid)
 	if st, err := w.Status(ctx); err == nil {
 		r.users = st.ErasedUsers
 	}

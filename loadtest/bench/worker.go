@@ -118,7 +118,7 @@ func benchWorker(ctx context.Context, bin string, brokers []string, tenantsFile,
 		// one takes 15 ms with 10,000 tenants), often enough to time the
 		// run, seldom enough to cost it about 1%.
 		time.Sleep(25 * time.Millisecond)
-		if _, hwm, err := lab.Memory(pid); err == nil {
+		if _, hwm, _, err := lab.Memory(pid); err == nil {
 			peak = max(peak, hwm)
 		}
 		t, err := w.Status(ctx)
