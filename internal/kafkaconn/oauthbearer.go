@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"regexp"
 	"strings"
 	"sync"
@@ -20,6 +18,7 @@ import (
 	"golang.org/x/oauth2/google"
 
 	"github.com/cellttl/cellttl/internal/bounded"
+	"github.com/cellttl/cellttl/internal/keyfile"
 )
 
 // oauthBearer is SASL OAUTHBEARER (RFC 7628, KIP-255), which kafka-go does
@@ -62,31 +61,16 @@ const maxTokenFile = 64 << 10
 // cannot break the SASL message it is put in.
 var bearerToken = regexp.MustCompile(`^[A-Za-z0-9\-._~+/]+=*$`)
 
-// fileToken reads the first line of path: a token an agent beside the
-// worker keeps fresh (a sidecar, a projected volume). Errors name the
-// file, never its content.
+// fileToken reads the first line of path (keyfile.FirstLine): a token an
+// agent beside the worker keeps fresh (a sidecar, a projected volume).
+// Errors name the file, never its content.
 func fileToken(path string) func(context.Context) (string, error) {
 	return func(context.Context) (string, error) {
-		if fi, err := os.Stat(path); err != nil {
-			return "", fmt.Errorf("--kafka-sasl-oauthbearer-token-file: %w", err)
-		} else if !fi.Mode().IsRegular() {
-			return "", fmt.Errorf("--kafka-sasl-oauthbearer-token-file %s is not a regular file", path)
-		}
-		f, err := os.Open(path)
+		tok, err := keyfile.FirstLine(path, "--kafka-sasl-oauthbearer-token-file", maxTokenFile)
 		if err != nil {
-			return "", fmt.Errorf("--kafka-sasl-oauthbearer-token-file: %w", err)
+			return "", err
 		}
-		defer f.Close()
-		data, err := io.ReadAll(io.LimitReader(f, maxTokenFile))
-		if err != nil {
-			return "", fmt.Errorf("--kafka-sasl-oauthbearer-token-file %s: %w", path, err)
-		}
-		tok, _, _ := strings.Cut(string(data), "\n")
-		tok = strings.TrimRightFunc(tok, unicode.IsSpace)
-		switch {
-		case tok == "":
-			return "", fmt.Errorf("--kafka-sasl-oauthbearer-token-file %s is empty", path)
-		case !bearerToken.MatchString(tok):
+		if tok = strings.TrimRightFunc(tok, unicode.IsSpace); !bearerToken.MatchString(tok) {
 			return "", fmt.Errorf("--kafka-sasl-oauthbearer-token-file %s: the first line is not a bearer token (letters, digits and -._~+/ only)", path)
 		}
 		return tok, nil

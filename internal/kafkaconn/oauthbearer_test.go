@@ -22,7 +22,7 @@ func TestOAuthBearerSettings(t *testing.T) {
 		}
 		return p
 	}
-	good, odd := write("tok", "eyJhbGciOiJub25lIn0.eyJzdWIiOiJ4In0.\n"), write("odd", "secret token\x01with bytes\n")
+	good, odd := write("tok", "eyJhbGciOiJub25lIn0.eyJzdWIiOiJ4In0.\n"), write("odd", "secret token with spaces\n")
 	for _, tt := range []struct {
 		s    Security
 		want string

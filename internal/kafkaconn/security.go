@@ -11,12 +11,8 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"os"
-	"strings"
 	"time"
-	"unicode"
 
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
@@ -25,6 +21,7 @@ import (
 
 	"github.com/cellttl/cellttl/internal/bounded"
 	"github.com/cellttl/cellttl/internal/envflag"
+	"github.com/cellttl/cellttl/internal/keyfile"
 )
 
 // Security is how the worker connects to Kafka: TLS and SASL settings
@@ -61,39 +58,12 @@ const maxPasswordFile = 64 << 10
 const maxCAFile = 4 << 20
 
 // password returns the SASL password: the file's first line when
-// PasswordFile is set. Errors name the file, never its content.
+// PasswordFile is set (keyfile.FirstLine).
 func (s Security) password() (string, error) {
 	if s.PasswordFile == "" {
 		return s.Password, nil
 	}
-	// A regular file (a mounted Secret is a symlink to one): not a FIFO
-	// that would block, not a device.
-	if fi, err := os.Stat(s.PasswordFile); err != nil {
-		return "", fmt.Errorf("--kafka-sasl-password-file: %w", err)
-	} else if !fi.Mode().IsRegular() {
-		return "", fmt.Errorf("--kafka-sasl-password-file %s is not a regular file", s.PasswordFile)
-	}
-	f, err := os.Open(s.PasswordFile)
-	if err != nil {
-		return "", fmt.Errorf("--kafka-sasl-password-file: %w", err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxPasswordFile))
-	if err != nil {
-		return "", fmt.Errorf("--kafka-sasl-password-file %s: %w", s.PasswordFile, err)
-	}
-	pw, _, _ := strings.Cut(string(data), "\n")
-	if pw = strings.TrimSuffix(pw, "\r"); pw == "" {
-		return "", fmt.Errorf("--kafka-sasl-password-file %s is empty", s.PasswordFile)
-	}
-	for _, r := range pw {
-		if unicode.IsControl(r) {
-			// SCRAM's SASLprep refuses it with an error that quotes the
-			// password: said here without it.
-			return "", fmt.Errorf("--kafka-sasl-password-file %s: the password contains a control character", s.PasswordFile)
-		}
-	}
-	return pw, nil
+	return keyfile.FirstLine(s.PasswordFile, "--kafka-sasl-password-file", maxPasswordFile)
 }
 
 // Validate names the setting at fault.

@@ -12,15 +12,13 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"net/url"
-	"os"
 	"strings"
 	"time"
-	"unicode"
 
 	"github.com/cellttl/cellttl/internal/bounded"
 	"github.com/cellttl/cellttl/internal/envflag"
+	"github.com/cellttl/cellttl/internal/keyfile"
 	"github.com/cellttl/cellttl/schema"
 )
 
@@ -171,31 +169,7 @@ const maxPasswordFile = 64 << 10
 // maxCAFile bounds a CA file: a bundle of a few hundred certificates.
 const maxCAFile = 4 << 20
 
-// password reads the first line of the password file. Errors name the
-// file, never its content.
+// password reads the first line of the password file (keyfile.FirstLine).
 func password(path string) (string, error) {
-	if fi, err := os.Stat(path); err != nil {
-		return "", fmt.Errorf("--schema-registry-password-file: %w", err)
-	} else if !fi.Mode().IsRegular() {
-		return "", fmt.Errorf("--schema-registry-password-file %s is not a regular file", path)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return "", fmt.Errorf("--schema-registry-password-file: %w", err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxPasswordFile))
-	if err != nil {
-		return "", fmt.Errorf("--schema-registry-password-file %s: %w", path, err)
-	}
-	pw, _, _ := strings.Cut(string(data), "\n")
-	if pw = strings.TrimSuffix(pw, "\r"); pw == "" {
-		return "", fmt.Errorf("--schema-registry-password-file %s is empty", path)
-	}
-	for _, r := range pw {
-		if unicode.IsControl(r) {
-			return "", fmt.Errorf("--schema-registry-password-file %s: the password contains a control character", path)
-		}
-	}
-	return pw, nil
+	return keyfile.FirstLine(path, "--schema-registry-password-file", maxPasswordFile)
 }
