@@ -7,6 +7,9 @@
 #
 #   scripts/release.sh [outdir]          build into outdir (default dist)
 #   scripts/release.sh --check           build twice, in fresh caches, and compare
+#   scripts/release.sh --source REV OUT  the worker's source at REV (a tag), as
+#                                        a tar.gz: what the upgrade test builds
+#                                        the previous release from
 #
 # The image is the binary on distroless (deploy/Dockerfile, or without a
 # daemon: docs/operations.md, "Releases without Docker").
@@ -24,6 +27,32 @@ build() {
 	done
 	(cd "$out" && sha256sum worker-linux-* >SHA256SUMS)
 }
+
+# source REV OUT writes the files the worker is built from at REV (go.mod,
+# go.sum, the non-test Go and embedded files of the module's packages it
+# imports, under any build tags) as a tar.gz. The upgrade test builds the
+# previous release from it, so it needs no tags or history in the clone:
+# CI's clone has neither.
+source_archive() {
+	local rev=$1 out=$2 tmp files
+	tmp=$(mktemp -d)
+	git archive "$rev" | tar -x -C "$tmp"
+	files=$(cd "$tmp" && go list -deps -f '{{if and .Module .Module.Main}}{{$d := .Dir}}{{range .GoFiles}}{{$d}}/{{.}}
+{{end}}{{range .IgnoredGoFiles}}{{$d}}/{{.}}
+{{end}}{{range .EmbedFiles}}{{$d}}/{{.}}
+{{end}}{{end}}' ./cmd/worker | sed "s|^$tmp/||" | sort -u)
+	rm -rf "$tmp"
+	# git archive stamps every file with the commit's time, and gzip -n
+	# leaves out the name and time: the same REV gives the same bytes.
+	# shellcheck disable=SC2086
+	git archive --format=tar "$rev" -- go.mod go.sum $files | gzip -9n >"$out"
+	echo "release: the worker's source at $rev ($(echo "$files" | wc -l) files) in $out"
+}
+
+if [ "${1:-}" = --source ]; then
+	source_archive "${2:?a revision}" "${3:?an output file}"
+	exit 0
+fi
 
 if [ "${1:-}" = --check ]; then
 	tmp=$(mktemp -d)

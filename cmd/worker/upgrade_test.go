@@ -1,8 +1,13 @@
 package main
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"context"
 	"fmt"
+	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -16,37 +21,25 @@ import (
 	"github.com/cellttl/cellttl/tablemeta"
 )
 
-// previousRelease builds the newest release before this one from its tag
-// (v<version>), with this checkout's module cache: the release a user
-// rolls back to, or upgrades from.
+// previousRelease builds the newest release before this one from its
+// source in testdata (release-<version>.tar.gz, written from its tag by
+// scripts/release.sh --source), with this checkout's module cache: the
+// release a user rolls back to, or upgrades from. The source is kept in
+// the tree because a clone need not have tags or history (CI's has
+// neither); TestPreviousReleaseIsItsTag checks it against the tag.
 func previousRelease(t *testing.T) (bin, version string) {
 	t.Helper()
-	out, err := exec.Command("git", "tag", "--list", "v*").Output()
-	if err != nil {
-		t.Fatalf("git tag: %v (the previous release is built from its tag)", err)
-	}
-	if len(out) == 0 {
-		// A clone made without tags: ask where it came from.
-		_ = exec.Command("git", "fetch", "--quiet", "--tags", "origin").Run()
-		out, _ = exec.Command("git", "tag", "--list", "v*").Output()
-	}
-	for _, tag := range strings.Fields(string(out)) {
-		v := strings.TrimPrefix(tag, "v")
-		if c, err := release.Compare(v, release.Version); err != nil || c >= 0 {
-			continue
-		}
-		if c, _ := release.Compare(v, version); version == "" || c > 0 {
-			version = v
-		}
-	}
-	if version == "" {
-		t.Fatalf("no tag of a release before %s in this clone (git fetch --tags)", release.Version)
-	}
+	version, archive := previousSource(t)
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
 	defer cancel()
-	if out, err := exec.CommandContext(ctx, "sh", "-c", fmt.Sprintf(`cd "$(git rev-parse --show-toplevel)" && git archive v%s | tar -x -C %s`, version, dir)).CombinedOutput(); err != nil {
-		t.Fatalf("git archive v%s: %v\n%s", version, err, out)
+	for path, body := range readTarGz(t, archive) {
+		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(path)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, path), body, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	build := exec.CommandContext(ctx, "go", "build", "-o", "worker", "./cmd/worker")
 	build.Dir = dir
@@ -55,9 +48,92 @@ func previousRelease(t *testing.T) (bin, version string) {
 	}
 	bin = filepath.Join(dir, "worker")
 	if out, err := exec.Command(bin, "version").Output(); err != nil || !strings.HasPrefix(string(out), "worker "+version+" ") {
-		t.Fatalf("the build of v%s says %q (%v)", version, out, err)
+		t.Fatalf("the build of %s says %q (%v)", archive, out, err)
 	}
 	return bin, version
+}
+
+// previousSource finds the newest release source in testdata older than
+// this release.
+func previousSource(t *testing.T) (version, archive string) {
+	t.Helper()
+	found, _ := filepath.Glob(filepath.Join("testdata", "release-*.tar.gz"))
+	for _, f := range found {
+		v := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), "release-"), ".tar.gz")
+		if c, err := release.Compare(v, release.Version); err != nil || c >= 0 {
+			continue
+		}
+		if c, _ := release.Compare(v, version); version == "" || c > 0 {
+			version, archive = v, f
+		}
+	}
+	if version == "" {
+		t.Fatalf("no source of a release before %s in testdata (scripts/release.sh --source v<previous> cmd/worker/testdata/release-<previous>.tar.gz)", release.Version)
+	}
+	return version, archive
+}
+
+// readTarGz returns a tar.gz's regular files by path.
+func readTarGz(t *testing.T, path string) map[string][]byte {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return readTar(t, path, zr)
+}
+
+func readTar(t *testing.T, name string, r io.Reader) map[string][]byte {
+	t.Helper()
+	files := map[string][]byte{}
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return files
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		name := filepath.Clean(h.Name)
+		if h.Typeflag != tar.TypeReg || !filepath.IsLocal(name) {
+			continue
+		}
+		if files[name], err = io.ReadAll(tr); err != nil {
+			t.Fatalf("%s: %s: %v", name, h.Name, err)
+		}
+	}
+}
+
+// The previous release's source in testdata is its tag's, file for file,
+// when the clone has the tag (a clone without tags cannot tell).
+func TestPreviousReleaseIsItsTag(t *testing.T) {
+	version, archive := previousSource(t)
+	tag := "v" + version
+	if exec.Command("git", "rev-parse", "--verify", "--quiet", tag+"^{commit}").Run() != nil {
+		t.Skipf("no tag %s in this clone to check %s against", tag, archive)
+	}
+	out, err := exec.Command("sh", "-c", `cd "$(git rev-parse --show-toplevel)" && git archive --format=tar `+tag).Output()
+	if err != nil {
+		t.Fatalf("git archive %s: %v", tag, err)
+	}
+	tagged := readTar(t, tag, bytes.NewReader(out))
+	kept := readTarGz(t, archive)
+	for _, want := range []string{"go.mod", "go.sum", "cmd/worker/main.go", "internal/release/release.go"} {
+		if kept[want] == nil {
+			t.Errorf("%s lacks %s", archive, want)
+		}
+	}
+	for path, body := range kept {
+		if !bytes.Equal(body, tagged[path]) {
+			t.Errorf("%s: %s differs from the tag %s's", archive, path, tag)
+		}
+	}
 }
 
 // The previous release and this one take turns on the same table, ledger,
@@ -72,7 +148,7 @@ func TestUpgradeAndRollBack(t *testing.T) {
 	t.Parallel()
 	prev, prevVersion := previousRelease(t)
 	cur := testenv.WorkerBinary(t)
-	t.Logf("releases %s (from its tag) and %s", prevVersion, release.Version)
+	t.Logf("releases %s (from its source in testdata) and %s", prevVersion, release.Version)
 	t.Run("upgrade", func(t *testing.T) { takeTurns(t, prev, cur) })
 	t.Run("rollback", func(t *testing.T) { takeTurns(t, cur, prev) })
 	t.Run("refused", func(t *testing.T) {
