@@ -2,12 +2,14 @@ package deploy
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -33,8 +35,18 @@ func TestOverlaysRunAsRendered(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	emulator := testenv.Bigtable(t)
 	dc, _ := testenv.Clients(t)
+	type runCase struct {
+		name, overlay string
+		kafkaSecret   bool // the Secret cellttl-kafka made, against the SASL listener
+	}
+	var cases []runCase
 	for _, overlay := range overlays {
-		t.Run(overlay, func(t *testing.T) {
+		cases = append(cases, runCase{overlay, overlay, false})
+	}
+	cases = append(cases, runCase{"k8s/hpa with the Kafka Secret", "k8s/hpa", true})
+	for _, c := range cases {
+		overlay := c.overlay
+		t.Run(c.name, func(t *testing.T) {
 			objs := build(t, overlay)
 			admin, err := lab.FreeAddr()
 			if err != nil {
@@ -46,6 +58,22 @@ func TestOverlaysRunAsRendered(t *testing.T) {
 				// The emulator keeps tables by project and instance: the
 				// test's client reads those of testenv.Clients.
 				"CELLTTL_PROJECT": "local", "CELLTTL_INSTANCE": "local",
+			}
+			if c.kafkaSecret {
+				sasl := os.Getenv("TESTENV_SASL_BROKERS")
+				if sasl == "" {
+					t.Skip("needs the SASL listener of scripts/services.sh (make test starts it)")
+				}
+				secret := kafkaSecret(t, os.Getenv("TESTENV_SASL_USERNAME"), os.Getenv("TESTENV_SASL_PASSWORD"))
+				objs["Secret/cellttl-kafka"] = secret
+				// KEDA's scaler reads the same Secret: every key it
+				// names is one the docs' command makes.
+				for _, ref := range list(get(build(t, "k8s/keda")["TriggerAuthentication/cellttl-kafka"], "spec", "secretTargetRef")) {
+					if str(get(ref, "name")) == "cellttl-kafka" && get(secret, "data", str(get(ref, "key"))) == nil {
+						t.Errorf("KEDA's TriggerAuthentication reads key %s of cellttl-kafka, which the docs' command does not make", str(get(ref, "key")))
+					}
+				}
+				site["CELLTTL_BROKERS"] = sasl
 			}
 			testenv.CreateTopic(t, brokers, site["CELLTTL_TOPIC"], 3)
 			extra := []string{"BIGTABLE_EMULATOR_HOST=" + emulator, "PATH=" + os.Getenv("PATH")}
@@ -155,8 +183,31 @@ func container(t *testing.T, objs map[string]object, pod any, site map[string]st
 				}
 				continue // an optional Secret the user has not made: an empty directory
 			}
-			for file, data := range get(o, "data").(object) {
-				if err := os.WriteFile(filepath.Join(dir, file), []byte(str(data)), 0o644); err != nil {
+			files := dataOf(t, kind, o)
+			paths := map[string]string{} // key -> file; every key without items
+			for key := range files {
+				paths[key] = key
+			}
+			if items := list(get(ref, "items")); items != nil {
+				paths = map[string]string{}
+				for _, it := range items {
+					paths[str(get(it, "key"))] = str(get(it, "path"))
+				}
+			}
+			mode := os.FileMode(0o644)
+			if m := get(v, kind2field[kind], "defaultMode"); m != nil {
+				n, err := strconv.ParseUint(fmt.Sprint(m), 10, 32)
+				if err != nil {
+					t.Fatalf("volume %s: defaultMode %v: %v", name, m, err)
+				}
+				mode = os.FileMode(n)
+			}
+			for key, file := range paths {
+				data, ok := files[key]
+				if !ok {
+					t.Fatalf("volume %s mounts key %s of %s %s, which has no such key", name, key, kind, str(get(ref, nameKey)))
+				}
+				if err := os.WriteFile(filepath.Join(dir, file), []byte(data), mode); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -201,7 +252,7 @@ func container(t *testing.T, objs map[string]object, pod any, site map[string]st
 			if s == nil && get(ref, "optional") != true {
 				t.Fatalf("env %s from Secret %s, which the overlay does not have", name, str(get(ref, "name")))
 			}
-			if v := str(get(s, "data", str(get(ref, "key")))); v != "" {
+			if v, ok := dataOf(t, "Secret", s)[str(get(ref, "key"))]; ok {
 				env[name] = v
 			}
 		case get(from, "configMapKeyRef") != nil:
@@ -233,4 +284,73 @@ func container(t *testing.T, objs map[string]object, pod any, site map[string]st
 		out.args = append(out.args, local(a))
 	}
 	return out
+}
+
+// kind2field names the field of a volume of each kind of source.
+var kind2field = map[string]string{"ConfigMap": "configMap", "Secret": "secret"}
+
+// dataOf returns the data of a ConfigMap or a Secret (base64 in data,
+// plain in stringData, as the API takes them) by key; nothing for nil.
+func dataOf(t *testing.T, kind string, o object) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	data, _ := get(o, "data").(object)
+	for k, v := range data {
+		out[k] = str(v)
+		if kind == "Secret" {
+			b, err := base64.StdEncoding.DecodeString(str(v))
+			if err != nil {
+				t.Fatalf("Secret data %s: not base64: %v", k, err)
+			}
+			out[k] = string(b)
+		}
+	}
+	sd, _ := get(o, "stringData").(object)
+	for k, v := range sd {
+		out[k] = str(v)
+	}
+	return out
+}
+
+// kafkaSecret makes the Secret cellttl-kafka as docs/operations.md tells a
+// user to, with its kubectl command: the keys it names, the mechanism it
+// gives, and the suite's user name and password (the password file as
+// --from-file reads it, with its newline).
+func kafkaSecret(t *testing.T, user, password string) object {
+	t.Helper()
+	doc, err := os.ReadFile("../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const cmd = "kubectl create secret generic cellttl-kafka"
+	_, rest, ok := strings.Cut(string(doc), cmd)
+	if !ok {
+		t.Fatalf("docs/operations.md has no %q command", cmd)
+	}
+	var line string
+	for l := range strings.Lines(rest) {
+		line += l
+		if !strings.HasSuffix(strings.TrimSpace(l), "\\") {
+			break
+		}
+	}
+	data := object{}
+	for _, f := range strings.Fields(line) {
+		for _, p := range []string{"--from-literal=", "--from-file="} {
+			if kv, ok := strings.CutPrefix(f, p); ok {
+				k, v, _ := strings.Cut(kv, "=")
+				if p == "--from-file=" {
+					v = password + "\n"
+				}
+				data[k] = base64.StdEncoding.EncodeToString([]byte(v))
+			}
+		}
+	}
+	for _, k := range []string{"mechanism", "username", "password"} {
+		if data[k] == nil {
+			t.Fatalf("the docs' %s command gives no %s: %s", cmd, k, line)
+		}
+	}
+	data["username"] = base64.StdEncoding.EncodeToString([]byte(user))
+	return object{"kind": "Secret", "data": data}
 }
