@@ -289,15 +289,7 @@ func (e *evidence) othersAccepted() bool {
 // rejected for good in results, and says what is left to retry.
 func (w *Writer) attempt(ctx context.Context, rows []Row, pending []int, results []error) outcome {
 	ev := &evidence{w: w, ctx: ctx}
-	if t := w.cfg.Throttle; t != nil {
-		if err := t.Wait(ctx, len(pending)); err != nil {
-			return outcome{retry: pending, code: status.FromContextError(err).Code(), err: err, whole: true}
-		}
-	}
-	rowErrs, err := w.apply(ctx, rows, pending)
-	if t := w.cfg.Throttle; t != nil {
-		t.Sent(len(pending), exhausted(err, rowErrs))
-	}
+	rowErrs, err := w.send(ctx, rows, pending)
 	if err != nil {
 		code := status.Code(err)
 		if aboutContent(code) && ctx.Err() == nil && ev.othersAccepted() {
@@ -308,6 +300,27 @@ func (w *Writer) attempt(ctx context.Context, rows []Row, pending []int, results
 		return outcome{retry: pending, code: code, err: err, whole: true}
 	}
 	return w.settle(rows, pending, rowErrs, results, ev)
+}
+
+// send makes one ApplyBulk call for the rows at pending, paced by the
+// throttle when there is one. Every request is paced, the halves of one
+// being split too: each sends its rows again.
+func (w *Writer) send(ctx context.Context, rows []Row, pending []int) ([]error, error) {
+	t := w.cfg.Throttle
+	if t == nil {
+		return w.apply(ctx, rows, pending)
+	}
+	if err := t.Wait(ctx, len(pending)); err != nil {
+		// Wait ends only with ctx: the request was never sent.
+		code := codes.Canceled
+		if errors.Is(err, context.DeadlineExceeded) {
+			code = codes.DeadlineExceeded
+		}
+		return nil, status.Error(code, err.Error())
+	}
+	rowErrs, err := w.apply(ctx, rows, pending)
+	t.Sent(len(pending), exhausted(err, rowErrs))
+	return rowErrs, err
 }
 
 // exhausted reports whether Bigtable throttled a request: the request, or
@@ -376,7 +389,7 @@ func (w *Writer) isolate(ctx context.Context, rows []Row, pending []int, results
 	var out outcome
 	h := len(pending) / 2
 	for _, part := range [][]int{pending[:h], pending[h:]} {
-		rowErrs, perr := w.apply(ctx, rows, part)
+		rowErrs, perr := w.send(ctx, rows, part)
 		var sub outcome
 		switch pcode := status.Code(perr); {
 		case perr == nil:

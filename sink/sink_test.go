@@ -545,3 +545,35 @@ func TestWriterSlowsDownWhenThrottled(t *testing.T) {
 		t.Errorf("%d rows in the table (%v), want 200", n, err)
 	}
 }
+
+// The halves of a request split to find a refused row are paced too: each
+// sends its rows again. 64 rows with one refused send 190 (64, then
+// 32+32, 16+16, ... 1+1): at a cap of 100 a second with a burst of 100,
+// that is 0.9 s at least, where unpaced halves take a few milliseconds.
+func TestIsolatingARefusedRowIsPaced(t *testing.T) {
+	dc, ac, proxy := faultyEmulator(t)
+	tgt := sink.Target(testenv.Table(t, ac, dc, time.Hour))
+	proxy.SetFault(refuseRequestsWith)
+	th := sink.NewThrottle()
+	th.SetCap(100)
+	cfg := fastRetries()
+	cfg.Throttle = th
+	w, err := sink.NewWriter(dc, tgt, cfg, nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := make([]string, 64)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%02d", i)
+	}
+	keys[37] = "poison"
+	start := time.Now()
+	res, err := w.Write(ctx, rowsOf(keys...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < 850*time.Millisecond {
+		t.Errorf("190 rows sent at a cap of 100/s (a burst of 100) took %s, want 0.9 s or more: the split requests were not paced", took)
+	}
+	checkOnlyPoisonBlamed(t, dc, tgt, keys, res)
+}
