@@ -59,7 +59,7 @@ func TestGatherReadsTheLiveSystem(t *testing.T) {
 	if _, err := sink.Setup(ctx, ac, dc, table.Target(), cfg.Policy.GCMaxAge(), sink.SetupOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tablemeta.Setup(ctx, ac, table.Table); err != nil {
+	if _, err := tablemeta.Setup(ctx, ac, table.Table, false); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = ac.DeleteTable(context.Background(), table.Table) })

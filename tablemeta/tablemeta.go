@@ -73,27 +73,44 @@ var ErrNotSetUp = errors.New("run `worker setup`, which adds it (the workers can
 // Target is the family of the record in table.
 func Target(table string) sink.Target { return sink.Target{Table: table, Family: Family} }
 
-// Setup adds the family to table when it is missing, and reports whether
-// it did. A family found with another rule is left alone: nothing cellttl
-// does depends on it but the size of the row.
-func Setup(ctx context.Context, ac *bigtable.AdminClient, table string) (created bool, _ error) {
+// SetupDone is what Setup did.
+type SetupDone int
+
+const (
+	Found    SetupDone = iota // the family was there, with a rule that keeps the record
+	Created                   // the family was added
+	Restored                  // the family's rule, which collected by age, was set back
+)
+
+// Setup adds the family to table when it is missing. A family found with
+// a rule that collects cells by age is set back to GCRule when update is
+// set (worker setup --update-gc-policy), and refused otherwise; any other
+// rule is left alone: it keeps each column's newest cell, all the record
+// needs.
+func Setup(ctx context.Context, ac *bigtable.AdminClient, table string, update bool) (SetupDone, error) {
 	fam, err := sink.ReadFamily(ctx, ac, Target(table))
 	switch {
 	case err != nil:
-		return false, err
+		return Found, err
+	case fam.Exists && collectsByAge(fam.Rule) && update:
+		if err := ac.UpdateFamily(ctx, table, Family, bigtable.Family{GCPolicy: GCRule}); err != nil {
+			return Found, fmt.Errorf("set the GC rule of %s back: %w", Target(table), err)
+		}
+		return Restored, nil
 	case fam.Exists:
-		return false, nil
+		return Found, checkRule(table, fam.Rule)
 	case !fam.TableExists:
-		return false, fmt.Errorf("table %q does not exist", table)
+		return Found, fmt.Errorf("table %q does not exist", table)
 	}
 	if err := ac.CreateColumnFamilyWithConfig(ctx, table, Family, bigtable.Family{GCPolicy: GCRule}); err != nil {
-		return false, fmt.Errorf("create family %s: %w", Target(table), err)
+		return Found, fmt.Errorf("create family %s: %w", Target(table), err)
 	}
-	return true, nil
+	return Created, nil
 }
 
-// CheckFamily verifies that table has the family, the error wrapping
-// ErrNotSetUp when it has not.
+// CheckFamily verifies that table has the family, with a rule that keeps
+// the record: the error wraps ErrNotSetUp when it has not the family,
+// ErrRuleCollects when its rule collects by age.
 func CheckFamily(ctx context.Context, ac *bigtable.AdminClient, table string) error {
 	fam, err := sink.ReadFamily(ctx, ac, Target(table))
 	switch {
@@ -102,7 +119,38 @@ func CheckFamily(ctx context.Context, ac *bigtable.AdminClient, table string) er
 	case !fam.Exists:
 		return fmt.Errorf("family %s, where the workers record their --ttl-from and tenants file version, does not exist; %w", Target(table), ErrNotSetUp)
 	}
+	return checkRule(table, fam.Rule)
+}
+
+// ErrRuleCollects is the error of a family whose GC rule collects cells by
+// age. The record's cells are written once and must outlive any age: the
+// oldest release that may write the table is a cell stamped in 1970 (its
+// timestamp encodes the release), and a --ttl-from setting's cell is
+// stamped when it was recorded. Collected, an older release would write
+// the table again, and replays would lose the setting their cells follow.
+var ErrRuleCollects = errors.New("it would collect the workers' record (the oldest release that may write the table, the --ttl-from history): run worker setup --update-gc-policy, which sets it back to the newest cell of each column")
+
+func checkRule(table string, rule bigtable.GCPolicy) error {
+	if collectsByAge(rule) {
+		return fmt.Errorf("family %s has the GC rule %s: %w", Target(table), sink.DescribeGC(rule), ErrRuleCollects)
+	}
 	return nil
+}
+
+// collectsByAge reports whether rule collects a column's newest cell once
+// it is old enough: a max-age, in a union or alone. An intersection
+// collects only where each of its rules does, and a number of versions
+// keeps the newest.
+func collectsByAge(rule bigtable.GCPolicy) bool {
+	switch r := rule.(type) {
+	case bigtable.MaxAgeGCPolicy:
+		return true
+	case bigtable.UnionGCPolicy:
+		return slices.ContainsFunc(r.Children, collectsByAge)
+	case bigtable.IntersectionGCPolicy:
+		return len(r.Children) > 0 && !slices.ContainsFunc(r.Children, func(c bigtable.GCPolicy) bool { return !collectsByAge(c) })
+	}
+	return false
 }
 
 // Store reads and writes the record of one event table.

@@ -23,13 +23,61 @@ func table(t *testing.T) (*Store, *bigtable.AdminClient, string) {
 	t.Helper()
 	dc, ac := testenv.Clients(t)
 	tgt := testenv.Table(t, ac, dc, 48*time.Hour)
-	if created, err := Setup(context.Background(), ac, tgt.Table); err != nil || !created {
-		t.Fatalf("setup: created %v, %v", created, err)
+	if done, err := Setup(context.Background(), ac, tgt.Table, false); err != nil || done != Created {
+		t.Fatalf("setup: %v, %v", done, err)
 	}
 	return NewStore(dc, tgt.Table), ac, tgt.Table
 }
 
 var t0 = time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+
+// A rule on the record's family that would collect its cells by age (an
+// operator's max-age, alone or in a union) is refused by the workers'
+// check and by setup, naming the rule and the fix; setup
+// --update-gc-policy sets it back, and the record written before is still
+// there. Rules that keep each column's newest cell pass.
+func TestRuleThatCollectsTheRecordIsRefused(t *testing.T) {
+	s, ac, name := table(t)
+	ctx := context.Background()
+	if err := s.RecordOldestWriter(ctx, "0.1.0"); err != nil {
+		t.Fatal(err)
+	}
+	for _, rule := range []bigtable.GCPolicy{
+		bigtable.MaxAgePolicy(24 * time.Hour),
+		bigtable.UnionPolicy(bigtable.MaxVersionsPolicy(1), bigtable.MaxAgePolicy(time.Hour)),
+	} {
+		if err := ac.UpdateFamily(ctx, name, Family, bigtable.Family{GCPolicy: rule}); err != nil {
+			t.Fatal(err)
+		}
+		err := CheckFamily(ctx, ac, name)
+		if !errors.Is(err, ErrRuleCollects) || !strings.Contains(err.Error(), "--update-gc-policy") {
+			t.Errorf("the workers' check, rule %v: %v", rule, err)
+		}
+		if done, err := Setup(ctx, ac, name, false); !errors.Is(err, ErrRuleCollects) {
+			t.Errorf("setup, rule %v: %v, %v", rule, done, err)
+		}
+		if done, err := Setup(ctx, ac, name, true); err != nil || done != Restored {
+			t.Errorf("setup --update-gc-policy, rule %v: %v, %v", rule, done, err)
+		}
+		if err := CheckFamily(ctx, ac, name); err != nil {
+			t.Errorf("after setup --update-gc-policy: %v", err)
+		}
+	}
+	if rec, err := s.Read(ctx); err != nil || rec.OldestWriter != "0.1.0" {
+		t.Errorf("the record after: %+v, %v", rec, err)
+	}
+	for _, rule := range []bigtable.GCPolicy{
+		nil, bigtable.MaxVersionsPolicy(3),
+		bigtable.IntersectionPolicy(bigtable.MaxAgePolicy(time.Hour), bigtable.MaxVersionsPolicy(1)),
+	} {
+		if collectsByAge(rule) {
+			t.Errorf("rule %v: said to collect the newest cell by age", rule)
+		}
+	}
+	if !collectsByAge(bigtable.IntersectionPolicy(bigtable.MaxAgePolicy(time.Hour), bigtable.UnionPolicy(bigtable.MaxAgePolicy(time.Minute)))) {
+		t.Error("an intersection of ages: said to keep the newest cell")
+	}
+}
 
 // The first claim records its setting; the same setting passes without a
 // write; another is refused naming both settings and the flag, and

@@ -158,7 +158,7 @@ func startDemo(ctx context.Context, stdout io.Writer) (_ *demoEnv, err error) {
 	if _, err := sink.Setup(ctx, env.ac, env.dc, target, env.cfg.Policy.GCMaxAge(), sink.SetupOptions{}); err != nil {
 		return nil, fmt.Errorf("demo setup: %w", err)
 	}
-	if err := setupRecord(ctx, env.ac, env.dc, target.Table, io.Discard); err != nil {
+	if err := setupRecord(ctx, env.ac, env.dc, target.Table, false, io.Discard); err != nil {
 		return nil, fmt.Errorf("demo setup: %w", err)
 	}
 	// A new emulator: no event yet, no ledger to replace.

@@ -33,7 +33,7 @@ func (o *setupCmd) flags(out io.Writer) *envflag.FlagSet {
 	// Flags only: an environment variable shared by accident (a stray
 	// FORCE=true) must not be able to change or wipe a table.
 	f.Section("Setup")
-	f.Bool(&o.setup.UpdateGCPolicy, "update-gc-policy", "", false, "replace the family's GC rule when it differs (a flag only: no environment variable)")
+	f.Bool(&o.setup.UpdateGCPolicy, "update-gc-policy", "", false, "replace the family's GC rule when it differs, and the record family's when it collects by age (a flag only: no environment variable)")
 	f.Bool(&o.setup.Force, "force", "", false, "allow the one-second strategy's 1s max-age on a family that already holds cells, which deletes them (a flag only: no environment variable)")
 	f.Bool(&o.newLedger, "new-erasure-ledger", "", false, "create an empty erasure ledger although the event table holds events: every erasure recorded in the lost ledger is forgotten, and worker forget must be run again for those users (a flag only: no environment variable)")
 	return f
@@ -68,7 +68,7 @@ func (o *setupCmd) run(ctx context.Context, stdout, _ io.Writer) error {
 	default:
 		fmt.Fprintf(stdout, "family %s already has GC rule %q for %s; nothing to do\n", target, rule, describePolicy(cfg.Policy))
 	}
-	if err := setupRecord(ctx, s.ac, s.dc, target.Table, stdout); err != nil {
+	if err := setupRecord(ctx, s.ac, s.dc, target.Table, o.setup.UpdateGCPolicy, stdout); err != nil {
 		return err
 	}
 	return setupLedger(ctx, s, ledger, target, replacing, stdout)
@@ -141,14 +141,17 @@ func setupLedger(ctx context.Context, s *session, target, events sink.Target, re
 // then records the oldest release that may write the table: refused when
 // a newer release recorded a newer one, before setup writes anything
 // else of its own (the ledger's index).
-func setupRecord(ctx context.Context, ac *bigtable.AdminClient, dc *bigtable.Client, table string, stdout io.Writer) error {
-	created, err := tablemeta.Setup(ctx, ac, table)
+func setupRecord(ctx context.Context, ac *bigtable.AdminClient, dc *bigtable.Client, table string, update bool, stdout io.Writer) error {
+	done, err := tablemeta.Setup(ctx, ac, table, update)
 	if err != nil {
 		return fmt.Errorf("setup of the workers' record: %w", err)
 	}
-	if created {
+	switch done {
+	case tablemeta.Created:
 		fmt.Fprintf(stdout, "created family %s, where the workers record the --ttl-from and tenants file version they run (GC rule: the newest cell of each column)\n", tablemeta.Target(table))
-	} else {
+	case tablemeta.Restored:
+		fmt.Fprintf(stdout, "set the GC rule of family %s (the workers' record) back to the newest cell of each column: it collected cells by age\n", tablemeta.Target(table))
+	default:
 		fmt.Fprintf(stdout, "family %s (the workers' record) already exists; nothing to do\n", tablemeta.Target(table))
 	}
 	store := tablemeta.NewStore(dc, table)
