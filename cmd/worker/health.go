@@ -51,20 +51,22 @@ func (w *worker) readinessChecks() []admin.Check {
 // ahead keeps its segment, and the events before it), and each
 // dead-letter topic whose records are not stamped by the broker
 // (LogAppendTime): one letter stamped ahead freezes its partition.
-// /status says which, and the log the fix.
+// Settings not read yet, or that the broker does not give, count as short:
+// a store nobody can vouch for is not called bounded. /status says which,
+// and the log the fix.
 func (w *worker) registerShortfalls(m metric.Meter) error {
 	g, err := m.Int64ObservableGauge("cellttl.retention.shortfalls", metric.WithUnit("{store}"),
-		metric.WithDescription("stores whose settings let a copy outlive its tenant's TTL, by store: input_topic (producers may stamp records beyond --max-clock-skew), dead_letter_topic (records not stamped LogAppendTime); /status record_timestamps and dead_letter_topics say which and the fix"))
+		metric.WithDescription("stores whose settings let a copy outlive its tenant's TTL, by store: input_topic (producers may stamp records beyond --max-clock-skew), dead_letter_topic (records not stamped LogAppendTime); settings not read count as short; /status record_timestamps and dead_letter_topics say which and the fix"))
 	if err != nil {
 		return fmt.Errorf("register retention metric: %w", err)
 	}
 	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		var input, letters int64
-		if t := w.times.Status(); t.Type != "" && !t.Bounded {
+		if t := w.times.Status(); !t.Bounded {
 			input = 1
 		}
 		for _, r := range w.dlq.Topics() {
-			if r.Stamping.Type != "" && r.Stamping.Type != "LogAppendTime" {
+			if r.Stamping.Type != "LogAppendTime" {
 				letters++
 			}
 		}
