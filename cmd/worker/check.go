@@ -208,7 +208,18 @@ func checkTable(ctx context.Context, tc sink.TableConfig, cfg *tenants.Config) *
 // compare is --against: the plan of replacing old by cfg, and its notes.
 func compare(path string, old, cfg *tenants.Config) *comparison {
 	plan := tenants.Compare(old.Policy, cfg.Policy)
-	return &comparison{File: path, Version: old.Version, Plan: plan, Notes: plan.Notes(old.Unlisted, cfg.Unlisted)}
+	notes := plan.Notes(old.Unlisted, cfg.Unlisted)
+	if old.WriteRate != cfg.WriteRate {
+		notes = append(notes, fmt.Sprintf("max_write_rate %s → %s per worker applies at the next write after the reload (the group's share: the workers times it)", writeRate(old.WriteRate), writeRate(cfg.WriteRate)))
+	}
+	return &comparison{File: path, Version: old.Version, Plan: plan, Notes: notes}
+}
+
+func writeRate(rowsPerSecond float64) string {
+	if rowsPerSecond == 0 {
+		return "no cap"
+	}
+	return fmt.Sprintf("%g rows/s", rowsPerSecond)
 }
 
 func verdict(rep *checkReport) (int, string) {

@@ -152,7 +152,7 @@ func TestCheckBeforeSetup(t *testing.T) {
 }
 
 // worker check says what becomes of the events of tenants the file does
-// not list, and what an edit of the policy changes.
+// not list, and what an edit of the policy and the write cap changes.
 func TestCheckShowsUnlistedPolicy(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -160,13 +160,13 @@ func TestCheckShowsUnlistedPolicy(t *testing.T) {
 	if err := os.WriteFile(before, []byte("default_ttl: 2d\ntenants:\n  acme: 1h\n  globex: 3d\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(after, []byte("default_ttl: 2d\nunlisted_tenants: dead-letter\ntenants:\n  acme: 1h\n"), 0o644); err != nil {
+	if err := os.WriteFile(after, []byte("default_ttl: 2d\nunlisted_tenants: dead-letter\nmax_write_rate: 5000\ntenants:\n  acme: 1h\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	var out, errOut bytes.Buffer
 	err := run(context.Background(), []string{"check", "--tenants", after, "--against", before, "--offline"}, &out, &errOut)
 	for _, want := range []string{"are dead-lettered (unlisted_tenants: dead-letter", "unlisted_tenants default_ttl → dead-letter",
-		"the tenants removed (globex) are dead-lettered"} {
+		"the tenants removed (globex) are dead-lettered", "max_write_rate no cap → 5000 rows/s per worker"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("check (%v) does not say %q:\n%s", err, want, out.String())
 		}
