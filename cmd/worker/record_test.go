@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/bigtable"
+
 	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/tablemeta"
 	"github.com/cellttl/cellttl/tenants"
@@ -93,7 +95,8 @@ func TestTTLFromDriftIsRefused(t *testing.T) {
 }
 
 // On a table set up before the record came, a worker refuses to start and
-// says to run setup, which adds the family.
+// says to run setup, which adds the family; and on one whose family has a
+// rule that would collect the record.
 func TestWorkerRefusesWithoutTheRecordFamily(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, tenantsYAML)
@@ -108,6 +111,26 @@ func TestWorkerRefusesWithoutTheRecordFamily(t *testing.T) {
 	}
 	if out, err := e.cmd(t, "setup"); err != nil || !strings.Contains(out, "created family "+e.table+":m") {
 		t.Errorf("setup over a table without the record's family: %v\n%s", err, out)
+	}
+	// A max-age put on the family by hand would collect the record: the
+	// worker and setup refuse it, setup --update-gc-policy sets it back.
+	if err := e.ac.UpdateFamily(context.Background(), e.table, tablemeta.Family, bigtable.Family{GCPolicy: bigtable.MaxAgePolicy(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	refused := func(err error) bool {
+		return err != nil && strings.Contains(err.Error(), "GC rule max-age 1h") && strings.Contains(err.Error(), "--update-gc-policy")
+	}
+	if out, err := e.runBriefly(t); !refused(err) {
+		t.Errorf("a worker with a max-age on the record's family: %v\n%s", err, out)
+	}
+	if out, err := e.cmd(t, "setup"); !refused(err) {
+		t.Errorf("setup with a max-age on the record's family: %v\n%s", err, out)
+	}
+	if out, err := e.cmd(t, "setup", "--update-gc-policy"); err != nil || !strings.Contains(out, "set the GC rule of family "+e.table+":m") {
+		t.Errorf("setup --update-gc-policy: %v\n%s", err, out)
+	}
+	if out, err := e.cmd(t, "setup"); err != nil {
+		t.Errorf("setup after the rule was set back: %v\n%s", err, out)
 	}
 }
 
