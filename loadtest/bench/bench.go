@@ -161,6 +161,9 @@ func benchWorkers(ctx context.Context, o Options, stdout io.Writer, bin, run str
 				fmt.Fprintf(stdout, "(c) worker, %s (%s), round %d: %9.0f events/s = %.2f × min(a, b); %5.2f µs CPU/event = %.2f × floor; peak RSS %d MiB\n",
 					b.name, label, round+1, c.rate, c.rate/ceiling, c.cpuPerEvent, c.cpuPerEvent/floor, c.rss>>20)
 				fmt.Fprintf(stdout, "    cores: %s\n", c.cores)
+				if c.steady > 0 {
+					fmt.Fprintf(stdout, "    after its first 2 s: %.0f events/s\n", c.steady)
+				}
 			}
 		}
 	}

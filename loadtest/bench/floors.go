@@ -21,6 +21,7 @@ import (
 // the process measured.
 type measured struct {
 	rate        float64 // events per second
+	steady      float64 // events per second after the first 2 s (0: done by then)
 	cpuPerEvent float64 // µs
 	rss         int64   // peak resident set, bytes (the worker only)
 	cores       string  // who used the two cores meanwhile

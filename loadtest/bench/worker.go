@@ -107,6 +107,11 @@ func benchWorker(ctx context.Context, bin string, brokers []string, tenantsFile,
 	defer w.stop(ctx)
 	pid := w.Pid()
 	var first, last time.Time
+	// The rate after the first seconds: a write cap's token bucket lets
+	// a second's worth through at once, then holds the cap.
+	const settle = 2 * time.Second
+	var steadyFrom time.Time
+	var steadyDone int64
 	var cpu0, cpu1 time.Duration
 	var peak int64
 	var profiled chan error
@@ -141,6 +146,9 @@ func benchWorker(ctx context.Context, bin string, brokers []string, tenantsFile,
 		if done > 0 && first.IsZero() {
 			first = time.Now()
 		}
+		if !first.IsZero() && steadyFrom.IsZero() && time.Since(first) >= settle {
+			steadyFrom, steadyDone = time.Now(), done
+		}
 		if done >= int64(len(msgs)) {
 			last = time.Now()
 			if cpu1, err = lab.CPU(pid); err != nil {
@@ -160,7 +168,11 @@ func benchWorker(ctx context.Context, bin string, brokers []string, tenantsFile,
 			return measured{}, err
 		}
 	}
-	return measured{rate: float64(len(msgs)) / last.Sub(first).Seconds(), cpuPerEvent: perEvent(cpu1-cpu0, len(msgs)), rss: peak, cores: watch.shares()}, nil
+	m := measured{rate: float64(len(msgs)) / last.Sub(first).Seconds(), cpuPerEvent: perEvent(cpu1-cpu0, len(msgs)), rss: peak, cores: watch.shares()}
+	if !steadyFrom.IsZero() && last.After(steadyFrom) {
+		m.steady = float64(int64(len(msgs))-steadyDone) / last.Sub(steadyFrom).Seconds()
+	}
+	return m, nil
 }
 
 // saveProfile fetches a profile from the worker's admin server into file.
