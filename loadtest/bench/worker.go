@@ -107,11 +107,7 @@ func benchWorker(ctx context.Context, bin string, brokers []string, tenantsFile,
 	defer w.stop(ctx)
 	pid := w.Pid()
 	var first, last time.Time
-	// The rate after the first seconds: a write cap's token bucket lets
-	// a second's worth through at once, then holds the cap.
-	const settle = 2 * time.Second
-	var steadyFrom time.Time
-	var steadyDone int64
+	var steady afterBurst
 	var cpu0, cpu1 time.Duration
 	var peak int64
 	var profiled chan error
@@ -146,9 +142,7 @@ func benchWorker(ctx context.Context, bin string, brokers []string, tenantsFile,
 		if done > 0 && first.IsZero() {
 			first = time.Now()
 		}
-		if !first.IsZero() && steadyFrom.IsZero() && time.Since(first) >= settle {
-			steadyFrom, steadyDone = time.Now(), done
-		}
+		steady.observe(first, done)
 		if done >= int64(len(msgs)) {
 			last = time.Now()
 			if cpu1, err = lab.CPU(pid); err != nil {
@@ -168,11 +162,33 @@ func benchWorker(ctx context.Context, bin string, brokers []string, tenantsFile,
 			return measured{}, err
 		}
 	}
-	m := measured{rate: float64(len(msgs)) / last.Sub(first).Seconds(), cpuPerEvent: perEvent(cpu1-cpu0, len(msgs)), rss: peak, cores: watch.shares()}
-	if !steadyFrom.IsZero() && last.After(steadyFrom) {
-		m.steady = float64(int64(len(msgs))-steadyDone) / last.Sub(steadyFrom).Seconds()
+	return measured{rate: float64(len(msgs)) / last.Sub(first).Seconds(), steady: steady.rate(int64(len(msgs)), last),
+		cpuPerEvent: perEvent(cpu1-cpu0, len(msgs)), rss: peak, cores: watch.shares()}, nil
+}
+
+// afterBurst measures the rate after a run's first seconds: a write cap's
+// token bucket lets a second's worth through at once, then holds the cap.
+type afterBurst struct {
+	from time.Time
+	done int64 // events done by then
+}
+
+const burstSettles = 2 * time.Second
+
+// observe notes the events done so far in a run that began at first.
+func (a *afterBurst) observe(first time.Time, done int64) {
+	if !first.IsZero() && a.from.IsZero() && time.Since(first) >= burstSettles {
+		a.from, a.done = time.Now(), done
 	}
-	return m, nil
+}
+
+// rate is events/s from then until all total were done at last; 0 when
+// the run ended sooner.
+func (a *afterBurst) rate(total int64, last time.Time) float64 {
+	if a.from.IsZero() || !last.After(a.from) {
+		return 0
+	}
+	return float64(total-a.done) / last.Sub(a.from).Seconds()
 }
 
 // saveProfile fetches a profile from the worker's admin server into file.
