@@ -34,7 +34,16 @@ type RuleWatch struct {
 	readErr  error     // why the last read failed, if it did
 	interval time.Duration
 	now      func() time.Time // the clock of the reads and their age
+
+	also    func(context.Context) error // Also's check, nil when none
+	alsoErr error                       // what it found last
 }
+
+// Also adds a check of the table that Check runs after the family's rule:
+// check returns what is wrong for good (another family's rule, say), nil
+// when nothing is or it could not tell. What it finds makes the worker
+// unready and is logged once; it holds no write.
+func (r *RuleWatch) Also(check func(context.Context) error) { r.also = check }
 
 // NewRuleWatch watches t's rule, which must be max-age maxAge; fix says
 // what to do when it is not, for the log and readiness.
@@ -50,6 +59,9 @@ func (r *RuleWatch) Problem() error {
 	defer r.mu.Unlock()
 	if r.held != nil {
 		return r.held
+	}
+	if r.alsoErr != nil {
+		return r.alsoErr
 	}
 	if r.interval > 0 && r.now().Sub(r.read) > 3*r.interval {
 		return fmt.Errorf("the GC rule of family %s has not been read for %s (%v): writes go on under the rule read last", r.target, r.now().Sub(r.read).Round(time.Second), r.readErr)
@@ -69,6 +81,18 @@ func (r *RuleWatch) Held() error {
 // cannot be read, what was known stays, and the error is returned.
 func (r *RuleWatch) Check(ctx context.Context) error {
 	err := CheckGC(ctx, r.ac, r.target, r.maxAge)
+	if r.also != nil {
+		also := r.also(ctx)
+		r.mu.Lock()
+		switch {
+		case also != nil && (r.alsoErr == nil || also.Error() != r.alsoErr.Error()):
+			r.log.Error("the table is not as the workers need it", "err", also)
+		case also == nil && r.alsoErr != nil:
+			r.log.Info("the table is as the workers need it again", "was", r.alsoErr.Error())
+		}
+		r.alsoErr = also
+		r.mu.Unlock()
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if IsMismatch(err) || errors.Is(err, ErrNotSetUp) || err == nil {

@@ -128,7 +128,7 @@ func CheckFamily(ctx context.Context, ac *bigtable.AdminClient, table string) er
 // timestamp encodes the release), and a --ttl-from setting's cell is
 // stamped when it was recorded. Collected, an older release would write
 // the table again, and replays would lose the setting their cells follow.
-var ErrRuleCollects = errors.New("it would collect the workers' record (the oldest release that may write the table, the --ttl-from history): run worker setup --update-gc-policy, which sets it back to the newest cell of each column")
+var ErrRuleCollects = errors.New("it would collect the workers' record (the oldest release that may write the table, the --ttl-from history): run worker setup --update-gc-policy with the tenants file the workers run (it sets the event family's rule for that file too), which sets it back to the newest cell of each column")
 
 func checkRule(table string, rule bigtable.GCPolicy) error {
 	if collectsByAge(rule) {

@@ -10,6 +10,7 @@ import (
 	"cloud.google.com/go/bigtable"
 
 	"github.com/cellttl/cellttl/internal/testenv"
+	"github.com/cellttl/cellttl/tablemeta"
 )
 
 // Regression (the GC rule watched while running): the family's GC rule changed under a running
@@ -66,6 +67,44 @@ func TestGCRuleChangedUnderTheWorker(t *testing.T) {
 		return code == 200, fmt.Sprintf("/readyz %d: %s", code, body)
 	})
 	e.waitCommitted(t, 30*time.Second)
+	if err := stop(); err != nil {
+		t.Fatalf("worker: %v", err)
+	}
+}
+
+// A rule that collects by age put on the record's family under a running
+// worker (GC would delete the record within days) makes it unready within
+// --gc-rule-check-interval, naming the rule and the fix, and logs it once;
+// writes go on meanwhile (the events' cells do not depend on it); set back,
+// the worker is ready again.
+func TestRecordFamilyRuleChangedUnderTheWorker(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, tenantsYAML)
+	if out, err := e.cmd(t, "setup"); err != nil {
+		t.Fatalf("setup: %v\n%s", err, out)
+	}
+	stop, logs := e.startWorker(t, "--gc-rule-check-interval", "200ms")
+	base := adminURL(t, logs)
+	ctx := context.Background()
+	if err := e.ac.SetGCPolicy(ctx, e.table, tablemeta.Family, bigtable.MaxAgePolicy(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 20*time.Second, func() (bool, string) {
+		code, body := testenv.MustGet(t, base+"/readyz")
+		return code == 503 && strings.Contains(body, "GC rule max-age 1h") && strings.Contains(body, "--update-gc-policy"), fmt.Sprintf("/readyz %d: %s", code, body)
+	})
+	testenv.Produce(t, e.brokers, e.topic, click{EventID: "during", TenantID: "globex", OccurredAt: time.Now().UTC().Format(time.RFC3339Nano)}.bytes())
+	e.waitRows(t, 1, 30*time.Second)
+	if err := e.ac.SetGCPolicy(ctx, e.table, tablemeta.Family, tablemeta.GCRule); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 20*time.Second, func() (bool, string) {
+		code, body := testenv.MustGet(t, base+"/readyz")
+		return code == 200, fmt.Sprintf("/readyz %d: %s", code, body)
+	})
+	if n := strings.Count(logs.String(), "the table is not as the workers need it"); n != 1 {
+		t.Errorf("logged %d times, want once:\n%s", n, logs)
+	}
 	if err := stop(); err != nil {
 		t.Fatalf("worker: %v", err)
 	}

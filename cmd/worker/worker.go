@@ -65,6 +65,15 @@ func newWorker(ctx context.Context, o *runCmd, cfg *tenants.Config, dc *bigtable
 	// then watched.
 	w.rules = sink.NewRuleWatch(ac, o.table.Target(), cfg.Policy.GCMaxAge(),
 		fmt.Sprintf("set it back (`worker setup --update-gc-policy` with the tenants file this worker runs, %s), or restart the workers with the tenants file that matches the new rule", describePolicy(cfg.Policy)), log)
+	// The record's family, checked at start-up too: a rule put on it since
+	// that collects by age would delete the record, slowly (GC is lazy).
+	w.rules.Also(func(ctx context.Context) error {
+		err := tablemeta.CheckFamily(ctx, ac, o.table.Table)
+		if errors.Is(err, tablemeta.ErrRuleCollects) || errors.Is(err, tablemeta.ErrNotSetUp) {
+			return err
+		}
+		return nil // a read that failed: the event family's read says so
+	})
 	// Before anything is consumed: an event of an erased user must never
 	// be written, so the worker knows who was erased before it writes.
 	store := erasure.NewStore(dc, o.table.ErasureTable())
