@@ -51,8 +51,9 @@ func (w *worker) readinessChecks() []admin.Check {
 // ahead keeps its segment, and the events before it), and each
 // dead-letter topic whose records are not stamped by the broker
 // (LogAppendTime): one letter stamped ahead freezes its partition.
-// Settings not read yet, or that the broker does not give, count as short:
-// a store nobody can vouch for is not called bounded. /status says which,
+// Settings not read yet, that the broker does not give, or (the input
+// topic's) unread for StaleAfter checks count as short: a store nobody can
+// vouch for is not called bounded. /status says which,
 // and the log the fix.
 func (w *worker) registerShortfalls(m metric.Meter) error {
 	g, err := m.Int64ObservableGauge("cellttl.retention.shortfalls", metric.WithUnit("{store}"),
@@ -62,7 +63,7 @@ func (w *worker) registerShortfalls(m metric.Meter) error {
 	}
 	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		var input, letters int64
-		if t := w.times.Status(); !t.Bounded {
+		if !w.times.Vouches() {
 			input = 1
 		}
 		for _, r := range w.dlq.Topics() {

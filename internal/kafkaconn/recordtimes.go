@@ -37,6 +37,9 @@ type RecordTimes struct {
 	// allows; Summary says it in words.
 	Bounded bool   `json:"bounded"`
 	Summary string `json:"summary"`
+	// Unread says why the settings could not be read at the last check
+	// (the others are the last reading, if any): a watch's only.
+	Unread string `json:"unread,omitempty"`
 }
 
 // Millis reads a setting in milliseconds: Kafka's Long.MAX_VALUE, or
@@ -236,11 +239,32 @@ func (w *RecordTimeWatch) Run(ctx context.Context, interval time.Duration) {
 	tick.Every(ctx, interval, func(ctx context.Context) { _, _ = w.Check(ctx) })
 }
 
-// Status is what the last check found.
+// Status is what the last check found: the last reading, and why the
+// last check could not read the settings if it could not.
 func (w *RecordTimeWatch) Status() RecordTimes {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.last
+	rt := w.last
+	rt.Topic = w.topic
+	switch {
+	case w.err != nil:
+		rt.Unread = w.err.Error()
+	case w.last.Type == "":
+		rt.Unread = "not read yet"
+	}
+	return rt
+}
+
+// Vouches reports whether the settings show producers held to the skew,
+// as read within StaleAfter intervals: settings that stay unreadable can
+// no longer show it, and the retention shortfall counts them.
+func (w *RecordTimeWatch) Vouches() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.last.Type == "" || !w.last.Bounded {
+		return false
+	}
+	return w.interval == 0 || w.now().Sub(w.read) <= StaleAfter*w.interval
 }
 
 // Problem's errors under strict: the topic lets producers stamp beyond the

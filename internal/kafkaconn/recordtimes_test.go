@@ -68,6 +68,33 @@ func TestRecordTimeWatchProblem(t *testing.T) {
 	if err := loose.Problem(); err != nil {
 		t.Errorf("without strict: %v, want none", err)
 	}
+
+	// The retention shortfall's view, strict or not: a bounded topic
+	// vouches while its reading is fresh, through a failed read, and no
+	// longer once unread past StaleAfter intervals; /status says why.
+	vouched := watch(false, true)
+	if _, err := vouched.Check(ctx); err == nil {
+		t.Fatal("a read from nowhere succeeded")
+	}
+	clock = clock.Add(StaleAfter * time.Second)
+	if !vouched.Vouches() {
+		t.Errorf("bounded, unread for %d intervals: does not vouch", StaleAfter)
+	}
+	if st := vouched.Status(); st.Unread == "" || !st.Bounded || st.Topic != "clicks" {
+		t.Errorf("status after a failed read: %+v, want the last reading and why the read failed", st)
+	}
+	clock = clock.Add(time.Millisecond)
+	if vouched.Vouches() {
+		t.Errorf("bounded, unread past %d intervals: still vouches", StaleAfter)
+	}
+	if loose.Vouches() {
+		t.Error("an unbounded topic vouches")
+	}
+	never := watch(false, true)
+	never.last = RecordTimes{}
+	if never.Vouches() || never.Status().Unread != "not read yet" || never.Status().Topic != "clicks" {
+		t.Errorf("never read: vouches %t, status %+v", never.Vouches(), never.Status())
+	}
 }
 
 // A topic's stamping is read from its settings as the broker enforces
