@@ -8,8 +8,9 @@
 #   scripts/release.sh [outdir]          build into outdir (default dist)
 #   scripts/release.sh --check           build twice, in fresh caches, and compare
 #   scripts/release.sh --source REV OUT  the worker's source at REV (a tag), as
-#                                        a tar.gz: what the upgrade test builds
-#                                        the previous release from
+#                                        a tar.gz (OUT relative to the repository's
+#                                        top): what the upgrade test builds the
+#                                        previous release from
 #
 # The image is the binary on distroless (deploy/Dockerfile, or without a
 # daemon: docs/operations.md, "Releases without Docker").
@@ -30,12 +31,14 @@ build() {
 
 # source REV OUT writes the files the worker is built from at REV (go.mod,
 # go.sum, the non-test Go and embedded files of the module's packages it
-# imports, under any build tags) as a tar.gz. The upgrade test builds the
+# imports with the default build tags, and their files that other tags
+# select) as a tar.gz. The upgrade test builds the
 # previous release from it, so it needs no tags or history in the clone:
 # CI's clone has neither.
 source_archive() {
-	local rev=$1 out=$2 tmp files
+	local rev=$1 out=$2 files
 	tmp=$(mktemp -d)
+	trap 'rm -rf "$tmp"' EXIT
 	git archive "$rev" | tar -x -C "$tmp"
 	files=$(cd "$tmp" && go list -deps -f '{{if and .Module .Module.Main}}{{$d := .Dir}}{{range .GoFiles}}{{$d}}/{{.}}
 {{end}}{{range .IgnoredGoFiles}}{{$d}}/{{.}}

@@ -88,7 +88,7 @@ func readTarGz(t *testing.T, path string) map[string][]byte {
 	return readTar(t, path, zr)
 }
 
-func readTar(t *testing.T, name string, r io.Reader) map[string][]byte {
+func readTar(t *testing.T, archive string, r io.Reader) map[string][]byte {
 	t.Helper()
 	files := map[string][]byte{}
 	tr := tar.NewReader(r)
@@ -98,25 +98,38 @@ func readTar(t *testing.T, name string, r io.Reader) map[string][]byte {
 			return files
 		}
 		if err != nil {
-			t.Fatalf("%s: %v", name, err)
+			t.Fatalf("%s: %v", archive, err)
 		}
 		name := filepath.Clean(h.Name)
 		if h.Typeflag != tar.TypeReg || !filepath.IsLocal(name) {
 			continue
 		}
 		if files[name], err = io.ReadAll(tr); err != nil {
-			t.Fatalf("%s: %s: %v", name, h.Name, err)
+			t.Fatalf("%s: %s: %v", archive, h.Name, err)
 		}
 	}
 }
 
-// The previous release's source in testdata is its tag's, file for file,
-// when the clone has the tag (a clone without tags cannot tell).
+// The previous release's source in testdata is the newest release before
+// this one, and its tag's, file for file, when the clone has the tags (a
+// clone without tags cannot tell).
 func TestPreviousReleaseIsItsTag(t *testing.T) {
 	version, archive := previousSource(t)
 	tag := "v" + version
 	if exec.Command("git", "rev-parse", "--verify", "--quiet", tag+"^{commit}").Run() != nil {
 		t.Skipf("no tag %s in this clone to check %s against", tag, archive)
+	}
+	tags, err := exec.Command("git", "tag", "--list", "v*").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, other := range strings.Fields(string(tags)) {
+		v := strings.TrimPrefix(other, "v")
+		if below, err := release.Compare(v, release.Version); err == nil && below < 0 {
+			if newer, _ := release.Compare(v, version); newer > 0 {
+				t.Errorf("testdata keeps release %s, but %s is newer and before %s: scripts/release.sh --source %s cmd/worker/testdata/release-%s.tar.gz, and remove %s", version, other, release.Version, other, v, archive)
+			}
+		}
 	}
 	out, err := exec.Command("sh", "-c", `cd "$(git rev-parse --show-toplevel)" && git archive --format=tar `+tag).Output()
 	if err != nil {
