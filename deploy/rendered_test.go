@@ -68,10 +68,23 @@ func TestOverlaysRunAsRendered(t *testing.T) {
 				objs["Secret/cellttl-kafka"] = secret
 				// KEDA's scaler reads the same Secret: every key it
 				// names is one the docs' command makes.
+				refs := 0
 				for _, ref := range list(get(build(t, "k8s/keda")["TriggerAuthentication/cellttl-kafka"], "spec", "secretTargetRef")) {
-					if str(get(ref, "name")) == "cellttl-kafka" && get(secret, "data", str(get(ref, "key"))) == nil {
+					if str(get(ref, "name")) != "cellttl-kafka" {
+						continue
+					}
+					refs++
+					if get(secret, "data", str(get(ref, "key"))) == nil {
 						t.Errorf("KEDA's TriggerAuthentication reads key %s of cellttl-kafka, which the docs' command does not make", str(get(ref, "key")))
 					}
+				}
+				if refs == 0 {
+					t.Error("KEDA's TriggerAuthentication cellttl-kafka reads nothing of the Secret cellttl-kafka")
+				}
+				// KEDA names the mechanism its own way.
+				data := dataOf(t, "Secret", secret)
+				if want := map[string]string{"PLAIN": "plaintext", "SCRAM-SHA-256": "scram_sha256", "SCRAM-SHA-512": "scram_sha512"}[data["mechanism"]]; data["keda-sasl"] != want {
+					t.Errorf("the docs' command gives mechanism %s and keda-sasl %s, which KEDA reads as another (want %s)", data["mechanism"], data["keda-sasl"], want)
 				}
 				site["CELLTTL_BROKERS"] = sasl
 			}

@@ -17,6 +17,7 @@ import (
 	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/cellttl/cellttl/internal/envflag"
 	"github.com/cellttl/cellttl/sink"
+	"github.com/cellttl/cellttl/tablemeta"
 	"github.com/cellttl/cellttl/tenants"
 )
 
@@ -95,6 +96,10 @@ type tableCheck struct {
 	Wanted  string `json:"wanted"`
 	Matches bool   `json:"matches"`
 	Error   string `json:"error,omitempty"`
+	// Record is what keeps a worker from starting on the table besides
+	// the rule: the workers' record family missing, or its rule
+	// collecting by age.
+	Record string `json:"record,omitempty"`
 }
 
 // comparison is what --against found: the plan of the edit, and notes for
@@ -201,6 +206,9 @@ func checkTable(ctx context.Context, tc sink.TableConfig, cfg *tenants.Config) *
 	if fam.Exists {
 		res.Rule = sink.DescribeGC(fam.Rule)
 		res.Matches = fam.Matches(want)
+		if err := tablemeta.CheckFamily(ctx, ac, tc.Table); errors.Is(err, tablemeta.ErrRuleCollects) || errors.Is(err, tablemeta.ErrNotSetUp) {
+			res.Record = err.Error()
+		}
 	}
 	return res
 }
@@ -210,7 +218,7 @@ func compare(path string, old, cfg *tenants.Config) *comparison {
 	plan := tenants.Compare(old.Policy, cfg.Policy)
 	notes := plan.Notes(old.Unlisted, cfg.Unlisted)
 	if old.WriteRate != cfg.WriteRate {
-		notes = append(notes, fmt.Sprintf("max_write_rate %s → %s per worker applies at the next write after the reload (the group's share: the workers times it)", writeRate(old.WriteRate), writeRate(cfg.WriteRate)))
+		notes = append(notes, fmt.Sprintf("max_write_rate %s → %s per worker applies at the next write after the reload (the group's share is the number of workers times the cap)", writeRate(old.WriteRate), writeRate(cfg.WriteRate)))
 	}
 	return &comparison{File: path, Version: old.Version, Plan: plan, Notes: notes}
 }
@@ -219,13 +227,15 @@ func writeRate(rowsPerSecond float64) string {
 	if rowsPerSecond == 0 {
 		return "no cap"
 	}
-	return fmt.Sprintf("%g rows/s", rowsPerSecond)
+	return fmt.Sprintf("%.0f rows/s", rowsPerSecond)
 }
 
 func verdict(rep *checkReport) (int, string) {
 	switch {
 	case !rep.Valid:
 		return checkInvalid, "invalid: the worker refuses this file (at start-up, and keeps the last good config when it is edited in)"
+	case rep.Table != nil && rep.Table.Record != "":
+		return checkNeedsGC, "a worker refuses to start on the table: " + rep.Table.Record
 	case rep.Against != nil && rep.Against.GCRuleChange,
 		rep.Table != nil && rep.Table.Error == "" && rep.Table.Exists && !rep.Table.Matches:
 		return checkNeedsGC, fmt.Sprintf("needs the family's GC rule changed: run `worker setup --update-gc-policy --tenants %s`, then restart the workers (a running worker refuses this edit)", rep.File)

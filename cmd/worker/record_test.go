@@ -126,6 +126,9 @@ func TestWorkerRefusesWithoutTheRecordFamily(t *testing.T) {
 	if out, err := e.cmd(t, "setup"); !refused(err) {
 		t.Errorf("setup with a max-age on the record's family: %v\n%s", err, out)
 	}
+	if out, err := e.cmd(t, "check"); codeOf(err) != checkNeedsGC || !strings.Contains(out, "a worker refuses to start on the table") || !strings.Contains(out, "GC rule max-age 1h") {
+		t.Errorf("check with a max-age on the record's family: %v\n%s", err, out)
+	}
 	if out, err := e.cmd(t, "setup", "--update-gc-policy"); err != nil || !strings.Contains(out, "set the GC rule of family "+e.table+":m") {
 		t.Errorf("setup --update-gc-policy: %v\n%s", err, out)
 	}
