@@ -147,9 +147,17 @@ func TestKeepGrownWhileUnreadIsReported(t *testing.T) {
 	if _, err := d.Check(t.Context()); err != nil {
 		t.Fatal(err)
 	}
+	if d.Topics()[0].Unread() {
+		t.Error("settings read: said unread")
+	}
 	fault.fail(1)
 	if _, err := d.Check(t.Context()); err == nil || !strings.Contains(err.Error(), "could not be read") {
 		t.Fatalf("a check that could not read the settings: %v", err)
+	}
+	// What the retention shortfall counts: an unread topic, whatever its
+	// last reading said.
+	if !d.Topics()[0].Unread() {
+		t.Error("a check that could not read the settings: not said unread")
 	}
 	res, err := d.client.AlterConfigs(t.Context(), &kafka.AlterConfigsRequest{Resources: []kafka.AlterConfigRequestResource{{
 		ResourceType: kafka.ResourceTypeTopic, ResourceName: topic, Configs: []kafka.AlterConfigRequestConfig{

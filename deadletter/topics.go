@@ -96,6 +96,10 @@ func (t Topics) creation() map[string]time.Duration {
 	return m
 }
 
+// Unread reports whether the last check could not read the topic's
+// settings: what the others say is then not known to hold.
+func (r TopicRetention) Unread() bool { return r.unread }
+
 // segmentFor is the segment.ms a topic is created with: a twelfth of its
 // retention, so that the segment's slack adds a twelfth to how long a record
 // can stay, and a topic holds about a dozen segments.

@@ -51,9 +51,10 @@ func (w *worker) readinessChecks() []admin.Check {
 // ahead keeps its segment, and the events before it), and each
 // dead-letter topic whose records are not stamped by the broker
 // (LogAppendTime): one letter stamped ahead freezes its partition.
-// Settings not read yet, that the broker does not give, or (the input
-// topic's) unread for StaleAfter checks count as short: a store nobody can
-// vouch for is not called bounded. /status says which,
+// Settings not read yet, that the broker does not give, unread at a dead-
+// letter topic's last check, or unread for StaleAfter checks of the input
+// topic's count as short: a store nobody can vouch for is not called
+// bounded. /status says which,
 // and the log the fix.
 func (w *worker) registerShortfalls(m metric.Meter) error {
 	g, err := m.Int64ObservableGauge("cellttl.retention.shortfalls", metric.WithUnit("{store}"),
@@ -67,7 +68,7 @@ func (w *worker) registerShortfalls(m metric.Meter) error {
 			input = 1
 		}
 		for _, r := range w.dlq.Topics() {
-			if r.Stamping.Type != "LogAppendTime" {
+			if r.Unread() || r.Stamping.Type != "LogAppendTime" {
 				letters++
 			}
 		}
