@@ -147,7 +147,40 @@ func TestOverlaysRunAsRendered(t *testing.T) {
 			case <-time.After(45 * time.Second):
 				t.Error("the worker did not stop within the pod's grace period after SIGTERM")
 			}
+			if overlay == "k8s/hpa" && !c.kafkaSecret {
+				retimeAsRendered(t, bin, objs, site, extra, tenant)
+			}
 		})
+	}
+}
+
+// retimeAsRendered runs the retime Job's pods as rendered, each with its
+// completion index, over the table the worker wrote (with the overlay's
+// ConfigMaps, which the Job shares with the workers): each exits 0, and
+// the tenant's row is still there.
+func retimeAsRendered(t *testing.T, bin string, objs map[string]object, site map[string]string, extra []string, tenant string) {
+	t.Helper()
+	job := retimeJob(t)
+	n, _ := get(job, "spec", "completions").(int)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for i := range n {
+		shard := map[string]string{"SHARD_INDEX": fmt.Sprint(i)}
+		for k, v := range site {
+			shard[k] = v
+		}
+		r := container(t, objs, get(job, "spec", "template", "spec"), shard)
+		cmd := exec.CommandContext(ctx, bin, r.args...)
+		cmd.Env = append(r.env, extra...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("the retime Job's pod %d (worker %s) failed: %v\n%s", i, strings.Join(r.args, " "), err, out)
+		}
+	}
+	dc, _ := testenv.Clients(t)
+	rows := 0
+	err := dc.Open(site["CELLTTL_TABLE"]).ReadRows(ctx, bigtable.PrefixRange(tenant+"#"), func(bigtable.Row) bool { rows++; return true })
+	if err != nil || rows != 1 {
+		t.Errorf("after the retime Job: %d rows of %s (%v), want 1", rows, tenant, err)
 	}
 }
 
@@ -275,6 +308,8 @@ func container(t *testing.T, objs map[string]object, pod any, site map[string]st
 			kind, res, _ := strings.Cut(str(get(from, "resourceFieldRef", "resource")), ".") // limits.memory
 			q := resource.MustParse(str(get(ctr, "resources", kind, res)))
 			env[name] = fmt.Sprint(q.Value())
+		case get(from, "fieldRef") != nil:
+			env[name] = "" // the pod's own field: site gives it
 		default:
 			t.Fatalf("env %s: a source the test does not render: %v", name, from)
 		}
@@ -291,6 +326,10 @@ func container(t *testing.T, objs map[string]object, pod any, site map[string]st
 	}
 	sort.Strings(out.env)
 	for _, a := range toStrings(get(ctr, "args")) {
+		// $(NAME) is the container's variable, as the kubelet expands it.
+		for k, v := range env {
+			a = strings.ReplaceAll(a, "$("+k+")", v)
+		}
 		if name, value, ok := strings.Cut(a, "="); ok && strings.HasPrefix(name, "-") {
 			a = name + "=" + local(value)
 		}
