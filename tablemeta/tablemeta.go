@@ -130,6 +130,13 @@ func CheckFamily(ctx context.Context, ac *bigtable.AdminClient, table string) er
 // the table again, and replays would lose the setting their cells follow.
 var ErrRuleCollects = errors.New("it would collect the workers' record (the oldest release that may write the table, the --ttl-from history): run worker setup --update-gc-policy with the tenants file the workers run (it sets the event family's rule for that file too), which sets it back to the newest cell of each column")
 
+// Unfit reports whether err, CheckFamily's, is the table's own state (the
+// family missing, or its rule collecting by age), which no retry mends,
+// rather than a read that failed.
+func Unfit(err error) bool {
+	return errors.Is(err, ErrRuleCollects) || errors.Is(err, ErrNotSetUp)
+}
+
 func checkRule(table string, rule bigtable.GCPolicy) error {
 	if collectsByAge(rule) {
 		return fmt.Errorf("family %s has the GC rule %s: %w", Target(table), sink.DescribeGC(rule), ErrRuleCollects)

@@ -206,7 +206,7 @@ func checkTable(ctx context.Context, tc sink.TableConfig, cfg *tenants.Config) *
 	if fam.Exists {
 		res.Rule = sink.DescribeGC(fam.Rule)
 		res.Matches = fam.Matches(want)
-		if err := tablemeta.CheckFamily(ctx, ac, tc.Table); errors.Is(err, tablemeta.ErrRuleCollects) || errors.Is(err, tablemeta.ErrNotSetUp) {
+		if err := tablemeta.CheckFamily(ctx, ac, tc.Table); tablemeta.Unfit(err) {
 			res.Record = err.Error()
 		}
 	}

@@ -54,8 +54,7 @@ func (w *worker) readinessChecks() []admin.Check {
 // Settings not read yet, that the broker does not give, unread at a dead-
 // letter topic's last check, or unread for StaleAfter checks of the input
 // topic's count as short: a store nobody can vouch for is not called
-// bounded. /status says which,
-// and the log the fix.
+// bounded. /status says which, and the log the fix.
 func (w *worker) registerShortfalls(m metric.Meter) error {
 	g, err := m.Int64ObservableGauge("cellttl.retention.shortfalls", metric.WithUnit("{store}"),
 		metric.WithDescription("stores whose settings let a copy outlive its tenant's TTL, by store: input_topic (producers may stamp records beyond --max-clock-skew), dead_letter_topic (records not stamped LogAppendTime); settings not read count as short; /status record_timestamps and dead_letter_topics say which and the fix"))

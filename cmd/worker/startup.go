@@ -91,7 +91,7 @@ func checkBigtable(ctx context.Context, ac *bigtable.AdminClient, tc sink.TableC
 	switch {
 	case err == nil:
 		return nil
-	case sink.IsMismatch(err), errors.Is(err, sink.ErrNotSetUp), errors.Is(err, tablemeta.ErrNotSetUp), errors.Is(err, tablemeta.ErrRuleCollects):
+	case sink.IsMismatch(err), errors.Is(err, sink.ErrNotSetUp), tablemeta.Unfit(err):
 		return &startupError{what: what, err: err, permanent: true}
 	}
 	return &startupError{what: what, err: err}

@@ -69,7 +69,7 @@ func newWorker(ctx context.Context, o *runCmd, cfg *tenants.Config, dc *bigtable
 	// that collects by age would delete the record, slowly (GC is lazy).
 	w.rules.Also(func(ctx context.Context) error {
 		err := tablemeta.CheckFamily(ctx, ac, o.table.Table)
-		if errors.Is(err, tablemeta.ErrRuleCollects) || errors.Is(err, tablemeta.ErrNotSetUp) {
+		if tablemeta.Unfit(err) {
 			return err
 		}
 		return nil // a read that failed: the event family's read says so

@@ -261,10 +261,13 @@ func (w *RecordTimeWatch) Status() RecordTimes {
 func (w *RecordTimeWatch) Vouches() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.last.Type == "" || !w.last.Bounded {
-		return false
-	}
-	return w.interval == 0 || w.now().Sub(w.read) <= StaleAfter*w.interval
+	return w.last.Type != "" && w.last.Bounded && !w.staleLocked()
+}
+
+// staleLocked reports whether the settings have gone unread for more than
+// StaleAfter intervals.
+func (w *RecordTimeWatch) staleLocked() bool {
+	return w.interval > 0 && w.now().Sub(w.read) > StaleAfter*w.interval
 }
 
 // Problem's errors under strict: the topic lets producers stamp beyond the
@@ -285,7 +288,7 @@ func (w *RecordTimeWatch) Problem() error {
 	if !w.strict {
 		return nil
 	}
-	if age := w.now().Sub(w.read); w.interval > 0 && !w.read.IsZero() && age > StaleAfter*w.interval {
+	if age := w.now().Sub(w.read); !w.read.IsZero() && w.staleLocked() {
 		return fmt.Errorf("%w: not read for %s (%v); writes wait until they are (--strict-retention)", ErrTimestampsUnread, age.Round(time.Second), w.err)
 	}
 	if w.last.Type == "" || w.last.Bounded {
