@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/cellttl/cellttl/internal/testenv"
 )
 
 // Every goroutine a scenario starts has ended when the suite ends, except
@@ -11,5 +13,5 @@ import (
 // already went blocked on a channel nobody reads (a test tool, not the
 // worker).
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/Shopify/toxiproxy/v2/toxics.(*NoopToxic).Pipe"))
+	testenv.Main(m, goleak.IgnoreTopFunction("github.com/Shopify/toxiproxy/v2/toxics.(*NoopToxic).Pipe"))
 }

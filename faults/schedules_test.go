@@ -373,7 +373,7 @@ func forgetBinary(t *testing.T, bin string) string {
 		return bin
 	}
 	skewBuild.Do(func() {
-		dir, err := os.MkdirTemp("", "cellttl-worker-skewclock")
+		dir, err := testenv.ScratchDir("cellttl-worker-skewclock")
 		if err != nil {
 			skewBuildErr = err
 			return

@@ -462,6 +462,9 @@ stop)
 	stop_one kafka2
 	stop_one kafka
 	stop_one emulator
+	# The brokers' logs are half a gigabyte after the fault suite, and the
+	# next start begins afresh: the process logs stay, to read.
+	rm -rf "$dir/kafka-data" "$dir/kafka2-data"
 	;;
 kafka2-start)
 	start_kafka2

@@ -41,6 +41,35 @@ func (s *Buffer) Count(sub string) int {
 	return n
 }
 
+var scratch struct {
+	sync.Mutex
+	dirs []string
+}
+
+// ScratchDir makes a temporary directory that lives as long as the test
+// binary, for what its tests build once and share (a worker binary: 70 MB
+// each). Main removes it when the tests end; t.TempDir would remove it with
+// the first test, and os.MkdirTemp alone leaves it behind on every run.
+func ScratchDir(prefix string) (string, error) {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", err
+	}
+	scratch.Lock()
+	defer scratch.Unlock()
+	scratch.dirs = append(scratch.dirs, dir)
+	return dir, nil
+}
+
+func removeScratch() {
+	scratch.Lock()
+	defer scratch.Unlock()
+	for _, dir := range scratch.dirs {
+		os.RemoveAll(dir)
+	}
+	scratch.dirs = nil
+}
+
 var (
 	buildOnce sync.Once
 	binPath   string
@@ -57,7 +86,7 @@ func WorkerBinary(t testing.TB) string {
 		return bin
 	}
 	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "cellttl-worker")
+		dir, err := ScratchDir("cellttl-worker")
 		if err != nil {
 			buildErr = err
 			return

@@ -103,9 +103,12 @@ var inprocBigtable struct {
 }
 
 // Main runs a package's tests, stops the in-process services they shared,
-// then checks that every goroutine a test started has ended (goleak): the
+// removes the directories of what they built once (ScratchDir), then checks
+// that every goroutine a test started has ended (goleak, with opts): the
 // TestMain of a package whose tests use this kit.
-func Main(m *testing.M) { goleak.VerifyTestMain(sharedServices{m}) }
+func Main(m *testing.M, opts ...goleak.Option) {
+	goleak.VerifyTestMain(sharedServices{m}, opts...)
+}
 
 // sharedServices runs the tests, then stops the shared in-process
 // services, before goleak looks for goroutines left behind.
@@ -116,6 +119,7 @@ func (s sharedServices) Run() int {
 	if bt := inprocBigtable.bt; bt != nil {
 		bt.Close()
 	}
+	removeScratch()
 	return code
 }
 
