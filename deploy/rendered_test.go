@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -94,16 +92,15 @@ func TestOverlaysRunAsRendered(t *testing.T) {
 			defer cancel()
 
 			setup := container(t, objs, get(setupJob(t, objs), "spec", "template", "spec"), site)
-			cmd := exec.CommandContext(ctx, bin, setup.args...)
-			cmd.Env = append(setup.env, extra...)
+			cmd := setup.command(ctx, t, bin, extra)
 			if out, err := cmd.CombinedOutput(); err != nil {
 				t.Fatalf("the setup Job's container (worker %s) failed: %v\n%s", strings.Join(setup.args, " "), err, out)
 			}
 
 			run := container(t, objs, get(objs["Deployment/cellttl"], "spec", "template", "spec"), site)
 			logs := &testenv.Buffer{}
-			cmd = exec.Command(bin, run.args...)
-			cmd.Env, cmd.Stdout, cmd.Stderr = append(run.env, extra...), logs, logs
+			cmd = run.command(context.Background(), t, bin, extra)
+			cmd.Stdout, cmd.Stderr = logs, logs
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
@@ -170,8 +167,7 @@ func retimeAsRendered(t *testing.T, bin string, objs map[string]object, site map
 			shard[k] = v
 		}
 		r := container(t, objs, get(job, "spec", "template", "spec"), shard)
-		cmd := exec.CommandContext(ctx, bin, r.args...)
-		cmd.Env = append(r.env, extra...)
+		cmd := r.command(ctx, t, bin, extra)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("the retime Job's pod %d (worker %s) failed: %v\n%s", i, strings.Join(r.args, " "), err, out)
 		}
@@ -188,6 +184,8 @@ func retimeAsRendered(t *testing.T, bin string, objs map[string]object, site map
 type rendered struct {
 	args []string
 	env  []string // NAME=value, sorted
+	root string   // its volumes, and the directory it runs in
+	user podUser
 }
 
 // container renders the first container of pod: its volumes written into
@@ -195,17 +193,24 @@ type rendered struct {
 // environment resolved, and site's values in place of the cluster's.
 func container(t *testing.T, objs map[string]object, pod any, site map[string]string) rendered {
 	t.Helper()
-	root := t.TempDir()
+	ctr := list(get(pod, "containers"))[0]
+	out := rendered{root: podRoot(t), user: userOf(pod, ctr)}
 	vols := map[string]string{} // volume name -> directory
 	for _, v := range list(get(pod, "volumes")) {
 		name := str(get(v, "name"))
-		dir := filepath.Join(root, name)
+		dir := filepath.Join(out.root, name)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
 		vols[name] = dir
 		var sources []any
 		switch {
+		case get(v, "emptyDir") != nil:
+			// The kubelet makes it writable by any user of the pod.
+			if err := os.Chmod(dir, 0o777); err != nil {
+				t.Fatal(err)
+			}
+			continue
 		case get(v, "configMap") != nil:
 			sources = []any{object{"configMap": get(v, "configMap")}}
 		case get(v, "secret") != nil:
@@ -230,36 +235,30 @@ func container(t *testing.T, objs map[string]object, pod any, site map[string]st
 				continue // an optional Secret the user has not made: an empty directory
 			}
 			files := dataOf(t, kind, o)
-			paths := map[string]string{} // key -> file; every key without items
+			defaultMode := fileMode(t, name, get(v, kind2field[kind], "defaultMode"), 0o644)
+			type file struct {
+				path string
+				mode os.FileMode
+			}
+			paths := map[string]file{} // key -> file; every key without items
 			for key := range files {
-				paths[key] = key
+				paths[key] = file{key, defaultMode}
 			}
 			if items := list(get(ref, "items")); items != nil {
-				paths = map[string]string{}
+				paths = map[string]file{}
 				for _, it := range items {
-					paths[str(get(it, "key"))] = str(get(it, "path"))
+					paths[str(get(it, "key"))] = file{str(get(it, "path")), fileMode(t, name, get(it, "mode"), defaultMode)}
 				}
 			}
-			mode := os.FileMode(0o644)
-			if m := get(v, kind2field[kind], "defaultMode"); m != nil {
-				n, err := strconv.ParseUint(fmt.Sprint(m), 10, 32)
-				if err != nil {
-					t.Fatalf("volume %s: defaultMode %v: %v", name, m, err)
-				}
-				mode = os.FileMode(n)
-			}
-			for key, file := range paths {
+			for key, f := range paths {
 				data, ok := files[key]
 				if !ok {
 					t.Fatalf("volume %s mounts key %s of %s %s, which has no such key", name, key, kind, str(get(ref, nameKey)))
 				}
-				if err := os.WriteFile(filepath.Join(dir, file), []byte(data), mode); err != nil {
-					t.Fatal(err)
-				}
+				out.user.writeVolumeFile(t, filepath.Join(dir, f.path), []byte(data), f.mode)
 			}
 		}
 	}
-	ctr := list(get(pod, "containers"))[0]
 	mounts := map[string]string{} // mount path -> directory
 	for _, m := range list(get(ctr, "volumeMounts")) {
 		mounts[str(get(m, "mountPath"))] = vols[str(get(m, "name"))]
@@ -320,7 +319,6 @@ func container(t *testing.T, objs map[string]object, pod any, site map[string]st
 		}
 		env[k] = v
 	}
-	var out rendered
 	for k, v := range env {
 		out.env = append(out.env, k+"="+local(v))
 	}
