@@ -166,14 +166,22 @@ func (w *Writer) Write(ctx context.Context, rows []Row) ([]error, error) {
 	}
 	attempts := 0
 	err := w.loop.Do(ctx, func(ctx context.Context) error {
+		// Paced first, then checked, then sent at once: however long the
+		// pacing, the rows leave right after their users were checked
+		// against a ledger fresh enough (the erasure bound counts on it).
+		if err := w.pace(ctx, len(pending)); err != nil {
+			return err
+		}
 		if w.cfg.Held != nil {
 			if err := w.cfg.Held(); err != nil {
 				return &held{err}
 			}
 		}
+		var gen uint64
 		if w.cfg.Gate != nil {
 			var err error
-			if pending, err = w.withdraw(ctx, rows, pending, results); err != nil {
+			gen = w.cfg.Gate.Generation()
+			if pending, err = w.withdraw(ctx, rows, pending, results, gen); err != nil {
 				return &held{err}
 			}
 			if len(pending) == 0 {
@@ -181,7 +189,7 @@ func (w *Writer) Write(ctx context.Context, rows []Row) ([]error, error) {
 			}
 		}
 		attempts++
-		out := w.attempt(ctx, rows, pending, results)
+		out := w.attempt(ctx, rows, pending, results, gen)
 		// The caller's span (one per batch) learns how hard the write was.
 		trace.SpanFromContext(ctx).SetAttributes(attribute.Int("cellttl.batch.attempts", attempts))
 		if out.wrote {
@@ -191,6 +199,10 @@ func (w *Writer) Write(ctx context.Context, rows []Row) ([]error, error) {
 			return nil
 		}
 		pending = out.retry
+		if out.err == nil {
+			// Only rows whose check no longer stands: checked again.
+			return &held{errRecheck}
+		}
 		if out.whole && ctx.Err() == nil {
 			w.failing(out.code, out.err)
 		}
@@ -202,13 +214,12 @@ func (w *Writer) Write(ctx context.Context, rows []Row) ([]error, error) {
 	return results, nil
 }
 
-// withdraw asks the gate about the rows at pending decided under an older
-// generation, records ErrWithdrawn for those it refuses, and returns the
-// rest. With the generation unchanged it only compares numbers. A gate
-// that cannot tell ends the pass: the rows not yet asked about stay
-// pending, as they were.
-func (w *Writer) withdraw(ctx context.Context, rows []Row, pending []int, results []error) ([]int, error) {
-	gen := w.cfg.Gate.Generation()
+// withdraw asks the gate about the rows at pending decided under a
+// generation older than gen, records ErrWithdrawn for those it refuses,
+// and returns the rest. With the generation unchanged it only compares
+// numbers. A gate that cannot tell ends the pass: the rows not yet asked
+// about stay pending, as they were.
+func (w *Writer) withdraw(ctx context.Context, rows []Row, pending []int, results []error, gen uint64) ([]int, error) {
 	kept := pending[:0]
 	for j, i := range pending {
 		r := &rows[i]
@@ -231,6 +242,12 @@ func (w *Writer) withdraw(ctx context.Context, rows []Row, pending []int, result
 
 // held is a write that waits: nothing was sent (see WriterConfig.Held).
 type held struct{ err error }
+
+// errRecheck stops a request whose rows' check no longer stands: the
+// ledger went stale or changed while the request waited (for the write
+// rate, or behind the other halves of a split one). Its rows go back to be
+// checked again, never sent on an old answer.
+var errRecheck = errors.New("rows to check against the erasure ledger again before they are sent")
 
 func (h *held) Error() string { return h.err.Error() }
 
@@ -265,6 +282,8 @@ type outcome struct {
 	// blamed: a failure the rows share.
 	whole bool
 	wrote bool // some row was written
+	// Rows in retry with no failure (err nil) were not sent: their check
+	// no longer stood (errRecheck).
 }
 
 // evidence answers, at most once per attempt, whether Bigtable accepts a
@@ -273,6 +292,7 @@ type outcome struct {
 type evidence struct {
 	w       *Writer
 	ctx     context.Context
+	gen     uint64 // the gate's generation the rows were checked under
 	probed  bool
 	accepts bool
 }
@@ -285,11 +305,15 @@ func (e *evidence) othersAccepted() bool {
 	return e.accepts
 }
 
-// attempt makes one ApplyBulk call for the rows at pending, records the rows
-// rejected for good in results, and says what is left to retry.
-func (w *Writer) attempt(ctx context.Context, rows []Row, pending []int, results []error) outcome {
-	ev := &evidence{w: w, ctx: ctx}
-	rowErrs, err := w.send(ctx, rows, pending)
+// attempt makes one ApplyBulk call for the rows at pending, checked under
+// the gate's generation gen and already paced, records the rows rejected
+// for good in results, and says what is left to retry.
+func (w *Writer) attempt(ctx context.Context, rows []Row, pending []int, results []error, gen uint64) outcome {
+	ev := &evidence{w: w, ctx: ctx, gen: gen}
+	rowErrs, err := w.send(ctx, rows, pending, false, gen)
+	if errors.Is(err, errRecheck) {
+		return outcome{retry: pending}
+	}
 	if err != nil {
 		code := status.Code(err)
 		if aboutContent(code) && ctx.Err() == nil && ev.othersAccepted() {
@@ -302,24 +326,46 @@ func (w *Writer) attempt(ctx context.Context, rows []Row, pending []int, results
 	return w.settle(rows, pending, rowErrs, results, ev)
 }
 
-// send makes one ApplyBulk call for the rows at pending, paced by the
-// throttle when there is one. Every request is paced, the halves of one
-// being split too: each sends its rows again.
-func (w *Writer) send(ctx context.Context, rows []Row, pending []int) ([]error, error) {
-	t := w.cfg.Throttle
-	if t == nil {
-		return w.apply(ctx, rows, pending)
+// pace waits until the throttle, when there is one, lets rows be sent;
+// its error is ctx's.
+func (w *Writer) pace(ctx context.Context, rows int) error {
+	if t := w.cfg.Throttle; t != nil {
+		return t.Wait(ctx, rows)
 	}
-	if err := t.Wait(ctx, len(pending)); err != nil {
-		// Wait ends only with ctx: the request was never sent.
-		code := codes.Canceled
-		if errors.Is(err, context.DeadlineExceeded) {
-			code = codes.DeadlineExceeded
+	return nil
+}
+
+// stands reports whether the check of rows made under the gate's
+// generation gen still holds: the ledger is not stale (Held) and has not
+// changed since.
+func (w *Writer) stands(gen uint64) bool {
+	if w.cfg.Held != nil && w.cfg.Held() != nil {
+		return false
+	}
+	return w.cfg.Gate == nil || w.cfg.Gate.Generation() == gen
+}
+
+// send makes one ApplyBulk call for the rows at pending, first paced when
+// paced (the halves of a split request: each sends its rows again), and
+// only while the rows' check under gen stands (errRecheck otherwise).
+func (w *Writer) send(ctx context.Context, rows []Row, pending []int, paced bool, gen uint64) ([]error, error) {
+	if paced {
+		if err := w.pace(ctx, len(pending)); err != nil {
+			// Wait ends only with ctx: the request was never sent.
+			code := codes.Canceled
+			if errors.Is(err, context.DeadlineExceeded) {
+				code = codes.DeadlineExceeded
+			}
+			return nil, status.Error(code, err.Error())
 		}
-		return nil, status.Error(code, err.Error())
+	}
+	if !w.stands(gen) {
+		return nil, errRecheck
 	}
 	rowErrs, err := w.apply(ctx, rows, pending)
-	t.Sent(len(pending), exhausted(err, rowErrs))
+	if t := w.cfg.Throttle; t != nil {
+		t.Sent(len(pending), exhausted(err, rowErrs))
+	}
 	return rowErrs, err
 }
 
@@ -389,9 +435,11 @@ func (w *Writer) isolate(ctx context.Context, rows []Row, pending []int, results
 	var out outcome
 	h := len(pending) / 2
 	for _, part := range [][]int{pending[:h], pending[h:]} {
-		rowErrs, perr := w.send(ctx, rows, part)
+		rowErrs, perr := w.send(ctx, rows, part, true, ev.gen)
 		var sub outcome
 		switch pcode := status.Code(perr); {
+		case errors.Is(perr, errRecheck):
+			sub = outcome{retry: part}
 		case perr == nil:
 			sub = w.settle(rows, part, rowErrs, results, ev)
 		case aboutContent(pcode) && ctx.Err() == nil:

@@ -577,3 +577,78 @@ func TestIsolatingARefusedRowIsPaced(t *testing.T) {
 	}
 	checkOnlyPoisonBlamed(t, dc, tgt, keys, res)
 }
+
+// A row waiting for the write rate is checked against the ledger when it
+// leaves, not only before it waited: a user erased during the wait has no
+// row written after it (the erasure bound counts on a check right before
+// each send). 40 rows at a cap of 10 a second wait 3 s; the user is erased
+// 0.5 s in.
+func TestRowsWaitingForTheRateAreCheckedWhenSent(t *testing.T) {
+	dc, ac := testenv.Clients(t)
+	tgt := sink.Target(testenv.Table(t, ac, dc, time.Hour))
+	th := sink.NewThrottle()
+	th.SetCap(10)
+	g := &gate{refused: "erased"}
+	cfg := fastRetries()
+	cfg.Throttle, cfg.Gate = th, g
+	w, err := sink.NewWriter(dc, tgt, cfg, nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{"erased"}
+	for i := range 39 {
+		keys = append(keys, fmt.Sprintf("k%02d", i))
+	}
+	erase := time.AfterFunc(500*time.Millisecond, func() { g.gen.Store(1) })
+	defer erase.Stop()
+	res, err := w.Write(ctx, rowsOf(keys...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(res[0], sink.ErrWithdrawn) || len(readRow(t, dc, tgt.Table, "erased")) != 0 {
+		t.Errorf("the row of a user erased while it waited for the rate: %v, in the table: %v; want ErrWithdrawn, not written", res[0], len(readRow(t, dc, tgt.Table, "erased")) != 0)
+	}
+	for i, k := range keys[1:] {
+		if res[i+1] != nil || len(readRow(t, dc, tgt.Table, k)) == 0 {
+			t.Fatalf("row %s: %v, or not written", k, res[i+1])
+		}
+	}
+}
+
+// The halves of a request split to find a refused row are checked again
+// when the ledger changed since the split began: a user erased while the
+// first half was being sent has no row written by the second.
+func TestSplitRequestIsCheckedBeforeEachHalf(t *testing.T) {
+	dc, ac, proxy := faultyEmulator(t)
+	tgt := sink.Target(testenv.Table(t, ac, dc, time.Hour))
+	g := &gate{refused: "erased"}
+	var calls atomic.Int32
+	proxy.SetFault(func(req *btpb.MutateRowsRequest) testenv.MutateRowsFault {
+		if calls.Add(1) == 3 {
+			g.gen.Store(1) // during the first half (the probe was call 2)
+		}
+		return refuseRequestsWith(req)
+	})
+	cfg := fastRetries()
+	cfg.Gate = g
+	w, err := sink.NewWriter(dc, tgt, cfg, nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{"poison", "k1", "k2", "k3", "k4", "k5", "k6", "erased"}
+	res, err := w.Write(ctx, rowsOf(keys...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(res[7], sink.ErrWithdrawn) || len(readRow(t, dc, tgt.Table, "erased")) != 0 {
+		t.Errorf("the row of a user erased during a split: %v, in the table: %v; want ErrWithdrawn, not written", res[7], len(readRow(t, dc, tgt.Table, "erased")) != 0)
+	}
+	if !isRowError(res[0]) {
+		t.Errorf("poison row: %v, want a RowError", res[0])
+	}
+	for i := 1; i < 7; i++ {
+		if res[i] != nil || len(readRow(t, dc, tgt.Table, keys[i])) == 0 {
+			t.Errorf("row %s: %v, or not written", keys[i], res[i])
+		}
+	}
+}
