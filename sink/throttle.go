@@ -105,16 +105,15 @@ func (t *Throttle) applyLocked() {
 }
 
 // Wait blocks until rows may be sent, or ctx ends (its error). The rows
-// are taken a burst at a time, and the rate may grow back between two: a
-// batch larger than a second's worth at a cut rate does not wait at the
-// cut rate throughout.
+// are taken a burst at a time (a second's worth), and the limit is read
+// again before each: a batch larger than a second's worth does not wait
+// at a cut rate that grew back meanwhile, nor at a cap an edit raised
+// (Follow). The time waited is counted as it passes.
 func (t *Throttle) Wait(ctx context.Context, rows int) error {
-	if t.capOf != nil {
-		t.SetCap(t.capOf())
-	}
-	start := t.now()
-	defer func() { t.waited.Add(int64(t.now().Sub(start))) }()
 	for rows > 0 {
+		if t.capOf != nil {
+			t.SetCap(t.capOf())
+		}
 		t.mu.Lock()
 		t.growLocked(t.now())
 		n := rows
@@ -129,14 +128,17 @@ func (t *Throttle) Wait(ctx context.Context, rows int) error {
 			continue // the limit changed since: asked again
 		}
 		if d := r.DelayFrom(t.now()); d > 0 {
+			start := t.now()
 			timer := time.NewTimer(d)
 			select {
 			case <-timer.C:
 			case <-ctx.Done():
 				timer.Stop()
 				r.Cancel()
+				t.waited.Add(int64(t.now().Sub(start)))
 				return fmt.Errorf("wait for the write rate limit: %w", ctx.Err())
 			}
+			t.waited.Add(int64(t.now().Sub(start)))
 		}
 		rows -= n
 	}

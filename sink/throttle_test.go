@@ -2,6 +2,7 @@ package sink
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -114,5 +115,30 @@ func TestThrottleBacksOffAndRecovers(t *testing.T) {
 	th.Sent(1, false)
 	if l := th.Limit(); l != 400 {
 		t.Errorf("a minute after the last refusal: limit %v, want the cap 400", l)
+	}
+}
+
+// A cap raised by an edit frees a batch already waiting at the old one
+// within a second or two (the limit is read again before each second's
+// worth of rows), not only the batches that start waiting after the edit.
+// 20 rows at 2 a second would wait 9 s.
+func TestRaisedCapFreesAWaitingBatch(t *testing.T) {
+	var capacity atomic.Value
+	capacity.Store(2.0)
+	th := NewThrottle()
+	th.Follow(func() float64 { return capacity.Load().(float64) })
+	edit := time.AfterFunc(300*time.Millisecond, func() { capacity.Store(1e6) })
+	defer edit.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := th.Wait(ctx, 20); err != nil {
+		t.Fatalf("20 rows waited past 6 s after the cap was raised from 2/s at 0.3 s: %v", err)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("20 rows took %s after the cap was raised from 2/s at 0.3 s, want under 3 s", took)
+	}
+	if l := th.Limit(); l != 1e6 {
+		t.Errorf("limit %v after the edit, want 1e6", l)
 	}
 }
