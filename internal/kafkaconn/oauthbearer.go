@@ -6,9 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"time"
 	"unicode"
 
@@ -84,30 +84,89 @@ func fileToken(path string) func(context.Context) (string, error) {
 // account's email: Workload Identity's (the metadata server's), a key
 // file's, or an impersonated one's.
 func googleToken() func(context.Context) (string, error) {
-	var (
-		mu      sync.Mutex
-		src     oauth2.TokenSource
-		subject string
-	)
-	return func(ctx context.Context) (string, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if src == nil {
-			creds, err := google.FindDefaultCredentials(ctx, "https://www.googleapis.com/auth/cloud-platform")
-			if err != nil {
-				return "", fmt.Errorf("--kafka-sasl-oauthbearer-google: Application Default Credentials: %w", err)
-			}
-			if subject, err = principal(ctx, creds.JSON); err != nil {
-				return "", err
-			}
-			src = creds.TokenSource
-		}
-		at, err := src.Token()
-		if err != nil {
-			return "", fmt.Errorf("--kafka-sasl-oauthbearer-google: an access token: %w", err)
-		}
-		return googleKafkaToken(at.AccessToken, subject, at.Expiry, time.Now())
+	g := &googleTokens{busy: make(chan struct{}, 1), find: findGoogleCredentials}
+	return g.token
+}
+
+// googleFetchTimeout bounds each request the credentials make for a token
+// (Google's token endpoint, the metadata server, an impersonation).
+const googleFetchTimeout = 30 * time.Second
+
+// googleTokens fetches tokens for the handshakes, one fetch at a time.
+type googleTokens struct {
+	busy chan struct{} // held by the fetch under way
+	find func(ctx context.Context) (oauth2.TokenSource, string, error)
+
+	// Set by the first fetch that finds the credentials; read by later
+	// fetches, which busy orders after it.
+	src     oauth2.TokenSource
+	subject string
+}
+
+// token returns a token, or the handshake's context error when the fetch
+// outlasts it: a token endpoint that hangs delays a handshake by its own
+// timeout, never more, and the fetch, bounded by googleFetchTimeout, goes
+// on for the next handshake.
+func (g *googleTokens) token(ctx context.Context) (string, error) {
+	select {
+	case g.busy <- struct{}{}:
+	case <-ctx.Done():
+		return "", fmt.Errorf("--kafka-sasl-oauthbearer-google: wait for the token being fetched: %w", ctx.Err())
 	}
+	type fetched struct {
+		tok string
+		err error
+	}
+	done := make(chan fetched, 1)
+	go func() {
+		defer func() { <-g.busy }()
+		tok, err := g.fetch()
+		done <- fetched{tok, err}
+	}()
+	select {
+	case f := <-done:
+		return f.tok, f.err
+	case <-ctx.Done():
+		return "", fmt.Errorf("--kafka-sasl-oauthbearer-google: an access token: %w", ctx.Err())
+	}
+}
+
+// fetch finds the credentials once, then asks their token source, which
+// refreshes the access token when it nears its expiry. The credentials
+// keep the context they are found with for every later refresh: never a
+// handshake's, which ends with the handshake (a refresh an hour later
+// would fail with its cancellation), but one of their own whose HTTP
+// client bounds each request.
+func (g *googleTokens) fetch() (string, error) {
+	if g.src == nil {
+		base := context.WithValue(context.Background(), oauth2.HTTPClient, &http.Client{Timeout: googleFetchTimeout})
+		src, subject, err := g.find(base)
+		if err != nil {
+			return "", err
+		}
+		g.src, g.subject = src, subject
+	}
+	at, err := g.src.Token()
+	if err != nil {
+		return "", fmt.Errorf("--kafka-sasl-oauthbearer-google: an access token: %w", err)
+	}
+	return googleKafkaToken(at.AccessToken, g.subject, at.Expiry, time.Now())
+}
+
+// findGoogleCredentials finds Application Default Credentials and their
+// principal.
+func findGoogleCredentials(ctx context.Context) (oauth2.TokenSource, string, error) {
+	creds, err := google.FindDefaultCredentials(ctx, "https://www.googleapis.com/auth/cloud-platform")
+	if err != nil {
+		return nil, "", fmt.Errorf("--kafka-sasl-oauthbearer-google: Application Default Credentials: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, googleFetchTimeout)
+	defer cancel()
+	subject, err := principal(pctx, creds.JSON)
+	if err != nil {
+		return nil, "", err
+	}
+	return creds.TokenSource, subject, nil
 }
 
 // googleKafkaToken is the token for access, of principal subject.

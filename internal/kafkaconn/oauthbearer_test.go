@@ -4,11 +4,15 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/oauth2"
 )
 
 // OAUTHBEARER takes one token source, no password, and TLS unless asked;
@@ -101,5 +105,71 @@ func TestGoogleKafkaToken(t *testing.T) {
 		if got != want || (want == "") != (err != nil) {
 			t.Errorf("principal of %s: %q, %v; want %q", creds, got, err, want)
 		}
+	}
+}
+
+// hangingSource is a token source whose Token waits for release: a token
+// endpoint that does not answer.
+type hangingSource struct{ release chan struct{} }
+
+func (h hangingSource) Token() (*oauth2.Token, error) {
+	<-h.release
+	return &oauth2.Token{AccessToken: "at", Expiry: time.Now().Add(time.Hour)}, nil
+}
+
+// A token endpoint that hangs delays each handshake by the handshake's own
+// timeout, no more: those waiting behind the fetch give up with their
+// contexts too. Once it answers, the next handshake gets its token.
+func TestGoogleTokenEndpointThatHangs(t *testing.T) {
+	src := hangingSource{release: make(chan struct{})}
+	g := &googleTokens{busy: make(chan struct{}, 1), find: func(context.Context) (oauth2.TokenSource, string, error) {
+		return src, "sa@p.iam.gserviceaccount.com", nil
+	}}
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			_, err := g.token(ctx)
+			errs <- err
+		}()
+	}
+	for range 2 {
+		select {
+		case err := <-errs:
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("a handshake while the endpoint hangs: %v, want its context's deadline", err)
+			}
+		case <-time.After(3 * time.Second):
+			t.Fatal("a handshake with a 200 ms timeout still waits for a hung token endpoint after 3 s")
+		}
+	}
+	close(src.release)
+	tok, err := g.token(context.Background())
+	if err != nil || !strings.Contains(tok, ".") {
+		t.Fatalf("after the endpoint answered: %q, %v", tok, err)
+	}
+}
+
+// The credentials are found with a context of their own, which their
+// token source keeps for every refresh: never the first handshake's, which
+// ends with it (an hour later the refresh would fail with "context
+// canceled"). Its HTTP client bounds each request.
+func TestGoogleCredentialsOutliveTheFirstHandshake(t *testing.T) {
+	var kept context.Context
+	g := &googleTokens{busy: make(chan struct{}, 1), find: func(ctx context.Context) (oauth2.TokenSource, string, error) {
+		kept = ctx
+		return oauth2.StaticTokenSource(&oauth2.Token{AccessToken: "at"}), "sa@p.iam.gserviceaccount.com", nil
+	}}
+	ctx, cancel := context.WithCancel(context.Background())
+	if _, err := g.token(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if kept.Err() != nil {
+		t.Error("the credentials keep the first handshake's context, cancelled when it ended")
+	}
+	if c, ok := kept.Value(oauth2.HTTPClient).(*http.Client); !ok || c.Timeout <= 0 {
+		t.Error("the credentials' requests have no HTTP client with a timeout")
 	}
 }

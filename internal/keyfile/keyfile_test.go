@@ -84,3 +84,18 @@ func TestKeyFileIsBounded(t *testing.T) {
 		t.Errorf("a key file within MaxFileBytes: %v", err)
 	}
 }
+
+// A secret file past its bound is refused, naming the setting and the
+// bound, never cut short and sent (a broker would refuse the truncated
+// token in its own words); at the bound it is read.
+func TestFirstLineIsBounded(t *testing.T) {
+	const flag = "--kafka-sasl-oauthbearer-token-file"
+	long := strings.Repeat("a", 1025)
+	_, err := FirstLine(write(t, long), flag, 1024)
+	if err == nil || !strings.Contains(err.Error(), flag) || !strings.Contains(err.Error(), "larger than 1024 bytes") || strings.Contains(err.Error(), "aaaa") {
+		t.Errorf("a token file of 1025 bytes at a bound of 1024: %v, want it refused naming %s and the bound, not quoting it", err, flag)
+	}
+	if line, err := FirstLine(write(t, long[:1024]), flag, 1024); err != nil || len(line) != 1024 {
+		t.Errorf("a token file of 1024 bytes at a bound of 1024: %d bytes, %v", len(line), err)
+	}
+}
