@@ -36,8 +36,22 @@ func (w *Writer) probe(ctx context.Context) error {
 
 // failing records a failure every row of an attempt shared. The first one
 // of an outage is logged as an error with what usually fixes it.
+// RESOURCE_EXHAUSTED is Bigtable's flow control, which the Throttle
+// answers: an outage only once nothing went through for
+// ThrottledOutageAfter (a cluster out of storage or quota), so that
+// ordinary throttling turns no pod unready and pages no one.
 func (w *Writer) failing(code codes.Code, err error) {
 	w.mu.Lock()
+	if code == codes.ResourceExhausted {
+		now := w.cfg.Now()
+		if w.throttledSince.IsZero() {
+			w.throttledSince = now
+		}
+		if now.Sub(w.throttledSince) < w.cfg.ThrottledOutageAfter {
+			w.mu.Unlock()
+			return
+		}
+	}
 	first := w.outageSince.IsZero()
 	if first {
 		w.outageSince = w.cfg.Now()
@@ -53,7 +67,7 @@ func (w *Writer) failing(code codes.Code, err error) {
 func (w *Writer) recovered() {
 	w.mu.Lock()
 	since := w.outageSince
-	w.outageSince, w.outageErr = time.Time{}, nil
+	w.outageSince, w.outageErr, w.throttledSince = time.Time{}, nil, time.Time{}
 	w.mu.Unlock()
 	if !since.IsZero() {
 		w.log.Info("bigtable takes writes again", "table", w.tableName, "after", w.cfg.Now().Sub(since).Round(time.Millisecond))

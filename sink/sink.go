@@ -37,10 +37,11 @@ type Writer struct {
 	m         writerMetrics
 	loop      *retry.Loop
 
-	mu          sync.Mutex
-	outageSince time.Time // zero while writes go through
-	outageCode  codes.Code
-	outageErr   error
+	mu             sync.Mutex
+	outageSince    time.Time // zero while writes go through
+	outageCode     codes.Code
+	outageErr      error
+	throttledSince time.Time // the first RESOURCE_EXHAUSTED since a write went through
 }
 
 type writerMetrics struct {
@@ -95,6 +96,10 @@ type WriterConfig struct {
 	Gate Gate
 	// Throttle, when set, paces the rows sent (see Throttle).
 	Throttle *Throttle
+	// ThrottledOutageAfter is how long requests refused whole with
+	// RESOURCE_EXHAUSTED, none written meanwhile, are Bigtable's flow
+	// control before they count as an outage (Outage, the error log).
+	ThrottledOutageAfter time.Duration
 	// RuleCheckInterval is how often the worker's RuleWatch reads the
 	// family's GC rule.
 	RuleCheckInterval time.Duration
@@ -105,7 +110,8 @@ type WriterConfig struct {
 
 // DefaultWriterConfig returns the defaults.
 func DefaultWriterConfig() WriterConfig {
-	return WriterConfig{AttemptTimeout: 30 * time.Second, InitialBackoff: 100 * time.Millisecond, MaxBackoff: 10 * time.Second, RuleCheckInterval: 30 * time.Second}
+	return WriterConfig{AttemptTimeout: 30 * time.Second, InitialBackoff: 100 * time.Millisecond, MaxBackoff: 10 * time.Second,
+		RuleCheckInterval: 30 * time.Second, ThrottledOutageAfter: time.Minute}
 }
 
 // NewWriter returns a Writer for the target family, its metrics from mp

@@ -345,7 +345,11 @@ func TestWholeRequestRefusalIsAnOutageForEveryCode(t *testing.T) {
 				refused.Add(1)
 				return testenv.MutateRowsFault{Refuse: status.Error(code, "injected: refused whole")}
 			})
-			w, err := sink.NewWriter(dc, tgt, fastRetries(), nil, slog.New(slog.DiscardHandler))
+			cfg := fastRetries()
+			// RESOURCE_EXHAUSTED is an outage once it lasts (see
+			// TestThrottlingIsNoOutageAtFirst).
+			cfg.ThrottledOutageAfter = 200 * time.Millisecond
+			w, err := sink.NewWriter(dc, tgt, cfg, nil, slog.New(slog.DiscardHandler))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -649,6 +653,40 @@ func TestSplitRequestIsCheckedBeforeEachHalf(t *testing.T) {
 	for i := 1; i < 7; i++ {
 		if res[i] != nil || len(readRow(t, dc, tgt.Table, keys[i])) == 0 {
 			t.Errorf("row %s: %v, or not written", keys[i], res[i])
+		}
+	}
+}
+
+// Requests refused whole with RESOURCE_EXHAUSTED are Bigtable's flow
+// control, which the throttle answers: no outage (no unready pod, no
+// error log) until nothing went through for ThrottledOutageAfter. Any
+// other code refused whole is one at once.
+func TestThrottlingIsNoOutageAtFirst(t *testing.T) {
+	dc, ac, proxy := faultyEmulator(t)
+	tgt := sink.Target(testenv.Table(t, ac, dc, time.Hour))
+	for _, c := range []struct {
+		code   codes.Code
+		outage bool
+	}{{codes.ResourceExhausted, false}, {codes.PermissionDenied, true}} {
+		proxy.SetFault(refuseFirst(5, c.code))
+		cfg := fastRetries()
+		var w *sink.Writer
+		var outages atomic.Int32
+		cfg.OnRetry = func(int, codes.Code, error) {
+			if w.Outage() != nil {
+				outages.Add(1)
+			}
+		}
+		w, err := sink.NewWriter(dc, tgt, cfg, nil, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := w.Write(ctx, rowsOf("r-"+c.code.String()))
+		if err != nil || res[0] != nil {
+			t.Fatalf("%s: %v %v", c.code, res, err)
+		}
+		if got := outages.Load() > 0; got != c.outage {
+			t.Errorf("five requests refused whole with %s: an outage reported %v, want %v", c.code, got, c.outage)
 		}
 	}
 }
