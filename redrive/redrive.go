@@ -110,8 +110,8 @@ type run struct {
 	selection string
 }
 
-// batchRows bounds the rows written at once.
-const batchRows = 500
+// BatchRows bounds the rows written at once.
+const BatchRows = 500
 
 func (r *run) topic(ctx context.Context, topic string) error {
 	parts, err := r.partitions(ctx, topic)
@@ -256,7 +256,7 @@ func (r *run) letter(ctx context.Context, topic string, part int, rec *kafka.Rec
 		return nil
 	}
 	p.rows, p.reasons = append(p.rows, row), append(p.reasons, reason)
-	if len(p.rows) == batchRows {
+	if len(p.rows) == BatchRows {
 		return r.flush(ctx, p, rec.Offset+1)
 	}
 	return nil

@@ -111,6 +111,11 @@ func (rd *redriveCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 	followIncarnation(ctx, rd.topics.kafka, erasures, log)
 	wcfg := rd.bound.writer
 	wcfg.Held, wcfg.Gate = erasures.Held, erasures
+	// A redrive shares the cluster with the workers: the tenants file's
+	// max_write_rate caps it as one more worker, and Bigtable's throttling
+	// slows it.
+	wcfg.Throttle = sink.NewThrottle()
+	wcfg.Throttle.SetCap(s.cfg.WriteRate)
 	ro.Erasures = erasures.Current
 	w, err := sink.NewWriter(s.dc, rd.table.Target(), wcfg, nil, log)
 	if err != nil {
@@ -125,7 +130,11 @@ func (rd *redriveCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 	}
 	// Four attempts' worth, retries included: beyond that Bigtable refuses
 	// the writes as a whole, which waiting will not mend within a job.
+	// A batch paced at the cap waits for it on top.
 	ro.WriteBound = 4 * wcfg.AttemptTimeout
+	if s.cfg.WriteRate > 0 {
+		ro.WriteBound += time.Duration(float64(redrive.BatchRows) / s.cfg.WriteRate * float64(time.Second))
+	}
 	rep, err := redrive.Run(ctx, ro, &t.pipe.Decoder, s.cfg, w, log)
 	if rep == nil {
 		return err

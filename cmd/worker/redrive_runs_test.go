@@ -162,3 +162,24 @@ func TestRedriveEndsWhenBigtableRefusesEveryWrite(t *testing.T) {
 		t.Fatalf("redrive once Bigtable takes writes: %v\n%s", err, out)
 	}
 }
+
+// A redrive shares the cluster with the workers: the tenants file's
+// max_write_rate caps it as one more worker. Ten letters' rows at 2 a
+// second (a burst of 2) take 4 s at least, where the same redrive
+// uncapped writes them at once; and all ten are written.
+func TestRedriveIsCappedByTheWriteRate(t *testing.T) {
+	e, _, letters, flags := redriveLetters(t)
+	e.writeTenants(t, "default_ttl: 2d\nunlisted_tenants: dead-letter\nrecord_real_timestamp: true\nmax_write_rate: 2\ntenants:\n  acme: 1h\n  newco: 1h\n")
+	start := time.Now()
+	rep, err := redriveJSON(context.Background(), t, e, append(flags, "--apply", "--trust-unsigned-letters")...)
+	took := time.Since(start)
+	if err != nil || rep.Outcomes[redrive.Written] != 10 {
+		t.Fatalf("redrive at max_write_rate 2: %v: %+v, want 10 written", err, rep)
+	}
+	if took < 3500*time.Millisecond {
+		t.Errorf("10 rows redriven at max_write_rate 2 (a burst of 2) in %s, want 4 s or more", took)
+	}
+	if got, want := newcoRows(t, e), freshIDs(letters); !slices.Equal(got, want) {
+		t.Errorf("rows after a capped redrive: %v, want %v", got, want)
+	}
+}

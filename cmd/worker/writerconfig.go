@@ -20,7 +20,7 @@ func (w *worker) writerConfig() sink.WriterConfig {
 	wcfg.Held = func() error { return cmp.Or(w.rules.Held(), w.erasures.Held(), w.times.Problem()) }
 	wcfg.Gate = w.erasures
 	// The cap follows the tenants file in force: an edit of
-	// max_write_rate applies at the next write, without a restart.
+	// max_write_rate applies within a second, without a restart.
 	wcfg.Throttle = sink.NewThrottle()
 	wcfg.Throttle.Follow(func() float64 { return w.reloader.Current().WriteRate })
 	return wcfg
