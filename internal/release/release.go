@@ -13,7 +13,7 @@ import (
 // changes with a CHANGELOG section of the same name, which says how to
 // upgrade to it and how to roll back from it; a release is the commit
 // tagged v<Version>.
-const Version = "0.2.1"
+const Version = "0.2.2"
 
 // OldestWriter is the oldest release that writes a table the way this one
 // reads it: `worker setup` records it in the table (tablemeta), and a
