@@ -42,11 +42,14 @@ func (w *Writer) probe(ctx context.Context) error {
 // ordinary throttling turns no pod unready and pages no one.
 func (w *Writer) failing(code codes.Code, err error) {
 	w.mu.Lock()
-	if code == codes.ResourceExhausted {
+	if code == codes.ResourceExhausted && w.outageSince.IsZero() {
+		// A run of refusals: one a minute apart or more starts a new one
+		// (a write that ended with its context did not clear the last).
 		now := w.cfg.Now()
-		if w.throttledSince.IsZero() {
+		if w.throttledSince.IsZero() || now.Sub(w.throttledLast) > w.cfg.ThrottledOutageAfter {
 			w.throttledSince = now
 		}
+		w.throttledLast = now
 		if now.Sub(w.throttledSince) < w.cfg.ThrottledOutageAfter {
 			w.mu.Unlock()
 			return

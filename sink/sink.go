@@ -41,7 +41,8 @@ type Writer struct {
 	outageSince    time.Time // zero while writes go through
 	outageCode     codes.Code
 	outageErr      error
-	throttledSince time.Time // the first RESOURCE_EXHAUSTED since a write went through
+	throttledSince time.Time // the first RESOURCE_EXHAUSTED of a run, none written since
+	throttledLast  time.Time // the last one
 }
 
 type writerMetrics struct {
@@ -172,30 +173,22 @@ func (w *Writer) Write(ctx context.Context, rows []Row) ([]error, error) {
 	}
 	attempts := 0
 	err := w.loop.Do(ctx, func(ctx context.Context) error {
-		// Paced first, then checked, then sent at once: however long the
-		// pacing, the rows leave right after their users were checked
-		// against a ledger fresh enough (the erasure bound counts on it).
+		// Checked, paced, then checked again and sent at once (send): a
+		// row leaves right after its user was checked against a ledger
+		// fresh enough, however long the pacing (the erasure bound counts
+		// on it), and a held batch spends none of the write rate.
+		var err error
+		if pending, err = w.admit(ctx, rows, pending, results); err != nil {
+			return &held{err}
+		}
+		if len(pending) == 0 {
+			return nil
+		}
 		if err := w.pace(ctx, len(pending)); err != nil {
 			return err
 		}
-		if w.cfg.Held != nil {
-			if err := w.cfg.Held(); err != nil {
-				return &held{err}
-			}
-		}
-		var gen uint64
-		if w.cfg.Gate != nil {
-			var err error
-			gen = w.cfg.Gate.Generation()
-			if pending, err = w.withdraw(ctx, rows, pending, results, gen); err != nil {
-				return &held{err}
-			}
-			if len(pending) == 0 {
-				return nil
-			}
-		}
 		attempts++
-		out := w.attempt(ctx, rows, pending, results, gen)
+		out := w.attempt(ctx, rows, pending, results)
 		// The caller's span (one per batch) learns how hard the write was.
 		trace.SpanFromContext(ctx).SetAttributes(attribute.Int("cellttl.batch.attempts", attempts))
 		if out.wrote {
@@ -206,8 +199,8 @@ func (w *Writer) Write(ctx context.Context, rows []Row) ([]error, error) {
 		}
 		pending = out.retry
 		if out.err == nil {
-			// Only rows whose check no longer stands: checked again.
-			return &held{errRecheck}
+			// Rows held back before they were sent, and no failure.
+			return &held{out.held}
 		}
 		if out.whole && ctx.Err() == nil {
 			w.failing(out.code, out.err)
@@ -218,6 +211,21 @@ func (w *Writer) Write(ctx context.Context, rows []Row) ([]error, error) {
 		return results, fmt.Errorf("write %d rows: %w", len(pending), ctx.Err())
 	}
 	return results, nil
+}
+
+// admit returns the rows at pending that may be sent now: none while the
+// writes are held (its error), and not those the gate withdraws (see
+// withdraw).
+func (w *Writer) admit(ctx context.Context, rows []Row, pending []int, results []error) ([]int, error) {
+	if w.cfg.Held != nil {
+		if err := w.cfg.Held(); err != nil {
+			return pending, err
+		}
+	}
+	if w.cfg.Gate == nil {
+		return pending, nil
+	}
+	return w.withdraw(ctx, rows, pending, results, w.cfg.Gate.Generation())
 }
 
 // withdraw asks the gate about the rows at pending decided under a
@@ -248,12 +256,6 @@ func (w *Writer) withdraw(ctx context.Context, rows []Row, pending []int, result
 
 // held is a write that waits: nothing was sent (see WriterConfig.Held).
 type held struct{ err error }
-
-// errRecheck stops a request whose rows' check no longer stands: the
-// ledger went stale or changed while the request waited (for the write
-// rate, or behind the other halves of a split one). Its rows go back to be
-// checked again, never sent on an old answer.
-var errRecheck = errors.New("rows to check against the erasure ledger again before they are sent")
 
 func (h *held) Error() string { return h.err.Error() }
 
@@ -288,8 +290,9 @@ type outcome struct {
 	// blamed: a failure the rows share.
 	whole bool
 	wrote bool // some row was written
-	// Rows in retry with no failure (err nil) were not sent: their check
-	// no longer stood (errRecheck).
+	// held says why rows in retry were not sent: the writes held, or the
+	// gate unable to tell (admit). With err nil, no row failed.
+	held error
 }
 
 // evidence answers, at most once per attempt, whether Bigtable accepts a
@@ -298,7 +301,6 @@ type outcome struct {
 type evidence struct {
 	w       *Writer
 	ctx     context.Context
-	gen     uint64 // the gate's generation the rows were checked under
 	probed  bool
 	accepts bool
 }
@@ -311,25 +313,28 @@ func (e *evidence) othersAccepted() bool {
 	return e.accepts
 }
 
-// attempt makes one ApplyBulk call for the rows at pending, checked under
-// the gate's generation gen and already paced, records the rows rejected
-// for good in results, and says what is left to retry.
-func (w *Writer) attempt(ctx context.Context, rows []Row, pending []int, results []error, gen uint64) outcome {
-	ev := &evidence{w: w, ctx: ctx, gen: gen}
-	rowErrs, err := w.send(ctx, rows, pending, false, gen)
-	if errors.Is(err, errRecheck) {
-		return outcome{retry: pending}
-	}
-	if err != nil {
+// attempt makes one ApplyBulk call for the rows at pending, already
+// paced, records the rows withdrawn or rejected for good in results, and
+// says what is left to retry.
+func (w *Writer) attempt(ctx context.Context, rows []Row, pending []int, results []error) outcome {
+	ev := &evidence{w: w, ctx: ctx}
+	sent, rowErrs, err := w.send(ctx, rows, pending, results, false)
+	var h *held
+	switch {
+	case errors.As(err, &h):
+		return outcome{retry: sent, held: h.err}
+	case len(sent) == 0:
+		return outcome{}
+	case err != nil:
 		code := status.Code(err)
 		if aboutContent(code) && ctx.Err() == nil && ev.othersAccepted() {
 			// Refused whole, but Bigtable takes other requests: a row of
 			// this one is at fault. Split the request to find it.
-			return w.isolate(ctx, rows, pending, results, code, err, ev)
+			return w.isolate(ctx, rows, sent, results, code, err, ev)
 		}
-		return outcome{retry: pending, code: code, err: err, whole: true}
+		return outcome{retry: sent, code: code, err: err, whole: true}
 	}
-	return w.settle(rows, pending, rowErrs, results, ev)
+	return w.settle(rows, sent, rowErrs, results, ev)
 }
 
 // pace waits until the throttle, when there is one, lets rows be sent;
@@ -341,20 +346,13 @@ func (w *Writer) pace(ctx context.Context, rows int) error {
 	return nil
 }
 
-// stands reports whether the check of rows made under the gate's
-// generation gen still holds: the ledger is not stale (Held) and has not
-// changed since.
-func (w *Writer) stands(gen uint64) bool {
-	if w.cfg.Held != nil && w.cfg.Held() != nil {
-		return false
-	}
-	return w.cfg.Gate == nil || w.cfg.Gate.Generation() == gen
-}
-
 // send makes one ApplyBulk call for the rows at pending, first paced when
-// paced (the halves of a split request: each sends its rows again), and
-// only while the rows' check under gen stands (errRecheck otherwise).
-func (w *Writer) send(ctx context.Context, rows []Row, pending []int, paced bool, gen uint64) ([]error, error) {
+// paced (the halves of a split request: each sends its rows again), then
+// admitted (admit) right before it leaves: the ledger may have changed or
+// gone stale while the request waited for the rate or behind the other
+// halves. It returns the rows it sent (or, with a *held error, the rows
+// it held back), and their results.
+func (w *Writer) send(ctx context.Context, rows []Row, pending []int, results []error, paced bool) ([]int, []error, error) {
 	if paced {
 		if err := w.pace(ctx, len(pending)); err != nil {
 			// Wait ends only with ctx: the request was never sent.
@@ -362,17 +360,21 @@ func (w *Writer) send(ctx context.Context, rows []Row, pending []int, paced bool
 			if errors.Is(err, context.DeadlineExceeded) {
 				code = codes.DeadlineExceeded
 			}
-			return nil, status.Error(code, err.Error())
+			return pending, nil, status.Error(code, err.Error())
 		}
 	}
-	if !w.stands(gen) {
-		return nil, errRecheck
+	sent, err := w.admit(ctx, rows, pending, results)
+	if err != nil {
+		return sent, nil, &held{err}
 	}
-	rowErrs, err := w.apply(ctx, rows, pending)
+	if len(sent) == 0 {
+		return nil, nil, nil
+	}
+	rowErrs, err := w.apply(ctx, rows, sent)
 	if t := w.cfg.Throttle; t != nil {
-		t.Sent(len(pending), exhausted(err, rowErrs))
+		t.Sent(len(sent), exhausted(err, rowErrs))
 	}
-	return rowErrs, err
+	return sent, rowErrs, err
 }
 
 // exhausted reports whether Bigtable throttled a request: the request, or
@@ -441,20 +443,25 @@ func (w *Writer) isolate(ctx context.Context, rows []Row, pending []int, results
 	var out outcome
 	h := len(pending) / 2
 	for _, part := range [][]int{pending[:h], pending[h:]} {
-		rowErrs, perr := w.send(ctx, rows, part, true, ev.gen)
+		sent, rowErrs, perr := w.send(ctx, rows, part, results, true)
 		var sub outcome
+		var h *held
 		switch pcode := status.Code(perr); {
-		case errors.Is(perr, errRecheck):
-			sub = outcome{retry: part}
+		case errors.As(perr, &h):
+			sub = outcome{retry: sent, held: h.err}
+		case len(sent) == 0:
 		case perr == nil:
-			sub = w.settle(rows, part, rowErrs, results, ev)
+			sub = w.settle(rows, sent, rowErrs, results, ev)
 		case aboutContent(pcode) && ctx.Err() == nil:
-			sub = w.isolate(ctx, rows, part, results, pcode, perr, ev)
+			sub = w.isolate(ctx, rows, sent, results, pcode, perr, ev)
 		default:
-			sub = outcome{retry: part, code: pcode, err: perr}
+			sub = outcome{retry: sent, code: pcode, err: perr}
 		}
 		out.retry = append(out.retry, sub.retry...)
 		out.wrote = out.wrote || sub.wrote
+		if sub.held != nil {
+			out.held = sub.held
+		}
 		if sub.err != nil {
 			out.code, out.err = sub.code, sub.err
 		}

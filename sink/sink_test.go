@@ -690,3 +690,140 @@ func TestThrottlingIsNoOutageAtFirst(t *testing.T) {
 		}
 	}
 }
+
+// A request split to find a refused row ends under steady erasures and a
+// rate cap: each half is checked again under the ledger in force when it
+// leaves, not sent back to the start because the ledger moved while it
+// waited for the rate (the generation moves every 500 ms here; each half
+// waits about a second).
+func TestSplitRequestEndsUnderSteadyErasures(t *testing.T) {
+	dc, ac, proxy := faultyEmulator(t)
+	tgt := sink.Target(testenv.Table(t, ac, dc, time.Hour))
+	proxy.SetFault(refuseRequestsWith)
+	g := &gate{refused: "nobody"}
+	bumps := time.NewTicker(500 * time.Millisecond)
+	defer bumps.Stop()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-bumps.C:
+				g.gen.Add(1)
+			}
+		}
+	}()
+	th := sink.NewThrottle()
+	th.SetCap(20)
+	cfg := fastRetries()
+	cfg.Gate, cfg.Throttle = g, th
+	w, err := sink.NewWriter(dc, tgt, cfg, nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{"poison"}
+	for i := range 39 {
+		keys = append(keys, fmt.Sprintf("k%02d", i))
+	}
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	res, err := w.Write(wctx, rowsOf(keys...))
+	if err != nil {
+		t.Fatalf("a batch with a refused row, at 20 rows/s under erasures every 500 ms, did not end in 20 s: %v", err)
+	}
+	checkOnlyPoisonBlamed(t, dc, tgt, keys, res)
+}
+
+// A batch held (here: the gate cannot tell about one of its rows) spends
+// none of the write rate while it waits: a batch of another partition,
+// beside it, writes as fast as alone.
+func TestHeldBatchSpendsNoRate(t *testing.T) {
+	dc, ac := testenv.Clients(t)
+	tgt := sink.Target(testenv.Table(t, ac, dc, time.Hour))
+	th := sink.NewThrottle()
+	th.SetCap(20)
+	cfg := fastRetries()
+	cfg.Gate, cfg.Throttle = stuckGate{}, th
+	w, err := sink.NewWriter(dc, tgt, cfg, nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	healthy := func(prefix string) time.Duration {
+		keys := make([]string, 60)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("%s%02d", prefix, i)
+		}
+		rows := rowsOf(keys...)
+		for i := range rows {
+			rows[i].Gen = 1 // decided under the gate's generation: not asked
+		}
+		start := time.Now()
+		if _, err := w.Write(ctx, rows); err != nil {
+			t.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	alone := healthy("a")
+	hctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = w.Write(hctx, rowsOf("stuck", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9"))
+	}()
+	time.Sleep(100 * time.Millisecond)
+	beside := healthy("b")
+	cancel()
+	<-done
+	if beside > alone+time.Second {
+		t.Errorf("60 rows at 20/s took %s beside a held batch, %s alone: the held batch spent the rate", beside, alone)
+	}
+}
+
+// stuckGate cannot tell about the row "stuck" (its lookup fails).
+type stuckGate struct{}
+
+func (stuckGate) Generation() uint64 { return 1 }
+func (stuckGate) Admits(_ context.Context, key, _ string, _ int, _ int64) (bool, error) {
+	if key == "stuck" {
+		return false, errors.New("injected: the lookup fails")
+	}
+	return true, nil
+}
+
+// A run of RESOURCE_EXHAUSTED refusals ends with the write that met it,
+// however it ended: after an idle hour, one refusal is not an outage.
+func TestThrottlingRunsDoNotCarryOver(t *testing.T) {
+	dc, ac, proxy := faultyEmulator(t)
+	tgt := sink.Target(testenv.Table(t, ac, dc, time.Hour))
+	var now atomic.Int64
+	now.Store(time.Now().UnixNano())
+	cfg := fastRetries()
+	cfg.Now = func() time.Time { return time.Unix(0, now.Load()) }
+	var w *sink.Writer
+	var outages atomic.Int32
+	cfg.OnRetry = func(int, codes.Code, error) {
+		if w.Outage() != nil {
+			outages.Add(1)
+		}
+	}
+	w, err := sink.NewWriter(dc, tgt, cfg, nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.SetFault(func(*btpb.MutateRowsRequest) testenv.MutateRowsFault {
+		return testenv.MutateRowsFault{Refuse: status.Error(codes.ResourceExhausted, "injected")}
+	})
+	short, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+	_, _ = w.Write(short, rowsOf("a")) // ends with its context, refused throughout
+	cancel()
+	now.Add(int64(time.Hour))
+	proxy.SetFault(refuseFirst(1, codes.ResourceExhausted))
+	if res, err := w.Write(ctx, rowsOf("b")); err != nil || res[0] != nil {
+		t.Fatal(res, err)
+	}
+	if outages.Load() > 0 {
+		t.Error("one RESOURCE_EXHAUSTED an idle hour after the last was reported as an outage")
+	}
+}

@@ -130,10 +130,11 @@ func (rd *redriveCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 	}
 	// Four attempts' worth, retries included: beyond that Bigtable refuses
 	// the writes as a whole, which waiting will not mend within a job.
-	// A batch paced at the cap waits for it on top.
+	// A batch paced at the cap waits for it on top: twice a batch's rows,
+	// for a retry or the halves of a request being split.
 	ro.WriteBound = 4 * wcfg.AttemptTimeout
 	if s.cfg.WriteRate > 0 {
-		ro.WriteBound += time.Duration(float64(redrive.BatchRows) / s.cfg.WriteRate * float64(time.Second))
+		ro.WriteBound += time.Duration(2 * float64(redrive.BatchRows) / s.cfg.WriteRate * float64(time.Second))
 	}
 	rep, err := redrive.Run(ctx, ro, &t.pipe.Decoder, s.cfg, w, log)
 	if rep == nil {
