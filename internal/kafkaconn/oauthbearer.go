@@ -144,7 +144,12 @@ func (g *googleTokens) fetch() (string, error) {
 		if err != nil {
 			return "", err
 		}
-		g.src, g.subject = src, subject
+		// A token is refreshed once it has less than five minutes left
+		// (the client's default: ten seconds). kafka-go cannot
+		// authenticate a connection again, so a broker enforcing
+		// connections.max.reauth.ms closes it when its token expires: a
+		// token fresh at the handshake keeps that rare.
+		g.src, g.subject = oauth2.ReuseTokenSourceWithExpiry(nil, src, googleEarlyRefresh), subject
 	}
 	at, err := g.src.Token()
 	if err != nil {
@@ -168,6 +173,9 @@ func findGoogleCredentials(ctx context.Context) (oauth2.TokenSource, string, err
 	}
 	return creds.TokenSource, subject, nil
 }
+
+// googleEarlyRefresh is how long before its expiry a token is refreshed.
+const googleEarlyRefresh = 5 * time.Minute
 
 // googleKafkaToken is the token for access, of principal subject.
 func googleKafkaToken(access, subject string, expiry, now time.Time) (string, error) {

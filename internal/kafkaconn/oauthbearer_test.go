@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -171,5 +172,40 @@ func TestGoogleCredentialsOutliveTheFirstHandshake(t *testing.T) {
 	}
 	if c, ok := kept.Value(oauth2.HTTPClient).(*http.Client); !ok || c.Timeout <= 0 {
 		t.Error("the credentials' requests have no HTTP client with a timeout")
+	}
+}
+
+// countingSource counts the tokens it makes, each living for life.
+type countingSource struct {
+	n    *int
+	life time.Duration
+}
+
+func (c countingSource) Token() (*oauth2.Token, error) {
+	*c.n++
+	return &oauth2.Token{AccessToken: fmt.Sprintf("at-%d", *c.n), Expiry: time.Now().Add(c.life)}, nil
+}
+
+// A handshake gets a token with five minutes left at least: one nearer
+// its expiry is refreshed first (a broker enforcing re-authentication
+// would close the connection when it expires). One with an hour left is
+// reused.
+func TestGoogleTokenRefreshedEarly(t *testing.T) {
+	for _, c := range []struct {
+		life  time.Duration
+		calls int
+	}{{4 * time.Minute, 2}, {time.Hour, 1}} {
+		n := 0
+		g := &googleTokens{busy: make(chan struct{}, 1), find: func(context.Context) (oauth2.TokenSource, string, error) {
+			return countingSource{&n, c.life}, "sa@p.iam.gserviceaccount.com", nil
+		}}
+		for range 2 {
+			if _, err := g.token(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n != c.calls {
+			t.Errorf("two handshakes, tokens living %s: %d fetched, want %d", c.life, n, c.calls)
+		}
 	}
 }
