@@ -102,11 +102,11 @@ func TestStuckOffsetMemory(t *testing.T) {
 	// written, and nothing is committed past the first poison event of
 	// each partition.
 	valid := n - (n+4899)/5000
-	written := 0
-	testenv.Eventually(t, 2*time.Minute, func() (bool, string) {
-		written = len(s.writtenIDs())
-		return written >= valid, fmt.Sprintf("%d of %d good events written while the dead letters wait", written, valid)
-	})
+	s.waitWritten(w, valid, time.Minute)
+	written := len(s.writtenIDs())
+	if written < valid {
+		t.Fatalf("%d of %d good events in the table while the dead letters wait", written, valid)
+	}
 	st, err := s.status(w)
 	if err != nil {
 		t.Fatal(err)

@@ -487,6 +487,34 @@ func (s *suite) status(w *worker) (map[string]any, error) {
 	return st, json.Unmarshal([]byte(body), &st)
 }
 
+// waitWritten waits until worker w says it wrote want events (its
+// /status totals), for as long as it goes on writing: it fails once the
+// count has not grown for stall. A wait as long as this machine's
+// throughput needs, read from the worker rather than by scanning a table
+// of millions of rows, which would take the cores from the worker.
+func (s *suite) waitWritten(w *worker, want int, stall time.Duration) {
+	s.t.Helper()
+	last, lastAt := -1, time.Now()
+	for {
+		st, err := s.status(w)
+		var written int
+		if err == nil {
+			totals, _ := st["totals"].(map[string]any)
+			f, _ := totals["written"].(float64)
+			written = int(f)
+		}
+		if written >= want {
+			return
+		}
+		if written > last {
+			last, lastAt = written, time.Now()
+		} else if time.Since(lastAt) > stall {
+			s.t.Fatalf("%d of %d events written, none for %s (status: %v)", written, want, stall, err)
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
+
 // writtenIDs returns the event ids in the table.
 func (s *suite) writtenIDs() map[string]bool {
 	out := map[string]bool{}
