@@ -213,52 +213,6 @@ func (w *Writer) Write(ctx context.Context, rows []Row) ([]error, error) {
 	return results, nil
 }
 
-// admit returns the rows at pending that may be sent now: none while the
-// writes are held (its error), and not those the gate withdraws (see
-// withdraw).
-func (w *Writer) admit(ctx context.Context, rows []Row, pending []int, results []error) ([]int, error) {
-	if w.cfg.Held != nil {
-		if err := w.cfg.Held(); err != nil {
-			return pending, err
-		}
-	}
-	if w.cfg.Gate == nil {
-		return pending, nil
-	}
-	return w.withdraw(ctx, rows, pending, results, w.cfg.Gate.Generation())
-}
-
-// withdraw asks the gate about the rows at pending decided under a
-// generation older than gen, records ErrWithdrawn for those it refuses,
-// and returns the rest. With the generation unchanged it only compares
-// numbers. A gate that cannot tell ends the pass: the rows not yet asked
-// about stay pending, as they were.
-func (w *Writer) withdraw(ctx context.Context, rows []Row, pending []int, results []error, gen uint64) ([]int, error) {
-	kept := pending[:0]
-	for j, i := range pending {
-		r := &rows[i]
-		if r.Gen < gen {
-			ok, err := w.cfg.Gate.Admits(ctx, r.Key, r.Source.Topic, r.Source.Partition, r.Source.Offset)
-			if err != nil {
-				// kept is no longer than j: append moves the rest down.
-				return append(kept, pending[j:]...), fmt.Errorf("recheck a row's user against the erasure ledger: %w", err)
-			}
-			if !ok {
-				results[i] = ErrWithdrawn
-				continue
-			}
-			r.Gen = gen
-		}
-		kept = append(kept, i)
-	}
-	return kept, nil
-}
-
-// held is a write that waits: nothing was sent (see WriterConfig.Held).
-type held struct{ err error }
-
-func (h *held) Error() string { return h.err.Error() }
-
 // retryable is an attempt that left rows to write again.
 type retryable struct{ out outcome }
 
@@ -337,15 +291,6 @@ func (w *Writer) attempt(ctx context.Context, rows []Row, pending []int, results
 	return w.settle(rows, sent, rowErrs, results, ev)
 }
 
-// pace waits until the throttle, when there is one, lets rows be sent;
-// its error is ctx's.
-func (w *Writer) pace(ctx context.Context, rows int) error {
-	if t := w.cfg.Throttle; t != nil {
-		return t.Wait(ctx, rows)
-	}
-	return nil
-}
-
 // send makes one ApplyBulk call for the rows at pending, first paced when
 // paced (the halves of a split request: each sends its rows again), then
 // admitted (admit) right before it leaves: the ledger may have changed or
@@ -375,20 +320,6 @@ func (w *Writer) send(ctx context.Context, rows []Row, pending []int, results []
 		t.Sent(len(sent), exhausted(err, rowErrs))
 	}
 	return sent, rowErrs, err
-}
-
-// exhausted reports whether Bigtable throttled a request: the request, or
-// one of its rows, refused with RESOURCE_EXHAUSTED.
-func exhausted(err error, rowErrs []error) bool {
-	if status.Code(err) == codes.ResourceExhausted {
-		return true
-	}
-	for _, e := range rowErrs {
-		if e != nil && status.Code(e) == codes.ResourceExhausted {
-			return true
-		}
-	}
-	return false
 }
 
 // settle sorts the per-row results of a request that Bigtable took.
