@@ -47,12 +47,14 @@ var ErrTooOld = errors.New("a release too old for the table")
 
 // CheckWriter refuses a writer of release self on a table whose record
 // names a newer oldest writer: it would write what the newer release reads
-// wrongly. A record it cannot read is refused too.
+// wrongly. A record it cannot read is refused too. A -dev build counts as
+// the release it is the making of (release.Core): the build that raises
+// the rule writes as that release will.
 func (r Record) CheckWriter(table, self string) error {
 	if r.OldestWriter == "" {
 		return nil // set up before the rule: any release writes it
 	}
-	c, err := release.Compare(r.OldestWriter, self)
+	c, err := release.Compare(r.OldestWriter, release.Core(self))
 	if err == nil && r.oldestWriterStamp != 0 {
 		err = fmt.Errorf("its cell (%s:%s of row %q) has the timestamp %d, not the one worker setup gives it: written by hand? Delete the column, then run worker setup",
 			Family, colOldestWriter, Key, r.oldestWriterStamp)

@@ -42,6 +42,8 @@ import (
 
 	"cloud.google.com/go/bigtable"
 
+	"github.com/cellttl/cellttl/internal/waitfor"
+	"github.com/cellttl/cellttl/internal/waitfor/btwait"
 	"github.com/cellttl/cellttl/sink"
 )
 
@@ -93,7 +95,9 @@ func Setup(ctx context.Context, ac *bigtable.AdminClient, table string, update b
 	case err != nil:
 		return Found, err
 	case fam.Exists && collectsByAge(fam.Rule) && update:
-		if err := ac.UpdateFamily(ctx, table, Family, bigtable.Family{GCPolicy: GCRule}); err != nil {
+		if err := waitfor.Do(ctx, waitfor.Bigtable, "admin: set the GC rule of "+Target(table).String(), func() error {
+			return ac.UpdateFamily(ctx, table, Family, bigtable.Family{GCPolicy: GCRule})
+		}); err != nil {
 			return Found, fmt.Errorf("set the GC rule of %s back: %w", Target(table), err)
 		}
 		return Restored, nil
@@ -102,7 +106,9 @@ func Setup(ctx context.Context, ac *bigtable.AdminClient, table string, update b
 	case !fam.TableExists:
 		return Found, fmt.Errorf("table %q does not exist", table)
 	}
-	if err := ac.CreateColumnFamilyWithConfig(ctx, table, Family, bigtable.Family{GCPolicy: GCRule}); err != nil {
+	if err := waitfor.Do(ctx, waitfor.Bigtable, "admin: create family "+Target(table).String(), func() error {
+		return ac.CreateColumnFamilyWithConfig(ctx, table, Family, bigtable.Family{GCPolicy: GCRule})
+	}); err != nil {
 		return Found, fmt.Errorf("create family %s: %w", Target(table), err)
 	}
 	return Created, nil
@@ -162,13 +168,13 @@ func collectsByAge(rule bigtable.GCPolicy) bool {
 
 // Store reads and writes the record of one event table.
 type Store struct {
-	tbl  *bigtable.Table
+	tbl  *btwait.Table
 	name string
 }
 
 // NewStore returns the store of the record in table.
 func NewStore(c *bigtable.Client, table string) *Store {
-	return &Store{tbl: c.Open(table), name: table}
+	return &Store{tbl: btwait.Open(c, table), name: table}
 }
 
 // Record is the record as read.

@@ -10,9 +10,10 @@ import (
 	"github.com/cellttl/cellttl/internal/release"
 )
 
-// buildVersion is set by the image build (-ldflags -X) to the revision it
-// builds: its context has no .git for the Go toolchain to read it from.
-// The name is the one release scripts set before releases had versions.
+// buildVersion is the revision a build without VCS information may set
+// (-ldflags -X main.buildVersion=...): one from a tree without .git, or
+// from a git worktree, where the go command reads no commit. The name is
+// the one release scripts set before releases had versions.
 var buildVersion string
 
 // version is this release (release.Version): /status, --version,
