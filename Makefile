@@ -10,12 +10,14 @@ demo:
 test:
 	scripts/test.sh
 
-# The part of the suite that reads the broker's own behaviour, against
-# Kafka 3.9.1: make test runs everything against Kafka 4.x (CI runs both).
+# The tests whose answer depends on the broker's version (each says so),
+# against Kafka 3.9.1: make test runs everything against Kafka 4.x (CI
+# runs both).
 test-kafka3:
 	scripts/test-kafka3.sh
 
-# go vet, staticcheck and deadcode at pinned versions (make test runs it).
+# go vet, staticcheck, deadcode and actionlint at pinned versions (make test
+# runs it).
 lint:
 	scripts/lint.sh
 
@@ -55,9 +57,10 @@ bench-scale:
 faults:
 	scripts/faults.sh
 
-# The release binaries (linux/amd64, linux/arm64), their SBOMs and
-# SHA256SUMS in dist/, without Docker; release-check builds twice in fresh
-# caches and compares (CI runs it).
+# The release binaries (linux/amd64, linux/arm64), their SBOMs, the image
+# of both (image.tar, an OCI layout) and SHA256SUMS in dist/, without
+# Docker; release-check builds twice in fresh caches and compares, the
+# image's digest too (CI runs it).
 release:
 	scripts/release.sh dist
 

@@ -1,11 +1,9 @@
 package deploy
 
 import (
-	"io/fs"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -40,62 +38,23 @@ func TestNoPrereleaseInTheProductionBuild(t *testing.T) {
 	}
 }
 
-// The Docker build context (the repository, less .dockerignore) holds the
-// sources the build needs and none of the test services' secrets.
-func TestDockerBuildContext(t *testing.T) {
-	data, err := os.ReadFile("../.dockerignore")
+// The tools that make the release (go-containerregistry for the image,
+// the root certificates it writes out) are no part of the worker: they
+// share go.mod with it, and the production build links none of them.
+func TestBuildToolsStayOutOfTheWorker(t *testing.T) {
+	out, err := exec.Command("go", "list", "-tags", "nodemo", "-deps", "../cmd/worker").CombinedOutput()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("go list: %v\n%s", err, out)
 	}
-	var patterns []string
-	for _, l := range strings.Split(string(data), "\n") {
-		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
-			patterns = append(patterns, l)
-		}
-	}
-	// As Docker matches: a pattern excludes a path it matches, and all
-	// below it; "**/" matches any number of directories.
-	ignored := func(rel string) bool {
-		parts := strings.Split(rel, "/")
-		for _, p := range patterns {
-			base := strings.TrimPrefix(p, "**/")
-			for i := range parts {
-				prefix := strings.Join(parts[:i+1], "/")
-				if ok, _ := filepath.Match(p, prefix); ok {
-					return true
-				}
-				if base != p {
-					if ok, _ := filepath.Match(base, parts[i]); ok {
-						return true
-					}
-				}
+	pkgs := strings.Fields(string(out))
+	for _, p := range pkgs {
+		for _, tool := range []string{"github.com/google/go-containerregistry/", "golang.org/x/crypto/x509roots/", "github.com/cellttl/cellttl/scripts/"} {
+			if strings.HasPrefix(p, tool) {
+				t.Errorf("the worker links %s, a package of the release's tools", p)
 			}
 		}
-		return false
 	}
-	// A planted secret where the test services keep theirs, and a key
-	// elsewhere: both must stay out.
-	root := t.TempDir()
-	for _, f := range []string{".services/tls/broker.key", ".services/sasl/password", "scripts/gencerts/ca.pem", "go.mod", "cmd/worker/main.go", "tenants.yaml"} {
-		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(f)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(root, f), []byte("x"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var context []string
-	if err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		rel, _ := filepath.Rel(root, path)
-		if err != nil || d.IsDir() || ignored(rel) {
-			return err
-		}
-		context = append(context, rel)
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if got := strings.Join(context, " "); got != "cmd/worker/main.go go.mod tenants.yaml" {
-		t.Errorf("build context %q, want the sources alone", got)
+	if !slices.Contains(pkgs, "github.com/segmentio/kafka-go") {
+		t.Fatalf("go list read no worker: %s", out)
 	}
 }

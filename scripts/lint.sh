@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# gofmt, go vet, staticcheck and deadcode, at pinned versions: the first run
-# downloads them from the module proxy.
+# gofmt, go vet, staticcheck, deadcode and actionlint, at pinned versions:
+# the first run downloads them from the module proxy.
 #
 # go vet and staticcheck read the packages as the race detector builds
 # them (-race): that is the build `go test -race` runs, so the compiling
@@ -31,4 +31,16 @@ if [ -n "$dead" ]; then
 	echo "$dead" >&2
 	exit 1
 fi
+# actionlint checks the workflows (.github/workflows), and their run:
+# blocks with shellcheck when it is on PATH (Debian's shellcheck package:
+# scripts/test.sh installs it, and requires it).
+GOBIN=$bin go install github.com/rhysd/actionlint/cmd/actionlint@v1.7.12
+if ! command -v shellcheck >/dev/null; then
+	if [ -n "${TESTENV_REQUIRE_SHELLCHECK:-}" ]; then
+		echo "lint: no shellcheck on PATH, and TESTENV_REQUIRE_SHELLCHECK is set" >&2
+		exit 1
+	fi
+	echo "lint: no shellcheck on PATH: actionlint checks the workflows' run: blocks without it" >&2
+fi
+"$bin/actionlint"
 echo "lint: clean"
