@@ -29,6 +29,7 @@ import (
 // The broker's lag is injected: its first two answers for the topics say
 // UNKNOWN_TOPIC_OR_PARTITION.
 func TestCheckReadsTopicsJustCreated(t *testing.T) {
+	testenv.BrokerVersionMatters(t, "DescribeConfigs of a topic just created")
 	brokers := testenv.Kafka(t)
 	topics := Topics{Base: testenv.Name("made"), Retention: time.Hour, Classes: []time.Duration{12 * time.Second, 2 * time.Hour}, Partitions: 2}
 	d, err := NewWriter(brokers, topics, kafkaconn.Security{}, nil, quiet)
@@ -57,6 +58,7 @@ func TestCheckReadsTopicsJustCreated(t *testing.T) {
 // their settings in their first check. On the real broker, without the
 // injected lag: without any wait, one run in five failed here.
 func TestCheckReadsTopicsJustCreatedByAnother(t *testing.T) {
+	testenv.BrokerVersionMatters(t, "DescribeConfigs of a topic another client just created")
 	brokers := testenv.Kafka(t)
 	for range 10 {
 		topics := Topics{Base: testenv.Name("made"), Retention: time.Hour, Classes: []time.Duration{12 * time.Second, 2 * time.Hour}, Partitions: 2}
@@ -134,6 +136,7 @@ func (u *describeFault) RoundTrip(ctx context.Context, addr net.Addr, req protoc
 // (whose unread topic says nothing). Letters placed for 37 minutes now
 // stay 30 days: the worker says so, and /readyz with it.
 func TestKeepGrownWhileUnreadIsReported(t *testing.T) {
+	testenv.BrokerVersionMatters(t, "a topic's retention settings as the broker reports them")
 	brokers := testenv.Kafka(t)
 	topic := testenv.Name("dead")
 	testenv.CreateTopicWith(t, brokers, topic, 1, testenv.DeadLetterConfigs)

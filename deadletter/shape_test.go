@@ -87,6 +87,7 @@ func TestCheckShapeReportsShortfalls(t *testing.T) {
 // and shown in /status until fixed. The topics the worker creates are
 // stamped by the broker (LogAppendTime), and fall short of nothing.
 func TestTopicStampedByItsProducersIsAShortfall(t *testing.T) {
+	testenv.BrokerVersionMatters(t, "message.timestamp.type and the timestamp bounds the broker applies")
 	brokers := testenv.Kafka(t)
 	frozen := testenv.Name("stamped")
 	testenv.CreateTopicWith(t, brokers, frozen, 1, testenv.AnyTimeAhead(map[string]string{"retention.ms": "3600000", "segment.ms": "300000"}))

@@ -92,6 +92,7 @@ func TestDeadLetterFitsAtTheEdge(t *testing.T) {
 // topic's max.message.bytes, several to a batch: the size estimate is never
 // below what the broker counts.
 func TestDeadLettersFitTheBroker(t *testing.T) {
+	testenv.BrokerVersionMatters(t, "the broker's max.message.bytes and what a batch adds to a record")
 	brokers := testenv.Kafka(t)
 	topic := testenv.Name("dlq")
 	const limit = 20000

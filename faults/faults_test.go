@@ -30,6 +30,7 @@ func background(f func()) func() {
 // 3 workers on 12 partitions; a random one is SIGKILLed every few seconds
 // and restarted while events flow.
 func TestKillWorkers(t *testing.T) {
+	testenv.BrokerVersionMatters(t, "how the group coordinator notices members gone")
 	t.Parallel()
 	const partitions = 12
 	s := newSuite(t, partitions)
@@ -60,6 +61,7 @@ func TestKillWorkers(t *testing.T) {
 // Workers join and leave (SIGTERM) while events flow: every change is a
 // rebalance.
 func TestRebalances(t *testing.T) {
+	testenv.BrokerVersionMatters(t, "how the group coordinator runs rebalances under load")
 	t.Parallel()
 	const partitions = 12
 	s := newSuite(t, partitions)
@@ -107,6 +109,7 @@ func services(t *testing.T, cmd string) {
 
 // The broker is SIGKILLed mid-run and restarted on the same data directory.
 func TestBrokerRestart(t *testing.T) {
+	testenv.BrokerVersionMatters(t, "how the broker comes back from a restart")
 	const partitions = 6
 	s := newSuite(t, partitions)
 	n, rate := size(30000, 120000), size(3000, 4000)
@@ -183,6 +186,7 @@ func TestBigtableFaults(t *testing.T) {
 // exactly what it wrote: every offset below the commit is settled, none
 // above it is.
 func TestDrainUnderLoad(t *testing.T) {
+	testenv.BrokerVersionMatters(t, "how the group coordinator takes a member's leave")
 	t.Parallel()
 	const partitions = 6
 	s := newSuite(t, partitions)

@@ -146,6 +146,7 @@ func bombWriter(brokers []string, topic string, codec kafka.Compression, tr *kaf
 // bound. (The oracle does not read the input topic: a plain client would
 // decompress the batches whole.)
 func TestCompressedBatchesPastTheBound(t *testing.T) {
+	testenv.BrokerVersionMatters(t, "the broker taking a compressed batch past a fetch's limit and sending it back whole")
 	partitionCounts := []int{12}
 	if full() {
 		partitionCounts = []int{1, 12, 48}

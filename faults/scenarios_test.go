@@ -26,6 +26,7 @@ import (
 // the topic's limit, are dead-lettered cut to fit (original size and
 // SHA-256 in headers), and nothing waits.
 func TestOversizeEvents(t *testing.T) {
+	testenv.BrokerVersionMatters(t, "the broker's max.message.bytes, and what it answers past it")
 	t.Parallel()
 	const partitions = 6
 	s := newSuite(t, partitions, withTopicConfig(map[string]string{"max.message.bytes": "4000000"}))
@@ -345,6 +346,7 @@ func TestNoConnectionChurn(t *testing.T) {
 // retried for them alone: the group's generation stays (no rebalance), and
 // nothing is lost or duplicated.
 func TestLeaderChanges(t *testing.T) {
+	testenv.BrokerVersionMatters(t, "leader elections and the coordinator moving")
 	faultSuite(t)
 	const partitions = 6
 	// The group's coordinator must stay on broker 1: killing it would be

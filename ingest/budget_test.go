@@ -18,6 +18,7 @@ import (
 // With nothing settled, fetching stops at the byte budget, whatever the
 // number of partitions; settling lets the rest through.
 func TestFetchingStopsAtTheByteBudget(t *testing.T) {
+	testenv.BrokerVersionMatters(t, "how the broker fills a Fetch response to its byte limits")
 	t.Parallel()
 	brokers := testenv.Kafka(t)
 	topic := testenv.Name("budget")
@@ -57,6 +58,7 @@ func TestFetchingStopsAtTheByteBudget(t *testing.T) {
 
 // While fetching waits on the budget, the lag still follows the log.
 func TestLagGrowsWhileFetchingWaits(t *testing.T) {
+	testenv.BrokerVersionMatters(t, "the log's end as ListOffsets answers it")
 	t.Parallel()
 	brokers := testenv.Kafka(t)
 	topic := testenv.Name("lag")
@@ -213,6 +215,7 @@ func TestHeadersAreChargedWhatTheyCost(t *testing.T) {
 // that is: the lag probe that reads the log's end now counts as its
 // progress.
 func TestIdlePartitionIsNotStalledByAFullBudget(t *testing.T) {
+	testenv.BrokerVersionMatters(t, "the log's end as ListOffsets answers it, with no fetch going out")
 	t.Parallel()
 	brokers := testenv.Kafka(t)
 	topic := testenv.Name("fullbudget")

@@ -47,6 +47,7 @@ func commitBeyond(t *testing.T, brokers []string, group, topic string, offsets m
 // the log holds, latest skips it, fail stops with the partition and the
 // offsets named. The group's commit follows the new log, even downwards.
 func TestCommittedOffsetOutsideTheLog(t *testing.T) {
+	testenv.BrokerVersionMatters(t, "the broker's answer to a fetch outside its log")
 	t.Parallel()
 	brokers := testenv.Kafka(t)
 	for _, policy := range []OffsetReset{ResetEarliest, ResetLatest, ResetFail} {

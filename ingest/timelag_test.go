@@ -18,6 +18,7 @@ import (
 // the settles, and is 0 when nothing waits. Each generation joined is a
 // rebalance, counted with the time the worker owned no partition.
 func TestTimeLagAndRebalances(t *testing.T) {
+	testenv.BrokerVersionMatters(t, "the record timestamps the broker returns")
 	t.Parallel()
 	brokers := testenv.Kafka(t)
 	topic := testenv.Name("topic")

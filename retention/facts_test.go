@@ -49,6 +49,7 @@ func TestOwnTTLsWithinTheInputTopicsKeep(t *testing.T) {
 // flags no longer name among them), the --ttl-from the workers recorded
 // when the command has none, and the ledger's name.
 func TestGatherReadsTheLiveSystem(t *testing.T) {
+	testenv.BrokerVersionMatters(t, "topic settings, some of which Kafka 4 removed")
 	brokers := testenv.Kafka(t)
 	dc, ac := testenv.Clients(t)
 	cfg, err := tenants.Parse([]byte("default_ttl: 2d\ntenants:\n  acme:\n    ttl: 1h\n    min_ttl: 10m\n"))

@@ -26,6 +26,7 @@ import (
 // tenant cannot be trusted: it may keep its payload no longer than the
 // shortest TTL of the file, 3s.
 func TestDeadLettersLiveNoLongerThanTheirTenant(t *testing.T) {
+	testenv.BrokerVersionMatters(t, "the broker deleting a topic's records at its retention")
 	testenv.NeedsBroker(t, "its log.retention.check.interval.ms (a class topic of seconds keeps letters only under a check of a second)")
 	proxy := testenv.StartBigtableProxy(t, testenv.Bigtable(t))
 	t.Setenv("BIGTABLE_EMULATOR_HOST", proxy.Addr)
@@ -126,6 +127,7 @@ func slicesContain(values [][]byte, v []byte) bool {
 // it is taken within --dlq-check-interval and the letter goes through.
 // With --dlq-accept-unbounded it is used, for letters without payload.
 func TestDeadLetterTopicsThatKeepForeverAreRefused(t *testing.T) {
+	testenv.BrokerVersionMatters(t, "the retention settings the broker gives a new topic")
 	t.Parallel()
 	for _, tt := range []struct {
 		name   string

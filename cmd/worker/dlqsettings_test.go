@@ -96,6 +96,7 @@ func TestDeadLetterSettingsUnreadableKeepNoPayload(t *testing.T) {
 // not be kept by. Read back from the broker: the base topic with
 // --dlq-retention, each class with its own, segments a twelfth of it.
 func TestDeadLetterTopicsCreatedWithTheirRetention(t *testing.T) {
+	testenv.BrokerVersionMatters(t, "the retention settings the broker gives a new topic")
 	t.Parallel()
 	e := newEnv(t, tenantsYAML)
 	if out, err := e.cmd(t, "setup"); err != nil {

@@ -17,6 +17,7 @@ import (
 // Events produced by Kafka's own console producer, a client independent of
 // the worker's, land per the contract.
 func TestIndependentProducer(t *testing.T) {
+	testenv.BrokerVersionMatters(t, "Kafka's own console producer, which moved between versions")
 	t.Parallel()
 	lib := os.Getenv("TESTENV_KAFKA_LIB")
 	if lib == "" {

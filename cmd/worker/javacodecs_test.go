@@ -3,12 +3,15 @@ package main
 import (
 	"testing"
 	"time"
+
+	"github.com/cellttl/cellttl/internal/testenv"
 )
 
 // Kafka's Java producer, outside transactions, with each codec in batches
 // of up to 256 KiB, each record with headers: every event lands once,
 // nothing is dead-lettered, every offset is committed.
 func TestJavaProducerCodecs(t *testing.T) {
+	testenv.BrokerVersionMatters(t, "the record batches of that version's Java producer")
 	t.Parallel()
 	lib := javaLib(t)
 	e := newEnv(t, tenantsYAML)

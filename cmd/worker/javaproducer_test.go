@@ -143,6 +143,7 @@ func partitionStatus(t *testing.T, base string, id int) (lag, committed, lastSta
 // held-back records as unstable lag, its lag and committed offset at the
 // last stable offset; once the transaction commits, all of them land.
 func TestJavaProducerTransactions(t *testing.T) {
+	testenv.BrokerVersionMatters(t, "transactions as that version's broker and producer write them")
 	t.Parallel()
 	lib := javaLib(t)
 	e := newEnv(t, tenantsYAML)

@@ -22,6 +22,7 @@ import (
 // drains the backlog u-1 has no row, u-2 has hers, and u-1's event
 // produced after the erasure is written. The receipt states the bound.
 func TestErasureCoversEventsStampedAhead(t *testing.T) {
+	testenv.BrokerVersionMatters(t, "how far ahead the broker lets a producer stamp a record")
 	t.Parallel()
 	e := newEnv(t, "default_ttl: 2d\ntenants:\n  acme: 3h\n")
 	if out, err := e.cmd(t, "setup"); err != nil {

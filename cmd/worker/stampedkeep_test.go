@@ -23,6 +23,7 @@ import (
 // keeps records forever, names the setting that bounds it, and the record
 // stays in force. Against the real broker and emulator.
 func TestErasureOutlivesRecordsStampedAhead(t *testing.T) {
+	testenv.BrokerVersionMatters(t, "how far ahead the broker lets a producer stamp a record")
 	t.Parallel()
 	e := newEnv(t, "default_ttl: 2d\ntenants:\n  acme: 10s\n")
 	alterTopic(t, e.brokers, e.topic, testenv.AnyTimeAhead(map[string]string{"retention.ms": "5000", "segment.ms": "2000"}))

@@ -21,6 +21,7 @@ import (
 // reports no breach and exits 0; with one breach planted in each store it
 // can see, it names each one and exits 1.
 func TestRetentionStatement(t *testing.T) {
+	testenv.BrokerVersionMatters(t, "the topic settings the retention statement reads")
 	testenv.NeedsBroker(t, "message.timestamp.after.max.ms and the retention check the statement reads")
 	t.Parallel()
 	e := newEnv(t, "default_ttl: 2d\ntenants:\n  acme: 1h\n  globex: {ttl: 3d, min_ttl: 2h}\n")

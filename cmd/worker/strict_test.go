@@ -20,6 +20,7 @@ import (
 // and never written, nor by worker redrive under the same rule. Against
 // the real broker and emulator.
 func TestStrictRetentionHoldsWritesWhileTopicRelaxed(t *testing.T) {
+	testenv.BrokerVersionMatters(t, "the topic settings strict retention watches")
 	e := newEnv(t, tenantsYAML)
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)

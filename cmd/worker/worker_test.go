@@ -42,6 +42,7 @@ func (c click) bytes() []byte {
 }
 
 func TestEventsLandPerContract(t *testing.T) {
+	testenv.BrokerVersionMatters(t, "the contract's events through a real broker end to end")
 	t.Parallel()
 	e := newEnv(t, tenantsYAML)
 	if out, err := e.cmd(t, "setup"); err != nil {

@@ -16,6 +16,7 @@ import (
 // A topic's id names its incarnation: the same for every read, another
 // once the topic is deleted and created again under its name.
 func TestTopicID(t *testing.T) {
+	testenv.BrokerVersionMatters(t, "topic IDs in Metadata answers")
 	brokers := testenv.Kafka(t)
 	topic := testenv.Name("incarnation")
 	testenv.CreateTopic(t, brokers, topic, 2)

@@ -11,7 +11,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,17 +29,6 @@ import (
 // Real reports whether both real services are configured.
 func Real() bool {
 	return os.Getenv("KAFKA_BROKERS") != "" && os.Getenv("BIGTABLE_EMULATOR_HOST") != ""
-}
-
-// NeedsBroker skips t, and says why, when Kafka would be the in-process
-// stand-in: what t checks is the real broker's own (its retention deleting
-// segments, a topic setting kfake does not know, its retention check).
-// make test runs it against the real broker.
-func NeedsBroker(t testing.TB, what string) {
-	t.Helper()
-	if os.Getenv("KAFKA_BROKERS") == "" {
-		t.Skipf("needs a real Kafka broker for %s, which the in-process stand-in does not have: make test, or scripts/services.sh start", what)
-	}
 }
 
 // Kafka returns broker addresses: $KAFKA_BROKERS, or an in-process kfake
@@ -204,14 +192,6 @@ func AnyTimeAhead(configs map[string]string) map[string]string {
 		out["message.timestamp.after.max.ms"] = "9223372036854775807"
 	}
 	return out
-}
-
-// KafkaMajor is the major version of the real broker scripts/services.sh
-// started (TESTENV_KAFKA_VERSION), 0 when unknown.
-func KafkaMajor() int {
-	v, _, _ := strings.Cut(os.Getenv("TESTENV_KAFKA_VERSION"), ".")
-	n, _ := strconv.Atoi(v)
-	return n
 }
 
 // CreateTopic creates a topic with partitions partitions.
