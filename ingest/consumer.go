@@ -17,6 +17,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/cellttl/cellttl/ingest/sticky"
 )
 
 // ConsumerConfig configures a Consumer.
@@ -90,7 +92,7 @@ type Consumer struct {
 	mu  sync.Mutex
 	gen *kafka.Generation // nil between generations
 	// balancer tells the group, at each join, what this member owns.
-	balancer *stickyBalancer
+	balancer *sticky.Balancer
 	parts    []*partition // of the current generation, for Status
 	lastErr  error
 	final    map[int]int64 // the committed offsets Close left, once closed
@@ -146,7 +148,7 @@ func NewConsumer(cfg ConsumerConfig, mp metric.MeterProvider, log *slog.Logger) 
 	transport.MetadataTopics = []string{cfg.Topic}
 	conns := &connSet{dial: transport.Dial}
 	transport.Dial = conns.Dial
-	balancer := &stickyBalancer{}
+	balancer := &sticky.Balancer{}
 	group, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
 		ID:                    cfg.Group,
 		Brokers:               cfg.Brokers,

@@ -1,4 +1,4 @@
-package ingest
+package sticky
 
 import (
 	"fmt"
@@ -11,9 +11,9 @@ import (
 
 // member is a group member reading clicks that owned parts in gen.
 func member(id string, gen int32, parts ...int) kafka.GroupMember {
-	b := &stickyBalancer{}
+	b := &Balancer{}
 	if parts != nil {
-		b.remember(gen, "clicks", parts)
+		b.Remember(gen, "clicks", parts)
 	}
 	data, _ := b.UserData()
 	return kafka.GroupMember{ID: id, Topics: []string{"clicks"}, UserData: data}
@@ -54,7 +54,7 @@ func TestStickyBalancerMovesOnlyWhatItMust(t *testing.T) {
 			map[string][]int{"a": {1}, "b": {0}}}, // b keeps the first of its claim
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got := (&stickyBalancer{}).AssignGroups(c.members, partitionsOf(c.n))
+			got := (&Balancer{}).AssignGroups(c.members, partitionsOf(c.n))
 			flat := map[string][]int{}
 			seen := map[int]int{}
 			for m, byTopic := range got {
@@ -76,8 +76,8 @@ func TestStickyBalancerMovesOnlyWhatItMust(t *testing.T) {
 // A claim comes back from the user data the member joined with.
 func TestStickyClaimEncoding(t *testing.T) {
 	t.Parallel()
-	b := &stickyBalancer{}
-	b.remember(7, "clicks", []int{3, 1, 4})
+	b := &Balancer{}
+	b.Remember(7, "clicks", []int{3, 1, 4})
 	data, err := b.UserData()
 	if c := parseClaim(data); err != nil || c.gen != 7 || c.topic != "clicks" || fmt.Sprint(c.parts) != "[3 1 4]" {
 		t.Errorf("claim %+v, %v", c, err)
@@ -94,19 +94,19 @@ func TestStickyClaimEncoding(t *testing.T) {
 // the replacement what they took, and keep what they held before.
 func TestStickyBalancerThroughARollingDeploy(t *testing.T) {
 	t.Parallel()
-	a, b := &stickyBalancer{}, &stickyBalancer{}
-	a.remember(1, "clicks", []int{0, 1})
-	b.remember(1, "clicks", []int{4, 5})
-	join := func(id string, s *stickyBalancer) kafka.GroupMember {
+	a, b := &Balancer{}, &Balancer{}
+	a.Remember(1, "clicks", []int{0, 1})
+	b.Remember(1, "clicks", []int{4, 5})
+	join := func(id string, s *Balancer) kafka.GroupMember {
 		data, _ := s.UserData()
 		return kafka.GroupMember{ID: id, Topics: []string{"clicks"}, UserData: data}
 	}
 	// c (partitions 2, 3) has left.
-	got := (&stickyBalancer{}).AssignGroups([]kafka.GroupMember{join("a", a), join("b", b)}, partitionsOf(6))
-	a.remember(2, "clicks", got["a"]["clicks"])
-	b.remember(2, "clicks", got["b"]["clicks"])
+	got := (&Balancer{}).AssignGroups([]kafka.GroupMember{join("a", a), join("b", b)}, partitionsOf(6))
+	a.Remember(2, "clicks", got["a"]["clicks"])
+	b.Remember(2, "clicks", got["b"]["clicks"])
 	// Its replacement, z, joins.
-	got = (&stickyBalancer{}).AssignGroups([]kafka.GroupMember{join("a", a), join("b", b), join("z", &stickyBalancer{})}, partitionsOf(6))
+	got = (&Balancer{}).AssignGroups([]kafka.GroupMember{join("a", a), join("b", b), join("z", &Balancer{})}, partitionsOf(6))
 	if fmt.Sprint(got["a"]["clicks"], got["b"]["clicks"]) != "[0 1] [4 5]" || len(got["z"]["clicks"]) != 2 {
 		t.Errorf("after the deploy a %v, b %v, z %v: want a and b to keep what they held", got["a"]["clicks"], got["b"]["clicks"], got["z"]["clicks"])
 	}

@@ -1,4 +1,19 @@
-package ingest
+// Package sticky is the consumer group's balancer: it assigns partitions
+// so that a rebalance moves as few as it can. Each member says, in its
+// join, which partitions it owned and in which generation, and keeps them
+// up to its fair share; only the partitions of members gone, and those
+// beyond a share, move. So replacing one pod of a rolling deploy moves
+// that pod's partitions alone, where kafka-go's range balancer orders
+// members by their ids, which a new pod changes, and shifts partitions
+// between pods that stay.
+//
+// This is the seam where kafka-go's gap shows (ingest/DESIGN.md, "The
+// consumer group"): it speaks only the eager protocol, so every member
+// still stops fetching at every rebalance, sticky or not; and it has no
+// static membership, so a restarted pod is a new member, whose partitions
+// the group gives back only once the old member's session ends or it
+// leaves (a drain leaves at once).
+package sticky
 
 import (
 	"encoding/binary"
@@ -9,21 +24,9 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
-// stickyBalancer assigns partitions so that a rebalance moves as few as it
-// can: each member says, in its join, which partitions it owned and in
-// which generation, and keeps them up to its fair share; only the
-// partitions of members gone, and those beyond a share, move. So replacing
-// one pod of a rolling deploy moves that pod's partitions alone, where
-// kafka-go's range balancer orders members by their ids, which a new pod
-// changes, and shifts partitions between pods that stay.
-//
-// This is the seam where kafka-go's gap shows (ingest/DESIGN.md, "The
-// consumer group"): it speaks only the eager protocol, so every member
-// still stops fetching at every rebalance, sticky or not; and it has no
-// static membership, so a restarted pod is a new member, whose partitions
-// the group gives back only once the old member's session ends or it
-// leaves (a drain leaves at once).
-type stickyBalancer struct {
+// Balancer is a member's side of the protocol: what it claims at a join,
+// and the assignment when it leads.
+type Balancer struct {
 	mu    sync.Mutex
 	topic string
 	gen   int32
@@ -38,17 +41,18 @@ type held struct {
 	since int32
 }
 
-// stickyProtocol is the protocol name the members agree on. Members of a
+// Protocol is the protocol name the members agree on. Members of a
 // version without it offer range and round-robin only; the group then
 // uses one of those until every member offers sticky.
-const stickyProtocol = "cellttl-sticky"
+const Protocol = "cellttl-sticky"
 
-func (b *stickyBalancer) ProtocolName() string { return stickyProtocol }
+// ProtocolName is the name the group agrees on (kafka.GroupBalancer).
+func (b *Balancer) ProtocolName() string { return Protocol }
 
-// remember records the partitions of topic a generation gave this member,
+// Remember records the partitions of topic a generation gave this member,
 // for its next join: those it had in the generation before keep their
 // since, the others are held since gen.
-func (b *stickyBalancer) remember(gen int32, topic string, parts []int) {
+func (b *Balancer) Remember(gen int32, topic string, parts []int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	next := make([]held, len(parts))
@@ -67,7 +71,7 @@ const claimVersion = 1
 // UserData is the member's claim: a version byte, the generation, the
 // topic, then each partition and the generation it is held since, as
 // unsigned varints.
-func (b *stickyBalancer) UserData() ([]byte, error) {
+func (b *Balancer) UserData() ([]byte, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	out := []byte{claimVersion}
@@ -131,7 +135,7 @@ func parseClaim(b []byte) claim {
 
 // AssignGroups gives each topic's partitions to the members that read it,
 // each keeping what it owned up to its share.
-func (b *stickyBalancer) AssignGroups(members []kafka.GroupMember, partitions []kafka.Partition) kafka.GroupMemberAssignments {
+func (b *Balancer) AssignGroups(members []kafka.GroupMember, partitions []kafka.Partition) kafka.GroupMemberAssignments {
 	out := kafka.GroupMemberAssignments{}
 	byTopic := map[string][]int{}
 	for _, p := range partitions {
