@@ -26,6 +26,7 @@ func owned(c *Consumer) []int {
 // Members of a group share the partitions, a member that leaves hands its
 // partitions over, and commits go only through owned partitions.
 func TestConsumerGroupSharesAndCommits(t *testing.T) {
+	testenv.BrokerVersionMatters(t, "the classic group protocol and OffsetCommit, which Kafka 4's new group coordinator serves")
 	t.Parallel()
 	brokers := testenv.Kafka(t)
 	topic, group := testenv.Name("topic"), testenv.Name("group")
@@ -151,6 +152,7 @@ func TestEmptyAssignmentIsNotKept(t *testing.T) {
 // start of the generation just begun, so it never started over and grew to
 // 10s: rejoins took 5 to 12s where about 1s is due.
 func TestRebalancesFollowWithoutPause(t *testing.T) {
+	testenv.BrokerVersionMatters(t, "how the group coordinator ends a generation and starts the next")
 	t.Parallel()
 	brokers := testenv.Kafka(t)
 	topic, group := testenv.Name("topic"), testenv.Name("group")
@@ -242,7 +244,8 @@ func TestGenerationEndReturnsAsTheLastEventSettles(t *testing.T) {
 		tr := newTracker()
 		e := tr.Assign(map[int]int64{0: -1, 1: -1})
 		acks := []Ack{tr.Track(e[0], 0, 0), tr.Track(e[1], 0, 0), tr.Track(e[0], 1, 0)}
-		c := &Consumer{tracker: tr}
+		logs := &countingHandler{msg: unsettledOnEnd}
+		c := &Consumer{tracker: tr, log: slog.New(logs)}
 		start := time.Now()
 		took := make(chan time.Duration, 1)
 		go func() {
@@ -274,6 +277,9 @@ func TestGenerationEndReturnsAsTheLastEventSettles(t *testing.T) {
 		c.settleOnEnd(t.Context())
 		if d := time.Since(start); d != settleOnEndTimeout {
 			t.Errorf("with an event never settled, the wait returned after %s, want %s", d, settleOnEndTimeout)
+		}
+		if n := logs.n.Load(); n != 1 {
+			t.Errorf("%d log lines for one generation that ended unsettled, want 1 (none for the one that settled)", n)
 		}
 		go func() {
 			time.Sleep(10 * time.Millisecond)
@@ -360,6 +366,7 @@ func (g *endingGeneration) committedToTheEnd(t *testing.T, why string) {
 // joins) moves only its own partitions; the members that stay keep
 // theirs, through both rebalances.
 func TestReplacedMemberMovesOnlyItsPartitions(t *testing.T) {
+	testenv.BrokerVersionMatters(t, "how the group coordinator takes a member back")
 	t.Parallel()
 	brokers := testenv.Kafka(t)
 	topic, group := testenv.Name("topic"), testenv.Name("group")

@@ -1,9 +1,12 @@
 package ingest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -84,13 +87,12 @@ type fetcher struct {
 	readCommitted bool
 	aborts        kwire.Aborts
 
-	parts  []*partition // in partition order
-	rotate int          // first partition of the next request, for fairness
-	est    sizeEstimate
-	// flowing holds the brokers whose last fetch brought messages: their
-	// next fetch gathers (busyFetchBytes, busyFetchWait).
-	flowing map[int]bool
-	spare   [][]byte // response buffers to reuse
+	parts   []*partition // in partition order
+	rotate  int          // first partition of the next request, for fairness
+	est     sizeEstimate
+	flowing map[int]bool      // last fetch brought messages: the next gathers (busyFetchBytes)
+	sentAt  map[int]time.Time // of each broker's last request, for send's order
+	spare   [][]byte          // response buffers to reuse
 }
 
 // fetchResult is a round trip's outcome.
@@ -161,13 +163,21 @@ func (f *fetcher) run(ctx context.Context) error {
 // send starts a round trip to each broker of ready, marking it busy, with
 // as much of the budget as it can reserve, while the budget has room. When
 // it has none, freed is closed when bytes next come back.
+//
+// The broker whose last request left longest ago goes first: a request
+// holds its reservation through its long poll, so at a budget with room
+// for fewer requests than brokers, a map's order let one broker win round
+// after round, and an idle partition of another, unfetched, read stalled.
 func (f *fetcher) send(ctx context.Context, wg *sync.WaitGroup, ready map[int][]*partition, busy map[int]bool, results chan<- fetchResult) (freed <-chan struct{}) {
-	for broker, parts := range ready {
+	order := slices.Collect(maps.Keys(ready))
+	slices.SortFunc(order, func(a, b int) int { return cmp.Or(f.sentAt[a].Compare(f.sentAt[b]), cmp.Compare(a, b)) })
+	for _, broker := range order {
+		parts := ready[broker]
 		var n int64
 		if n, freed = f.budget.TryReserve(min(minFetchBytes, f.budget.Limit()/4), f.requestMax); n == 0 {
 			break
 		}
-		busy[broker] = true
+		busy[broker], f.sentAt[broker] = true, time.Now()
 		req := f.request(parts, n, f.flowing[broker])
 		wg.Go(func() {
 			res, err := f.roundTrip(ctx, req)

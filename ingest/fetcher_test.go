@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -84,12 +85,23 @@ func values(n, size int) [][]byte {
 	return out
 }
 
-// fetchFor fetches until nothing more comes for quietFor, settling nothing.
+// firstMessageWithin is how long fetchFor waits for the first message.
+const firstMessageWithin = 30 * time.Second
+
+// fetchFor fetches until nothing more comes for quietFor after the first
+// message, settling nothing.
 func fetchFor(t *testing.T, c *Consumer, quietFor time.Duration) []Fetched {
 	t.Helper()
 	var out []Fetched
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), quietFor)
+		// The first message may take the group's join and, on a loaded
+		// machine, a broker slower than the quiet period: every caller
+		// expects messages, and a fresh-clone run once saw none in 1 s.
+		wait := quietFor
+		if len(out) == 0 {
+			wait = firstMessageWithin
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		m, a, err := fetch(ctx, c)
 		cancel()
 		if err != nil {
@@ -214,6 +226,7 @@ func TestMissingInputTopic(t *testing.T) {
 // comes once, in offset order, and the commit point reaches the end with
 // the budget empty.
 func TestPollAndSettle(t *testing.T) {
+	testenv.BrokerVersionMatters(t, "Fetch and OffsetCommit answers")
 	t.Parallel()
 	brokers := testenv.Kafka(t)
 	topic := testenv.Name("poll")
@@ -292,6 +305,7 @@ func (f *fetchLog) RoundTrip(ctx context.Context, addr net.Addr, req protocol.Me
 // after a fetch that brought nothing, the next is a long poll answered at
 // the first byte.
 func TestFetchGathersWhileMessagesFlow(t *testing.T) {
+	testenv.BrokerVersionMatters(t, "how the broker holds a Fetch for its MinBytes and MaxWait")
 	t.Parallel()
 	brokers := testenv.Kafka(t)
 	topic := testenv.Name("gather")
@@ -424,6 +438,7 @@ func (l *maxBytesLog) RoundTrip(ctx context.Context, addr net.Addr, req protocol
 // and every round trip brought one batch, until the next rebalance. The
 // estimate now learns from batches read whole and is bounded.
 func TestFetchSizeEstimateStaysBounded(t *testing.T) {
+	testenv.BrokerVersionMatters(t, "how the broker counts a Fetch's MaxBytes against compressed batches")
 	t.Parallel()
 	brokers := testenv.Kafka(t)
 	topic := testenv.Name("estimate")
@@ -465,5 +480,46 @@ func TestFetchSizeEstimateStaysBounded(t *testing.T) {
 	t.Logf("%d requests, MaxBytes from %d to %d", len(l.max), low, slices.Max(l.max))
 	if low < minAsk {
 		t.Errorf("a request asked for %d bytes, less than %d: the estimate ran away (%v)", low, minAsk, l.max)
+	}
+}
+
+// refuseAll answers every request with an error, at once.
+type refuseAll struct{}
+
+func (refuseAll) RoundTrip(context.Context, net.Addr, protocol.Message) (protocol.Message, error) {
+	return nil, errors.New("refused")
+}
+
+// Regression (a fresh-clone run convicted an idle partition): when the
+// budget has room for one request and two brokers are ready, the ready
+// brokers were tried in a map's order, so one could win round after round
+// while the other's idle partition, never fetched, was reported stalled.
+// Now they take turns.
+func TestBrokersTakeTurnsAtAShortBudget(t *testing.T) {
+	t.Parallel()
+	f := &fetcher{transport: refuseAll{}, client: &kafka.Client{Addr: kafka.TCP("127.0.0.1:1")}, topic: "t",
+		budget: &budget{limit: 1 << 20}, requestMax: 1 << 20, partMax: 1 << 20, sentAt: map[int]time.Time{}}
+	byBroker := map[int][]*partition{0: {newPartition(0, nil, 0)}, 1: {newPartition(1, nil, 0)}}
+	results := make(chan fetchResult)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	var turns []int
+	for range 40 {
+		busy := map[int]bool{}
+		f.send(context.Background(), &wg, byBroker, busy, results)
+		if len(busy) != 1 {
+			t.Fatalf("%d requests sent where the budget has room for one", len(busy))
+		}
+		r := <-results
+		f.budget.Fill(r.reserved, 0)
+		for _, p := range r.parts {
+			p.inFlight = false
+		}
+		turns = append(turns, r.broker)
+	}
+	for i := 1; i < len(turns); i++ {
+		if turns[i] == turns[i-1] {
+			t.Fatalf("broker %d sent twice in a row while the other waited: turns %v", turns[i], turns)
+		}
 	}
 }

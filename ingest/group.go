@@ -103,7 +103,7 @@ func (c *Consumer) joined(ctx context.Context, gen *kafka.Generation) []*partiti
 	for i, a := range assigned {
 		parts[i] = newPartition(a.ID, epochs[a.ID], a.Offset)
 	}
-	c.balancer.remember(gen.ID, c.cfg.Topic, ids)
+	c.balancer.Remember(gen.ID, c.cfg.Topic, ids)
 	c.mu.Lock()
 	c.gen, c.parts = gen, parts
 	if len(parts) > 0 {
@@ -126,6 +126,7 @@ func (c *Consumer) fetchGeneration(ctx, gctx context.Context, gen *kafka.Generat
 		budget: c.budget, tracker: c.tracker, restart: c.committer.restart, reset: c.cfg.OffsetReset,
 		requestMax: c.cfg.FetchMaxBytes, partMax: int64(partMax),
 		out: c.fetched, chunks: c.chunks, log: c.log, m: c.m, parts: parts,
+		flowing: map[int]bool{}, sentAt: map[int]time.Time{},
 		readCommitted: !c.cfg.ReadUncommitted,
 		// A batch may decompress to as much as the budget holds:
 		// beyond, it costs more time than any legitimate batch.
@@ -155,6 +156,10 @@ func (c *Consumer) fetchGeneration(ctx, gctx context.Context, gen *kafka.Generat
 // member meanwhile, so it is short, a few of Bigtable's write latencies.
 const settleOnEndTimeout = time.Second
 
+// unsettledOnEnd is logged when a generation ends before its events
+// settle.
+const unsettledOnEnd = "the generation ends with events still being written; their partitions' next owners write them again"
+
 // settleOnEnd waits, up to settleOnEndTimeout, until every event fetched
 // in the generation ending has settled (written, dead-lettered or
 // skipped), so that commitOnEnd commits them: the writes in flight as a
@@ -177,6 +182,8 @@ func (c *Consumer) settleOnEnd(ctx context.Context) {
 		select {
 		case <-fell:
 		case <-deadline.C:
+			// Not a fault: said, so that a rollout's rewrites have a cause.
+			c.log.Info(unsettledOnEnd, "unsettled", n, "waited", settleOnEndTimeout)
 			return
 		case <-ctx.Done():
 			return

@@ -75,9 +75,6 @@ func (f *fetcher) handle(ctx context.Context, r fetchResult) {
 	}
 	f.budget.Fill(r.reserved, rs.charged)
 	f.est.observe(rs.estCharged, rs.estWire)
-	if f.flowing == nil {
-		f.flowing = map[int]bool{}
-	}
 	f.flowing[r.broker] = len(rs.batch)+len(rs.full) > 0
 	if n := len(rs.batch); n == chunkSize {
 		rs.full = append(rs.full, rs.batch)

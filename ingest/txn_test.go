@@ -136,7 +136,7 @@ func TestReadCommittedSkipsAbortedTransactions(t *testing.T) {
 		p.movedAt.Store(time.Now().Add(-time.Hour).UnixNano())
 		out := make(chan []Fetched, 16)
 		aborted, undecodable := &counter{}, &counter{}
-		f := &fetcher{topic: "t", tracker: tr, budget: &budget{limit: 64 << 20}, chunks: newChunks(), log: quiet, out: out,
+		f := &fetcher{topic: "t", tracker: tr, budget: &budget{limit: 64 << 20}, flowing: map[int]bool{}, chunks: newChunks(), log: quiet, out: out,
 			records: kwire.NewReader(64<<20, 1<<20), readCommitted: committed,
 			m: &consumerMetrics{undecodable: undecodable, fetchErrors: noop.Int64Counter{}, aborted: aborted}}
 		reserved, _ := f.budget.TryReserve(1, 32<<20)
