@@ -77,3 +77,56 @@ func TestEventTimeWithoutRecordTimeIsDeadLettered(t *testing.T) {
 		t.Errorf("%d rows after the redrive, want e-ok's alone", len(rows))
 	}
 }
+
+// A topic of message.timestamp.type=LogAppendTime: Kafka applies no
+// after.max.ms there, sets each batch's time to its own clock and leaves
+// each record's own stamp as produced. The worker reads the broker's time,
+// as Kafka's own consumer does: acme's (1h) event stamped 2200, record
+// and event alike, is clamped to the broker's time + --max-clock-skew,
+// not written with a cell in 2199; a record produced without a time has
+// the broker's, so its event is written, not lettered no_record_time; and
+// the topic is bounded, so a --strict-retention worker runs on it.
+// Against the real broker and emulator.
+func TestLogAppendTimeTopicIsStampedByTheBroker(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, tenantsYAML)
+	if out, err := e.cmd(t, "setup"); err != nil {
+		t.Fatalf("setup: %v\n%s", err, out)
+	}
+	alterTopic(t, e.brokers, e.topic, map[string]string{"message.timestamp.type": "LogAppendTime", "message.timestamp.after.max.ms": "300000"})
+	future := time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
+	msg := func(id string, at, ts time.Time) kafka.Message {
+		return kafka.Message{Value: click{EventID: id, TenantID: "acme", UserID: "u-1", OccurredAt: at.Format(time.RFC3339Nano)}.bytes(), Time: ts}
+	}
+	before := time.Now().UTC()
+	testenv.ProduceMessages(t, e.brokers, e.topic,
+		msg("e-2200", future, future),
+		msg("e-untimed", before, time.UnixMilli(-1)),
+		msg("e-ok", before, before))
+	after := time.Now().UTC()
+
+	stop, logs := e.startWorker(t, "--strict-retention")
+	if rt := recordTimestamps(t, adminURL(t, logs)); !rt.Bounded || rt.Type != "LogAppendTime" {
+		t.Errorf("a LogAppendTime topic: %+v, want bounded", rt)
+	}
+	e.waitCommitted(t, 30*time.Second)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	// acme lives 1h under the default 2d: its cells lie 47h before the
+	// time its hour counts from, at most the broker's clock + 5m.
+	latest := after.Add(5 * time.Minute).Add(-47 * time.Hour)
+	written := map[string]bool{}
+	for key, row := range e.rows(t) {
+		written[key[strings.LastIndex(key, "#")+1:]] = true
+		for _, cell := range row["c"] {
+			if ts := cell.Timestamp.Time(); ts.After(latest.Add(time.Second)) {
+				t.Errorf("%s: cell at %s, past %s: the producer's stamp bought it time", key, ts, latest)
+			}
+		}
+	}
+	if len(written) != 3 || !written["e-2200"] || !written["e-untimed"] || !written["e-ok"] {
+		t.Errorf("rows of %v, want e-2200, e-untimed and e-ok", written)
+	}
+	e.expectNoDeadLetters(t)
+}

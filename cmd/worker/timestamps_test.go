@@ -15,6 +15,7 @@ import (
 // worker says so in its log and /status, and with --strict-retention
 // refuses to start until the topic bounds them within --max-clock-skew.
 func TestFutureRecordTimestamps(t *testing.T) {
+	testenv.BrokerVersionMatters(t, "the timestamp bounds the broker applies")
 	t.Parallel()
 	e := newEnv(t, tenantsYAML)
 	alterTopic(t, e.brokers, e.topic, testenv.AnyTimeAhead(nil))
@@ -56,14 +57,14 @@ func TestFutureRecordTimestamps(t *testing.T) {
 	}
 
 	// Regression (review): difference.max.ms bounds too when after.max.ms
-	// does not; LogAppendTime does not (the worker reads each record's own
-	// timestamp).
+	// does not; LogAppendTime does whatever after.max.ms says (the broker
+	// stamps each record, and the worker reads that time).
 	cases := []struct {
 		configs map[string]string
 		bounded bool
 		setting string
 	}{
-		{testenv.AnyTimeAhead(map[string]string{"message.timestamp.type": "LogAppendTime"}), false, "message.timestamp.after.max.ms"},
+		{testenv.AnyTimeAhead(map[string]string{"message.timestamp.type": "LogAppendTime"}), true, "message.timestamp.type"},
 	}
 	if testenv.KafkaMajor() < 4 { // Kafka 4 removed difference.max.ms
 		cases = append(cases, struct {
@@ -109,6 +110,7 @@ func recordTimestamps(t *testing.T, url string) recordTimes {
 // producers may stamp any time ahead, on 4.x an hour, which is still past
 // the default --max-clock-skew (5m) and within one of 2h.
 func TestBrokerDefaultStampBound(t *testing.T) {
+	testenv.BrokerVersionMatters(t, "the broker's own default of message.timestamp.after.max.ms")
 	testenv.NeedsBroker(t, "the broker's own default of message.timestamp.after.max.ms")
 	major := testenv.KafkaMajor()
 	if major == 0 {

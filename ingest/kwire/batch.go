@@ -33,6 +33,12 @@ type Batch struct {
 	raw []byte
 	// v2: the base timestamp and the records, compressed or not.
 	baseTime int64
+	// appendTime is the time the broker stamped the batch with, under
+	// message.timestamp.type=LogAppendTime (logAppendTime). The broker
+	// sets it as the batch's max timestamp and leaves each record's own
+	// as produced: a record's time is then the batch's, as Kafka's own
+	// consumer reads it.
+	appendTime int64
 	// producer is the id of the producer that wrote it, -1 when none did
 	// (a legacy message, a producer neither idempotent nor transactional).
 	producer int64
@@ -44,6 +50,17 @@ type Batch struct {
 }
 
 func (b *Batch) codec() int8 { return int8(b.attrs & 0x07) }
+
+// logAppendTime reports the timestamp type bit: the broker stamped it.
+func (b *Batch) logAppendTime() bool { return b.magic > 0 && b.attrs&0x08 != 0 }
+
+// recordTime is the time of a v2 record whose own delta is ts.
+func (b *Batch) recordTime(ts int64) int64 {
+	if b.logAppendTime() {
+		return b.appendTime
+	}
+	return b.baseTime + ts
+}
 
 // Control reports a batch of transaction markers: nothing to deliver.
 func (b *Batch) Control() bool { return b.magic == 2 && b.attrs&0x20 != 0 }
@@ -120,6 +137,7 @@ func (b *Batch) parseV2() error {
 	b.attrs = int16(binary.BigEndian.Uint16(raw[21:]))
 	b.Last = b.First + int64(int32(binary.BigEndian.Uint32(raw[23:])))
 	b.baseTime = int64(binary.BigEndian.Uint64(raw[27:]))
+	b.appendTime = int64(binary.BigEndian.Uint64(raw[35:]))
 	b.producer = int64(binary.BigEndian.Uint64(raw[43:]))
 	b.count = int32(binary.BigEndian.Uint32(raw[57:]))
 	b.records = raw[batchHeader:]
@@ -143,6 +161,7 @@ func (b *Batch) parseLegacy() error {
 	b.time = -1
 	if b.magic == 1 {
 		b.time = d.int64()
+		b.appendTime = b.time
 	}
 	b.key = d.nullableBytes()
 	b.value = d.nullableBytes()

@@ -449,3 +449,60 @@ func decodeAll(data []byte) {
 		}
 	}
 }
+
+// stampAppendTime makes data's batches what a topic of
+// message.timestamp.type=LogAppendTime stores: the timestamp type bit set
+// and the broker's time as a record batch's max timestamp, or a legacy
+// wrapper's own, the records' own times left as produced.
+func stampAppendTime(data []byte, at int64) {
+	for rest := data; len(rest) >= magicOffset+1; {
+		end := 12 + int(binary.BigEndian.Uint32(rest[8:]))
+		switch rest[magicOffset] {
+		case 2:
+			rest[22] |= 0x08 // attributes, low byte
+			binary.BigEndian.PutUint64(rest[35:], uint64(at))
+		case 1:
+			rest[17] |= 0x08
+			binary.BigEndian.PutUint64(rest[18:], uint64(at))
+		}
+		rest = rest[end:]
+	}
+	fixChecksums(data)
+}
+
+// Under LogAppendTime a record's time is the broker's, as Kafka's own
+// consumer reads it (the batch's max timestamp, a legacy wrapper's time),
+// never the producer's stamp the broker left in the record: a producer
+// cannot stamp an event into the future on a topic the broker stamps,
+// and a record produced without a time has one.
+func TestLogAppendTimeIsTheBrokers(t *testing.T) {
+	broker := time.Date(2026, 12, 2, 10, 0, 0, 7_000_000, time.UTC)
+	recs := sampleRecords(true)
+	recs[0].Time = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
+	cases := []struct {
+		version int8
+		codec   compress.Compression
+	}{{2, compress.None}, {2, compress.Gzip}, {2, compress.Zstd}, {1, compress.Gzip}, {1, compress.Snappy}}
+	for _, c := range cases {
+		for _, maxRecord := range []int{1 << 20, 1 << 10} { // whole, and the 70 KiB record cut
+			t.Run(fmt.Sprintf("v%d/%s/max%d", c.version, c.codec, maxRecord), func(t *testing.T) {
+				created := encodeBatch(t, c.version, c.codec, 100, recs...)
+				appended := bytes.Clone(created)
+				stampAppendTime(appended, broker.UnixMilli())
+				own, _ := decodeOurs(t, created, maxRecord)
+				ours, _ := decodeOurs(t, appended, maxRecord)
+				if len(ours) != len(recs) || len(own) != len(recs) {
+					t.Fatalf("%d and %d messages, want %d", len(ours), len(own), len(recs))
+				}
+				for i, m := range ours {
+					if !m.Time.Equal(broker) {
+						t.Errorf("offset %d: time %v, want the broker's %v", m.Offset, m.Time, broker)
+					}
+					if !own[i].Time.Equal(recs[i].Time.Truncate(time.Millisecond)) {
+						t.Errorf("offset %d under CreateTime: time %v, want the producer's %v", own[i].Offset, own[i].Time, recs[i].Time)
+					}
+				}
+			})
+		}
+	}
+}

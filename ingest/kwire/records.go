@@ -147,7 +147,7 @@ func (r *Reader) parse(body []byte, rec *Record) error {
 		return fmt.Errorf("record at offset delta %d: %w", off, errShort)
 	}
 	rec.Offset = r.b.First + off
-	rec.Time = r.b.baseTime + ts
+	rec.Time = r.b.recordTime(ts)
 	return nil
 }
 
@@ -244,7 +244,7 @@ func (r *Reader) readCut(rd io.Reader, size int64, rec *Record) error {
 		}
 		c.Dropped = join(c.Dropped, "headers")
 	}
-	*rec = Record{Offset: r.b.First + off, Time: r.b.baseTime + ts, Key: key, Value: value, Headers: headers, NumHeaders: nheaders, Cut: c}
+	*rec = Record{Offset: r.b.First + off, Time: r.b.recordTime(ts), Key: key, Value: value, Headers: headers, NumHeaders: nheaders, Cut: c}
 	return nil
 }
 
@@ -288,7 +288,13 @@ func (r *Reader) openLegacy() error {
 			return fmt.Errorf("legacy compressed message at offset %d: %w", b.First, errShort)
 		}
 		rest = next
-		r.legacy = append(r.legacy, Record{Offset: m.First, Time: m.time, Key: m.key, Value: m.value})
+		// Under LogAppendTime the broker stamps the wrapper alone; the
+		// messages inside keep the producer's times.
+		t := m.time
+		if b.logAppendTime() {
+			t = b.appendTime
+		}
+		r.legacy = append(r.legacy, Record{Offset: m.First, Time: t, Key: m.key, Value: m.value})
 	}
 	if b.magic == 1 && len(r.legacy) > 0 {
 		// Magic 1 numbers the wrapped messages from 0; the wrapper holds

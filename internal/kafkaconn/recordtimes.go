@@ -22,8 +22,10 @@ import (
 // clamped to it): a producer that may stamp ten years ahead buys its data
 // ten years. Kafka bounds it per topic with message.timestamp.after.max.ms
 // (3.6 and later; before, message.timestamp.difference.max.ms bounds both
-// ways). LogAppendTime does not help the worker: the broker stamps each
-// batch's newest time, and the worker reads each record's own.
+// ways), and only under CreateTime. Under LogAppendTime the broker stamps
+// each batch with its own clock, and the worker reads that time as each
+// record's (as Kafka's own consumer does): no producer stamps the future,
+// whatever after.max.ms says.
 type RecordTimes struct {
 	Topic string `json:"topic"`
 	// Type is message.timestamp.type: CreateTime or LogAppendTime.
@@ -147,11 +149,11 @@ func readRecordTimes(ctx context.Context, client *kafka.Client, topic string, sk
 	}
 	rt.Type, rt.AheadMax, rt.Setting = st.Type, st.AheadMax, st.Setting
 	switch {
-	case rt.Type == "LogAppendTime" && (rt.AheadMax < 0 || rt.AheadMax > skew):
-		// The broker stamps each batch's max timestamp only; the worker
-		// (like kafka-go before it) reads each record's own, which stays
-		// the producer's: LogAppendTime bounds nothing for the worker.
-		rt.Summary = fmt.Sprintf("the topic is LogAppendTime, but the worker reads each record's own timestamp, which stays the producer's, and %s does not bound it", rt.Setting)
+	case rt.Type == "LogAppendTime":
+		// Kafka applies the bound settings to CreateTime alone; under
+		// LogAppendTime the broker's clock is the record's time.
+		rt.Bounded, rt.AheadMax, rt.Setting = true, 0, "message.timestamp.type"
+		rt.Summary = "the broker stamps each record with its own clock (message.timestamp.type=LogAppendTime): no producer can stamp one ahead"
 	case rt.AheadMax < 0:
 		rt.Summary = fmt.Sprintf("producers may stamp records any time ahead (%s unbounded): an event without its own time, or clamped to the record's, lives as long past now as its producer says", rt.Setting)
 	case rt.AheadMax <= skew:
