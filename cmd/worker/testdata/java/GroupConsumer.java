@@ -5,10 +5,11 @@
 //   java -cp "$TESTENV_KAFKA_LIB/*" GroupConsumer.java BROKERS TOPIC GROUP PROTOCOL SECONDS
 //
 // PROTOCOL is the client's group.protocol: classic, or consumer (KIP-848,
-// the default of Java clients 4.x). It polls for SECONDS, never commits
-// (what it reads the worker reads again once it leaves), then leaves the
-// group. stdout has a line per event: "ASSIGNED 0,2" at each assignment,
-// "READ n" at the end, "ERROR <class>: <message>" when the client fails.
+// the default of Java clients 4.x). It polls until the client fails, or
+// for SECONDS, never commits (what it reads the worker reads again once
+// it leaves), then leaves the group. stdout has a line per event:
+// "ASSIGNED 0,2" at each assignment, "READ n" at the end,
+// "ERROR <class>: <message>" when the client fails.
 
 import java.time.Duration;
 import java.util.Collection;
