@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -100,6 +101,11 @@ func decode(data []byte) (*yaml.Node, error) {
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			// Nothing but comments, or nothing: a placeholder (deploy/k8s's
+			// base ships one), never a config of no tenants.
+			return nil, errors.New("line 1: the file holds nothing but comments: it must be a YAML mapping with strategy, default_ttl and tenants")
+		}
 		return nil, fmt.Errorf("parse YAML: %w", err)
 	}
 	var next yaml.Node

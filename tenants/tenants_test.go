@@ -74,6 +74,7 @@ func TestBadFiles(t *testing.T) {
 		"bad-bool.bad.yaml":            {"line 2", "record_real_timestamp", `"yes please"`},
 		"tenants-list.bad.yaml":        {"line 2", "tenants", "mapping"},
 		"not-a-mapping.bad.yaml":       {"line 1", "mapping"},
+		"comments-only.bad.yaml":       {"line 1", "nothing but comments", "strategy, default_ttl and tenants"},
 		"bad-indent.bad.yaml":          {"line 4"},
 		"bad-unlisted.bad.yaml":        {"line 2", "unlisted_tenants", `"drop" is not a policy`},
 		"bad-write-rate.bad.yaml":      {"line 2", "max_write_rate", `"5k" is not a number of rows per second`},
