@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/cellttl/cellttl/internal/waitfor/btwait"
 	"github.com/cellttl/cellttl/rowkey"
 )
 
@@ -95,7 +96,7 @@ var ErrMissing = errors.New("the erasure ledger table does not exist. `worker se
 
 // Store reads and writes the ledger table.
 type Store struct {
-	tbl  *bigtable.Table
+	tbl  *btwait.Table
 	name string
 	// clock keys the journal rows Put writes: the time of the write, not
 	// the record's RecordedAt (when forget began, minutes before its last
@@ -114,7 +115,7 @@ type Store struct {
 
 // NewStore returns the store of the ledger table named table.
 func NewStore(c *bigtable.Client, table string) *Store {
-	return &Store{tbl: c.Open(table), name: table, clock: time.Now}
+	return &Store{tbl: btwait.Open(c, table), name: table, clock: time.Now}
 }
 
 // compactAbove is CompactAbove, defaulted.

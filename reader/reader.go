@@ -25,7 +25,7 @@ import (
 
 // Reader reads one family of one table.
 type Reader struct {
-	table  *bigtable.Table
+	table  Rows
 	family string
 	policy *expiry.Policy
 	now    func() time.Time
@@ -49,8 +49,14 @@ func (r *Reader) DecodeValues(d ValueDecoder) *Reader {
 	return r
 }
 
+// Rows is the table a Reader reads: a *bigtable.Table, or one whose reads
+// are waits of a command that bounds them (internal/waitfor/btwait).
+type Rows interface {
+	ReadRows(ctx context.Context, arg bigtable.RowSet, f func(bigtable.Row) bool, opts ...bigtable.ReadOption) error
+}
+
 // New returns a Reader for the family written under policy.
-func New(table *bigtable.Table, family string, policy *expiry.Policy) *Reader {
+func New(table Rows, family string, policy *expiry.Policy) *Reader {
 	return &Reader{table: table, family: family, policy: policy, now: time.Now}
 }
 

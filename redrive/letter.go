@@ -60,6 +60,11 @@ func (r *run) decide(ctx context.Context, letter ingest.Message) (sink.Row, stri
 	if r.o.Erasures != nil {
 		ledger = r.o.Erasures()
 	}
+	if r.o.Schemas != nil {
+		if err := r.o.Schemas.Await(ctx, src.Value); err != nil {
+			return sink.Row{}, "", fmt.Errorf("letter at offset %d: %w", letter.Offset, err)
+		}
+	}
 	now := r.o.Now()
 	dec := pipeline.Decide(r.d, r.cfg, ledger, &src, now, r.latest(letter, now))
 	if dec.Fate == pipeline.Lookup {

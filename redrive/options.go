@@ -9,6 +9,7 @@ import (
 	"github.com/cellttl/cellttl/deadletter"
 	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/internal/kafkaconn"
+	"github.com/cellttl/cellttl/pipeline"
 )
 
 // Options say which letters to redrive and how.
@@ -65,6 +66,11 @@ type Options struct {
 	// run then stops with the error; run again, it resumes from its
 	// checkpoint.
 	WriteBound time.Duration
+	// Schemas, when values are read through a schema registry, is awaited
+	// before each letter is decided, with the run's context: a registry
+	// that does not answer is a wait of the run (internal/waitfor), where
+	// the decoder's own wait would last until the registry answers.
+	Schemas pipeline.SchemaSource
 }
 
 // ErrUnverified refuses an Apply run that cannot verify its letters.

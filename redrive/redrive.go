@@ -21,6 +21,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/cellttl/cellttl/event"
+	"github.com/cellttl/cellttl/internal/kafkaconn"
 	"github.com/cellttl/cellttl/sink"
 	"github.com/cellttl/cellttl/tenants"
 )
@@ -81,7 +82,7 @@ func Run(ctx context.Context, o Options, d *event.Decoder, cfg *tenants.Config, 
 		return nil, err
 	}
 	defer transport.CloseIdleConnections()
-	client := &kafka.Client{Addr: kafka.TCP(o.Brokers...), Transport: transport, Timeout: 30 * time.Second}
+	client := &kafka.Client{Addr: kafka.TCP(o.Brokers...), Transport: kafkaconn.Waits(transport), Timeout: 30 * time.Second}
 	selection := o.selection(cfg.Version)
 	cp, err := loadCheckpoint(o.Checkpoint, selection)
 	if err != nil {

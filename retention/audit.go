@@ -97,7 +97,7 @@ var horizons = []struct {
 
 // Audit reads the rows (every version of every cell of the family) and
 // checks each against policy.
-func Audit(ctx context.Context, tbl *bigtable.Table, family string, policy *expiry.Policy, o AuditOptions) (_ *AuditReport, err error) {
+func Audit(ctx context.Context, tbl Table, family string, policy *expiry.Policy, o AuditOptions) (_ *AuditReport, err error) {
 	ctx, span := tracerOf(o.Tracers).Start(ctx, "cellttl.audit")
 	defer func() { endSpan(span, Report{}, err) }()
 	if o.Now == nil {

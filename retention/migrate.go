@@ -7,8 +7,6 @@ import (
 	"sort"
 	"time"
 
-	"cloud.google.com/go/bigtable"
-
 	"github.com/cellttl/cellttl/expiry"
 	"github.com/cellttl/cellttl/internal/duration"
 )
@@ -199,7 +197,7 @@ type GCSetter func(ctx context.Context, maxAge time.Duration) error
 // Migrate runs the steps, in order. Re-timing steps take o (checkpoint,
 // rate, progress) with the old policy as WrittenUnder; onStep, when set,
 // is told before each step starts and after it ends.
-func Migrate(ctx context.Context, tbl *bigtable.Table, family string, old, new *expiry.Policy, steps []Step, setGC GCSetter, o RetimeOptions, onStep func(i int, s Step, done bool)) (Report, error) {
+func Migrate(ctx context.Context, tbl Table, family string, old, new *expiry.Policy, steps []Step, setGC GCSetter, o RetimeOptions, onStep func(i int, s Step, done bool)) (Report, error) {
 	var total Report
 	for i, st := range steps {
 		if onStep != nil {

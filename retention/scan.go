@@ -1,6 +1,7 @@
 package retention
 
 import (
+	"context"
 	"regexp"
 	"strconv"
 	"time"
@@ -10,6 +11,15 @@ import (
 	"github.com/cellttl/cellttl/expiry"
 	"github.com/cellttl/cellttl/rowkey"
 )
+
+// Table is the table a job reads and writes: a *bigtable.Table, or one
+// whose calls are waits of a command that bounds them
+// (internal/waitfor/btwait), as the commands open it.
+type Table interface {
+	ReadRows(ctx context.Context, arg bigtable.RowSet, f func(bigtable.Row) bool, opts ...bigtable.ReadOption) error
+	Apply(ctx context.Context, row string, m *bigtable.Mutation, opts ...bigtable.ApplyOption) error
+	ApplyBulk(ctx context.Context, rowKeys []string, muts []*bigtable.Mutation, opts ...bigtable.ApplyOption) ([]error, error)
+}
 
 // row is one row as read with every version of every cell of the family.
 type row struct {

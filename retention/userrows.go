@@ -38,7 +38,7 @@ type UserRowsReport struct {
 // key range (tenant, hash bucket, user), and with Before, the part of it
 // before a time. Rows are deleted in batches; a crash part-way leaves the
 // rest, and running again finishes.
-func DeleteUserRows(ctx context.Context, tbl *bigtable.Table, o UserRows) (_ UserRowsReport, err error) {
+func DeleteUserRows(ctx context.Context, tbl Table, o UserRows) (_ UserRowsReport, err error) {
 	ctx, span := tracerOf(o.Tracers).Start(ctx, "cellttl.forget", trace.WithAttributes(attribute.String("cellttl.tenant", o.Tenant), attribute.Bool("cellttl.dry_run", o.DryRun)))
 	defer func() { endSpan(span, Report{}, err) }()
 	if err := rowkey.ValidateID("tenant", o.Tenant); err != nil {

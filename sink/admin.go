@@ -12,6 +12,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cellttl/cellttl/internal/duration"
+	"github.com/cellttl/cellttl/internal/waitfor"
+	"github.com/cellttl/cellttl/internal/waitfor/btwait"
 	"github.com/cellttl/cellttl/rowkey"
 )
 
@@ -62,7 +64,8 @@ func Setup(ctx context.Context, ac *bigtable.AdminClient, c *bigtable.Client, t 
 		return res, err
 	}
 	if !fam.TableExists {
-		if err := ac.CreateTable(ctx, t.Table); err != nil && status.Code(err) != codes.AlreadyExists {
+		err := waitfor.Do(ctx, waitfor.Bigtable, "admin: create table "+t.Table, func() error { return ac.CreateTable(ctx, t.Table) })
+		if err != nil && status.Code(err) != codes.AlreadyExists {
 			return res, fmt.Errorf("create table %q: %w", t.Table, err)
 		}
 		res.CreatedTable = true
@@ -73,7 +76,9 @@ func Setup(ctx context.Context, ac *bigtable.AdminClient, c *bigtable.Client, t 
 	if !fam.Exists {
 		// One ModifyColumnFamilies call with the rule inline: there is no
 		// moment at which the family exists without its GC rule.
-		if err := ac.CreateColumnFamilyWithConfig(ctx, t.Table, t.Family, bigtable.Family{GCPolicy: want}); err != nil {
+		if err := waitfor.Do(ctx, waitfor.Bigtable, "admin: create family "+t.String(), func() error {
+			return ac.CreateColumnFamilyWithConfig(ctx, t.Table, t.Family, bigtable.Family{GCPolicy: want})
+		}); err != nil {
 			return res, fmt.Errorf("create family %s: %w", t, err)
 		}
 		res.CreatedFamily = true
@@ -96,7 +101,7 @@ func Setup(ctx context.Context, ac *bigtable.AdminClient, c *bigtable.Client, t 
 			return res, fmt.Errorf("%w; the family holds cells, which a 1s max-age would delete at the next compaction; pass --force to do it anyway", mismatch)
 		}
 	}
-	if err := ac.SetGCPolicy(ctx, t.Table, t.Family, want); err != nil {
+	if err := waitfor.Do(ctx, waitfor.Bigtable, "admin: set the GC rule of "+t.String(), func() error { return ac.SetGCPolicy(ctx, t.Table, t.Family, want) }); err != nil {
 		return res, fmt.Errorf("set GC rule of %s: %w", t, err)
 	}
 	res.UpdatedRule, res.OldRule = true, mismatch.Have
@@ -134,7 +139,7 @@ func HoldsEvents(ctx context.Context, c *bigtable.Client, table string) (bool, e
 		bigtable.CellsPerRowLimitFilter(1),
 		bigtable.StripValueFilter(),
 	)
-	err := c.Open(table).ReadRows(ctx, bigtable.InfiniteRange(""), func(bigtable.Row) bool {
+	err := btwait.Open(c, table).ReadRows(ctx, bigtable.InfiniteRange(""), func(bigtable.Row) bool {
 		found = true
 		return false
 	}, bigtable.RowFilter(filter), bigtable.LimitRows(1))
@@ -152,7 +157,7 @@ func HoldsCells(ctx context.Context, c *bigtable.Client, t Target) (bool, error)
 		bigtable.CellsPerRowLimitFilter(1),
 		bigtable.StripValueFilter(),
 	)
-	err := c.Open(t.Table).ReadRows(ctx, bigtable.InfiniteRange(""), func(bigtable.Row) bool {
+	err := btwait.Open(c, t.Table).ReadRows(ctx, bigtable.InfiniteRange(""), func(bigtable.Row) bool {
 		found = true
 		return false
 	}, bigtable.RowFilter(filter), bigtable.LimitRows(1))
@@ -197,7 +202,9 @@ func (f FamilyState) Matches(maxAge time.Duration) bool {
 
 // ReadFamily reads the table's description once and finds the family.
 func ReadFamily(ctx context.Context, ac *bigtable.AdminClient, t Target) (FamilyState, error) {
+	p := waitfor.Begin(ctx, waitfor.Bigtable, "admin: read the families of "+t.Table)
 	info, err := ac.TableInfo(ctx, t.Table)
+	err = p.End(err)
 	if status.Code(err) == codes.NotFound {
 		return FamilyState{}, nil
 	}

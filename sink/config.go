@@ -12,6 +12,7 @@ import (
 	"cloud.google.com/go/bigtable/admin/apiv2/adminpb"
 
 	"github.com/cellttl/cellttl/internal/envflag"
+	"github.com/cellttl/cellttl/internal/waitfor"
 )
 
 // TableConfig is where cellttl's table is, as the flags of every command
@@ -91,6 +92,8 @@ func (c TableConfig) Clients(ctx context.Context) (*bigtable.Client, *bigtable.A
 	// Monitoring, which needs monitoring.timeSeries.create on the project:
 	// a right none of cellttl's identities holds. cellttl's metrics (the
 	// write latency included) are exported through OpenTelemetry instead.
+	wait := waitfor.Begin(ctx, waitfor.Bigtable, "connect")
+	defer wait.End(nil)
 	dc, err := bigtable.NewClientWithConfig(ctx, c.Project, c.Instance, bigtable.ClientConfig{AppProfile: c.AppProfile, MetricsProvider: bigtable.NoopMetricsProvider{}})
 	if err != nil {
 		return nil, nil, fmt.Errorf("bigtable client for %s/%s: %w", c.Project, c.Instance, err)
@@ -116,8 +119,9 @@ func (c TableConfig) ReadAppProfile(ctx context.Context) (*adminpb.AppProfile, e
 	}
 	defer iac.Close()
 	name := cmp.Or(c.AppProfile, "default")
+	wait := waitfor.Begin(ctx, waitfor.Bigtable, "admin: read app profile "+name)
 	ap, err := iac.GetAppProfile(ctx, c.Instance, name)
-	if err != nil {
+	if err = wait.End(err); err != nil {
 		return nil, fmt.Errorf("app profile %s of %s/%s: %w", name, c.Project, c.Instance, err)
 	}
 	return ap, nil

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cellttl/cellttl/internal/retry"
+	"github.com/cellttl/cellttl/internal/waitfor/btwait"
 	"github.com/cellttl/cellttl/rowkey"
 )
 
@@ -29,7 +30,9 @@ const MaxMutationsPerRequest = 100_000
 
 // Writer writes rows into one family of one table.
 type Writer struct {
-	table     *bigtable.Table
+	// table's calls are waits of a command that bounds them (worker
+	// redrive); under worker run, one context lookup more each.
+	table     *btwait.Table
 	tableName string
 	family    string
 	cfg       WriterConfig
@@ -134,7 +137,7 @@ func NewWriter(c *bigtable.Client, t Target, cfg WriterConfig, mp metric.MeterPr
 	if err != nil {
 		return nil, err
 	}
-	w := &Writer{table: c.Open(t.Table), tableName: t.Table, family: t.Family, cfg: cfg, log: log, m: m, loop: loop}
+	w := &Writer{table: btwait.Open(c, t.Table), tableName: t.Table, family: t.Family, cfg: cfg, log: log, m: m, loop: loop}
 	// Every failure the loop retries is one every row shares or one time
 	// heals: a row's own refusal never comes back to it (see attempt).
 	w.loop.OnFailure = w.onFailure

@@ -11,6 +11,8 @@ import (
 
 	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/internal/envflag"
+	"github.com/cellttl/cellttl/internal/waitfor"
+	"github.com/cellttl/cellttl/internal/waitfor/btwait"
 	"github.com/cellttl/cellttl/retention"
 	"github.com/cellttl/cellttl/tablemeta"
 )
@@ -21,17 +23,19 @@ type auditCmd struct {
 	tableOptions
 	audit                     retention.AuditOptions
 	tenantList, format, shard string
+	wait                      waitfor.Config
 }
 
 func (o *auditCmd) flags(out io.Writer) *envflag.FlagSet {
 	f := envflag.New("worker audit", "worker audit: per tenant, live and expired-but-stored rows, cells that break the rule, when the live data leaves.\n"+
-		"Exit status: 0 every cell follows the rule and no erased user has a row, 1 otherwise (or an error, the erasure ledger missing among them), 2 bad flags.", out)
+		"Exit status: 0 every cell follows the rule and no erased user has a row, 1 otherwise (or an error, the erasure ledger missing among them), 2 bad flags, 5 Bigtable did not answer within --service-timeout.", out)
 	o.register(f)
 	f.Section("Audit")
 	f.String(&o.tenantList, "tenant", "", "", "comma-separated tenants (default: the whole table)")
 	f.Int64(&o.audit.Sample, "sample", "", 0, "read at most this many rows per tenant (0: all)")
 	f.String(&o.shard, "shard", "", "0/1", "this process's part I/N of each tenant's rows, I from 0 (a Kubernetes Indexed Job's completion index): N processes share the work without overlap")
 	f.String(&o.format, "format", "", "text", "output: text or json")
+	o.wait.RegisterFlags(f, jobWait)
 	return f
 }
 
@@ -70,7 +74,7 @@ func (o *auditCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	rep, err := retention.Audit(ctx, s.dc.Open(o.table.Table), o.table.Family, s.cfg.Policy, ao)
+	rep, err := retention.Audit(ctx, btwait.Open(s.dc, o.table.Table), o.table.Family, s.cfg.Policy, ao)
 	if err != nil {
 		return err
 	}

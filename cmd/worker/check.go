@@ -9,13 +9,13 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"time"
 
 	"cloud.google.com/go/bigtable"
 
 	"github.com/cellttl/cellttl/expiry"
 	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/cellttl/cellttl/internal/envflag"
+	"github.com/cellttl/cellttl/internal/waitfor"
 	"github.com/cellttl/cellttl/sink"
 	"github.com/cellttl/cellttl/tablemeta"
 	"github.com/cellttl/cellttl/tenants"
@@ -117,12 +117,14 @@ type checkCmd struct {
 	tableOptions
 	against, format string
 	offline         bool
+	wait            waitfor.Config
 }
 
 func (o *checkCmd) flags(out io.Writer) *envflag.FlagSet {
 	f := envflag.New("worker check", "worker check: validate a tenants file and explain what loading it would change.\n"+
-		"Exit status: 0 valid and safe to reload, 1 valid but needs `worker setup --update-gc-policy` and a restart, 2 invalid, 3 valid but the table could not be read.", out)
+		"Exit status: 0 valid and safe to reload, 1 valid but needs `worker setup --update-gc-policy` and a restart, 2 invalid, 3 valid but the table could not be read (or did not answer within --service-timeout).", out)
 	o.register(f)
+	o.wait.RegisterFlags(f, checkWait)
 	f.Section("Check")
 	f.String(&o.against, "against", "TENANTS_AGAINST", "", "the previous tenants file, to list what the edit changes")
 	f.String(&o.format, "format", "CHECK_FORMAT", "text", "output: text or json")
@@ -188,26 +190,28 @@ func (o *checkCmd) run(ctx context.Context, stdout, _ io.Writer) error {
 func checkTable(ctx context.Context, tc sink.TableConfig, cfg *tenants.Config) *tableCheck {
 	want := cfg.Policy.GCMaxAge()
 	res := &tableCheck{Target: tc.Target().String(), Wanted: sink.DescribeGC(bigtable.MaxAgePolicy(want))}
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
+	// A wait past --service-timeout is said as such (waitErr): status 3.
 	dc, ac, err := tc.Clients(ctx)
 	if err != nil {
-		res.Error = err.Error()
+		res.Error = waitErr(ctx, err).Error()
 		return res
 	}
 	defer dc.Close()
 	defer ac.Close()
 	fam, err := sink.ReadFamily(ctx, ac, tc.Target())
 	if err != nil {
-		res.Error = err.Error()
+		res.Error = waitErr(ctx, err).Error()
 		return res
 	}
 	res.Exists = fam.Exists
 	if fam.Exists {
 		res.Rule = sink.DescribeGC(fam.Rule)
 		res.Matches = fam.Matches(want)
-		if err := tablemeta.CheckFamily(ctx, ac, tc.Table); tablemeta.Unfit(err) {
+		switch err := tablemeta.CheckFamily(ctx, ac, tc.Table); {
+		case tablemeta.Unfit(err):
 			res.Record = err.Error()
+		case err != nil:
+			res.Error = waitErr(ctx, err).Error()
 		}
 	}
 	return res

@@ -90,6 +90,15 @@ func TestCommandsRegisterOnlyTheirGroups(t *testing.T) {
 			}
 		}
 	}
+	// Every command that runs to its end bounds its waits, and offers the
+	// flag; the worker (its start-up has --startup-timeout) and the demo
+	// (its services are in-process) neither.
+	for cmd, newCmd := range commandTable() {
+		_, bounded := newCmd().(boundedCommand)
+		if offers := names(cmd)["service-timeout"]; offers != bounded || bounded == (cmd == "run" || cmd == "demo") {
+			t.Errorf("worker %s: --service-timeout %t, its waits bounded %t", cmd, offers, bounded)
+		}
+	}
 }
 
 // unsetenv removes a variable t.Setenv set (and restores it after t).

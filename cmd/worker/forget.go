@@ -14,6 +14,8 @@ import (
 	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/internal/envflag"
 	"github.com/cellttl/cellttl/internal/kafkaconn"
+	"github.com/cellttl/cellttl/internal/waitfor"
+	"github.com/cellttl/cellttl/internal/waitfor/btwait"
 	"github.com/cellttl/cellttl/retention"
 	"github.com/cellttl/cellttl/retention/forget"
 	"github.com/cellttl/cellttl/rowkey"
@@ -50,6 +52,7 @@ type forgetCmd struct {
 	replication string
 	// pseudonymKey is the file of the key that names users in the log.
 	pseudonymKey string
+	wait         waitfor.Config
 }
 
 // userList is --user, which may be given several times.
@@ -66,7 +69,7 @@ func (fo *forgetCmd) flags(out io.Writer) *envflag.FlagSet {
 	f := envflag.New("worker forget", "worker forget: erase users of a tenant. It records each erasure in the erasure ledger (which every worker obeys: "+
 		"no event of the user at or before erased_up_to is written again, from a backlog, a replay or a redrive), deletes the rows, waits for the workers' "+
 		"bound, deletes again, and prints a receipt. It takes the worker's settings that decide the bound and the topics' retention, from the same flags and environment.\n"+
-		"Exit status: 0 done, 1 an error, 2 bad flags (or a tenants file that is not the version the workers run: see --allow-tenants-version-mismatch), 3 a user had no row and nothing was recorded for it (see --allow-empty).", out)
+		"Exit status: 0 done, 1 an error, 2 bad flags (or a tenants file that is not the version the workers run: see --allow-tenants-version-mismatch), 3 a user had no row and nothing was recorded for it (see --allow-empty), 5 Bigtable or Kafka did not answer within --service-timeout (run it again).", out)
 	f.Section("Erasure")
 	f.String(&fo.tenant, "tenant", "", "", "the users' tenant (required)")
 	f.Value(&fo.users, "user", "", "a user to erase, matched exactly as the row key holds it; may be given several times")
@@ -86,6 +89,7 @@ func (fo *forgetCmd) flags(out io.Writer) *envflag.FlagSet {
 	fo.tableOptions.register(f)
 	fo.topics.register(f)
 	fo.bound.register(f)
+	fo.wait.RegisterFlags(f, jobWait)
 	return f
 }
 
@@ -147,7 +151,7 @@ func (fo *forgetCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 	}
 	ledger := erasure.NewStore(s.dc, fo.table.ErasureTable())
 	ledger.SetClock(wallClock)
-	rc, err := forget.Forget(ctx, s.dc.Open(fo.table.Table), ledger, forget.Request{
+	rc, err := forget.Forget(ctx, btwait.Open(s.dc, fo.table.Table), ledger, forget.Request{
 		Tenant: fo.tenant, Users: users, RequestedBy: fo.requestedBy, Operator: operator(),
 		Now: now, Before: before, MaxClockSkew: fo.topics.pipe.Decoder.MaxClockSkew,
 		DryRun: fo.dryRun, AllowEmpty: fo.allowEmpty,

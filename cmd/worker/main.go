@@ -101,6 +101,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := parse(c.flags(stderr), args); err != nil {
 		return err
 	}
+	if b, ok := c.(boundedCommand); ok {
+		return runBounded(ctx, b, stdout, stderr)
+	}
 	return c.run(ctx, stdout, stderr)
 }
 

@@ -14,6 +14,8 @@ import (
 	"github.com/cellttl/cellttl/expiry"
 	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/cellttl/cellttl/internal/envflag"
+	"github.com/cellttl/cellttl/internal/waitfor"
+	"github.com/cellttl/cellttl/internal/waitfor/btwait"
 	"github.com/cellttl/cellttl/retention"
 	"github.com/cellttl/cellttl/sink"
 	"github.com/cellttl/cellttl/tenants"
@@ -28,6 +30,7 @@ type migrateCmd struct {
 	yes, replicated, force bool
 	only                   int
 	retime                 retention.RetimeOptions
+	wait                   waitfor.Config
 }
 
 func newMigrateCmd() *migrateCmd {
@@ -37,7 +40,7 @@ func newMigrateCmd() *migrateCmd {
 func (o *migrateCmd) flags(out io.Writer) *envflag.FlagSet {
 	f := envflag.New("worker migrate", "worker migrate: move a table written under --against to --tenants, whose default_ttl or strategy differs.\n"+
 		"Without --yes it prints the plan. Stop the workers first; start them with the new file when it is done.\n"+
-		"Exit status: 0 done (or planned), 1 an error, 2 bad flags or files, 3 interrupted (run it again).", out)
+		"Exit status: 0 done (or planned), 1 an error, 2 bad flags or files, 3 interrupted (run it again), 5 Bigtable did not answer within --service-timeout (run it again).", out)
 	o.register(f)
 	f.Section("Migration")
 	f.String(&o.against, "against", "", "", "the tenants file the table was written under (required)")
@@ -47,6 +50,7 @@ func (o *migrateCmd) flags(out io.Writer) *envflag.FlagSet {
 	f.Int(&o.only, "step", "", 0, "run this step of the plan alone (1, 2...; 0: every step left): how N processes, each with a --shard, share the re-timing steps")
 	f.String(&o.format, "format", "", "text", "output: text or json")
 	o.retime.RegisterFlags(f)
+	o.wait.RegisterFlags(f, jobWait)
 	return f
 }
 
@@ -71,7 +75,7 @@ func (o *migrateCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer done()
-	m := &migration{o: &o.tableOptions, s: s, log: log, against: against, oldCfg: oldCfg, ro: ro, only: only, tbl: s.dc.Open(o.table.Table)}
+	m := &migration{o: &o.tableOptions, s: s, log: log, against: against, oldCfg: oldCfg, ro: ro, only: only, tbl: btwait.Open(s.dc, o.table.Table)}
 	plan, steps, err := m.steps(ctx, replicated)
 	if err != nil {
 		return err
@@ -132,7 +136,7 @@ type migration struct {
 	oldCfg  *tenants.Config // the file the table was written under
 	ro      retention.RetimeOptions
 	only    int // --step
-	tbl     *bigtable.Table
+	tbl     *btwait.Table
 }
 
 // steps reads the family's GC rule and returns the plan, and the steps of
@@ -217,7 +221,9 @@ func (m *migration) apply(ctx context.Context, steps []retention.Step, stderr io
 			p.Report.Scanned, p.Report.Rewritten, p.Report.Deleted, p.Report.Unchanged, p.Rate)
 	}
 	setGC := func(ctx context.Context, maxAge time.Duration) error {
-		return s.ac.SetGCPolicy(ctx, o.table.Table, o.table.Family, bigtable.MaxAgePolicy(maxAge))
+		return waitfor.Do(ctx, waitfor.Bigtable, "admin: set the GC rule of "+o.table.Target().String(), func() error {
+			return s.ac.SetGCPolicy(ctx, o.table.Table, o.table.Family, bigtable.MaxAgePolicy(maxAge))
+		})
 	}
 	rep, err := retention.Migrate(ctx, m.tbl, o.table.Family, m.oldCfg.Policy, s.cfg.Policy, steps, setGC, ro, func(i int, st retention.Step, done bool) {
 		if done {

@@ -16,6 +16,8 @@ import (
 	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/cellttl/cellttl/internal/envflag"
 	"github.com/cellttl/cellttl/internal/registry"
+	"github.com/cellttl/cellttl/internal/waitfor"
+	"github.com/cellttl/cellttl/internal/waitfor/btwait"
 	"github.com/cellttl/cellttl/reader"
 	"github.com/cellttl/cellttl/schema"
 	"github.com/cellttl/cellttl/sink"
@@ -30,6 +32,7 @@ type readCmd struct {
 	// registry decodes the stored values when they were produced framed
 	// for a schema registry: the flags of worker run.
 	registry registry.Config
+	wait     waitfor.Config
 }
 
 func newReadCmd() *readCmd {
@@ -37,7 +40,8 @@ func newReadCmd() *readCmd {
 }
 
 func (o *readCmd) flags(out io.Writer) *envflag.FlagSet {
-	f := envflag.New("worker read", "worker read: a tenant's live events, with their expiry, read with the filter that hides expired cells.", out)
+	f := envflag.New("worker read", "worker read: a tenant's live events, with their expiry, read with the filter that hides expired cells.\n"+
+		"Exit status: 0 done, 1 an error, 2 bad flags or file, 5 Bigtable or the schema registry did not answer within --service-timeout.", out)
 	o.register(f)
 	f.Section("Read")
 	f.String(&o.query.Tenant, "tenant", "READ_TENANT", "", "tenant to read (required)")
@@ -48,6 +52,7 @@ func (o *readCmd) flags(out io.Writer) *envflag.FlagSet {
 	f.Bool(&o.query.IncludeExpired, "include-expired", "", false, "also show cells GC has not collected yet, marked expired (debugging; a flag only: no environment variable)")
 	f.String(&o.format, "format", "READ_FORMAT", "text", "output: text or json (one object per line)")
 	o.registry.RegisterFlags(f)
+	o.wait.RegisterFlags(f, readWait)
 	return f
 }
 
@@ -80,7 +85,7 @@ func (o *readCmd) run(ctx context.Context, stdout, _ io.Writer) error {
 	if err := sink.CheckGC(ctx, s.ac, o.table.Target(), s.cfg.Policy.GCMaxAge()); err != nil {
 		return fmt.Errorf("refusing to read: %w (the tenants file says %s)", err, describePolicy(s.cfg.Policy))
 	}
-	r := reader.New(s.dc.Open(o.table.Table), o.table.Family, s.cfg.Policy)
+	r := reader.New(btwait.Open(s.dc, o.table.Table), o.table.Family, s.cfg.Policy)
 	if o.registry.ValueFormat() != schema.JSON {
 		// The registry's own log speaks of the worker's dead letters; here
 		// each value that cannot be decoded says why in the output.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cellttl/cellttl/internal/envflag"
 	"github.com/cellttl/cellttl/internal/registry"
+	"github.com/cellttl/cellttl/internal/waitfor"
 	"github.com/cellttl/cellttl/redrive"
 	"github.com/cellttl/cellttl/sink"
 	"github.com/cellttl/cellttl/tablemeta"
@@ -34,6 +35,7 @@ type redriveCmd struct {
 	topic         string
 	reasons       string
 	format        string
+	wait          waitfor.Config
 }
 
 // exitUntrusted is redrive's exit status when letters were not trusted:
@@ -47,7 +49,7 @@ func newRedriveCmd() *redriveCmd {
 
 func (rd *redriveCmd) flags(out io.Writer) *envflag.FlagSet {
 	f := envflag.New("worker redrive", "worker redrive: send dead letters through the worker's decode, expiry and write again, each keyed to its original record, so that it gets exactly the cells it would have got (run twice, the same cells); a dry run unless --apply. The letters of users erased with worker forget are not written (the erasure ledger, read again every --erasure-refresh).\n"+
-		"It takes the worker's settings that decide and write an event, from the same flags and environment. Exit status: 0 done, 1 an error, 2 bad flags, 4 letters were not trusted (see the log).", out)
+		"It takes the worker's settings that decide and write an event, from the same flags and environment. Exit status: 0 done, 1 an error, 2 bad flags, 4 letters were not trusted (see the log), 5 Bigtable, Kafka or the schema registry did not answer within --service-timeout (run it again).", out)
 	ro, t := &rd.redrive, &rd.topics
 	f.Section("Redrive")
 	f.String(&rd.topic, "from-topic", "", "", "the dead-letter topic to read (default: --dlq-topic and its --dlq-classes topics)")
@@ -70,6 +72,7 @@ func (rd *redriveCmd) flags(out io.Writer) *envflag.FlagSet {
 	registerStrictRetention(f, &ro.StrictRetention, "decide each letter by the worker's --strict-retention rule: an event whose time lies further past its letter's time (when the worker saw it) than --max-clock-skew is not written (outcome time_ahead)")
 	rd.registry.RegisterFlags(f)
 	rd.bound.register(f)
+	rd.wait.RegisterFlags(f, jobWait)
 	return f
 }
 
@@ -121,13 +124,14 @@ func (rd *redriveCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	schemas, err := openSchemas(rd.registry, &t.pipe, nil, log)
+	schemas, err := openSchemas(ctx, rd.registry, &t.pipe, nil, log)
 	if err != nil {
 		return err
 	}
 	if schemas != nil {
 		defer schemas.Close()
 	}
+	ro.Schemas = t.pipe.Schemas // awaited with ctx: a wait of the run
 	// Four attempts' worth, retries included: beyond that Bigtable refuses
 	// the writes as a whole, which waiting will not mend within a job.
 	// A batch paced at the cap waits for it on top: twice a batch's rows,

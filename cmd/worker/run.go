@@ -185,7 +185,7 @@ func limitMemory(maxInflight int64, log *slog.Logger) {
 // openSchemas sets pipe's decoder to read values through the schema
 // registry when --value-format asks for one; nil, and JSON, otherwise.
 // Close the schemas when done.
-func openSchemas(cfg registry.Config, pipe *pipeline.Config, mp metric.MeterProvider, log *slog.Logger) (*registry.Schemas, error) {
+func openSchemas(ctx context.Context, cfg registry.Config, pipe *pipeline.Config, mp metric.MeterProvider, log *slog.Logger) (*registry.Schemas, error) {
 	if cfg.ValueFormat() == schema.JSON {
 		return nil, nil
 	}
@@ -197,7 +197,8 @@ func openSchemas(cfg registry.Config, pipe *pipeline.Config, mp metric.MeterProv
 	log.Info("values are read through the schema registry", "value_format", cfg.Format, "schema_registry", s.URL())
 	// Asked at start, so that a wrong URL or refused credentials show now,
 	// not at the first value; /readyz asks again while it does not answer.
-	if err := s.Check(context.Background()); err != nil {
+	// Under a command that bounds its waits (redrive), ctx's watch does.
+	if err := s.Check(ctx); err != nil {
 		log.Error("the schema registry does not answer as one: values that need a schema will wait until it does", "err", err,
 			"fix", "check --schema-registry-url (the path of its Confluent-compatible API), its credentials and TLS files")
 	}

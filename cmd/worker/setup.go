@@ -12,6 +12,7 @@ import (
 	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/internal/envflag"
 	"github.com/cellttl/cellttl/internal/release"
+	"github.com/cellttl/cellttl/internal/waitfor"
 	"github.com/cellttl/cellttl/sink"
 	"github.com/cellttl/cellttl/tablemeta"
 )
@@ -25,11 +26,14 @@ type setupCmd struct {
 	// newLedger allows creating an empty erasure ledger beside an event
 	// table that holds events (the ledger was lost).
 	newLedger bool
+	wait      waitfor.Config
 }
 
 func (o *setupCmd) flags(out io.Writer) *envflag.FlagSet {
-	f := envflag.New("worker setup", "worker setup: create the table and column family with the GC rule the strategy needs, the family where the workers record the --ttl-from and tenants file version they run, and the erasure ledger.", out)
+	f := envflag.New("worker setup", "worker setup: create the table and column family with the GC rule the strategy needs, the family where the workers record the --ttl-from and tenants file version they run, and the erasure ledger.\n"+
+		"Exit status: 0 done (or nothing to do), 1 an error (a refusal among them), 2 bad flags or file, 5 Bigtable did not answer within --service-timeout (run it again).", out)
 	o.register(f)
+	o.wait.RegisterFlags(f, setupWait)
 	// Flags only: an environment variable shared by accident (a stray
 	// FORCE=true) must not be able to change or wipe a table.
 	f.Section("Setup")
@@ -83,7 +87,8 @@ func replacesLedger(ctx context.Context, s *session, ledger, events sink.Target,
 	if err != nil || fam.Exists {
 		return false, err
 	}
-	tables, err := s.ac.Tables(ctx)
+	var tables []string
+	err = waitfor.Do(ctx, waitfor.Bigtable, "admin: list the tables", func() (err error) { tables, err = s.ac.Tables(ctx); return err })
 	if err != nil || !slices.Contains(tables, events.Table) {
 		return false, err
 	}

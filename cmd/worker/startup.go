@@ -70,11 +70,12 @@ func bigtableWhere(tc sink.TableConfig) (what, addr string) {
 }
 
 // checkBigtable checks that the family exists with the GC rule maxAge, and
-// the family of the workers' record beside it. A table, a family or a rule
-// that is not there is permanent; anything else is waited
-// for. An emulator that cannot be reached is said with the reason the
-// connection failed, which the client's own retries would hide behind a
-// deadline.
+// the family of the workers' record beside it. Another rule is permanent;
+// a table or a family that is not there yet is waited for, as anything
+// else is: under GitOps the workers of a release may start beside its
+// setup Job (Flux applies both at once), which makes them. An emulator
+// that cannot be reached is said with the reason the connection failed,
+// which the client's own retries would hide behind a deadline.
 func checkBigtable(ctx context.Context, ac *bigtable.AdminClient, tc sink.TableConfig, maxAge time.Duration) error {
 	what, addr := bigtableWhere(tc)
 	if addr != "" {
@@ -91,7 +92,9 @@ func checkBigtable(ctx context.Context, ac *bigtable.AdminClient, tc sink.TableC
 	switch {
 	case err == nil:
 		return nil
-	case sink.IsMismatch(err), errors.Is(err, sink.ErrNotSetUp), tablemeta.Unfit(err):
+	case errors.Is(err, sink.ErrNotSetUp), errors.Is(err, tablemeta.ErrNotSetUp):
+		return &startupError{what: what, err: fmt.Errorf("%w (waiting for it)", err)}
+	case sink.IsMismatch(err), tablemeta.Unfit(err):
 		return &startupError{what: what, err: err, permanent: true}
 	}
 	return &startupError{what: what, err: err}

@@ -71,3 +71,39 @@ func TestStartupNamesTheAddress(t *testing.T) {
 		t.Errorf("stop: %v", err)
 	}
 }
+
+// A worker started before its setup (Flux applies the setup Job and the
+// Deployment at once) waits for the table, saying so, and starts once
+// setup has made it; without a setup it gives up after --startup-timeout,
+// naming the table and the command.
+func TestStartupWaitsForSetup(t *testing.T) {
+	e := newEnv(t, tenantsYAML)
+	_, err := e.cmd(t, "run", "--startup-timeout", "2s")
+	if want := fmt.Sprintf("table %q does not exist; run worker setup (waiting for it) (still failing after --startup-timeout 2s)", e.table); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("no setup: %v, want %q", err, want)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logs := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, e.args("run", "--startup-timeout", "30s"), logs, logs) }()
+	testenv.Eventually(t, 10*time.Second, func() (bool, string) {
+		return strings.Contains(logs.String(), "waiting for it"), "no word of the wait yet:\n" + logs.String()
+	})
+	if out, err := e.cmd(t, "setup"); err != nil {
+		t.Fatalf("setup: %v\n%s", err, out)
+	}
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		select {
+		case err := <-done:
+			t.Fatalf("the worker gave up: %v", err)
+		default:
+		}
+		return strings.Contains(logs.String(), "worker started"), fmt.Sprintf("not started yet:\n%s", logs.String())
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("stop: %v", err)
+	}
+}

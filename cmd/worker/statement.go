@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cellttl/cellttl/internal/envflag"
+	"github.com/cellttl/cellttl/internal/waitfor"
 	"github.com/cellttl/cellttl/retention"
 )
 
@@ -22,6 +23,7 @@ type retentionCmd struct {
 	tableOptions
 	topics                          topicOptions
 	tenantList, format, checkpoints string
+	wait                            waitfor.Config
 }
 
 func newRetentionCmd() *retentionCmd {
@@ -30,7 +32,7 @@ func newRetentionCmd() *retentionCmd {
 
 func (ro *retentionCmd) flags(out io.Writer) *envflag.FlagSet {
 	f := envflag.New("worker retention", "worker retention: the retention statement, store by store, from the live system: how long each tenant's copies can live in the table, the dead-letter topics, the input topic and the erasure ledger (the ids of erased users), and what decides it.\n"+
-		"It takes the worker's settings that decide how long a copy lives, from the same flags and environment. Exit status: 0 no store breaks a TTL, 1 some do (or an error), 2 bad flags.", out)
+		"It takes the worker's settings that decide how long a copy lives, from the same flags and environment. Exit status: 0 no store breaks a TTL, 1 some do (or an error), 2 bad flags, 5 Bigtable or Kafka did not answer within --service-timeout.", out)
 	f.Section("Statement")
 	f.String(&ro.tenantList, "tenant", "", "", "comma-separated tenants, * for the unlisted (default: every tenant and the unlisted)")
 	f.String(&ro.format, "format", "", "text", "output: text or json")
@@ -39,6 +41,7 @@ func (ro *retentionCmd) flags(out io.Writer) *envflag.FlagSet {
 	ro.topics.register(f)
 	ro.topics.pipe.RegisterTTLFlag(f)
 	ro.topics.pipe.RegisterDeadLetterFlags(f)
+	ro.wait.RegisterFlags(f, readWait)
 	return f
 }
 

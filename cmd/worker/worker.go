@@ -104,7 +104,7 @@ func newWorker(ctx context.Context, o *runCmd, cfg *tenants.Config, dc *bigtable
 	if err := errors.Join(w.reloader.RegisterMetrics(w.meter), w.erasures.RegisterMetrics(w.meter), w.registerShortfalls(w.meter)); err != nil {
 		return nil, err
 	}
-	if w.schemas, err = openSchemas(o.registry, &o.pipe, mp, log); err != nil {
+	if w.schemas, err = openSchemas(context.Background(), o.registry, &o.pipe, mp, log); err != nil {
 		return nil, err
 	}
 	pcfg := o.pipe

@@ -83,6 +83,9 @@ func dialRaw(ctx context.Context, addr string, tlsCfg *tls.Config, mech sasl.Mec
 	if err != nil {
 		return nil, nil, err
 	}
+	// A connection's reads know no context: the caller's ending (a
+	// command's wait that ran out) ends them. Stopped before cancel runs.
+	defer context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Now()) })()
 	if tlsCfg != nil {
 		cfg := tlsCfg.Clone()
 		if cfg.ServerName == "" {

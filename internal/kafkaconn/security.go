@@ -327,15 +327,15 @@ func (s Security) Transport() (*kafka.Transport, error) {
 }
 
 // AdminClient is a client for one-off reads of topic settings, its
-// transport's metadata limited to topics (all when nil); done closes its
-// connections.
+// transport's metadata limited to topics (all when nil), each request a
+// wait (Waits); done closes its connections.
 func (s Security) AdminClient(brokers, topics []string) (client *kafka.Client, done func(), err error) {
 	transport, err := s.Transport()
 	if err != nil {
 		return nil, nil, err
 	}
 	transport.MetadataTopics = topics
-	return &kafka.Client{Addr: kafka.TCP(brokers...), Transport: transport, Timeout: 10 * time.Second}, transport.CloseIdleConnections, nil
+	return &kafka.Client{Addr: kafka.TCP(brokers...), Transport: Waits(transport), Timeout: 10 * time.Second}, transport.CloseIdleConnections, nil
 }
 
 // RegisterFlags declares the flags that fill s.

@@ -7,10 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/cellttl/cellttl/internal/waitfor"
 )
 
 // A topic's id is Kafka's UUID of one incarnation of a topic name
@@ -30,12 +33,15 @@ const maxTopicIDAnswer = 4 << 20
 
 // TopicID returns topic's id, as Kafka writes it (base64, URL alphabet,
 // no padding); "" when the broker gives none (one before Kafka 2.8).
-func TopicID(ctx context.Context, brokers []string, s Security, topic string) (string, error) {
+func TopicID(ctx context.Context, brokers []string, s Security, topic string) (_ string, err error) {
+	wait := waitfor.Begin(ctx, waitfor.Kafka, "the id of topic "+topic)
+	defer func() { err = wait.End(err) }()
 	pc, newest, err := s.rawConn(ctx, brokers)
 	if err != nil {
 		return "", err
 	}
 	defer pc.Close()
+	defer context.AfterFunc(ctx, func() { _ = pc.SetDeadline(time.Now()) })()
 	v := min(newest[protocol.Metadata], 12)
 	if v < 10 {
 		return "", nil

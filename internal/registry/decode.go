@@ -14,6 +14,7 @@ import (
 
 	"github.com/cellttl/cellttl/internal/bounded"
 	"github.com/cellttl/cellttl/internal/retry"
+	"github.com/cellttl/cellttl/internal/waitfor"
 	"github.com/cellttl/cellttl/schema"
 )
 
@@ -69,16 +70,18 @@ func (s *Schemas) fetchFew(ctx context.Context, id uint32) (*entry, error) {
 	if e := s.lookup(id); e != nil {
 		return e, nil
 	}
+	wait := waitfor.Begin(ctx, waitfor.Registry, fmt.Sprintf("schema id %d", id))
 	b := retry.New(ctx, s.policy)
 	for {
 		e, err := s.resolve(ctx, id)
 		if err == nil {
+			wait.End(nil)
 			s.store(id, e)
 			return e, nil
 		}
 		s.fetches.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", "unavailable")))
 		if b.Attempt() >= decodeAttempts || !b.Wait() {
-			return nil, &UnavailableError{URL: s.url, ID: id, Err: errors.Join(s.timedOut(cause(err)), ctx.Err())}
+			return nil, &UnavailableError{URL: s.url, ID: id, Err: errors.Join(wait.End(s.timedOut(cause(err))), ctx.Err())}
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/cellttl/cellttl/internal/retry"
+	"github.com/cellttl/cellttl/internal/waitfor"
 )
 
 // fetch gets, compiles and caches id's schema, trying again with backoff
@@ -64,10 +65,14 @@ func (s *Schemas) fetchOwn(ctx context.Context, id uint32) (*entry, error) {
 	case <-ctx.Done():
 		return nil, fmt.Errorf("schema id %d: %w", id, ctx.Err())
 	}
+	// One wait of a command that bounds its waits (worker redrive), the
+	// attempts included: none of them is an answer.
+	wait := waitfor.Begin(ctx, waitfor.Registry, fmt.Sprintf("schema id %d", id))
 	b := retry.New(ctx, s.policy)
 	for {
 		e, err := s.resolve(ctx, id)
 		if err == nil {
+			wait.End(nil)
 			if w := s.waiting.Swap(nil); w != nil {
 				s.log.Info("the schema registry answers again; held events go on", "waited", time.Since(w.since).Round(time.Millisecond).String())
 			}
@@ -77,7 +82,7 @@ func (s *Schemas) fetchOwn(ctx context.Context, id uint32) (*entry, error) {
 			// The attempt was cut short by the caller, not failed by the
 			// registry: the outage keeps the registry's last answer as
 			// its cause.
-			return nil, errors.Join(err, ctx.Err())
+			return nil, wait.End(errors.Join(err, ctx.Err()))
 		}
 		s.fetches.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", "unavailable")))
 		if w := s.waiting.Load(); w == nil {
@@ -92,7 +97,7 @@ func (s *Schemas) fetchOwn(ctx context.Context, id uint32) (*entry, error) {
 			}
 		}
 		if !b.Wait() {
-			return nil, errors.Join(err, ctx.Err())
+			return nil, wait.End(errors.Join(err, ctx.Err()))
 		}
 	}
 }

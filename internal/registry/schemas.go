@@ -20,6 +20,7 @@ import (
 	"github.com/cellttl/cellttl/event"
 	"github.com/cellttl/cellttl/internal/bounded"
 	"github.com/cellttl/cellttl/internal/retry"
+	"github.com/cellttl/cellttl/internal/waitfor"
 	"github.com/cellttl/cellttl/schema"
 )
 
@@ -365,7 +366,8 @@ func (s *Schemas) Check(ctx context.Context) error {
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	err := s.client.Compatibility(cctx)[0].Err
+	wait := waitfor.Begin(ctx, waitfor.Registry, "its compatibility setting")
+	err := wait.End(s.client.Compatibility(cctx)[0].Err)
 	s.checkedAt, s.checkErr = time.Now(), nil
 	if err != nil {
 		s.checkErr = fmt.Errorf("the schema registry at %s does not answer as a registry: %w", s.url, cause(withStatus(err)))

@@ -37,11 +37,15 @@ type MutateRowsFault struct {
 // forwards every call unchanged, except MutateRows calls while a fault is
 // set. Clients reach it as they reach the emulator: BIGTABLE_EMULATOR_HOST.
 type BigtableProxy struct {
-	Addr   string
-	fault  atomic.Pointer[func(*btpb.MutateRowsRequest) MutateRowsFault]
-	calls  atomic.Int64
-	server *grpc.Server
-	conn   *grpc.ClientConn
+	Addr  string
+	fault atomic.Pointer[func(*btpb.MutateRowsRequest) MutateRowsFault]
+	// condLost is what a CheckAndMutateRow call the emulator applied is
+	// answered with, while set (SetCondLostReply).
+	condLost atomic.Pointer[error]
+	pace     atomic.Pointer[readPace]
+	calls    atomic.Int64
+	server   *grpc.Server
+	conn     *grpc.ClientConn
 }
 
 // StartBigtableProxy starts a proxy in front of upstream; it stops with the
@@ -83,6 +87,17 @@ func (p *BigtableProxy) SetFault(f func(*btpb.MutateRowsRequest) MutateRowsFault
 	p.fault.Store(&f)
 }
 
+// SetCondLostReply makes every CheckAndMutateRow call from now on reach
+// the emulator, which applies it, and answers it with err instead of the
+// emulator's answer: a reply lost on the way. nil clears it.
+func (p *BigtableProxy) SetCondLostReply(err error) {
+	if err == nil {
+		p.condLost.Store(nil)
+		return
+	}
+	p.condLost.Store(&err)
+}
+
 // MutateRowsCalls counts the MutateRows calls seen.
 func (p *BigtableProxy) MutateRowsCalls() int64 { return p.calls.Load() }
 
@@ -101,6 +116,19 @@ func (p *BigtableProxy) handle(_ any, ss grpc.ServerStream) error {
 		if f := p.fault.Load(); f != nil {
 			return p.mutateRows(ctx, ss, method, *f)
 		}
+	}
+	if lost := p.condLost.Load(); lost != nil && strings.HasSuffix(method, "/CheckAndMutateRow") {
+		var req, reply []byte
+		if err := ss.RecvMsg(&req); err != nil {
+			return err
+		}
+		if err := p.conn.Invoke(ctx, method, &req, &reply); err != nil {
+			return err
+		}
+		return *lost
+	}
+	if pace := p.pace.Load(); pace != nil && strings.HasSuffix(method, "/ReadRows") {
+		return p.readRows(ctx, ss, method, pace)
 	}
 	return p.forward(ctx, ss, method)
 }

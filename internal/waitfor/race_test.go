@@ -1,0 +1,5 @@
+//go:build race
+
+package waitfor
+
+const raceEnabled = true
