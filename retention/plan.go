@@ -3,6 +3,8 @@ package retention
 import (
 	"context"
 	"fmt"
+	"regexp"
+	"sync"
 	"time"
 
 	"cloud.google.com/go/bigtable"
@@ -18,26 +20,26 @@ import (
 const wholeTable = "\x00(every tenant)"
 
 // plan decides a row's fate, counts it, and returns its mutation (nil when
-// it stays as it is).
-func plan(row *row, tenant string, policy, writtenUnder *expiry.Policy, ledger *erasure.Ledger, now time.Time, rep *Report) *bigtable.Mutation {
+// it stays as it is); rewrite says the mutation sets cells (retimeMutation)
+// rather than deleting the row, and so must not land on a row deleted
+// since it was read (applyRewrites).
+func plan(row *row, tenant string, policy, writtenUnder *expiry.Policy, ledger *erasure.Ledger, now time.Time, rep *Report) (m *bigtable.Mutation, rewrite bool) {
 	if !row.layout || (tenant != wholeTable && row.parts.Tenant != tenant) || len(row.cells) == 0 {
 		rep.Foreign++
-		return nil
+		return nil, false
 	}
 	if ledger.Erased(row.parts.Tenant, row.parts.User, row.parts.Millis, erasure.Position{}) {
 		rep.Deleted++
 		rep.Erased++
 		rep.Bytes += row.bytes
-		m := bigtable.NewMutation()
-		m.DeleteRow()
-		return m
+		return deleteRow(), false
 	}
 	cell, ttl, ok := row.cell(policy)
 	if !ok {
 		// A ttl cell that cannot be read: where the row belongs is
 		// unknown, so it is left as it is.
 		rep.Foreign++
-		return nil
+		return nil, false
 	}
 	ts := bigtable.Timestamp(cell.Timestamp)
 	// Expired, as the row stands or under the file: deleted now rather
@@ -50,18 +52,22 @@ func plan(row *row, tenant string, policy, writtenUnder *expiry.Policy, ledger *
 	if expiry.Expired(cell.Expiry, now) || expiry.Expired(current, now) {
 		rep.Deleted++
 		rep.Bytes += row.bytes
-		m := bigtable.NewMutation()
-		m.DeleteRow()
-		return m
+		return deleteRow(), false
 	}
 	if follows {
 		rep.Unchanged++
-		return nil
+		return nil, false
 	}
 	rep.Bytes += row.bytes
 	rep.Rewritten++
 	rep.expiry(cell.Expiry)
-	return retimeMutation(row, ts, ttl)
+	return retimeMutation(row, ts, ttl), true
+}
+
+func deleteRow() *bigtable.Mutation {
+	m := bigtable.NewMutation()
+	m.DeleteRow()
+	return m
 }
 
 // retimeMutation sets each column of row at ts with its newest value (the
@@ -97,8 +103,57 @@ func retimeMutation(row *row, ts bigtable.Timestamp, ttl []byte) *bigtable.Mutat
 // worker forget's wait between its passes counts on.
 const attemptTimeout = 30 * time.Second
 
+// rewriters is how many conditional rewrites a pass has in flight: each
+// is one request (Bigtable applies no conditional mutation in bulk).
+const rewriters = 8
+
+// applyRewrites applies rewrites (retimeMutation) each only while its row
+// still has a cell of family, and returns how many found it gone. A rewrite
+// is a set of cells: applied blindly to a row that worker forget deleted
+// between the read and the write, it would write the row back, an erased
+// user's event at its new TTL, whether the ledger's record covers it by
+// time or only by its mark, which the row does not carry. Bigtable checks
+// and mutates one row atomically: forget's delete lands before the check
+// (nothing written) or after the write (the row goes).
+func applyRewrites(ctx context.Context, tracer trace.Tracer, tbl Table, family string, keys []string, muts []*bigtable.Mutation) (vanished int64, err error) {
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	ctx, span := tracer.Start(ctx, "cellttl.retention.rewrite", trace.WithAttributes(attribute.Int("cellttl.batch.rows", len(keys))))
+	defer span.End()
+	ctx, cancel := context.WithTimeout(ctx, attemptTimeout)
+	defer cancel()
+	exists := bigtable.ChainFilters(bigtable.FamilyFilter("^"+regexp.QuoteMeta(family)+"$"), bigtable.CellsPerRowLimitFilter(1), bigtable.StripValueFilter())
+	matched := make([]bool, len(keys))
+	errs := make([]error, len(keys))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(rewriters, len(keys)) {
+		wg.Go(func() {
+			for i := range next {
+				cond := bigtable.NewCondMutation(exists, muts[i], nil)
+				errs[i] = tbl.Apply(ctx, keys[i], cond, bigtable.GetCondMutationResult(&matched[i]))
+			}
+		})
+	}
+	for i := range keys {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	for i, e := range errs {
+		if e != nil {
+			return vanished, fmt.Errorf("rewrite %s: %w", rowkey.Describe(keys[i]), e)
+		}
+		if !matched[i] {
+			vanished++
+		}
+	}
+	return vanished, nil
+}
+
 // applyBulk applies the mutations; a row that fails fails the batch.
-func applyBulk(ctx context.Context, tracer trace.Tracer, tbl *bigtable.Table, keys []string, muts []*bigtable.Mutation) error {
+func applyBulk(ctx context.Context, tracer trace.Tracer, tbl Table, keys []string, muts []*bigtable.Mutation) error {
 	ctx, span := tracer.Start(ctx, "cellttl.retention.apply", trace.WithAttributes(attribute.Int("cellttl.batch.rows", len(keys))))
 	defer span.End()
 	ctx, cancel := context.WithTimeout(ctx, attemptTimeout)

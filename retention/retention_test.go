@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,7 +25,7 @@ import (
 
 var ctx = context.Background()
 
-func policy(t *testing.T, yaml string) *expiry.Policy {
+func policy(t testing.TB, yaml string) *expiry.Policy {
 	t.Helper()
 	cfg, err := tenants.Parse([]byte(yaml))
 	if err != nil {
@@ -41,7 +42,7 @@ type event struct {
 
 // seed writes n events of tenant, spread over ages (their base times are
 // now minus each age), as the worker would under p.
-func seed(t *testing.T, dc *bigtable.Client, tgt sink.Target, p *expiry.Policy, tenant string, ages []time.Duration) []event {
+func seed(t testing.TB, dc *bigtable.Client, tgt sink.Target, p *expiry.Policy, tenant string, ages []time.Duration) []event {
 	t.Helper()
 	w, err := sink.NewWriter(dc, tgt, sink.DefaultWriterConfig(), nil, slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -485,13 +486,17 @@ func TestRetimeCountsChangesBeforeWritingThem(t *testing.T) {
 	cpFile := filepath.Join(t.TempDir(), "checkpoint")
 	o := RetimeOptions{Tenants: []string{"acme"}, Checkpoint: cpFile, Resume: true, Job: Job{Table: tgt.Table, Family: tgt.Family, Config: "v2"},
 		Passes: 2, PassDelay: 10 * time.Millisecond}
+	// Rewrites are conditional, one request each (applyRewrites); deletions
+	// go in bulk: every reply lost.
 	proxy.SetFault(func(*btpb.MutateRowsRequest) testenv.MutateRowsFault {
 		return testenv.MutateRowsFault{LostReply: status.Error(codes.PermissionDenied, "reply lost")}
 	})
+	proxy.SetCondLostReply(status.Error(codes.PermissionDenied, "reply lost"))
 	if _, err := Retime(ctx, tbl, tgt.Family, now, o); err == nil {
 		t.Fatal("the first run did not fail")
 	}
 	proxy.SetFault(nil)
+	proxy.SetCondLostReply(nil)
 	checkFollows(t, tbl, tgt.Family, now, "acme", evs, time.Now()) // applied, though the run failed
 	var late []event
 	o.ProgressEvery = time.Nanosecond
@@ -504,4 +509,53 @@ func TestRetimeCountsChangesBeforeWritingThem(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkFollows(t, tbl, tgt.Family, now, "acme", append(evs, late...), time.Now())
+}
+
+// forgetMidway is a table on which worker forget deletes rows between a
+// retime's read and its write: del runs before the first write.
+type forgetMidway struct {
+	*bigtable.Table
+	once sync.Once
+	del  func()
+}
+
+func (f *forgetMidway) Apply(ctx context.Context, row string, m *bigtable.Mutation, opts ...bigtable.ApplyOption) error {
+	f.once.Do(f.del)
+	return f.Table.Apply(ctx, row, m, opts...)
+}
+
+func (f *forgetMidway) ApplyBulk(ctx context.Context, keys []string, muts []*bigtable.Mutation, opts ...bigtable.ApplyOption) ([]error, error) {
+	f.once.Do(f.del)
+	return f.Table.ApplyBulk(ctx, keys, muts, opts...)
+}
+
+// A row deleted between retime's read and its rewrite (worker forget's
+// pass, for a user the ledger covers only by its mark, which a row does
+// not carry) stays deleted: the rewrite sets cells only while the row is
+// there. A blind rewrite wrote the erased user's row back, at its new TTL.
+func TestRetimeNeverWritesBackADeletedRow(t *testing.T) {
+	dc, ac := testenv.Clients(t)
+	old, now := policy(t, "default_ttl: 2d\ntenants:\n  acme: 3h\n"), policy(t, "default_ttl: 2d\ntenants:\n  acme: 1h\n")
+	tgt := sink.Target(testenv.Table(t, ac, dc, old.GCMaxAge()))
+	tbl := dc.Open(tgt.Table)
+	evs := seed(t, dc, tgt, old, "acme", []time.Duration{time.Minute, 2 * time.Minute, 3 * time.Minute})
+	gone := evs[1]
+	mid := &forgetMidway{Table: tbl, del: func() {
+		m := bigtable.NewMutation()
+		m.DeleteRow()
+		if err := tbl.Apply(ctx, gone.key, m); err != nil {
+			t.Error(err)
+		}
+	}}
+	rep, err := Retime(ctx, mid, tgt.Family, now, RetimeOptions{Tenants: []string{"acme"}, Passes: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Rewritten != 3 || rep.Vanished != 1 {
+		t.Errorf("%+v: want 3 rewrites planned, 1 of a row gone meanwhile", rep)
+	}
+	if items := cells(t, tbl, tgt.Family)[gone.key]; len(items) != 0 {
+		t.Errorf("%s, deleted after retime read it: %d cells written back", gone.key, len(items))
+	}
+	checkFollows(t, tbl, tgt.Family, now, "acme", []event{evs[0], evs[2]}, time.Now())
 }

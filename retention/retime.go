@@ -26,7 +26,7 @@ import (
 // visited in key order; a crash leaves each row either wholly old or
 // wholly new, and running again (or Resume) finishes the job: Retime is
 // idempotent.
-func Retime(ctx context.Context, tbl *bigtable.Table, family string, policy *expiry.Policy, o RetimeOptions) (Report, error) {
+func Retime(ctx context.Context, tbl Table, family string, policy *expiry.Policy, o RetimeOptions) (Report, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -124,7 +124,7 @@ func resume(cp *checkpoint, o *RetimeOptions, job Job, passes int) (int, error) 
 }
 
 // retimePass visits every row of the tenants once.
-func retimePass(ctx context.Context, tbl *bigtable.Table, family string, policy *expiry.Policy, o RetimeOptions, cp *checkpoint, pass int) (rep Report, err error) {
+func retimePass(ctx context.Context, tbl Table, family string, policy *expiry.Policy, o RetimeOptions, cp *checkpoint, pass int) (rep Report, err error) {
 	ctx, span := tracerOf(o.Tracers).Start(ctx, "cellttl.retime.pass", trace.WithAttributes(attribute.Int("cellttl.pass", pass), attribute.Bool("cellttl.dry_run", o.DryRun)))
 	defer func() { endSpan(span, rep, err) }()
 	start := time.Now()
@@ -149,7 +149,7 @@ func retimePass(ctx context.Context, tbl *bigtable.Table, family string, policy 
 
 // retimer is one pass of Retime under way.
 type retimer struct {
-	tbl    *bigtable.Table
+	tbl    Table
 	family string
 	policy *expiry.Policy
 	o      *RetimeOptions
@@ -161,9 +161,11 @@ type retimer struct {
 	start         time.Time
 	lastProgress  time.Time
 	pace          pacer
-	// The mutations planned and not yet applied, and their rows.
-	keys []string
-	muts []*bigtable.Mutation
+	// The mutations planned and not yet applied, their rows, and which
+	// are rewrites (plan).
+	keys     []string
+	muts     []*bigtable.Mutation
+	rewrites []bool
 }
 
 // tenants lists the tenants the pass visits: the table as one when no
@@ -220,8 +222,8 @@ func (p *retimer) tenant(ctx context.Context, tenant string, ti, n int) error {
 		if flushErr = ledger.ResolveKey(ctx, row.key); flushErr != nil {
 			return false
 		}
-		if m := plan(&row, tenant, p.policy, p.o.WrittenUnder, ledger, now, &p.rep); m != nil {
-			p.keys, p.muts = append(p.keys, row.key), append(p.muts, m)
+		if m, rewrite := plan(&row, tenant, p.policy, p.o.WrittenUnder, ledger, now, &p.rep); m != nil {
+			p.keys, p.muts, p.rewrites = append(p.keys, row.key), append(p.muts, m), append(p.rewrites, rewrite)
 		}
 		if p.rep.Scanned%batchRows == 0 {
 			if flushErr = p.flush(ctx, tenant, row.key); flushErr != nil {
@@ -262,7 +264,7 @@ func (p *retimer) flush(ctx context.Context, tenant, lastKey string) error {
 			return err
 		}
 	}
-	p.keys, p.muts = p.keys[:0], p.muts[:0]
+	p.keys, p.muts, p.rewrites = p.keys[:0], p.muts[:0], p.rewrites[:0]
 	if lastKey != "" {
 		return p.cp.save(tenant, rowkey.Position(lastKey), p.changed())
 	}
@@ -302,12 +304,30 @@ func (p *retimer) apply(ctx context.Context) error {
 	if l := p.o.ledger(); l.Len() > 0 {
 		for i, k := range p.keys {
 			if l.ErasedKey(k, erasure.Position{}) {
-				p.muts[i] = bigtable.NewMutation()
-				p.muts[i].DeleteRow()
+				p.muts[i], p.rewrites[i] = deleteRow(), false
 			}
 		}
 	}
-	return applyBulk(ctx, tracerOf(p.o.Tracers), p.tbl, p.keys, p.muts)
+	// Deletions in bulk; rewrites each on the condition that its row is
+	// still there (applyRewrites): the ledger judges by time alone here,
+	// since a row does not carry its record's place in the topic.
+	var delKeys, setKeys []string
+	var dels, sets []*bigtable.Mutation
+	for i, k := range p.keys {
+		if p.rewrites[i] {
+			setKeys, sets = append(setKeys, k), append(sets, p.muts[i])
+		} else {
+			delKeys, dels = append(delKeys, k), append(dels, p.muts[i])
+		}
+	}
+	if len(delKeys) > 0 {
+		if err := applyBulk(ctx, tracerOf(p.o.Tracers), p.tbl, delKeys, dels); err != nil {
+			return err
+		}
+	}
+	vanished, err := applyRewrites(ctx, tracerOf(p.o.Tracers), p.tbl, p.family, setKeys, sets)
+	p.rep.Vanished += vanished
+	return err
 }
 
 // resolve looks up, in l, the users of the rows planned.
@@ -323,7 +343,7 @@ func (p *retimer) resolve(ctx context.Context, l *erasure.Ledger) error {
 // tenantsIn lists the tenants whose rows the table holds, in key order,
 // reading one row key per tenant: it skips each tenant's rows by jumping to
 // the end of its prefix. Keys outside cellttl's layout are passed over.
-func tenantsIn(ctx context.Context, tbl *bigtable.Table) ([]string, error) {
+func tenantsIn(ctx context.Context, tbl Table) ([]string, error) {
 	var out []string
 	from := ""
 	for {

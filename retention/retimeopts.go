@@ -111,6 +111,9 @@ type Report struct {
 	Erased    int64 `json:"erased"`    // of Deleted: the erasure ledger covers its user and time
 	Unchanged int64 `json:"unchanged"` // already at the rule's timestamp
 	Foreign   int64 `json:"foreign"`   // keys outside cellttl's layout: left alone
+	// Vanished are, of Rewritten, rows deleted (by worker forget) between
+	// their read and their rewrite: left deleted, never written back.
+	Vanished int64 `json:"vanished,omitempty"`
 	// Bytes are the values of the rows rewritten or deleted.
 	Bytes int64 `json:"bytes"`
 	// NewExpiryFirst and NewExpiryLast bound the new expiries of the rows
@@ -129,6 +132,7 @@ func (r *Report) add(o Report) {
 	r.Erased += o.Erased
 	r.Unchanged += o.Unchanged
 	r.Foreign += o.Foreign
+	r.Vanished += o.Vanished
 	r.Bytes += o.Bytes
 	r.expiry(o.NewExpiryFirst)
 	r.expiry(o.NewExpiryLast)

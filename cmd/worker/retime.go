@@ -11,6 +11,8 @@ import (
 
 	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/cellttl/cellttl/internal/envflag"
+	"github.com/cellttl/cellttl/internal/waitfor"
+	"github.com/cellttl/cellttl/internal/waitfor/btwait"
 	"github.com/cellttl/cellttl/retention"
 	"github.com/cellttl/cellttl/sink"
 )
@@ -25,6 +27,7 @@ type retimeCmd struct {
 	tableOptions
 	tenantList, format string
 	retime             retention.RetimeOptions
+	wait               waitfor.Config
 }
 
 func newRetimeCmd() *retimeCmd {
@@ -33,7 +36,7 @@ func newRetimeCmd() *retimeCmd {
 
 func (o *retimeCmd) flags(out io.Writer) *envflag.FlagSet {
 	f := envflag.New("worker retime", "worker retime: apply the tenants file's TTLs to the cells already written for some tenants.\n"+
-		"Exit status: 0 done, 2 bad flags or file, 3 interrupted (run again with --resume), 1 other errors.", out)
+		"Exit status: 0 done, 2 bad flags or file, 3 interrupted (run again with --resume), 5 Bigtable did not answer within --service-timeout (run again with --resume), 1 other errors.", out)
 	o.register(f)
 	ro := &o.retime
 	ro.RegisterFlags(f)
@@ -42,6 +45,7 @@ func (o *retimeCmd) flags(out io.Writer) *envflag.FlagSet {
 	f.Int(&ro.Passes, "passes", "", ro.Passes, "passes at most; a pass that changes nothing ends the run (the second catches rows written meanwhile under the old file)")
 	f.Duration(&ro.PassDelay, "pass-delay", "", ro.PassDelay, "wait between passes")
 	f.String(&o.format, "format", "", "text", "output: text or json")
+	o.wait.RegisterFlags(f, jobWait)
 	return f
 }
 
@@ -88,7 +92,7 @@ func (o *retimeCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "pass %d: scanned %d, rewritten %d, deleted %d, unchanged %d, foreign %d, %.0f rows/s, ETA %s\n",
 			p.Pass, p.Report.Scanned, p.Report.Rewritten, p.Report.Deleted, p.Report.Unchanged, p.Report.Foreign, p.Rate, eta)
 	}
-	rep, err := retention.Retime(ctx, s.dc.Open(o.table.Table), o.table.Family, s.cfg.Policy, ro)
+	rep, err := retention.Retime(ctx, btwait.Open(s.dc, o.table.Table), o.table.Family, s.cfg.Policy, ro)
 	if err != nil {
 		if ctx.Err() != nil {
 			how := "run it again to finish (it is idempotent)"
@@ -121,6 +125,9 @@ func printRetimed(stdout io.Writer, format string, ro retention.RetimeOptions, v
 		head, strings.Join(ro.Tenants, ",")+shardNote(ro.Shard), version, rep.Scanned, rep.Rewritten, rewritten, rep.Deleted, deleted, rep.Unchanged, rep.Foreign, rep.Bytes)
 	if rep.Rewritten > 0 {
 		fmt.Fprintf(stdout, "new expiries from %s to %s\n", rep.NewExpiryFirst.Format(time.RFC3339), rep.NewExpiryLast.Format(time.RFC3339))
+	}
+	if rep.Vanished > 0 {
+		fmt.Fprintf(stdout, "%d of the rows to re-time were deleted meanwhile (worker forget, say): left deleted\n", rep.Vanished)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/cellttl/cellttl/erasure"
+	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/cellttl/cellttl/internal/testenv"
 )
 
@@ -24,6 +25,7 @@ import (
 // user stamped ahead holds its partition's log start, and the erasure with
 // it. Against the real broker (retention.ms 3 s) and emulator.
 func TestForgetRetiresRecordsKafkaHasDeleted(t *testing.T) {
+	testenv.BrokerVersionMatters(t, "the broker's retention deleting segments, and the log start it reports")
 	testenv.NeedsBroker(t, "its retention deleting segments")
 	t.Parallel()
 	e := newEnv(t, "default_ttl: 2d\ntenants:\n  acme: 1h\n")
@@ -92,19 +94,22 @@ func TestForgetRetiresRecordsKafkaHasDeleted(t *testing.T) {
 	}
 }
 
-// An erasure --before a time erases by time alone: every event it covers
-// is at or before erased_up_to, and gone from wherever it waits once its
-// tenant's longest TTL has passed from there. Its record is not held for
-// the input topic's keep, forever on a topic whose producers may stamp
-// ahead: it expires with the TTL.
-func TestForgetBeforeLivesTheTTL(t *testing.T) {
+// An erasure --before a time erases by time alone, and its record lives as
+// long as a whole erasure's: as long as the longest copy it covers (the
+// input topic, the dead-letter topics, the backups), not the tenant's TTL
+// from erased_up_to. A record that expired with the TTL let a TTL edit
+// and a replay bring the user back: acme at 5s, u-1's event, forget
+// --before a second ago, acme at 1h, and a new consumer group's replay of
+// the topic once the TTL had passed wrote u-1's row again.
+func TestForgetBeforeLivesAsLongAsItsCopies(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, "default_ttl: 2d\ntenants:\n  acme: 1h\n")
+	e := newEnv(t, "default_ttl: 2d\ntenants:\n  acme: 5s\n")
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)
 	}
+	testenv.Produce(t, e.brokers, e.topic, click{EventID: "e-1", TenantID: "acme", UserID: "u-1", OccurredAt: time.Now().Add(-3 * time.Second).UTC().Format(time.RFC3339Nano)}.bytes())
 	out, err := e.cmd(t, "forget", "--tenant", "acme", "--user", "u-1", "--allow-empty", "--requested-by", "ticket-6",
-		"--before", "10m", "--second-pass-after", "10ms", "--format", "json")
+		"--before", "1s", "--second-pass-after", "10ms", "--format", "json")
 	var rc struct {
 		Users []struct {
 			Record struct {
@@ -112,11 +117,28 @@ func TestForgetBeforeLivesTheTTL(t *testing.T) {
 				Expires time.Time
 			} `json:"ledger_record"`
 		}
+		Unreachable []struct{ Store, Longest string } `json:"unreachable_stores"`
 	}
 	if err != nil || json.Unmarshal([]byte(out[:strings.Index(out, "\n")]), &rc) != nil || len(rc.Users) != 1 {
 		t.Fatalf("forget --before: %v\n%s", err, out)
 	}
-	if r := rc.Users[0].Record; !r.Expires.Equal(r.UpTo.Add(time.Hour)) {
-		t.Errorf("the record of an erasure before %s expires at %s, want acme's hour after it", r.UpTo, r.Expires)
+	recorded := time.Now()
+	for _, s := range rc.Unreachable {
+		exp := rc.Users[0].Record.Expires
+		if life, err := duration.Parse(s.Longest); s.Longest == "forever" && !exp.IsZero() || err == nil && exp.Before(recorded.Add(life).Add(-time.Minute)) {
+			t.Errorf("the record of an erasure before %s expires at %s, before %s's copies (%s)", rc.Users[0].Record.UpTo, exp, s.Store, s.Longest)
+		}
+	}
+
+	time.Sleep(6 * time.Second) // past erased_up_to + 5s: a record of the TTL's life is gone
+	e.writeTenants(t, "default_ttl: 2d\ntenants:\n  acme: 1h\n")
+	e.group = testenv.Name("replay")
+	stop, _ := e.startWorker(t)
+	e.waitCommitted(t, 30*time.Second)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if rows := e.rows(t); len(rows) != 0 {
+		t.Errorf("after a TTL edit and a replay: %d rows of u-1, erased before the edit", len(rows))
 	}
 }

@@ -15,7 +15,6 @@ import (
 	"log/slog"
 	"time"
 
-	"cloud.google.com/go/bigtable"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cellttl/cellttl/erasure"
@@ -151,7 +150,7 @@ func ErasedUpTo(now, before time.Time, maxClockSkew time.Duration) time.Time {
 // erased_up_to, and its row does not say where its record was. So an event
 // of the user appended after the erasure and written between the passes
 // (at most the workers' bound) goes too: the erasure errs on its own side.
-func Forget(ctx context.Context, rows *bigtable.Table, ledger *erasure.Store, r Request, log *slog.Logger) (Receipt, error) {
+func Forget(ctx context.Context, rows retention.Table, ledger *erasure.Store, r Request, log *slog.Logger) (Receipt, error) {
 	wait := r.SecondPassAfter
 	if wait == 0 {
 		wait = erasure.Bound(r.Refresh, r.WriteTimeout)
@@ -159,13 +158,11 @@ func Forget(ctx context.Context, rows *bigtable.Table, ledger *erasure.Store, r 
 	e := &eraser{r: &r, log: log, rows: rows, store: ledger,
 		rc: Receipt{Tenant: r.Tenant, DryRun: r.DryRun, RequestedBy: r.RequestedBy, ErasedUpTo: ErasedUpTo(r.Now, r.Before, r.MaxClockSkew),
 			SecondPassAfter: wait.String(), Table: r.Table, Ledger: ledger.Table(), TenantsVersion: r.TenantsVersion}}
+	// An erasure --before a time lives as long as a whole one: its events
+	// wait in the same copies, and a TTL lengthened later would have a
+	// replay write them again once a record of the TTL's life had gone.
+	// With no mark it is never retired.
 	e.rc.Unreachable, e.keep = unreachable(r.Facts, r.Backups, r.BackupsDecidedBy, r.LongestTTL)
-	if !r.Before.IsZero() {
-		// By time alone: every event the record covers is at or before
-		// erased_up_to, and has expired a longest TTL after it, wherever
-		// its copy waits (a topic, a letter); a backup may hold the rows.
-		e.keep = max(r.Backups, 0)
-	}
 	if !r.DryRun {
 		if err := checkClock(ctx, ledger, r.Now, log); err != nil {
 			return Receipt{}, err
@@ -248,7 +245,7 @@ func checkClock(ctx context.Context, ledger *erasure.Store, now time.Time, log *
 type eraser struct {
 	r      *Request
 	log    *slog.Logger
-	rows   *bigtable.Table
+	rows   retention.Table
 	store  *erasure.Store
 	erased *erasure.Ledger // as it stood when forget began
 	keep   time.Duration   // how long a ledger record lives; <0 forever
