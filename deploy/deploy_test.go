@@ -4,12 +4,10 @@ package deploy
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -143,11 +141,11 @@ func build(t *testing.T, dir string) map[string]object {
 
 func TestKubernetes(t *testing.T) {
 	c := workerCLI(t)
-	for _, overlay := range []string{"k8s/keda", "k8s/hpa"} {
+	for _, overlay := range overlays {
 		t.Run(overlay, func(t *testing.T) {
 			objs := build(t, overlay)
 			env := map[string]string{}
-			cm := objs["ConfigMap/cellttl-env"]
+			cm := objs[envConfigMap(t, objs)]
 			for k, v := range get(cm, "data").(object) {
 				c.checkEnv(t, "ConfigMap cellttl-env", k)
 				env[k] = str(v)
@@ -214,20 +212,32 @@ func TestKubernetes(t *testing.T) {
 					}
 				}
 			}
-			if filepath.Dir(env["CELLTTL_TENANTS"]) != mountPath {
-				t.Errorf("CELLTTL_TENANTS %s is not in the tenants mount %s", env["CELLTTL_TENANTS"], mountPath)
+			if p := env["CELLTTL_TENANTS"]; p != mountPath && filepath.Dir(p) != mountPath {
+				t.Errorf("CELLTTL_TENANTS %s is not the tenants mount %s, nor in it", p, mountPath)
 			}
 			tcm := objs["ConfigMap/cellttl-tenants"]
 			if tcm == nil {
 				t.Fatal("no ConfigMap cellttl-tenants (a hashed name would roll the pods on every edit)")
 			}
-			data := str(get(tcm, "data", filepath.Base(env["CELLTTL_TENANTS"])))
-			if _, err := tenants.Parse([]byte(data)); err != nil {
-				t.Errorf("tenants ConfigMap: %v", err)
+			// The examples run their tenants, the quickstart the
+			// repository's; every other overlay the base's placeholder,
+			// which the worker refuses.
+			for key, data := range get(tcm, "data").(object) {
+				_, err := tenants.Parse([]byte(str(data)))
+				switch {
+				case !slices.Contains(examples, overlay):
+					if base, _ := os.ReadFile("k8s/base/tenants.yaml"); str(data) != string(base) || err == nil {
+						t.Errorf("%s of cellttl-tenants: not the base's placeholder, or one the worker takes (%v)", key, err)
+					}
+				case err != nil:
+					t.Errorf("the example's tenants, %s: %v", key, err)
+				}
 			}
-			repo, _ := os.ReadFile("../tenants.yaml")
-			if data != string(repo) {
-				t.Error("deploy/k8s/base/tenants.yaml differs from the repository's tenants.yaml")
+			if overlay == "k8s/examples/quickstart" {
+				repo, _ := os.ReadFile("../tenants.yaml")
+				if data := str(get(tcm, "data", "tenants.yaml")); data != string(repo) {
+					t.Error("deploy/k8s/examples/quickstart/tenants.yaml differs from the repository's tenants.yaml")
+				}
 			}
 
 			// Read-only root, non-root.
@@ -269,10 +279,10 @@ func TestKubernetes(t *testing.T) {
 					if str(get(o, "spec", "scaleTargetRef", "name")) != "cellttl" {
 						t.Errorf("%s scales %v", name, get(o, "spec", "scaleTargetRef"))
 					}
-					if n := get(o, "spec", "triggers"); n != nil {
+					if n := get(o, "spec", "triggers"); n != nil && str(get(list(n)[0], "type")) == "kafka" {
 						md := get(list(n)[0], "metadata")
-						if str(get(md, "consumerGroup")) != env["CELLTTL_GROUP"] || str(get(md, "topic")) != env["CELLTTL_TOPIC"] {
-							t.Errorf("KEDA trigger %v does not watch the worker's group and topic", md)
+						if str(get(md, "consumerGroupFromEnv")) != "CELLTTL_GROUP" || str(get(md, "topicFromEnv")) != "CELLTTL_TOPIC" || str(get(md, "bootstrapServersFromEnv")) != "CELLTTL_BROKERS" {
+							t.Errorf("KEDA trigger %v does not read the worker's brokers, group and topic from its environment", md)
 						}
 						// KEDA counts lag to the high watermark: behind an open
 						// transaction the workers hold at the last stable offset,
@@ -310,6 +320,11 @@ func TestCompose(t *testing.T) {
 		if s == nil {
 			t.Fatalf("no %s service", svc)
 		}
+		// The release's image, as the manifests run it: built by
+		// scripts/release.sh, loaded from its image.tar between releases.
+		if img := str(get(s, "image")); img != "ghcr.io/cellttl/cellttl:"+release.Version || get(s, "build") != nil {
+			t.Errorf("compose %s runs image %q (build %v), want ghcr.io/cellttl/cellttl:%s", svc, img, get(s, "build"), release.Version)
+		}
 		cmd := c.checkArgs(t, "compose "+svc, toStrings(get(s, "command")))
 		if cmd != svc && !(svc == "worker" && cmd == "run") {
 			t.Errorf("compose %s runs worker %s", svc, cmd)
@@ -335,29 +350,12 @@ func TestCompose(t *testing.T) {
 	}
 }
 
-func TestDockerfile(t *testing.T) {
-	data, err := os.ReadFile("Dockerfile")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(data)
-	for _, want := range []string{"CGO_ENABLED=0", "USER nonroot", "FROM gcr.io/distroless/static", "AS build", "./cmd/worker"} {
-		if !strings.Contains(s, want) {
-			t.Errorf("Dockerfile lacks %q", want)
-		}
-	}
-}
-
-// retimeJob reads the retime Job, which no overlay includes.
+// retimeJob renders the retime Job: its Component on the base.
 func retimeJob(t *testing.T) object {
 	t.Helper()
-	data, err := os.ReadFile("k8s/retention/retime-job.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var job object
-	if err := yaml.Unmarshal(data, &job); err != nil {
-		t.Fatal(err)
+	job := compose(t, "retime")["Job/cellttl-retime"]
+	if job == nil {
+		t.Fatal("the retime Component renders no Job cellttl-retime")
 	}
 	return job
 }
@@ -391,181 +389,11 @@ func TestRetimeJob(t *testing.T) {
 	}
 }
 
-// The alert rules are valid, each alert's unit tests pass (one that fires,
-// one that stays silent), and the PrometheusRule holds the same groups.
-// promtool comes from Debian's prometheus package, which make test
-// installs; without it the test says so and skips, unless
-// TESTENV_REQUIRE_PROMTOOL is set.
-// promtool finds promtool, which make test installs; other runs skip
-// without it.
-func promtool(t *testing.T) string {
-	t.Helper()
-	path, err := exec.LookPath("promtool")
-	if err != nil {
-		if os.Getenv("TESTENV_REQUIRE_PROMTOOL") != "" {
-			t.Fatal("promtool not found; scripts/test.sh installs it")
-		}
-		t.Skip("promtool not installed (make test installs it)")
-	}
-	return path
-}
-
-func TestAlertRules(t *testing.T) {
-	promtool := promtool(t)
-	for _, args := range [][]string{{"check", "rules", "cellttl-rules.yaml"}, {"test", "rules", "cellttl-rules.test.yaml"}} {
-		cmd := exec.Command(promtool, args...)
-		cmd.Dir = "alerts"
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Errorf("promtool %v: %v\n%s", args, err, out)
-		}
-	}
-	var plain, operator struct {
-		Groups []any `yaml:"groups"`
-		Spec   struct {
-			Groups []any `yaml:"groups"`
-		} `yaml:"spec"`
-	}
-	for path, into := range map[string]any{"alerts/cellttl-rules.yaml": &plain, "k8s/monitoring/prometheusrule.yaml": &operator} {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := yaml.Unmarshal(data, into); err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-	}
-	if len(plain.Groups) == 0 || !reflect.DeepEqual(plain.Groups, operator.Spec.Groups) {
-		t.Error("the PrometheusRule's groups differ from deploy/alerts/cellttl-rules.yaml")
-	}
-	// Every alert has a runbook, and a unit test that fires it.
-	tests, err := os.ReadFile("alerts/cellttl-rules.test.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	runbook, err := os.ReadFile("../docs/runbook.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, g := range plain.Groups {
-		for _, r := range list(get(g, "rules")) {
-			name := str(get(r, "alert"))
-			if str(get(r, "annotations", "runbook")) == "" {
-				t.Errorf("alert %s has no runbook", name)
-			}
-			// The runbook of the release the rules ship with, at its
-			// section, which says what to do.
-			url := "https://github.com/cellttl/cellttl/blob/v" + release.Version + "/docs/runbook.md#" + strings.ToLower(name)
-			section := regexp.MustCompile(`(?s)\n## ` + name + `\n(.*?)(\n## |$)`).FindSubmatch(runbook)
-			if got := str(get(r, "annotations", "runbook_url")); got != url || section == nil || !strings.Contains(string(section[1]), "What to do") {
-				t.Errorf("alert %s: runbook_url %q, want %q, with a section that says what to do in docs/runbook.md", name, got, url)
-			}
-			// Pages are for symptoms: events late, unsettled or living
-			// past their TTL, erasures that may not hold.
-			symptoms := []string{"CellttlEventsDelayed", "CellttlCommitStuck", "CellttlTransactionHeld", "CellttlErasureLedgerStale", "CellttlRetentionBreached"}
-			if sev := str(get(r, "labels", "severity")); sev != map[bool]string{true: "critical", false: "warning"}[slices.Contains(symptoms, name)] {
-				t.Errorf("alert %s has severity %s: page on symptoms, warn on causes", name, sev)
-			}
-			if c := strings.Count(string(tests), "alertname: "+name+"\n"); c < 2 {
-				t.Errorf("alert %s has %d unit tests, want one that fires and one that does not", name, c)
-			}
-		}
-	}
-}
-
-// dashboardExprs reads the Grafana dashboard's panels and their queries.
-func dashboardExprs(t *testing.T) (titles []string, exprs map[string][]string) {
-	t.Helper()
-	data, err := os.ReadFile("grafana/cellttl-dashboard.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var d struct {
-		Panels []struct {
-			ID      int    `json:"id"`
-			Type    string `json:"type"`
-			Title   string `json:"title"`
-			Targets []struct {
-				Expr string `json:"expr"`
-			} `json:"targets"`
-		} `json:"panels"`
-	}
-	if err := json.Unmarshal(data, &d); err != nil {
-		t.Fatalf("grafana/cellttl-dashboard.json: %v", err)
-	}
-	exprs = map[string][]string{}
-	ids := map[int]bool{}
-	for _, p := range d.Panels {
-		if ids[p.ID] {
-			t.Errorf("panel id %d twice", p.ID)
-		}
-		ids[p.ID] = true
-		if p.Type == "row" {
-			continue
-		}
-		if len(p.Targets) == 0 {
-			t.Errorf("panel %q has no query", p.Title)
-		}
-		titles = append(titles, p.Title)
-		for _, tg := range p.Targets {
-			exprs[p.Title] = append(exprs[p.Title], tg.Expr)
-		}
-	}
-	return titles, exprs
-}
-
-// The dashboard shows what operators look for, and every query parses:
-// promtool checks them as recording rules, Grafana's variables replaced.
-func TestDashboard(t *testing.T) {
-	_, exprs := dashboardExprs(t)
-	// What the dashboard must answer, as a metric (and grouping) some panel
-	// queries.
-	for _, want := range []string{
-		"sum by (cellttl_tenant) (rate(cellttl_events_written_total",
-		"max by (messaging_destination_partition_id) (cellttl_kafka_consumer_committed_lag",
-		"max by (messaging_destination_partition_id) (cellttl_kafka_consumer_lag",
-		"cellttl_kafka_consumer_stalled_partitions",
-		"cellttl_batch_duration_seconds_bucket",
-		"cellttl_bigtable_retries_total", "cellttl_retries_total",
-		"cellttl_inflight_bytes", "cellttl_inflight_limit_bytes",
-		"sum by (reason) (rate(cellttl_dead_letters_total",
-		"max by (instance, pod, config_version) (cellttl_config_info",
-	} {
-		found := false
-		for _, es := range exprs {
-			for _, e := range es {
-				found = found || strings.Contains(e, want)
-			}
-		}
-		if !found {
-			t.Errorf("no dashboard panel queries %s", want)
-		}
-	}
-	promtool := promtool(t)
-	grafana := strings.NewReplacer("$__rate_interval", "5m", "$job", ".*")
-	var rules []map[string]string
-	for _, es := range exprs {
-		for _, e := range es {
-			rules = append(rules, map[string]string{"record": fmt.Sprintf("dashboard:query:%d", len(rules)), "expr": grafana.Replace(e)})
-		}
-	}
-	out, err := yaml.Marshal(map[string]any{"groups": []any{map[string]any{"name": "dashboard", "rules": rules}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "dashboard-rules.yaml")
-	if err := os.WriteFile(path, out, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if msg, err := exec.Command(promtool, "check", "rules", path).CombinedOutput(); err != nil {
-		t.Errorf("a dashboard query does not parse: %v\n%s", err, msg)
-	}
-}
-
-// The tenants-dir overlay ships several ConfigMaps projected into one
+// The tenants-dir example ships several ConfigMaps projected into one
 // directory, and points --tenants at it: the files it mounts read as one
 // valid tenants config, the worker's own loader says so.
 func TestTenantsDirectoryOverlay(t *testing.T) {
-	objs := build(t, "k8s/tenants-dir")
+	objs := build(t, "k8s/examples/tenants-dir")
 	dep := objs["Deployment/cellttl"]
 	pod := get(dep, "spec", "template", "spec")
 	vol := list(get(pod, "volumes"))[0]
@@ -579,7 +407,7 @@ func TestTenantsDirectoryOverlay(t *testing.T) {
 			mount = str(get(m, "mountPath"))
 		}
 	}
-	env := get(objs["ConfigMap/cellttl-env"], "data")
+	env := get(objs[envConfigMap(t, objs)], "data")
 	if p := str(get(env, "CELLTTL_TENANTS")); p != mount || mount == "" {
 		t.Errorf("CELLTTL_TENANTS %q, the tenants mounted at %q", p, mount)
 	}
@@ -592,6 +420,9 @@ func TestTenantsDirectoryOverlay(t *testing.T) {
 		name := str(get(s, "configMap", "name"))
 		cm := objs["ConfigMap/"+name]
 		if cm == nil {
+			if get(s, "configMap", "optional") == true {
+				continue // a ConfigMap of the directory this example does not need
+			}
 			t.Fatalf("ConfigMap %s is projected but not in the overlay", name)
 		}
 		for file, data := range get(cm, "data").(object) {

@@ -52,6 +52,18 @@ func podRoot(t *testing.T) string {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// The pod's user must reach it: a TMPDIR under a directory only its
+	// owner may enter fails every container with "permission denied".
+	if asPod() {
+		for d := filepath.Dir(dir); ; d = filepath.Dir(d) {
+			if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o001 == 0 {
+				t.Fatalf("the pod's user cannot reach %s: %s is %v (set TMPDIR to a directory everyone may enter)", dir, d, fi.Mode().Perm())
+			}
+			if d == filepath.Dir(d) {
+				break
+			}
+		}
+	}
 	return dir
 }
 

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,12 +16,13 @@ import (
 	"github.com/cellttl/cellttl/internal/release"
 )
 
-// overlays are the kustomizations a user applies: each runs the workers.
-var overlays = []string{"k8s/keda", "k8s/hpa", "k8s/tenants-dir"}
-
 // setupSelector is the label selector the docs give kubectl for the first
 // of the two applies: the setup Job and what it needs.
 const setupSelector = "app.kubernetes.io/component in (config,setup)"
+
+// setupJobName is the setup Job's name: the release's, dots as dashes (an
+// object name is a DNS label).
+func setupJobName() string { return "cellttl-setup-" + strings.ReplaceAll(release.Version, ".", "-") }
 
 // setupJob returns the overlay's setup Job, whose name carries the release.
 func setupJob(t *testing.T, objs map[string]object) object {
@@ -78,11 +80,35 @@ func TestAppliedAsShipped(t *testing.T) {
 		t.Run(overlay, func(t *testing.T) {
 			objs := build(t, overlay)
 			job := setupJob(t, objs)
-			if name, want := str(get(job, "metadata", "name")), "cellttl-setup-"+release.Version; name != want {
+			if name, want := str(get(job, "metadata", "name")), setupJobName(); name != want {
 				t.Errorf("setup Job %s, want %s: a Job's template cannot change, so each release needs its own", name, want)
 			}
-			if get(job, "spec", "ttlSecondsAfterFinished") == nil {
-				t.Error("the setup Job is never deleted once finished")
+			// Once per release: a finished Job stays, since a tool that
+			// deleted it would create it again at its next sync (Argo CD's
+			// auto-sync, any later kubectl apply) and run setup with the
+			// admin identity again. Bounded: a Bigtable that never answers
+			// fails it, within a deadline and a few retries.
+			if ttl := get(job, "spec", "ttlSecondsAfterFinished"); ttl != nil {
+				t.Errorf("the setup Job is deleted %vs after it finishes, and re-created by the next sync", ttl)
+			}
+			deadline, _ := get(job, "spec", "activeDeadlineSeconds").(int)
+			backoff, _ := get(job, "spec", "backoffLimit").(int)
+			if deadline <= 0 || deadline > 3600 || backoff < 1 || backoff > 6 {
+				t.Errorf("setup Job activeDeadlineSeconds %v, backoffLimit %v: want a deadline within the hour and a few retries", get(job, "spec", "activeDeadlineSeconds"), get(job, "spec", "backoffLimit"))
+			}
+			// A refused command line or tenants file (exit status 2) fails
+			// the Job at once: no retry can fix it.
+			failsOn2 := false
+			for _, r := range list(get(job, "spec", "podFailurePolicy", "rules")) {
+				if str(get(r, "action")) == "FailJob" && str(get(r, "onExitCodes", "operator")) == "In" && slices.Contains(list(get(r, "onExitCodes", "values")), any(2)) {
+					failsOn2 = true
+				}
+			}
+			if !failsOn2 {
+				t.Error("the setup Job retries a tenants file setup refused (exit status 2): want a podFailurePolicy that fails it")
+			}
+			if hook := get(job, "metadata", "annotations", "argocd.argoproj.io/hook"); hook != nil {
+				t.Errorf("the setup Job is an Argo CD hook (%v): a hook is deleted and created again at every sync", hook)
 			}
 			for name, spec := range podSpecs(objs) {
 				for _, c := range list(get(spec, "containers")) {
@@ -116,6 +142,7 @@ func TestAppliedAsShipped(t *testing.T) {
 					needs = append(needs, "ConfigMap/"+str(get(ef, "configMapRef", "name")))
 				}
 			}
+			optional := map[string]bool{}
 			for _, v := range list(get(pod, "volumes")) {
 				if n := str(get(v, "configMap", "name")); n != "" {
 					needs = append(needs, "ConfigMap/"+n)
@@ -123,13 +150,16 @@ func TestAppliedAsShipped(t *testing.T) {
 				for _, src := range list(get(v, "projected", "sources")) {
 					if n := str(get(src, "configMap", "name")); n != "" {
 						needs = append(needs, "ConfigMap/"+n)
+						optional["ConfigMap/"+n] = get(src, "configMap", "optional") == true
 					}
 				}
 			}
 			for _, n := range needs {
 				o := objs[n]
 				if o == nil {
-					t.Errorf("the setup Job needs %s, which the overlay does not have", n)
+					if !optional[n] {
+						t.Errorf("the setup Job needs %s, which the overlay does not have", n)
+					}
 					continue
 				}
 				if !selected(o) || wave(o) > wave(job) {
@@ -185,20 +215,14 @@ func goMemLimit(s string) (int64, bool) {
 	return n << map[string]int{"": 0, "B": 0, "KiB": 10, "MiB": 20, "GiB": 30}[m[2]], true
 }
 
-// The image carries no tenants file: a pod without its ConfigMap fails,
-// it does not run the example's tenants. Every pointer into the docs from
-// deploy/ names a file and a section that exist.
-func TestImageAndLinks(t *testing.T) {
-	data, err := os.ReadFile("Dockerfile")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if regexp.MustCompile(`(?m)^(COPY|ADD)\s.*tenants|^ENV\s+CELLTTL_TENANTS`).Match(data) {
-		t.Error("the image bakes in a tenants file")
-	}
+// Every pointer into the docs from deploy/ names a file and a section
+// that exist. (That the image carries no tenants file, so that a pod
+// without its ConfigMap fails rather than running the example's tenants,
+// scripts/image's TestReleaseImage checks on the image itself.)
+func TestLinks(t *testing.T) {
 	ref := regexp.MustCompile(`(README|docs/[a-z/]+\.md|[A-Z]+\.md)(?:,| says| has)?\s*(?:#\s*)?(?:"([^"]+)")?`)
 	heading := regexp.MustCompile(`(?m)^#+ (.*)$`)
-	err = filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() || strings.HasSuffix(path, ".go") || strings.HasSuffix(path, ".json") {
 			return err
 		}

@@ -1,9 +1,13 @@
 package deploy
 
 import (
+	"os"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 
+	"go.yaml.in/yaml/v3"
 	"k8s.io/apimachinery/pkg/labels"
 )
 
@@ -41,7 +45,9 @@ func matches(t *testing.T, sel any, have any) bool {
 // admin port, and it and the PrometheusRule carry the label
 // kube-prometheus-stack selects by; GKE's PodMonitoring selects the worker
 // pods and their admin port, and its Rules hold the alert groups; the
-// NetworkPolicy admits those scrapers, on the admin port alone.
+// NetworkPolicy admits those scrapers, on the admin port alone. Each
+// stack's scrape (and the compose Prometheus's) gives the workers' targets
+// the job the alert rules match.
 func TestMonitoringPlugsIn(t *testing.T) {
 	workers := build(t, "k8s/hpa")
 	svc := workers["Service/cellttl-metrics"]
@@ -64,8 +70,29 @@ func TestMonitoringPlugsIn(t *testing.T) {
 		t.Errorf("the ServiceMonitor scrapes %v", ep)
 	}
 
+	// The Operator names the job after the Service unless relabelled.
+	job := rulesJob(t)
+	for _, ep := range list(get(sm, "spec", "endpoints")) {
+		relabelled := false
+		for _, rl := range list(get(ep, "relabelings")) {
+			if str(get(rl, "targetLabel")) == "job" {
+				relabelled = str(get(rl, "replacement")) == job && get(rl, "sourceLabels") == nil && (str(get(rl, "action")) == "" || str(get(rl, "action")) == "replace")
+			}
+		}
+		if !relabelled {
+			t.Errorf("the ServiceMonitor's endpoint %v does not relabel its targets' job to %q, the one the alert rules match", get(ep, "port"), job)
+		}
+	}
+
 	gmp := build(t, "k8s/gmp")
-	pm, rules := gmp["PodMonitoring/cellttl"], gmp["Rules/cellttl"]
+	// Found by kind: its name is checked below.
+	var pm object
+	for name, o := range gmp {
+		if strings.HasPrefix(name, "PodMonitoring/") {
+			pm = o
+		}
+	}
+	rules := gmp["Rules/cellttl"]
 	if pm == nil || rules == nil {
 		t.Fatalf("k8s/gmp has %v", reflect.ValueOf(gmp).MapKeys())
 	}
@@ -77,6 +104,32 @@ func TestMonitoringPlugsIn(t *testing.T) {
 	}
 	if !reflect.DeepEqual(get(rules, "spec", "groups"), get(rule, "spec", "groups")) {
 		t.Error("the GKE Rules' groups differ from the PrometheusRule's")
+	}
+	// A PodMonitoring's targets take its name as their job.
+	if name := str(get(pm, "metadata", "name")); name != job {
+		t.Errorf("the PodMonitoring is named %q: its targets' job, and the alert rules match %q", name, job)
+	}
+	var compose struct {
+		ScrapeConfigs []struct {
+			JobName       string `yaml:"job_name"`
+			StaticConfigs []struct {
+				Targets []string `yaml:"targets"`
+			} `yaml:"static_configs"`
+		} `yaml:"scrape_configs"`
+	}
+	data, err := os.ReadFile("prometheus.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(data, &compose); err != nil {
+		t.Fatalf("prometheus.yml: %v", err)
+	}
+	for _, sc := range compose.ScrapeConfigs {
+		for _, st := range sc.StaticConfigs {
+			if slices.Contains(st.Targets, "worker:8080") && sc.JobName != job {
+				t.Errorf("prometheus.yml scrapes the worker as job %q, the alert rules match %q", sc.JobName, job)
+			}
+		}
 	}
 
 	np := build(t, "k8s/network")["NetworkPolicy/cellttl-worker"]

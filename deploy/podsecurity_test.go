@@ -23,7 +23,7 @@ func workloads(t *testing.T) map[string]object {
 			}
 		}
 	}
-	out["k8s/retention Job/cellttl-retime"] = retimeJob(t)
+	out["k8s/components/retime Job/cellttl-retime"] = retimeJob(t)
 	if len(out) < 5 {
 		t.Fatalf("found %d workloads: %v", len(out), out)
 	}

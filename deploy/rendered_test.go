@@ -34,18 +34,26 @@ func TestOverlaysRunAsRendered(t *testing.T) {
 	emulator := testenv.Bigtable(t)
 	dc, _ := testenv.Clients(t)
 	type runCase struct {
-		name, overlay string
-		kafkaSecret   bool // the Secret cellttl-kafka made, against the SASL listener
+		name        string
+		render      func(*testing.T) map[string]object
+		tenant      string // a tenant of its tenants file, whose event it writes
+		kafkaSecret bool   // the Secret cellttl-kafka made, against the SASL listener
+		retime      bool   // then the retime Job's pods
 	}
 	var cases []runCase
-	for _, overlay := range overlays {
-		cases = append(cases, runCase{overlay, overlay, false})
+	for _, overlay := range runHere {
+		// initech is only in the tenants-dir example's second ConfigMap:
+		// its row says the whole directory is mounted.
+		tenant := map[bool]string{true: "initech", false: "acme"}[overlay == "k8s/examples/tenants-dir"]
+		cases = append(cases, runCase{name: overlay, render: func(t *testing.T) map[string]object { return build(t, overlay) }, tenant: tenant})
 	}
-	cases = append(cases, runCase{"k8s/hpa with the Kafka Secret", "k8s/hpa", true})
+	cases = append(cases,
+		runCase{name: "k8s/examples/quickstart with the Kafka Secret", render: func(t *testing.T) map[string]object { return build(t, "k8s/examples/quickstart") }, tenant: "acme", kafkaSecret: true},
+		runCase{name: "hpa+network+retime", render: func(t *testing.T) map[string]object { return compose(t, "hpa", "network", "retime") }, tenant: "acme", retime: true},
+		runCase{name: "keda+tenants-dir+retime", render: func(t *testing.T) map[string]object { return compose(t, "keda", "tenants-dir", "retime") }, tenant: "acme", retime: true})
 	for _, c := range cases {
-		overlay := c.overlay
 		t.Run(c.name, func(t *testing.T) {
-			objs := build(t, overlay)
+			objs := c.render(t)
 			admin, err := lab.FreeAddr()
 			if err != nil {
 				t.Fatal(err)
@@ -121,13 +129,7 @@ func TestOverlaysRunAsRendered(t *testing.T) {
 				res.Body.Close()
 				return res.StatusCode == 200, fmt.Sprintf("/readyz %d", res.StatusCode)
 			})
-			// acme is in every overlay's tenants; initech only in the
-			// tenants-dir overlay's second ConfigMap: its row says the
-			// whole directory is mounted.
-			tenant := "acme"
-			if overlay == "k8s/tenants-dir" {
-				tenant = "initech"
-			}
+			tenant := c.tenant
 			testenv.Produce(t, brokers, site["CELLTTL_TOPIC"], []byte(`{"event_id":"e-1","tenant_id":"`+tenant+`"}`))
 			testenv.Eventually(t, 30*time.Second, func() (bool, string) {
 				n := 0
@@ -144,7 +146,7 @@ func TestOverlaysRunAsRendered(t *testing.T) {
 			case <-time.After(45 * time.Second):
 				t.Error("the worker did not stop within the pod's grace period after SIGTERM")
 			}
-			if overlay == "k8s/hpa" && !c.kafkaSecret {
+			if c.retime {
 				retimeAsRendered(t, bin, objs, site, extra, tenant)
 			}
 		})
@@ -157,7 +159,7 @@ func TestOverlaysRunAsRendered(t *testing.T) {
 // the tenant's row is still there.
 func retimeAsRendered(t *testing.T, bin string, objs map[string]object, site map[string]string, extra []string, tenant string) {
 	t.Helper()
-	job := retimeJob(t)
+	job := objs["Job/cellttl-retime"]
 	n, _ := get(job, "spec", "completions").(int)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -403,4 +405,25 @@ func kafkaSecret(t *testing.T, user, password string) object {
 	}
 	data["username"] = base64.StdEncoding.EncodeToString([]byte(user))
 	return object{"kind": "Secret", "data": data}
+}
+
+// The overlays whose tenants file is the base's placeholder run no
+// tenant's TTL: their setup Job's container, as rendered, refuses the
+// file and says why, before it touches the table.
+func TestPlaceholderTenantsRefused(t *testing.T) {
+	bin := testenv.WorkerBinary(t)
+	emulator := testenv.Bigtable(t)
+	for _, overlay := range placeholders {
+		t.Run(overlay, func(t *testing.T) {
+			objs := build(t, overlay)
+			site := map[string]string{"CELLTTL_TABLE": testenv.Name("table"), "CELLTTL_PROJECT": "local", "CELLTTL_INSTANCE": "local"}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			setup := container(t, objs, get(setupJob(t, objs), "spec", "template", "spec"), site)
+			out, err := setup.command(ctx, t, bin, []string{"BIGTABLE_EMULATOR_HOST=" + emulator, "PATH=" + os.Getenv("PATH")}).CombinedOutput()
+			if err == nil || !strings.Contains(string(out), "nothing but comments") {
+				t.Errorf("the setup Job's container with the placeholder tenants: %v\n%s", err, out)
+			}
+		})
+	}
 }
