@@ -11,10 +11,12 @@
 #   scripts/services.sh kafka-kill | kafka-start   # crash and restart the broker
 #   scripts/services.sh kafka2-start | kafka2-kill | kafka2-stop | elect-preferred
 #                                   # a second broker, and leader changes
+#   scripts/services.sh kube-start | kube-stop   # a Kubernetes API server and etcd
 #
 # State lives in $TESTENV_SERVICES_DIR (default .services/ in the repo); the
 # Kafka jars, the registry and its Java serializers are cached in
-# ~/.cache/cellttl so later starts take seconds.
+# ~/.cache/cellttl so later starts take seconds; so are kube-apiserver and
+# kubectl, whose first build takes minutes.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -53,6 +55,26 @@ serdes_lib=$cache/apicurio-serdes-2.6.13.Final/lib
 # The test user of the SASL listener; a throwaway credential on loopback.
 sasl_user=cellttl
 sasl_password=cellttl-test-secret
+
+# The Kubernetes API server of the deploy tests (kube-start): kube-apiserver
+# and etcd, no controllers, no kubelet. It validates, defaults, admits and
+# stores what kubectl applies, as a cluster's API server does. The
+# binaries are built from k8s.io/kubernetes (scripts/kubernetes/go.mod pins
+# the version) and cached by version and go.sum; etcd is Debian's.
+kube_mod=$repo/scripts/kubernetes
+kube_version=$(sed -n 's#^require k8s.io/kubernetes v##p' "$kube_mod/go.mod")
+kube_home=$cache/kubernetes-$kube_version-$(cat "$kube_mod/go.mod" "$kube_mod/go.sum" | sha256sum | cut -c1-12)
+kube_dir=$dir/kube
+# The CRDs of the other projects' kinds that deploy/k8s uses, or that the
+# GitOps recipes apply it with, each from its project's own module zip:
+# module@version, then the files in it.
+kube_crds=(
+	"github.com/prometheus-operator/prometheus-operator@v0.85.0 example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml"
+	"github.com/kedacore/keda/v2@v2.21.0 config/crd/bases/keda.sh_scaledobjects.yaml config/crd/bases/keda.sh_triggerauthentications.yaml"
+	"github.com/fluxcd/kustomize-controller@v1.9.6 config/crd/bases/kustomize.toolkit.fluxcd.io_kustomizations.yaml"
+	"github.com/fluxcd/source-controller@v1.9.6 config/crd/bases/source.toolkit.fluxcd.io_gitrepositories.yaml"
+	"github.com/argoproj/argo-cd/v3@v3.5.7 manifests/crds/application-crd.yaml"
+)
 
 log() { echo "services: $*" >&2; }
 
@@ -401,6 +423,181 @@ start_emulator() {
 	log "Bigtable emulator on 127.0.0.1:$port (pid $(cat "$dir/emulator.pid"))"
 }
 
+# fetch_etcd installs Debian's etcd-server when no etcd is on the PATH, as
+# scripts/test.sh installs promtool.
+fetch_etcd() {
+	command -v etcd >/dev/null && return
+	log "installing etcd (Debian's etcd-server)"
+	local sudo=""
+	[ "$(id -u)" = 0 ] || sudo=sudo
+	export DEBIAN_FRONTEND=noninteractive
+	$sudo apt-get install -y --no-install-recommends etcd-server >/dev/null 2>&1 ||
+		{ $sudo apt-get update >/dev/null && $sudo apt-get install -y --no-install-recommends etcd-server >/dev/null; }
+}
+
+# fetch_kube builds kube-apiserver and kubectl into the cache, once. The
+# build is the costly part of the API server (docs/testing.md has the
+# figures): no optimisation, inlining or debug information, which the
+# tests do not need and the compiler spends most of its time on; no cgo.
+# The version is stamped as Kubernetes' own build does, so that kubectl
+# and the server report v$kube_version.
+fetch_kube() {
+	if [ -x "$kube_home/kube-apiserver" ] && [ -x "$kube_home/kubectl" ]; then
+		return
+	fi
+	log "building kube-apiserver and kubectl $kube_version from the Go module proxy into $kube_home (minutes)"
+	local tmp ldflags="-s -w" pkg key
+	for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
+		for key in "gitVersion=v$kube_version" "gitMajor=${kube_version%%.*}" "gitMinor=$(echo "$kube_version" | cut -d. -f2)" gitTreeState=clean; do
+			ldflags="$ldflags -X $pkg.$key"
+		done
+	done
+	mkdir -p "$cache"
+	tmp=$(mktemp -d "$cache/kubernetes-build.XXXXXX")
+	# A Go build cache of its own, removed after: its 2 GB of objects
+	# built without optimisation serve no other build.
+	local start=$SECONDS gocache
+	gocache=$(mktemp -d)
+	# At the lowest priority: make test builds it beside the suite, which
+	# is waiting on services most of the time, and would wait on this
+	# build's CPU for minutes at an equal share.
+	(cd "$kube_mod" && GOCACHE=$gocache GOFLAGS=-mod=readonly CGO_ENABLED=0 nice -n 19 go build -trimpath -gcflags=all='-N -l -dwarf=false' \
+		-ldflags="$ldflags" -o "$tmp/" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl) 2>&1 |
+		grep -v '^go: downloading' >&2 || true
+	rm -rf "$gocache"
+	if [ ! -x "$tmp/kube-apiserver" ] || [ ! -x "$tmp/kubectl" ]; then
+		rm -rf "$tmp"
+		log "the build of kube-apiserver and kubectl failed"
+		return 1
+	fi
+	rm -rf "$kube_home"
+	mv "$tmp" "$kube_home"
+	log "built kube-apiserver and kubectl in $((SECONDS - start)) s"
+}
+
+# start_kube starts etcd and the API server on free loopback ports, with
+# the state in $kube_dir, waits until it is ready, installs the CRDs, and
+# writes an admin's kubeconfig, with kubectl beside it.
+start_kube() {
+	fetch_etcd
+	fetch_kube
+	ln -s "$kube_home/kubectl" "$kube_dir/kubectl"
+	local cport pport port token kubectl="$kube_home/kubectl"
+	cport=$(free_port)
+	pport=$(free_port)
+	port=$(free_port)
+	nohup etcd --name cellttl --data-dir "$kube_dir/etcd-data" \
+		--listen-client-urls "http://127.0.0.1:$cport" --advertise-client-urls "http://127.0.0.1:$cport" \
+		--listen-peer-urls "http://127.0.0.1:$pport" --initial-advertise-peer-urls "http://127.0.0.1:$pport" \
+		--initial-cluster "cellttl=http://127.0.0.1:$pport" --log-level warn >"$kube_dir/etcd.log" 2>&1 &
+	echo $! >"$kube_dir/etcd.pid"
+	wait_http "http://127.0.0.1:$cport/health" etcd 30 || return 1
+	# A throwaway admin token on loopback, and the service-account key pair
+	# the server signs tokens with (no pod asks for one: no token is
+	# mounted in cellttl's pods).
+	token=$(openssl rand -hex 16)
+	echo "$token,cellttl-admin,cellttl-admin,system:masters" >"$kube_dir/tokens.csv"
+	openssl genrsa -out "$kube_dir/sa.key" 2048 2>/dev/null
+	openssl rsa -in "$kube_dir/sa.key" -pubout -out "$kube_dir/sa.pub" 2>/dev/null
+	nohup "$kube_home/kube-apiserver" --etcd-servers "http://127.0.0.1:$cport" \
+		--bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$port" --cert-dir "$kube_dir/certs" \
+		--service-account-issuer https://kubernetes.default.svc --service-account-key-file "$kube_dir/sa.pub" \
+		--service-account-signing-key-file "$kube_dir/sa.key" --token-auth-file "$kube_dir/tokens.csv" \
+		--authorization-mode RBAC --service-cluster-ip-range 10.96.0.0/16 >"$kube_dir/apiserver.log" 2>&1 &
+	echo $! >"$kube_dir/apiserver.pid"
+	cat >"$kube_dir/kubeconfig.tmp" <<CONFIG
+apiVersion: v1
+kind: Config
+clusters:
+  - name: cellttl
+    cluster:
+      server: https://127.0.0.1:$port
+      certificate-authority: $kube_dir/certs/apiserver.crt
+users:
+  - name: cellttl-admin
+    user:
+      token: $token
+contexts:
+  - name: cellttl
+    context: {cluster: cellttl, user: cellttl-admin}
+current-context: cellttl
+CONFIG
+	# Ready is /readyz answering ok: etcd reached, the bootstrap RBAC
+	# roles and priority levels made.
+	local deadline=$((SECONDS + 120))
+	until [ "$(KUBECONFIG=$kube_dir/kubeconfig.tmp "$kubectl" get --raw /readyz 2>/dev/null)" = ok ]; do
+		if ! kill -0 "$(cat "$kube_dir/apiserver.pid")" 2>/dev/null || [ $SECONDS -ge $deadline ]; then
+			log "kube-apiserver did not become ready; last lines of $kube_dir/apiserver.log:"
+			tail -20 "$kube_dir/apiserver.log" >&2
+			return 1
+		fi
+		sleep 0.5
+	done
+	install_crds "$kube_dir/kubeconfig.tmp"
+	# The kubeconfig appears once the server is ready and its CRDs
+	# established: a test that waits for it waits for all of that.
+	mv "$kube_dir/kubeconfig.tmp" "$kube_dir/kubeconfig"
+	log "kube-apiserver $kube_version on https://127.0.0.1:$port (pid $(cat "$kube_dir/apiserver.pid")), etcd on 127.0.0.1:$cport"
+}
+
+# install_crds applies the CRDs of kube_crds, from the module cache, and
+# waits until the server serves each.
+install_crds() { # kubeconfig
+	local entry mod dir f files=()
+	for entry in "${kube_crds[@]}"; do
+		read -r mod f <<<"$entry"
+		dir=$(cd "$kube_mod" && GOFLAGS='' go mod download -json "$mod" | python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')
+		for f in ${entry#* }; do
+			files+=(-f "$dir/$f")
+		done
+	done
+	KUBECONFIG=$1 "$kube_home/kubectl" apply --server-side --field-manager cellttl-services "${files[@]}" >"$kube_dir/crds.log"
+	# Not kubectl wait, nor a jsonpath filter: both fail on a CRD whose
+	# status has no conditions yet, as a CRD just made may have.
+	local deadline=$((SECONDS + 60))
+	until KUBECONFIG=$1 "$kube_home/kubectl" get crd -o json 2>/dev/null | python3 -c '
+import json, sys
+crds = json.load(sys.stdin)["items"]
+sys.exit(not all(any(c["type"] == "Established" and c["status"] == "True"
+                     for c in (crd.get("status") or {}).get("conditions") or []) for crd in crds))'; do
+		if [ $SECONDS -ge $deadline ]; then
+			log "CRDs not established after 60 s"
+			return 1
+		fi
+		sleep 0.5
+	done
+	log "CRDs established: $(KUBECONFIG=$1 "$kube_home/kubectl" get crd -o name | sed 's#.*/##' | tr '\n' ' ')"
+}
+
+wait_http() { # url name seconds
+	local deadline=$((SECONDS + $3))
+	until curl -fsS -o /dev/null "$1" 2>/dev/null; do
+		if [ $SECONDS -ge $deadline ]; then
+			log "$2 did not answer $1; last lines of its log:"
+			tail -20 "$kube_dir/$2.log" >&2
+			return 1
+		fi
+		sleep 0.2
+	done
+}
+
+print_kube_env() {
+	# KUBECONFIG for kubectl by hand ($TESTENV_KUBE_DIR/kubectl is the
+	# server's version); the tests read TESTENV_KUBE_DIR alone, so that a
+	# KUBECONFIG of a real cluster is never theirs.
+	echo "export KUBECONFIG='$kube_dir/kubeconfig'"
+	echo "export TESTENV_KUBE_DIR='$kube_dir'"
+}
+
+# stop_kube stops the API server and etcd and removes their state: the
+# next start begins with an empty cluster. The logs stay, to read.
+stop_kube() {
+	stop_one kube/apiserver
+	stop_one kube/etcd
+	[ -d "$kube_dir" ] || return 0
+	find "$kube_dir" -mindepth 1 -maxdepth 1 ! -name '*.log' -exec rm -rf {} +
+}
+
 print_env() {
 	# KAFKA_BROKERS for the tests, CELLTTL_BROKERS for the worker's and
 	# loadtest's --brokers.
@@ -458,6 +655,7 @@ start)
 	print_env | tee "$dir/env"
 	;;
 stop)
+	stop_kube
 	stop_one registry
 	stop_one kafka2
 	stop_one kafka
@@ -465,6 +663,24 @@ stop)
 	# The brokers' logs are half a gigabyte after the fault suite, and the
 	# next start begins afresh: the process logs stay, to read.
 	rm -rf "$dir/kafka-data" "$dir/kafka2-data"
+	;;
+kube-start)
+	# The API server alone, beside the other services or after them
+	# (start clears the services' directory): its first build takes
+	# minutes, which the services that do not need it do not wait for.
+	# A test waiting for it reads $kube_dir: starting.pid while this
+	# runs, then kubeconfig, or failed with the end of this output.
+	stop_kube
+	mkdir -p "$kube_dir"
+	rm -f "$kube_dir"/*.log
+	echo $$ >"$kube_dir/starting.pid"
+	exec 2> >(tee -a "$kube_dir/start.log" >&2)
+	trap '[ -f "$kube_dir/kubeconfig" ] || tail -20 "$kube_dir/start.log" >"$kube_dir/failed"' EXIT
+	start_kube
+	print_kube_env | tee "$kube_dir/env"
+	;;
+kube-stop)
+	stop_kube
 	;;
 kafka2-start)
 	start_kafka2
@@ -498,7 +714,7 @@ java-home)
 	newest_jdk 21
 	;;
 *)
-	echo "usage: $0 start [--no-registry]|stop|env|kafka-kill|kafka-start|kafka2-start|kafka2-kill|kafka2-stop|elect-preferred|java-home" >&2
+	echo "usage: $0 start [--no-registry]|stop|env|kube-start|kube-stop|kafka-kill|kafka-start|kafka2-start|kafka2-kill|kafka2-stop|elect-preferred|java-home" >&2
 	exit 2
 	;;
 esac
