@@ -20,6 +20,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/cellttl/cellttl/deadletter"
+	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/cellttl/cellttl/internal/testenv"
 )
 
@@ -27,7 +28,8 @@ import (
 // Jepsen: a seeded generator of schedules (producers stamping times ahead,
 // behind and not at all, headers named like the worker's, tenants listed
 // and not; worker forget with and without --before; replays by new groups,
-// offset resets, redrives, restarts, a tenant listed at run time; the
+// offset resets, redrives, restarts, a tenant listed at run time, a TTL
+// lengthened and shortened again; the
 // broker's retention deleting segments under a retention.ms of seconds),
 // run against the real broker and emulator, then a checker of the promises
 // over what is left (schedcheck_test.go). A failing schedule prints its
@@ -103,6 +105,19 @@ type schedule struct {
 	forgets []schedForget
 	done    []string // the steps taken, for a failure
 	listed  bool     // newco is listed
+	// fastTTL is fast's TTL in the tenants file now; fastTTLs, every one
+	// it has had, which its rows may have been written under.
+	fastTTL  time.Duration
+	fastTTLs map[time.Duration]bool
+	// fastEdits are the edits of fast's TTL, in order: when each file
+	// was written, and fast's TTL in it.
+	fastEdits []ttlEdit
+}
+
+// ttlEdit is a tenants file written at a time, with fast's TTL in it.
+type ttlEdit struct {
+	at  time.Time
+	ttl time.Duration
 }
 
 // scheduleExactForever is the workers' --erasure-exact-forever: a worker
@@ -125,7 +140,8 @@ func newSchedule(t *testing.T, seed uint64) *schedule {
 	tr := &kafka.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
 	sc := &schedule{t: t, s: s, r: mrand.New(mrand.NewPCG(seed, seed^0x5eed)), seed: seed,
-		client: &kafka.Client{Addr: kafka.TCP(s.brokers...), Timeout: 10 * time.Second, Transport: tr}}
+		client:  &kafka.Client{Addr: kafka.TCP(s.brokers...), Timeout: 10 * time.Second, Transport: tr},
+		fastTTL: scheduleTTLs["fast"], fastTTLs: map[time.Duration]bool{scheduleTTLs["fast"]: true}}
 	key := make([]byte, 32)
 	if _, err := rand.Read(key); err != nil {
 		t.Fatal(err)
@@ -172,7 +188,7 @@ func (sc *schedule) step(i int) {
 		sc.produce()
 		return
 	}
-	switch n := sc.r.IntN(20); {
+	switch n := sc.r.IntN(22); {
 	case n < 6:
 		sc.produce()
 	case n < 11:
@@ -185,8 +201,10 @@ func (sc *schedule) step(i int) {
 		sc.restart()
 	case n < 19:
 		sc.resetOffsets()
-	case n < 20 && sc.r.IntN(2) == 0:
+	case n < 20:
 		sc.redrive()
+	case n < 21:
+		sc.editTTL()
 	default:
 		sc.list()
 	}
@@ -468,12 +486,40 @@ func (sc *schedule) list() {
 	if sc.listed {
 		return
 	}
-	if err := os.WriteFile(sc.s.tenants, []byte(scheduleTenants+"  newco: 1h\n"), 0o644); err != nil {
+	sc.listed = true
+	sc.writeTenants()
+	sc.note("list newco: 1h")
+}
+
+// editTTL lengthens fast's TTL to an hour, or shortens it back to 10 s,
+// while its events, letters and erasures are in flight: an erasure's
+// record must outlive what a lengthened TTL keeps, and a replay after it
+// writes fast's events under the new TTL.
+func (sc *schedule) editTTL() {
+	sc.t.Helper()
+	from := sc.fastTTL
+	sc.fastTTL = time.Hour
+	if from == time.Hour {
+		sc.fastTTL = scheduleTTLs["fast"]
+	}
+	sc.fastTTLs[sc.fastTTL] = true
+	sc.fastEdits = append(sc.fastEdits, ttlEdit{at: time.Now(), ttl: sc.fastTTL})
+	sc.writeTenants()
+	sc.note("edit fast's TTL: %s -> %s", from, sc.fastTTL)
+}
+
+// writeTenants writes the tenants file the schedule is at, and waits for
+// the workers' reload.
+func (sc *schedule) writeTenants() {
+	sc.t.Helper()
+	yaml := strings.Replace(scheduleTenants, "  fast: 10s\n", "  fast: "+duration.Format(sc.fastTTL)+"\n", 1)
+	if sc.listed {
+		yaml += "  newco: 1h\n"
+	}
+	if err := os.WriteFile(sc.s.tenants, []byte(yaml), 0o644); err != nil {
 		sc.t.Fatal(err)
 	}
-	sc.listed = true
 	time.Sleep(time.Second) // the workers' reload
-	sc.note("list newco: 1h")
 }
 
 // settle waits until group has committed every partition to its end, or
