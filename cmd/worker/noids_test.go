@@ -81,19 +81,34 @@ func TestRetentionCommandsNameNoIDs(t *testing.T) {
 		}
 		return err
 	}
-	// The second batch's rows are refused: the retime stops on a row.
-	var calls atomic.Int64
-	proxy.SetFault(func(*btpb.MutateRowsRequest) testenv.MutateRowsFault {
-		if calls.Add(1) < 2 {
-			return testenv.MutateRowsFault{}
-		}
-		return testenv.MutateRowsFault{Entry: func([]byte) codes.Code { return codes.InvalidArgument }}
-	})
+	// The rows after a job's first batch are refused, whether written
+	// one by one (a rewrite is a conditional mutation) or in bulk (a
+	// deletion): the job stops on a row.
+	refuseAfterABatch := func() {
+		var bulk, conds atomic.Int64
+		proxy.SetFault(func(*btpb.MutateRowsRequest) testenv.MutateRowsFault {
+			if bulk.Add(1) < 2 {
+				return testenv.MutateRowsFault{}
+			}
+			return testenv.MutateRowsFault{Entry: func([]byte) codes.Code { return codes.InvalidArgument }}
+		})
+		proxy.SetCondFault(func() error {
+			if conds.Add(1) <= 500 { // a batch of the retention jobs
+				return nil
+			}
+			return status.Error(codes.InvalidArgument, "refused by the test proxy")
+		})
+	}
+	accept := func() {
+		proxy.SetFault(nil)
+		proxy.SetCondFault(nil)
+	}
+	refuseAfterABatch()
 	cp := filepath.Join(t.TempDir(), "checkpoint")
 	if err := cmd("retime", "--tenant", "acme", "--checkpoint", cp); err == nil || !strings.Contains(err.Error(), "of tenant acme") {
 		t.Fatalf("retime with a refused row: %v", err)
 	}
-	proxy.SetFault(nil)
+	accept()
 	data, err := os.ReadFile(cp)
 	if err != nil || !strings.Contains(string(data), `"acme#`) {
 		t.Fatalf("checkpoint of the failed retime (%v): %s; want a position in acme's rows", err, data)
@@ -118,18 +133,12 @@ func TestRetentionCommandsNameNoIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.writeTenants(t, "default_ttl: 3d\ntenants:\n  acme: 1h\n")
-	calls.Store(0)
-	proxy.SetFault(func(*btpb.MutateRowsRequest) testenv.MutateRowsFault {
-		if calls.Add(1) < 2 {
-			return testenv.MutateRowsFault{}
-		}
-		return testenv.MutateRowsFault{Entry: func([]byte) codes.Code { return codes.InvalidArgument }}
-	})
+	refuseAfterABatch()
 	mcp := filepath.Join(t.TempDir(), "migrate.checkpoint")
 	if err := cmd("migrate", "--against", old, "--yes", "--checkpoint", mcp); err == nil || !strings.Contains(err.Error(), "of tenant acme") {
 		t.Fatalf("migrate with a refused row: %v", err)
 	}
-	proxy.SetFault(nil)
+	accept()
 	data, err = os.ReadFile(mcp)
 	if err != nil || !strings.Contains(string(data), `"acme#`) {
 		t.Fatalf("checkpoint of the failed migration (%v): %s; want a position in acme's rows", err, data)

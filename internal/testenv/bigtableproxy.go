@@ -42,10 +42,13 @@ type BigtableProxy struct {
 	// condLost is what a CheckAndMutateRow call the emulator applied is
 	// answered with, while set (SetCondLostReply).
 	condLost atomic.Pointer[error]
-	pace     atomic.Pointer[readPace]
-	calls    atomic.Int64
-	server   *grpc.Server
-	conn     *grpc.ClientConn
+	// condFault decides each CheckAndMutateRow call while set
+	// (SetCondFault).
+	condFault atomic.Pointer[func() error]
+	pace      atomic.Pointer[readPace]
+	calls     atomic.Int64
+	server    *grpc.Server
+	conn      *grpc.ClientConn
 }
 
 // StartBigtableProxy starts a proxy in front of upstream; it stops with the
@@ -98,6 +101,18 @@ func (p *BigtableProxy) SetCondLostReply(err error) {
 	p.condLost.Store(&err)
 }
 
+// SetCondFault makes every CheckAndMutateRow call from now on ask f: a
+// call f answers with an error gets that error, and never reaches the
+// emulator (a refusal: nothing applied); nil lets it through. nil clears
+// it.
+func (p *BigtableProxy) SetCondFault(f func() error) {
+	if f == nil {
+		p.condFault.Store(nil)
+		return
+	}
+	p.condFault.Store(&f)
+}
+
 // MutateRowsCalls counts the MutateRows calls seen.
 func (p *BigtableProxy) MutateRowsCalls() int64 { return p.calls.Load() }
 
@@ -115,6 +130,15 @@ func (p *BigtableProxy) handle(_ any, ss grpc.ServerStream) error {
 		p.calls.Add(1)
 		if f := p.fault.Load(); f != nil {
 			return p.mutateRows(ctx, ss, method, *f)
+		}
+	}
+	if f := p.condFault.Load(); f != nil && strings.HasSuffix(method, "/CheckAndMutateRow") {
+		if refused := (*f)(); refused != nil {
+			var req []byte
+			if err := ss.RecvMsg(&req); err != nil {
+				return err
+			}
+			return refused
 		}
 	}
 	if lost := p.condLost.Load(); lost != nil && strings.HasSuffix(method, "/CheckAndMutateRow") {
