@@ -2,7 +2,9 @@ package faults
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strconv"
@@ -13,17 +15,22 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/cellttl/cellttl/deadletter"
-	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/rowkey"
 )
 
 // The checker of a schedule: what the promises allow of each event, worked
 // out here from the record alone (not by the worker's code), against what
-// the table and the dead-letter topic hold once the main group has read
-// everything.
+// the table and the dead-letter topic hold after every step (a violation
+// that a later step hides, a row a second forget deletes or a letter the
+// broker drops, is seen all the same), and once more when the main group
+// has read everything. Each violation is reported with the first step
+// after which it was seen.
 //
 //  1. Erased stays erased: no row of a user's event that an erasure covers
-//     (appended below its mark, or at or before its erased_up_to).
+//     once it has returned: every event the broker had acknowledged before
+//     forget began (the schedule's own account, which the receipt's mark
+//     must agree with), each before its --before time, and each at
+//     or before the receipt's erased_up_to.
 //  2. A tenant's data lives its TTL and no longer: each row's key and cell
 //     follow the event's time as its record bounds it (its own time, or
 //     its record's when it lies further ahead than the skew, and none
@@ -80,45 +87,169 @@ func (e schedEvent) base() (time.Time, bool) {
 	return e.own.Truncate(time.Millisecond), true
 }
 
-// covered reports whether an erasure covers ev.
+// covered reports whether an erasure covers ev: by the schedule's own
+// account (acknowledged before forget began; before --before), or by
+// its receipt (below its mark; at or before erased_up_to).
 func (f schedForget) covered(ev schedEvent, base time.Time) bool {
 	if f.tenant != ev.tenant || f.user != ev.user {
 		return false
 	}
-	if f.ends != nil && ev.partition < len(f.ends) && ev.offset < f.ends[ev.partition] {
+	switch {
+	case f.before.IsZero() && ev.seq < f.acked:
+		return true
+	case !f.before.IsZero() && base.Before(f.before):
+		return true
+	case f.ends != nil && ev.partition < len(f.ends) && ev.offset < f.ends[ev.partition]:
 		return true
 	}
 	return !base.After(f.upTo)
 }
 
 // check replays the topic once more (whatever the schedule did, someone
-// may read it all again), settles the main group, stops its worker and
-// runs the checker.
+// may read it all again), settles the main group, stops its worker,
+// observes once more, and reports every violation seen.
 func (sc *schedule) check() {
 	sc.t.Helper()
 	sc.replay()
 	sc.settle(sc.s.group)
 	sc.s.term(sc.main)
 	now := time.Now()
+	rows := sc.observe()
+	for _, ev := range sc.events {
+		if _, ok := rows[ev.id]; !ok && sc.mustBeWritten(ev, now) {
+			sc.saw(fmt.Sprintf("lost: %s has no row", ev))
+		}
+	}
+	sc.note("check: %d events, %d rows, %d forgets, %d observations", len(sc.events), len(rows), len(sc.forgets), sc.seen.observations)
+	for _, v := range sc.seen.order {
+		at := sc.seen.first[v]
+		after := "the first step"
+		if at >= 0 {
+			after = sc.done[at]
+		}
+		sc.t.Errorf("seed %d: %s (first seen after %s)", sc.seed, v, after)
+	}
+}
+
+// seen is what the checker has observed of a schedule: each violation by
+// the step after which it was first seen (an index of the schedule's
+// notes), and how far each dead-letter partition has been read.
+type seen struct {
+	first        map[string]int
+	order        []string
+	letters      map[int]int64 // the next offset to read, by partition
+	observations int
+}
+
+// saw records violation v, if new, as seen after the latest step.
+func (sc *schedule) saw(v string) {
+	if sc.seen.first == nil {
+		sc.seen.first = map[string]int{}
+	}
+	if _, ok := sc.seen.first[v]; !ok {
+		sc.seen.first[v] = len(sc.done) - 1
+		sc.seen.order = append(sc.seen.order, v)
+	}
+}
+
+// observe reads the table and the letters placed since the last look, and
+// holds them to the promises as things stand: every forget in sc.forgets
+// has returned. It returns the rows by event id.
+func (sc *schedule) observe() map[string][]rowCells {
+	sc.t.Helper()
+	sc.seen.observations++
 	byID := map[string]schedEvent{}
 	for _, ev := range sc.events {
 		byID[ev.id] = ev
 	}
 	rows := sc.readRows()
-	var bad []string
 	for id, versions := range rows {
-		bad = append(bad, sc.checkRow(byID, id, versions)...)
-	}
-	bad = append(bad, sc.checkLetters()...)
-	for _, ev := range sc.events {
-		if _, ok := rows[ev.id]; !ok && sc.mustBeWritten(ev, now) {
-			bad = append(bad, fmt.Sprintf("lost: %s has no row", ev))
+		for _, v := range sc.checkRow(byID, id, versions) {
+			sc.saw(v)
 		}
 	}
-	sc.note("check: %d events, %d rows, %d forgets", len(sc.events), len(rows), len(sc.forgets))
-	for _, b := range bad {
-		sc.t.Errorf("seed %d: %s", sc.seed, b)
+	letters, err := sc.newLetters()
+	if err != nil {
+		sc.t.Fatalf("read the dead-letter topic: %v", err)
 	}
+	for _, v := range sc.checkLetters(letters) {
+		sc.saw(v)
+	}
+	return rows
+}
+
+// newLetters reads the letters placed since the last call, each partition
+// from where it stopped, or from its log start once the broker has deleted
+// past that (letters it deleted unseen are a retention the checker could
+// not watch, and rare: a look follows every step).
+func (sc *schedule) newLetters() ([]kafka.Message, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if sc.seen.letters == nil {
+		sc.seen.letters = map[int]int64{}
+	}
+	md, err := sc.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{sc.s.dlq}})
+	if err != nil {
+		return nil, err
+	}
+	if len(md.Topics) != 1 || md.Topics[0].Error != nil {
+		return nil, fmt.Errorf("metadata of %s: %v", sc.s.dlq, md.Topics)
+	}
+	var out []kafka.Message
+	for _, p := range md.Topics[0].Partitions {
+		next := sc.seen.letters[p.ID]
+		for {
+			offs, err := sc.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{
+				sc.s.dlq: {kafka.FirstOffsetOf(p.ID), kafka.LastOffsetOf(p.ID)}}})
+			if err != nil {
+				return nil, err
+			}
+			po := offs.Topics[sc.s.dlq]
+			if len(po) != 1 || po[0].Error != nil {
+				return nil, fmt.Errorf("offsets of %s/%d: %v", sc.s.dlq, p.ID, po)
+			}
+			next = max(next, po[0].FirstOffset)
+			if next >= po[0].LastOffset {
+				break
+			}
+			res, err := sc.client.Fetch(ctx, &kafka.FetchRequest{Topic: sc.s.dlq, Partition: p.ID, Offset: next, MaxBytes: 10 << 20, MaxWait: 100 * time.Millisecond})
+			if err != nil {
+				return nil, err
+			}
+			if errors.Is(res.Error, kafka.OffsetOutOfRange) {
+				continue // deleted meanwhile: from the new log start
+			}
+			if res.Error != nil {
+				return nil, fmt.Errorf("fetch %s/%d at %d: %w", sc.s.dlq, p.ID, next, res.Error)
+			}
+			from := next
+			for {
+				rec, err := res.Records.ReadRecord()
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				if err != nil {
+					return nil, fmt.Errorf("read %s/%d at %d: %w", sc.s.dlq, p.ID, next, err)
+				}
+				if rec.Offset < next {
+					continue
+				}
+				m := kafka.Message{Topic: sc.s.dlq, Partition: p.ID, Offset: rec.Offset, Headers: rec.Headers}
+				if rec.Value != nil {
+					if m.Value, err = io.ReadAll(rec.Value); err != nil {
+						return nil, err
+					}
+				}
+				out = append(out, m)
+				next = rec.Offset + 1
+			}
+			if next == from {
+				return nil, fmt.Errorf("fetch %s/%d at %d: no records below its end", sc.s.dlq, p.ID, next)
+			}
+		}
+		sc.seen.letters[p.ID] = next
+	}
+	return out, nil
 }
 
 // rowCells are a row's key and the timestamps of its event cells.
@@ -216,8 +347,8 @@ func (sc *schedule) mustBeWritten(ev schedEvent, now time.Time) bool {
 	return true
 }
 
-// checkLetters holds the letters with their payload to promise 3.
-func (sc *schedule) checkLetters() []string {
+// checkLetters holds letters (those with their payload) to promise 3.
+func (sc *schedule) checkLetters(letters []kafka.Message) []string {
 	keep, err := sc.topicKeep(sc.s.dlq)
 	if err != nil {
 		return []string{err.Error()}
@@ -227,7 +358,7 @@ func (sc *schedule) checkLetters() []string {
 		at[[2]int64{int64(ev.partition), ev.offset}] = ev
 	}
 	var bad []string
-	for _, m := range testenv.ReadToEnd(sc.t, sc.s.brokers, sc.s.dlq) {
+	for _, m := range letters {
 		if m.Value == nil || header(m, deadletter.HeaderPayload) == "omitted" {
 			continue
 		}

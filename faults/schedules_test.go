@@ -29,7 +29,7 @@ import (
 // behind and not at all, headers named like the worker's, tenants listed
 // and not; worker forget with and without --before; replays by new groups,
 // offset resets, redrives, restarts, a tenant listed at run time, a TTL
-// lengthened and shortened again; the
+// lengthened and shortened again, worker retime beside a forget; the
 // broker's retention deleting segments under a retention.ms of seconds),
 // run against the real broker and emulator, then a checker of the promises
 // over what is left (schedcheck_test.go). A failing schedule prints its
@@ -60,6 +60,7 @@ func TestRetentionSchedules(t *testing.T) {
 			sc := newSchedule(t, seed)
 			for i := range steps {
 				sc.step(i)
+				sc.observe()
 			}
 			sc.check()
 		})
@@ -79,17 +80,21 @@ type schedEvent struct {
 	id, tenant, user string
 	own              time.Time // occurred_at; zero when the event has none
 	rec              int64     // the record timestamp, Unix ms; -1: none
+	seq              int       // its place in the schedule's events
 	partition        int
 	offset           int64
 	sentAt           time.Time
 	forged           bool // carries a header named like the worker's
 }
 
-// schedForget is an erasure a schedule made, as its receipt says.
+// schedForget is an erasure a schedule made: what it asked and knew when
+// forget began, and what the receipt says.
 type schedForget struct {
 	tenant, user string
-	upTo         time.Time
-	ends         []int64 // the mark; nil with --before
+	before       time.Time // --before; zero without
+	acked        int       // the events acknowledged when forget began (sc.events[:acked])
+	upTo         time.Time // the receipt's erased_up_to
+	ends         []int64   // the receipt's mark; nil with --before
 	returned     time.Time
 }
 
@@ -112,6 +117,7 @@ type schedule struct {
 	// fastEdits are the edits of fast's TTL, in order: when each file
 	// was written, and fast's TTL in it.
 	fastEdits []ttlEdit
+	seen      seen // what the checker observed
 }
 
 // ttlEdit is a tenants file written at a time, with fast's TTL in it.
@@ -188,7 +194,7 @@ func (sc *schedule) step(i int) {
 		sc.produce()
 		return
 	}
-	switch n := sc.r.IntN(22); {
+	switch n := sc.r.IntN(23); {
 	case n < 6:
 		sc.produce()
 	case n < 11:
@@ -205,6 +211,8 @@ func (sc *schedule) step(i int) {
 		sc.redrive()
 	case n < 21:
 		sc.editTTL()
+	case n < 22:
+		sc.retimeBesideForget()
 	default:
 		sc.list()
 	}
@@ -238,7 +246,7 @@ func (sc *schedule) produce() {
 			sc.t.Fatalf("produce to partition %d: %v", p, err)
 		}
 		for i := range evs {
-			evs[i].offset = res.BaseOffset + int64(i)
+			evs[i].offset, evs[i].seq = res.BaseOffset+int64(i), len(sc.events)+i
 			made = append(made, evs[i].String())
 		}
 		sc.events = append(sc.events, evs...)
@@ -297,9 +305,16 @@ func (e schedEvent) String() string {
 
 // forget erases a user of a tenant with events, every event or --before a
 // time, and keeps what the receipt says.
-func (sc *schedule) forget() {
+func (sc *schedule) forget() { sc.forgetIn("") }
+
+// forgetIn is forget, of a user of tenant ("": any).
+func (sc *schedule) forgetIn(tenant string) {
 	sc.t.Helper()
-	if len(sc.events) == 0 {
+	events := sc.events
+	if tenant != "" {
+		events = slices.DeleteFunc(slices.Clone(events), func(e schedEvent) bool { return e.tenant != tenant })
+	}
+	if len(events) == 0 {
 		return
 	}
 	// Mostly a user of the latest records, and of one stamped ahead: an
@@ -307,9 +322,9 @@ func (sc *schedule) forget() {
 	// time alone does not cover a record stamped past erased_up_to.
 	from := 0
 	if sc.r.IntN(4) > 0 {
-		from = max(0, len(sc.events)-12)
+		from = max(0, len(events)-12)
 	}
-	pool := sc.events[from:]
+	pool := events[from:]
 	if ahead := slices.DeleteFunc(slices.Clone(pool), func(e schedEvent) bool { return e.rec < e.sentAt.Add(30*time.Second).UnixMilli() }); len(ahead) > 0 && sc.r.IntN(2) == 0 {
 		pool = ahead
 	}
@@ -317,9 +332,11 @@ func (sc *schedule) forget() {
 	args := append([]string{"forget"}, sc.flags()...)
 	args = append(args, "--tenant", ev.tenant, "--user", ev.user, "--allow-empty", "--requested-by", "schedule", "--format", "json")
 	skew := sc.forgetSkew()
+	f := schedForget{tenant: ev.tenant, user: ev.user, acked: len(sc.events)}
 	before := sc.r.IntN(4) == 0
 	if before {
-		args = append(args, "--before", time.Now().Add(min(0, skew)-time.Duration(sc.r.IntN(600))*time.Second).UTC().Format(time.RFC3339))
+		f.before = time.Now().Add(min(0, skew) - time.Duration(sc.r.IntN(600))*time.Second).Truncate(time.Second)
+		args = append(args, "--before", f.before.UTC().Format(time.RFC3339))
 	}
 	cmd := exec.Command(forgetBinary(sc.t, sc.s.bin), args...)
 	cmd.Env = append(os.Environ(), "TESTENV_FORGET_CLOCK_SKEW="+skew.String())
@@ -346,12 +363,34 @@ func (sc *schedule) forget() {
 	if err := json.Unmarshal(out[:strings.IndexByte(string(out), '\n')], &rc); err != nil {
 		sc.t.Fatalf("forget's receipt: %v\n%s", err, out)
 	}
-	f := schedForget{tenant: ev.tenant, user: ev.user, upTo: rc.ErasedUpTo, returned: time.Now()}
+	f.upTo, f.returned = rc.ErasedUpTo, time.Now()
 	if rc.Below != nil {
 		f.ends = rc.Below.Ends
 	}
 	sc.forgets = append(sc.forgets, f)
 	sc.note("forget %s/%s up to %s, mark %v (--before %t, its clock %s off)", f.tenant, f.user, f.upTo.Format(time.RFC3339Nano), f.ends, before, skew)
+}
+
+// retimeBesideForget edits fast's TTL (editTTL), then re-times fast's
+// rows to it, a few rows a second, while a forget of one of fast's users
+// runs beside it: a rewrite of a row retime read before the forget deleted
+// it must not bring the row back.
+func (sc *schedule) retimeBesideForget() {
+	sc.t.Helper()
+	sc.editTTL()
+	cmd := exec.Command(sc.s.bin, "retime", "--tenant", "fast", "--tenants", sc.s.tenants, "--table", sc.s.table,
+		"--rows-per-second", "4", "--passes", "1", "--log-format", "text")
+	var out, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Start(); err != nil {
+		sc.t.Fatalf("retime: %v", err)
+	}
+	time.Sleep(time.Duration(200+sc.r.IntN(1000)) * time.Millisecond)
+	sc.forgetIn("fast")
+	if err := cmd.Wait(); err != nil {
+		sc.t.Fatalf("retime beside a forget: %v\n%s%s", err, out.String(), stderr.String())
+	}
+	sc.note("retime fast (%s): %s", sc.fastTTL, strings.Join(strings.Fields(out.String()), " "))
 }
 
 // erasureClockTolerance is how far forget's clock may lie from
