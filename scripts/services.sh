@@ -321,8 +321,12 @@ group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=true
 # Retention is enforced every second, not every 5 minutes: the dead-letter
 # tests watch a letter become unreadable within its tenant's TTL of
-# seconds (the worker reads this setting into its bound).
+# seconds (the worker reads this setting into its bound). From the
+# broker's start too: Kafka waits log.initial.task.delay.ms (30 s) before
+# its first check, and a test that begins within that of a fresh broker
+# (the first of make test-kafka3) saw its letters outlive it.
 log.retention.check.interval.ms=1000
+log.initial.task.delay.ms=0
 PROPS
 	local id
 	id=$(kjava kafka.tools.StorageTool random-uuid 2>/dev/null)
@@ -393,6 +397,7 @@ log.dirs=$data
 offsets.topic.replication.factor=1
 offsets.topic.num.partitions=3
 log.retention.check.interval.ms=1000
+log.initial.task.delay.ms=0
 group.initial.rebalance.delay.ms=0
 PROPS
 		kjava kafka.tools.StorageTool format -t "$(cat "$dir/cluster.id")" -c "$dir/server2.properties" >"$dir/kafka2-format.log" 2>&1
