@@ -155,9 +155,18 @@ func (c *compact) ask(ctx context.Context, tenant, user string) error {
 }
 
 // lookupUser reads the records in force of one user: the compact part's
-// lookup.
+// lookup. Each attempt has its own deadline (Store.LookupAttempt): the Bigtable client retries an
+// unavailable table in silence until its context ends, and a lookup
+// without a deadline of its own would hold its partition with nothing
+// logged, counted or reported to /readyz.
 func (s *Store) lookupUser(ctx context.Context, tenant, user string) (erased, bool, error) {
-	l, err := s.LoadUsers(ctx, tenant, []string{user}, s.clock())
+	attempt := s.LookupAttempt
+	if attempt <= 0 {
+		attempt = DefaultLookupAttempt
+	}
+	actx, cancel := context.WithTimeout(ctx, attempt)
+	defer cancel()
+	l, err := s.LoadUsers(actx, tenant, []string{user}, s.clock())
 	if ctx.Err() == nil { // a stop is not the table failing
 		s.lookups.done(err)
 	}

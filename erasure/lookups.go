@@ -14,6 +14,12 @@ import (
 // table should not take the pod out of its Service.
 const LookupPatience = 30 * time.Second
 
+// DefaultLookupAttempt bounds one lookup of a user held compact, the client's own
+// retries included: a point read answers in milliseconds, and several
+// failed attempts fit in LookupPatience before the worker calls itself not
+// ready.
+const DefaultLookupAttempt = 5 * time.Second
+
 // lookups is how the compact part's lookups fare, for the store that makes
 // them: a record that waits for one holds its partition, a row its write,
 // and without this nothing would say so. A failure after an answer (or the

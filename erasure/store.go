@@ -106,6 +106,9 @@ type Store struct {
 	// records in force holds exactly; the rest it holds compact (see
 	// compact). Zero is DefaultCompactAbove.
 	CompactAbove int
+	// LookupAttempt bounds one lookup of a user held compact; zero is
+	// DefaultLookupAttempt.
+	LookupAttempt time.Duration
 	// compacted is how many the last read held compact: the next sizes
 	// its filter by it.
 	compacted atomic.Int64

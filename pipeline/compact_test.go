@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/internal/testenv"
@@ -22,25 +24,28 @@ import (
 // or taken as not erased. Once the table answers, the erased user's
 // events are not written and the rest are.
 func TestCompactErasureLookupHoldsOnlyItsPartition(t *testing.T) {
+	// The ledger stops answering through a proxy that refuses its reads,
+	// its records intact: a ledger deleted and made again would answer
+	// "not erased" between the table's return and its records'.
+	proxy := testenv.StartBigtableProxy(t, testenv.Bigtable(t))
+	t.Setenv("BIGTABLE_EMULATOR_HOST", proxy.Addr)
 	dc, ac := testenv.Clients(t)
 	ctx := context.Background()
 	name := testenv.Name("ledger")
 	createLedgerTable(t, ac, name)
 	store := erasure.NewStore(dc, name)
 	store.CompactAbove = 1
+	store.LookupAttempt = 300 * time.Millisecond
 	now := time.Now()
 	var recs []erasure.Record
 	for i := range 4 {
 		recs = append(recs, erasure.Record{Tenant: "acme", User: fmt.Sprintf("gone-%d", i), UpTo: now.Add(time.Hour), RecordedAt: now})
 	}
-	put := func() {
-		for _, r := range recs {
-			if err := store.Put(ctx, r); err != nil {
-				t.Fatal(err)
-			}
+	for _, r := range recs {
+		if err := store.Put(ctx, r); err != nil {
+			t.Fatal(err)
 		}
 	}
-	put()
 	if _, _, err := store.Index(ctx, now); err != nil {
 		t.Fatal(err)
 	}
@@ -59,9 +64,7 @@ func TestCompactErasureLookupHoldsOnlyItsPartition(t *testing.T) {
 	if gone == "" {
 		t.Fatal("no erased user held compact")
 	}
-	if err := ac.DeleteTable(ctx, name); err != nil {
-		t.Fatal(err)
-	}
+	proxy.SetReadRowsFault(name, status.Error(codes.Unavailable, "injected: the ledger table cannot answer"))
 	ev := func(i int, user string) string {
 		return fmt.Sprintf(`{"event_id":"e-%d","tenant_id":"acme","user_id":%q}`, i, user)
 	}
@@ -75,17 +78,21 @@ func TestCompactErasureLookupHoldsOnlyItsPartition(t *testing.T) {
 		got := fmt.Sprint(wr.events())
 		return got == "[e-3 e-4]", "rows " + got + ", want partition 1's [e-3 e-4]"
 	})
-	time.Sleep(300 * time.Millisecond) // lookups failing meanwhile
+	// The client retries an unavailable table in silence: the wait is
+	// known once an attempt's deadline passes, and says so once, for as
+	// long as it lasts.
+	const failing, answering = "looking up erased users held compact fails", "lookups of erased users held compact answer again"
+	testenv.Eventually(t, 10*time.Second, func() (bool, string) {
+		return logs.Count(failing) > 0, "no warning of the failing lookups"
+	})
+	time.Sleep(2 * store.LookupAttempt) // more attempts failing meanwhile
 	if got := fmt.Sprint(wr.events()); got != "[e-3 e-4]" || src.committed() != -1 {
 		t.Fatalf("while the lookup cannot be answered: rows %s committed %d, want [e-3 e-4] and nothing of partition 0", got, src.committed())
 	}
-	// The wait says so, once, for as long as it lasts.
-	const failing, answering = "looking up erased users held compact fails", "lookups of erased users held compact answer again"
 	if n, st := logs.Count(failing), w.Status(); n != 1 || st.LookupsFailingSince == nil {
 		t.Errorf("while the lookup cannot be answered: %d warnings, failing since %v; want 1 and a time", n, st.LookupsFailingSince)
 	}
-	createLedgerTable(t, ac, name)
-	put()
+	proxy.SetReadRowsFault("", nil)
 	testenv.Eventually(t, 20*time.Second, func() (bool, string) {
 		return src.committed() == 5, fmt.Sprintf("committed %d, want 5", src.committed())
 	})

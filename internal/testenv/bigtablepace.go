@@ -33,14 +33,36 @@ func (p *BigtableProxy) SetReadRowsPace(table string, every time.Duration, holdA
 	p.pace.Store(&readPace{table: table, every: every, holdAfter: holdAfter})
 }
 
+// SetReadRowsFault refuses every ReadRows call on table with err, before
+// the emulator sees it: a table that cannot answer for a while, its rows
+// intact. An empty table clears it.
+func (p *BigtableProxy) SetReadRowsFault(table string, err error) {
+	if table == "" {
+		p.readFault.Store(nil)
+		return
+	}
+	p.readFault.Store(&readFault{table: table, err: err})
+}
+
+// readFault is a refusal of the ReadRows calls on one table
+// (SetReadRowsFault).
+type readFault struct {
+	table string
+	err   error
+}
+
 // readRows relays one ReadRows call, paced when it reads pace's table.
-func (p *BigtableProxy) readRows(ctx context.Context, ss grpc.ServerStream, method string, pace *readPace) error {
+func (p *BigtableProxy) readRows(ctx context.Context, ss grpc.ServerStream, method string, pace *readPace, fault *readFault) error {
 	var raw []byte
 	if err := ss.RecvMsg(&raw); err != nil {
 		return err
 	}
 	req := &btpb.ReadRowsRequest{}
-	paced := proto.Unmarshal(raw, req) == nil && strings.HasSuffix(req.TableName, "/tables/"+pace.table)
+	decoded := proto.Unmarshal(raw, req) == nil
+	if fault != nil && decoded && strings.HasSuffix(req.TableName, "/tables/"+fault.table) {
+		return fault.err
+	}
+	paced := pace != nil && decoded && strings.HasSuffix(req.TableName, "/tables/"+pace.table)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	cs, err := p.conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, method)

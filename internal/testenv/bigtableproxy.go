@@ -34,8 +34,8 @@ type MutateRowsFault struct {
 }
 
 // BigtableProxy is a gRPC proxy in front of a Bigtable emulator that
-// forwards every call unchanged, except MutateRows calls while a fault is
-// set. Clients reach it as they reach the emulator: BIGTABLE_EMULATOR_HOST.
+// forwards every call unchanged, except the calls a fault or pace set
+// meanwhile applies to. Clients reach it as they reach the emulator: BIGTABLE_EMULATOR_HOST.
 type BigtableProxy struct {
 	Addr  string
 	fault atomic.Pointer[func(*btpb.MutateRowsRequest) MutateRowsFault]
@@ -46,6 +46,7 @@ type BigtableProxy struct {
 	// (SetCondFault).
 	condFault atomic.Pointer[func() error]
 	pace      atomic.Pointer[readPace]
+	readFault atomic.Pointer[readFault]
 	calls     atomic.Int64
 	server    *grpc.Server
 	conn      *grpc.ClientConn
@@ -151,8 +152,8 @@ func (p *BigtableProxy) handle(_ any, ss grpc.ServerStream) error {
 		}
 		return *lost
 	}
-	if pace := p.pace.Load(); pace != nil && strings.HasSuffix(method, "/ReadRows") {
-		return p.readRows(ctx, ss, method, pace)
+	if pace, fault := p.pace.Load(), p.readFault.Load(); (pace != nil || fault != nil) && strings.HasSuffix(method, "/ReadRows") {
+		return p.readRows(ctx, ss, method, pace, fault)
 	}
 	return p.forward(ctx, ss, method)
 }
