@@ -32,6 +32,15 @@ type Record struct {
 	// forever, as by a topic with retention.ms=-1).
 	Expires     time.Time `json:"expires,omitzero"`
 	RequestedBy string    `json:"requested_by"`
+	// AtLeastUntil, on a record kept forever for its mark, is the
+	// earliest it may expire once retired (Store.Retire), whatever the
+	// settings of the forget that retires it: what the copies that keep
+	// their life whatever is set later gave it when it was recorded, the
+	// backups' keep from RecordedAt and the tenant's longest TTL from UpTo.
+	// A topic's keep is not among them: Kafka holds every record of a topic
+	// to the topic's retention as it is now, and the retiring forget
+	// reads it. Zero says nothing (a record of an earlier release).
+	AtLeastUntil time.Time `json:"expires_at_least_at,omitzero"`
 }
 
 // Ledger is the set of erasures in force, as loaded at one moment. It is

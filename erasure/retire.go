@@ -78,7 +78,7 @@ func (s *Store) Retire(ctx context.Context, now time.Time, starts LogStarts, lif
 			done.Kept++
 			continue
 		}
-		if err := s.retire(ctx, c, bigtable.Time(exp.Truncate(time.Millisecond)), now); err != nil {
+		if err := s.retire(ctx, c, exp, now); err != nil {
 			return done, err
 		}
 		done.Records++
@@ -140,17 +140,24 @@ func (m *Mark) passed(starts []int64) bool {
 	return true
 }
 
-// retire rewrites one record with its cells at ts: the record row's cells
-// of that forget (named by when it recorded), then its index cell in the
-// hour of ts (none when ts has passed: the record has expired), then the
-// never-expiring index cell goes.
-func (s *Store) retire(ctx context.Context, c marked, ts bigtable.Timestamp, now time.Time) error {
+// retire rewrites one record with its cells at exp, or at the record's
+// own earliest expiry when later (Record.AtLeastUntil): the record row's
+// cells of that forget (named by when it recorded), then its index cell
+// in the hour of its new expiry (none when that has passed: the record
+// has expired), then the never-expiring index cell goes.
+func (s *Store) retire(ctx context.Context, c marked, exp, now time.Time) error {
 	at := fmt.Sprintf(".%013d", c.recorded)
 	row, err := s.tbl.ReadRow(ctx, recordKey(c.tenant, c.user), bigtable.RowFilter(bigtable.ChainFilters(
 		bigtable.FamilyFilter("^"+Family+"$"), bigtable.ColumnFilter(`^[a-z_]+\`+at+`$`), bigtable.TimestampRangeFilterMicros(never, 0))))
 	if err != nil {
 		return fmt.Errorf("read the record to retire in %s: %w", s.name, err)
 	}
+	for _, it := range row[Family] {
+		if own := fromMillis(it.Value); it.Column == Family+":"+colAtLeast+at && own.After(exp) {
+			exp = own
+		}
+	}
+	ts := bigtable.Time(exp.Truncate(time.Millisecond))
 	m := bigtable.NewMutation()
 	for _, it := range row[Family] {
 		col := strings.TrimPrefix(it.Column, Family+":")

@@ -96,6 +96,51 @@ func TestRetire(t *testing.T) {
 	}
 }
 
+// A retired record lives no less than its own forget gave it
+// (AtLeastUntil: its backups' keep, its tenant's TTL then), whatever the
+// life the retiring forget works out from its own settings: an erasure
+// recorded with 30 days of backups is not cut to a later forget's
+// dead-letter keep, and a restore of a backup taken before it stays
+// erased. A record whose own floor is earlier, or that states none (an
+// earlier release's), takes the retiring forget's life.
+func TestRetireKeepsARecordsOwnLife(t *testing.T) {
+	s := indexedLedger(t)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	clicks := &Mark{Topic: "clicks", Ends: []int64{1}}
+	backups := now.Add(30 * 24 * time.Hour)
+	foreverRecords(t, s, now,
+		Record{Tenant: "acme", User: "backed-up", Below: clicks, AtLeastUntil: backups},
+		Record{Tenant: "acme", User: "short", Below: clicks, AtLeastUntil: now.Add(time.Minute)},
+		Record{Tenant: "acme", User: "unstated", Below: clicks})
+	life := now.Add(90 * time.Minute)
+	done, err := s.Retire(ctx, now, func(context.Context, string) ([]int64, string, error) { return []int64{1}, "", nil },
+		func(string, time.Time, time.Time) time.Time { return life })
+	if err != nil || done.Records != 3 {
+		t.Fatalf("retire: %+v, %v", done, err)
+	}
+	recs, _, err := s.Load(ctx, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]time.Time{"backed-up": backups, "short": life, "unstated": life}
+	for _, r := range recs {
+		if !r.Expires.Equal(want[r.User]) {
+			t.Errorf("%s's retired record expires at %s, want %s", r.User, r.Expires, want[r.User])
+		}
+	}
+	in, err := s.loadInForce(ctx, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := in.l.users["acme"]["backed-up"]; e.expires != backups.UnixMilli() {
+		t.Errorf("backed-up in the index expires at %d, want %d", e.expires, backups.UnixMilli())
+	}
+	if len(recs) != 3 {
+		t.Errorf("%d records in force, want 3", len(recs))
+	}
+}
+
 // A worker that has held a record forever takes its retired life at its
 // next read of the records in force: it no longer holds everything it held
 // (a life could then never shorten), only what its journal reads added

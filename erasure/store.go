@@ -57,6 +57,7 @@ const (
 	colRecordedAt  = "recorded_at"  // Unix milliseconds, 8 bytes big-endian
 	colRequestedBy = "requested_by" // who asked, as --requested-by gave it
 	colBelow       = "below"        // the Mark, encoded (see Mark.encode)
+	colAtLeast     = "at_least"     // Record.AtLeastUntil, Unix milliseconds, 8 bytes big-endian
 
 	journalPrefix = "#j#"
 	indexPrefix   = "#x#"
@@ -192,6 +193,9 @@ func Rows(r Record, written time.Time) (keys []string, muts []*bigtable.Mutation
 		m.Set(Family, colBelow+at, ts, below)
 		j.Set(Family, colBelow, jts, below)
 	}
+	if !r.AtLeastUntil.IsZero() {
+		m.Set(Family, colAtLeast+at, ts, millis(r.AtLeastUntil))
+	}
 	recorded := max(0, r.RecordedAt.UnixMilli())
 	x.Set(Family, indexColumn(r.Tenant, r.User, recorded), ts, append(millis(r.UpTo), below...))
 	keys = []string{recordKey(r.Tenant, r.User), journalKey(written, r.Tenant, r.User), indexKey(ts, r.Tenant, r.User, recorded)}
@@ -234,6 +238,8 @@ func (s *Store) Load(ctx context.Context, now time.Time) (_ []Record, ignored in
 				// A mark that does not decode erases by time alone: the
 				// record still stands.
 				r.Below, _ = ms.decode(it.Value)
+			case colAtLeast:
+				r.AtLeastUntil = fromMillis(it.Value)
 			}
 		}
 		for _, r := range byAt {

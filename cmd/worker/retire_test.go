@@ -44,10 +44,10 @@ func TestForgetRetiresRecordsKafkaHasDeleted(t *testing.T) {
 		}
 		Retired struct{ Records, Kept int }
 	}
-	forget := func(user string) receipt {
+	forget := func(user string, extra ...string) receipt {
 		t.Helper()
-		out, err := e.cmd(t, "forget", "--tenant", "acme", "--user", user, "--allow-empty", "--requested-by", "ticket-5",
-			"--second-pass-after", "10ms", "--format", "json")
+		out, err := e.cmd(t, "forget", append([]string{"--tenant", "acme", "--user", user, "--allow-empty", "--requested-by", "ticket-5",
+			"--second-pass-after", "10ms", "--format", "json"}, extra...)...)
 		var rc receipt
 		if err != nil || json.Unmarshal([]byte(out[:strings.Index(out, "\n")]), &rc) != nil || len(rc.Users) != 1 {
 			t.Fatalf("forget %s: %v\n%s", user, err, out)
@@ -59,6 +59,13 @@ func TestForgetRetiresRecordsKafkaHasDeleted(t *testing.T) {
 	if !first.Users[0].Record.Expires.IsZero() || len(first.Users[0].Record.Below.Ends) != partitions {
 		t.Fatalf("u-1's record: %+v, want a mark and no expiry", first.Users[0].Record)
 	}
+	// u-3's erasure is recorded while backups are kept 30 days: the
+	// forget that retires it, with no backups of its own, must not cut it.
+	backedUp := forget("u-3", "--backup-retention", "30d")
+	if !backedUp.Users[0].Record.Expires.IsZero() {
+		t.Fatalf("u-3's record: %+v, want no expiry", backedUp.Users[0].Record)
+	}
+	backedUpAt := time.Now()
 	// Kafka deletes what the mark covers: every partition's log start
 	// reaches the mark's end.
 	testenv.Eventually(t, 60*time.Second, func() (bool, string) {
@@ -71,8 +78,8 @@ func TestForgetRetiresRecordsKafkaHasDeleted(t *testing.T) {
 		return true, ""
 	})
 	testenv.ProduceMessages(t, e.brokers, e.topic, kafka.Message{Value: click{EventID: "e-2", TenantID: "acme", UserID: "u-2"}.bytes(), Time: time.Now().Add(time.Hour)})
-	if rc := forget("u-2"); rc.Retired.Records != 1 || rc.Retired.Kept != 1 {
-		t.Errorf("the second forget retired %d records and kept %d, want u-1's retired and its own kept", rc.Retired.Records, rc.Retired.Kept)
+	if rc := forget("u-2"); rc.Retired.Records != 2 || rc.Retired.Kept != 1 {
+		t.Errorf("the last forget retired %d records and kept %d, want u-1's and u-3's retired and its own kept", rc.Retired.Records, rc.Retired.Kept)
 	}
 	recs, _, err := erasure.NewStore(e.dc, e.table+"-erasures").Load(context.Background(), time.Now())
 	if err != nil {
@@ -85,12 +92,15 @@ func TestForgetRetiresRecordsKafkaHasDeleted(t *testing.T) {
 		if r.User == "u-1" && (r.Expires.IsZero() || r.Expires.Before(r.UpTo.Add(time.Hour)) || r.Expires.After(r.UpTo.Add(time.Hour+time.Second))) {
 			t.Errorf("u-1's retired record expires at %s, want acme's hour from erased_up_to %s", r.Expires, r.UpTo)
 		}
+		if r.User == "u-3" && (r.Expires.Before(backedUpAt.Add(30*24*time.Hour-time.Minute)) || r.Expires.After(backedUpAt.Add(30*24*time.Hour))) {
+			t.Errorf("u-3's retired record expires at %s, want the 30 days of backups of its own forget, from %s", r.Expires, backedUpAt)
+		}
 		if r.User == "u-2" && !r.Expires.IsZero() {
 			t.Errorf("u-2's record expires at %s, while Kafka holds u-2's event stamped ahead", r.Expires)
 		}
 	}
-	if len(recs) != 2 {
-		t.Errorf("%d records in force, want u-1's and u-2's", len(recs))
+	if len(recs) != 3 {
+		t.Errorf("%d records in force, want u-1's, u-2's and u-3's", len(recs))
 	}
 }
 

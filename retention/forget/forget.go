@@ -190,7 +190,8 @@ func Forget(ctx context.Context, rows retention.Table, ledger *erasure.Store, r 
 // retire gives a life to the records of earlier erasures (of every
 // tenant) kept forever for records of the input topic that Kafka has
 // deleted since: the life they would have had, counted from when they
-// were recorded, without the input topic's keep.
+// were recorded, without the input topic's keep, and never less than each
+// record's own AtLeastUntil (the backups and the TTL of its own forget).
 func (e *eraser) retire(ctx context.Context) error {
 	f, backups := e.r.Facts, e.r.Backups
 	life := func(tenant string, upTo, recorded time.Time) time.Time {
@@ -329,6 +330,11 @@ func (e *eraser) record(ctx context.Context, first time.Time) error {
 		} else if !r.DryRun {
 			rec := erasure.Record{Tenant: r.Tenant, User: u, UpTo: e.rc.ErasedUpTo, RecordedAt: r.Now, RequestedBy: r.RequestedBy,
 				Expires: recordExpires(r.Now, e.rc.ErasedUpTo, e.keep, r.LongestTTL)}
+			if rec.Expires.IsZero() {
+				// Kept forever: what a later forget that retires it may
+				// not cut, whatever its own settings.
+				rec.AtLeastUntil = recordExpires(r.Now, e.rc.ErasedUpTo, max(r.Backups, 0), r.LongestTTL)
+			}
 			// The record before the rows: a crash between the two leaves
 			// the user erased to the workers, and running again deletes.
 			if err := e.store.Put(ctx, rec); err != nil {
