@@ -210,6 +210,9 @@ func (d *Writer) checkShape(md *kafka.MetadataResponse, rs, prev []TopicRetentio
 		if r.Policy != "" && r.Stamping.Type != "LogAppendTime" {
 			r.shortStamping = fmt.Sprintf("message.timestamp.type %s, not LogAppendTime", r.Stamping.Type)
 		}
+		if r.Ahead != "" {
+			r.shortStamping = strings.Join(slices.DeleteFunc([]string{r.shortStamping, r.Ahead}, func(s string) bool { return s == "" }), "; ")
+		}
 		r.ShortOf = strings.Join(slices.DeleteFunc([]string{r.shortShape, r.shortStamping}, func(s string) bool { return s == "" }), " and ")
 		i := slices.IndexFunc(prev, func(p TopicRetention) bool { return p.Topic == r.Topic })
 		var was TopicRetention
@@ -221,7 +224,15 @@ func (d *Writer) checkShape(md *kafka.MetadataResponse, rs, prev []TopicRetentio
 				"topic", r.Topic, "has", r.shortShape,
 				"fix", fmt.Sprintf("kafka-topics.sh --alter --topic %s --partitions %d; raise replicas with kafka-reassign-partitions.sh; or set --dlq-partitions and --dlq-replication-factor to what the topic has", r.Topic, partitions))
 		}
-		if r.shortStamping != "" && r.shortStamping != was.shortStamping {
+		if r.Ahead != "" && r.Ahead != was.Ahead {
+			fix := "see whether the brokers answer ListOffsets, and that this worker's principal may DESCRIBE the topic"
+			if r.aheadAt.offset >= 0 {
+				fix = fmt.Sprintf("wait until %s + retention.ms, or delete the partition's records up to it: kafka-delete-records.sh with {\"partitions\":[{\"topic\":%q,\"partition\":%d,\"offset\":%d}]} (the letters before it go too)",
+					r.aheadAt.at.UTC().Format(time.RFC3339), r.Topic, r.aheadAt.partition, r.aheadAt.offset+1)
+			}
+			d.log.Warn("a dead-letter topic holds a record stamped past what its settings let a producer stamp now: it keeps its segment and every later letter as long as it says, so letters keep no payload there",
+				"topic", r.Topic, "ahead", r.Ahead, "fix", fix)
+		} else if r.shortStamping != "" && r.shortStamping != was.shortStamping && r.Ahead == "" {
 			d.log.Warn("a dead-letter topic keeps its records by the time their producer stamps: one letter stamped ahead by whoever may produce there keeps its segment, and every later letter, as long as it says",
 				"topic", r.Topic, "stamping", r.Stamping.Describe(), "keeps_up_to", keepText(r.Keeps),
 				"fix", fmt.Sprintf("kafka-configs.sh --alter --entity-type topics --entity-name %s --add-config message.timestamp.type=LogAppendTime", r.Topic))
@@ -243,6 +254,7 @@ func (d *Writer) readSettings(ctx context.Context, md *kafka.MetadataResponse, r
 	if describeErr := d.describe(ctx, md, rs, check, assumed); describeErr != nil {
 		d.log.Warn("could not read every dead-letter topic's settings; letters keep no payload until they are read again", "err", describeErr)
 	}
+	StampedAhead(ctx, d.client, rs, time.Now())
 	for i := range rs {
 		r := &rs[i]
 		if r.Policy == "" && r.Problem == nil {

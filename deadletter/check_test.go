@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"net"
@@ -172,6 +173,10 @@ func TestKeepGrownWhileUnreadIsReported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The controller has the new settings when AlterConfigs returns; the
+	// broker that answers DescribeConfigs applies them a moment later, and
+	// a check in between read the old ones.
+	waitSettings(t, brokers, topic, func(r TopicRetention) bool { return r.Retention == 30*24*time.Hour })
 	if _, err := d.Check(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -233,4 +238,18 @@ func TestMetadataFailureStaysAProblemUntilRead(t *testing.T) {
 	if err := d.Problem(); err == nil {
 		t.Error("a letter produced without payload cleared a check that read nothing")
 	}
+}
+
+// waitSettings waits until the broker that answers DescribeConfigs reads
+// topic's settings as ok says: the controller has them when AlterConfigs
+// returns, the brokers a moment later.
+func waitSettings(t *testing.T, brokers []string, topic string, ok func(TopicRetention) bool) {
+	t.Helper()
+	testenv.Eventually(t, 10*time.Second, func() (bool, string) {
+		rs, err := ReadTopics(t.Context(), brokers, kafkaconn.Security{}, []string{topic})
+		if err != nil || len(rs) != 1 {
+			return false, fmt.Sprintf("read %s's settings: %v", topic, err)
+		}
+		return ok(rs[0]), fmt.Sprintf("the broker reads %s's settings as %+v", topic, rs[0])
+	})
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/cellttl/cellttl/internal/duration"
@@ -136,6 +137,17 @@ type TopicRetention struct {
 	// worker would create the topic with, "" where they do not.
 	Partitions, Replicas int
 	ShortOf              string `json:",omitempty"`
+	// Ahead, when set, says where the topic holds a record stamped past
+	// what its settings let a producer stamp now (StampedAhead): its
+	// partition keeps every later record as long as that one says, and
+	// Keeps is 0.
+	Ahead string `json:",omitempty"`
+	// aheadAt is that record's partition, offset and time, for the fix.
+	aheadAt struct {
+		partition int
+		offset    int64
+		at        time.Time
+	}
 	// shortShape and shortStamping are ShortOf's parts, each logged once.
 	shortShape, shortStamping string
 	// Problem is why the topic takes no dead letters, nil when it does;
@@ -253,7 +265,7 @@ func describeTopics(ctx context.Context, client *kafka.Client, rs []TopicRetenti
 // 0 when that is forever or the settings are unread.
 func (r TopicRetention) keeps() time.Duration {
 	ahead := r.Stamping.SegmentAhead()
-	if r.Policy == "" || r.Segment <= 0 || r.Retention <= 0 || r.unbounded() != "" || ahead < 0 {
+	if r.Policy == "" || r.Segment <= 0 || r.Retention <= 0 || r.unbounded() != "" || ahead < 0 || r.Ahead != "" {
 		return 0
 	}
 	const most = math.MaxInt64 / 8 // four of them still fit a Duration
@@ -319,6 +331,7 @@ func ReadTopics(ctx context.Context, brokers []string, security kafkaconn.Securi
 	if len(exist) > 0 {
 		check, assumed := retentionCheck(ctx, client, md.Brokers)
 		describeErr = describeTopics(ctx, client, exist, check, assumed)
+		StampedAhead(ctx, client, exist, time.Now())
 	}
 	for _, e := range exist {
 		i := slices.IndexFunc(rs, func(r TopicRetention) bool { return r.Topic == e.Topic })
@@ -363,4 +376,131 @@ func TopicsOn(ctx context.Context, brokers []string, security kafkaconn.Security
 		return strings.Compare(a, b)
 	})
 	return out, nil
+}
+
+// AheadMargin is how far past what its settings let a producer stamp now
+// a record must lie for StampedAhead to call it stamped ahead: the
+// worker's clock and the broker's may differ by that much.
+const AheadMargin = time.Minute
+
+// StampedAhead looks, in each topic of rs whose keep its settings bound,
+// for a record stamped past what they let a producer stamp now (now +
+// the ahead they allow + AheadMargin): one produced while they let more,
+// before message.timestamp.type was set to LogAppendTime or
+// message.timestamp.after.max.ms bounded. Kafka deletes a partition's
+// segments oldest first, each once its newest record is older than
+// retention.ms, so such a record keeps its segment and every later one as
+// long as it says, whatever the settings say now. A topic that holds one,
+// or whose partitions could not be searched, gets Ahead and keeps 0 (its
+// letters keep no payload); the search asks the broker's time index
+// (ListOffsets by timestamp) once per partition.
+func StampedAhead(ctx context.Context, client *kafka.Client, rs []TopicRetention, now time.Time) {
+	var search []string
+	past := map[string]time.Time{} // by topic: a record stamped later is ahead
+	for i := range rs {
+		r := &rs[i]
+		r.Ahead, r.aheadAt.offset = "", -1
+		if r.Keeps = r.keeps(); r.Keeps > 0 && !r.Created {
+			search = append(search, r.Topic) // not forever, unread or just created
+			past[r.Topic] = now.Add(r.Stamping.SegmentAhead() + AheadMargin)
+		}
+	}
+	if len(search) == 0 {
+		return
+	}
+	// The partitions as they are now: a topic another worker has just
+	// created is not in the metadata its check began with. The client's
+	// transport may still list it without partitions: it has no record
+	// to search yet, and the next check searches it. Its partitions
+	// answer NOT_LEADER for a moment, as its settings do (see describe).
+	var (
+		req *kafka.ListOffsetsRequest
+		res *kafka.ListOffsetsResponse
+		err error
+	)
+	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(20*time.Millisecond), backoff.WithMaxElapsedTime(createdSettle))
+	_ = backoff.Retry(func() error {
+		req, res = &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{}}, nil
+		md, merr := client.Metadata(ctx, &kafka.MetadataRequest{Topics: search})
+		if err = merr; err != nil {
+			return backoff.Permanent(err)
+		}
+		for _, t := range md.Topics {
+			if t.Error == nil && slices.Contains(search, t.Name) {
+				for _, p := range t.Partitions {
+					req.Topics[t.Name] = append(req.Topics[t.Name], kafka.TimeOffsetOf(p.ID, past[t.Name]))
+				}
+			}
+		}
+		if len(req.Topics) > 0 {
+			if res, err = client.ListOffsets(ctx, req); err != nil {
+				return backoff.Permanent(err)
+			}
+			for _, ps := range res.Topics {
+				for _, po := range ps {
+					if kerr, ok := po.Error.(kafka.Error); ok && kerr.Temporary() {
+						return kerr
+					}
+				}
+			}
+		}
+		return nil
+	}, backoff.WithContext(b, ctx))
+	for i := range rs {
+		r := &rs[i]
+		if !slices.Contains(search, r.Topic) {
+			continue
+		}
+		if err != nil {
+			r.Ahead = fmt.Sprintf("its partitions could not be searched for a record stamped ahead: %v", err)
+		}
+		for _, po := range partitionsOf(res, r.Topic) {
+			if po.Error != nil && r.Ahead == "" {
+				r.Ahead = fmt.Sprintf("partition %d could not be searched for a record stamped ahead: %v", po.Partition, po.Error)
+			}
+			for off, past := range po.Offsets {
+				if off >= 0 && r.aheadAt.offset < 0 {
+					// The answer gives the offset of the first record
+					// stamped past the time asked (kafka-go echoes that
+					// time): its own stamp is in the record.
+					r.aheadAt.partition, r.aheadAt.offset, r.aheadAt.at = po.Partition, off, past
+				}
+			}
+		}
+		if r.aheadAt.offset >= 0 {
+			stamp := "past " + r.aheadAt.at.UTC().Format(time.RFC3339)
+			if at, ok := recordTime(ctx, client, r.Topic, r.aheadAt.partition, r.aheadAt.offset); ok {
+				r.aheadAt.at, stamp = at, at.UTC().Format(time.RFC3339)
+			}
+			r.Ahead = fmt.Sprintf("partition %d holds a record stamped %s (offset %d), past what its settings let a producer stamp now: it keeps its segment, and every later one, until then",
+				r.aheadAt.partition, stamp, r.aheadAt.offset)
+		}
+		r.Keeps = r.keeps()
+	}
+}
+
+// recordTime reads the timestamp of the record at offset, false when it
+// cannot (the broker deleted it meanwhile, or does not answer).
+func recordTime(ctx context.Context, client *kafka.Client, topic string, partition int, offset int64) (time.Time, bool) {
+	res, err := client.Fetch(ctx, &kafka.FetchRequest{Topic: topic, Partition: partition, Offset: offset, MaxBytes: 1 << 20, MaxWait: 100 * time.Millisecond})
+	if err != nil || res.Error != nil || res.Records == nil {
+		return time.Time{}, false
+	}
+	for {
+		rec, err := res.Records.ReadRecord()
+		if err != nil {
+			return time.Time{}, false
+		}
+		if rec.Offset == offset {
+			return rec.Time, true
+		}
+	}
+}
+
+// partitionsOf is res's partitions of topic; none of a nil answer.
+func partitionsOf(res *kafka.ListOffsetsResponse, topic string) []kafka.PartitionOffsets {
+	if res == nil {
+		return nil
+	}
+	return res.Topics[topic]
 }

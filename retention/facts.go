@@ -143,6 +143,9 @@ func topicKeep(r deadletter.TopicRetention) TopicKeep {
 	}
 	k.Settings = fmt.Sprintf("cleanup.policy=%s, retention.ms %s + segment.ms %s + the broker's retention check %s; %s", r.Policy, retentionText,
 		duration.Format(r.Segment), check, r.Stamping.Describe())
+	if r.Ahead != "" {
+		k.Settings += "; " + r.Ahead
+	}
 	if r.Keeps <= 0 {
 		k.Keeps = Forever
 	}

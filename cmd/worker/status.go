@@ -61,7 +61,10 @@ type deadLetterTopic struct {
 	Partitions int    `json:"partitions,omitempty"`
 	Replicas   int    `json:"replicas,omitempty"`
 	ShortOf    string `json:"short_of,omitempty"`
-	Problem    string `json:"problem,omitempty"`
+	// Ahead names a record the topic holds stamped past what its settings
+	// allow now, which keeps every later letter as long as it says.
+	Ahead   string `json:"ahead,omitempty"`
+	Problem string `json:"problem,omitempty"`
 }
 
 type statusPage struct {
@@ -158,7 +161,7 @@ func (s *statusSource) status(q url.Values) any {
 	}
 	for _, r := range w.dlq.Topics() {
 		t := deadLetterTopic{Topic: r.Topic, Retention: duration.Format(r.Retention), Segment: duration.Format(r.Segment), CleanupPolicy: r.Policy,
-			Partitions: r.Partitions, Replicas: r.Replicas, ShortOf: r.ShortOf}
+			Partitions: r.Partitions, Replicas: r.Replicas, ShortOf: r.ShortOf, Ahead: r.Ahead}
 		if r.Retention < 0 {
 			t.Retention = "forever"
 		}
