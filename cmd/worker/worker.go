@@ -199,7 +199,12 @@ func (w *worker) serve(ctx context.Context, metrics http.Handler) error {
 	o, log := w.o, w.log
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	bg, stopBackground := context.WithCancel(ctx)
+	// The background loops outlive SIGTERM until the pipeline has drained:
+	// a drain writes what it holds, and needs the ledger's refresh, the
+	// dead-letter checks and the rules as much as the run did. A refresh
+	// stopped with the signal left a drain begun with a stale ledger unable
+	// to write anything until its deadline.
+	bg, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBackground()
 	wg.Go(func() { w.dlq.Run(bg, o.dlq.CheckInterval) })
 	wg.Go(func() { w.times.Run(bg, o.dlq.CheckInterval) })
