@@ -113,6 +113,9 @@ func (sc *schedule) check() {
 	sc.replay()
 	sc.settle(sc.s.group)
 	sc.s.term(sc.main)
+	if sc.second != nil {
+		sc.s.term(sc.second)
+	}
 	now := time.Now()
 	rows := sc.observe()
 	for _, ev := range sc.events {

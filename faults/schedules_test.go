@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/cellttl/cellttl/deadletter"
 	"github.com/cellttl/cellttl/internal/duration"
@@ -28,11 +30,13 @@ import (
 // Jepsen: a seeded generator of schedules (producers stamping times ahead,
 // behind and not at all, headers named like the worker's, tenants listed
 // and not; worker forget with and without --before; replays by new groups,
-// offset resets, redrives, restarts, a tenant listed at run time, a TTL
-// lengthened and shortened again, worker retime beside a forget; the
-// broker's retention deleting segments under a retention.ms of seconds),
-// run against the real broker and emulator, then a checker of the promises
-// over what is left (schedcheck_test.go). A failing schedule prints its
+// offset resets, redrives, restarts, a second member of the group coming
+// and going, a tenant listed at run time, a TTL lengthened and shortened
+// again, worker retime beside a forget, the ledger table refusing the
+// workers' reads; the broker's retention deleting segments under a
+// retention.ms of seconds), run against the real broker and emulator,
+// then a checker of the promises after every step (schedcheck_test.go).
+// The menu is the threat model of docs/retention.md (scheduleMenu). A failing schedule prints its
 // seed; TESTENV_SCHEDULE_SEED=N replays it alone.
 //
 // The short form (make test) tries a few schedules, the long form (make
@@ -104,7 +108,10 @@ type schedule struct {
 	r       *mrand.Rand
 	seed    uint64
 	main    *worker
-	keys    string // the letter key file
+	second  *worker                // a second live member of the main group, when running
+	proxy   *testenv.BigtableProxy // between the workers and Bigtable
+	favour  []schedForget          // while set, half the events drawn are of these users
+	keys    string                 // the letter key file
 	client  *kafka.Client
 	events  []schedEvent
 	forgets []schedForget
@@ -161,6 +168,8 @@ func newSchedule(t *testing.T, seed uint64) *schedule {
 			t.Logf("schedule seed=%d (replay: TESTENV_SCHEDULE_SEED=%d), steps:\n  %s", seed, seed, strings.Join(sc.done, "\n  "))
 		}
 	})
+	sc.proxy = testenv.StartBigtableProxy(t, os.Getenv("BIGTABLE_EMULATOR_HOST"))
+	s.env = append(s.env, "BIGTABLE_EMULATOR_HOST="+sc.proxy.Addr)
 	sc.main = sc.startWorker(s.group)
 	return sc
 }
@@ -186,35 +195,53 @@ func (sc *schedule) startWorker(group string) *worker {
 	return w
 }
 
-// step takes the i-th step: what the generator draws, weighted towards
-// producing and erasing.
+// scheduleAction is an action of the generator's menu: its name (the one
+// docs/retention.md's threat model gives the rows it tries), how often a
+// step draws it (its weight out of the menu's sum), and what it does.
+type scheduleAction struct {
+	name   string
+	weight int
+	run    func(*schedule)
+}
+
+// scheduleMenu is what a step may draw, weighted towards producing and
+// erasing. TestThreatModelNamesTheMenu holds it and the threat model's
+// tables together: each action tries a row, and each row names the
+// actions that try it or says it is not drawn.
+var scheduleMenu = []scheduleAction{
+	{"produce", 6, (*schedule).produce},
+	{"forget", 5, (*schedule).forget},
+	{"wait", 3, (*schedule).wait},
+	{"replay", 3, (*schedule).replay},
+	{"restart", 1, (*schedule).restart},
+	{"resetOffsets", 1, (*schedule).resetOffsets},
+	{"redrive", 1, (*schedule).redrive},
+	{"editTTL", 1, (*schedule).editTTL},
+	{"retimeBesideForget", 1, (*schedule).retimeBesideForget},
+	{"list", 1, (*schedule).list},
+	{"secondMember", 2, (*schedule).secondMember},
+	{"ledgerOutage", 1, (*schedule).ledgerOutage},
+}
+
+// step takes the i-th step: the first produces, each other draws from
+// the menu.
 func (sc *schedule) step(i int) {
 	sc.t.Helper()
 	if i == 0 {
 		sc.produce()
 		return
 	}
-	switch n := sc.r.IntN(23); {
-	case n < 6:
-		sc.produce()
-	case n < 11:
-		sc.forget()
-	case n < 14:
-		sc.wait()
-	case n < 17:
-		sc.replay()
-	case n < 18:
-		sc.restart()
-	case n < 19:
-		sc.resetOffsets()
-	case n < 20:
-		sc.redrive()
-	case n < 21:
-		sc.editTTL()
-	case n < 22:
-		sc.retimeBesideForget()
-	default:
-		sc.list()
+	total := 0
+	for _, a := range scheduleMenu {
+		total += a.weight
+	}
+	n := sc.r.IntN(total)
+	for _, a := range scheduleMenu {
+		if n < a.weight {
+			a.run(sc)
+			return
+		}
+		n -= a.weight
 	}
 }
 
@@ -259,6 +286,10 @@ func (sc *schedule) draw(now time.Time) (schedEvent, kafka.Record) {
 	r := sc.r
 	ev := schedEvent{id: fmt.Sprintf("e-%d", len(sc.events)+r.IntN(1<<30)), tenant: []string{"fast", "fast", "acme", "globex", "newco"}[r.IntN(5)],
 		user: fmt.Sprintf("u-%d", r.IntN(3)), rec: now.UnixMilli()}
+	if len(sc.favour) > 0 && r.IntN(2) == 0 {
+		f := sc.favour[r.IntN(len(sc.favour))]
+		ev.tenant, ev.user = f.tenant, f.user
+	}
 	switch r.IntN(6) {
 	case 0: // none: the record's time
 	case 1:
@@ -478,33 +509,92 @@ func (sc *schedule) restart() {
 	sc.note("restart (%s)", how)
 }
 
-// resetOffsets stops the main worker, commits its group's offsets at each
+// resetOffsets stops the group's workers, commits its offsets at each
 // partition's log start, as an operator's kafka-consumer-groups.sh
-// --reset-offsets --to-earliest does, and starts it again.
+// --reset-offsets --to-earliest does, and starts the main worker again.
+// The broker takes such a commit only from an empty group: a member
+// killed earlier stays in it until its session times out.
 func (sc *schedule) resetOffsets() {
 	sc.t.Helper()
 	sc.s.term(sc.main)
+	if sc.second != nil {
+		sc.s.term(sc.second)
+		sc.second = nil
+	}
 	starts := testenv.LogStarts(sc.t, sc.s.brokers, sc.s.topic, 3)
 	commits := make([]kafka.OffsetCommit, 0, 3)
 	for p, o := range starts {
 		commits = append(commits, kafka.OffsetCommit{Partition: p, Offset: o})
 	}
-	res, err := sc.client.OffsetCommit(context.Background(), &kafka.OffsetCommitRequest{GroupID: sc.s.group, GenerationID: -1,
-		Topics: map[string][]kafka.OffsetCommit{sc.s.topic: commits}})
-	if err == nil {
-		for _, ps := range res.Topics {
-			for _, p := range ps {
-				if p.Error != nil {
-					err = p.Error
+	testenv.Eventually(sc.t, 30*time.Second, func() (bool, string) {
+		res, err := sc.client.OffsetCommit(context.Background(), &kafka.OffsetCommitRequest{GroupID: sc.s.group, GenerationID: -1,
+			Topics: map[string][]kafka.OffsetCommit{sc.s.topic: commits}})
+		if err == nil {
+			for _, ps := range res.Topics {
+				for _, p := range ps {
+					if p.Error != nil {
+						err = p.Error
+					}
 				}
 			}
 		}
-	}
-	if err != nil {
-		sc.t.Fatalf("reset the group's offsets: %v", err)
-	}
+		return err == nil, fmt.Sprintf("reset the group's offsets: %v", err)
+	})
 	sc.main = sc.startWorker(sc.s.group)
 	sc.note("reset offsets to %v", starts)
+}
+
+// secondMember starts a second worker in the main group, or stops the one
+// running, by SIGTERM or SIGKILL: partitions move between live members
+// while events, erasures and replays are in flight, and a killed member's
+// wait for its session to time out is part of the schedule.
+func (sc *schedule) secondMember() {
+	sc.t.Helper()
+	if sc.second == nil {
+		sc.second = sc.startWorker(sc.s.group)
+		sc.note("a second member joins the main group")
+		return
+	}
+	how := "SIGTERM"
+	if sc.r.IntN(3) == 0 {
+		how = "SIGKILL"
+		sc.s.kill(sc.second)
+	} else {
+		sc.s.term(sc.second)
+	}
+	sc.second = nil
+	sc.note("the second member leaves (%s)", how)
+}
+
+// ledgerOutage makes the ledger table refuse the workers' reads for a few
+// seconds, as Bigtable answers in an outage (Unavailable), while events
+// are produced and, now and then, a forget records beside it (forget
+// reaches the table): what a worker cannot judge waits, and is decided
+// once the ledger answers again.
+//
+// The main worker restarts first: started now, it holds the erasures kept
+// forever past the first compact, and an event of one of their users
+// waits for a lookup, which the outage fails. Half the events produced
+// meanwhile are of users erased before.
+func (sc *schedule) ledgerOutage() {
+	sc.t.Helper()
+	sc.restart()
+	d := time.Duration(2+sc.r.IntN(6)) * time.Second
+	until := time.Now().Add(d)
+	// Unavailable, which the client retries until a lookup's deadline
+	// (5 s), or Internal, which it does not: a lookup fails at once.
+	code := []codes.Code{codes.Unavailable, codes.Internal}[sc.r.IntN(2)]
+	sc.proxy.SetReadRowsFault(sc.s.table+"-erasures", status.Error(code, "schedule: the ledger table cannot answer"))
+	sc.note("the ledger refuses the workers' reads for %s (%s)", d, code)
+	sc.favour = sc.forgets
+	sc.produce()
+	sc.favour = nil
+	if sc.r.IntN(2) == 0 {
+		sc.forget()
+	}
+	time.Sleep(time.Until(until))
+	sc.proxy.SetReadRowsFault("", nil)
+	sc.note("the ledger answers again")
 }
 
 // redrive writes the letters again, signed ones alone.
