@@ -25,7 +25,7 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
-	"github.com/cellttl/cellttl/internal/release"
+	"github.com/cellttl/cellttl/internal/testenv"
 )
 
 // The manifests applied to a real Kubernetes API server, as a platform
@@ -515,20 +515,7 @@ func (k *kubeAPI) stored(t *testing.T, ns string, manifest []byte) map[string]an
 // returns its version and that directory.
 func previousManifests(t *testing.T) (version, dir string) {
 	t.Helper()
-	var archive string
-	found, _ := filepath.Glob(filepath.Join("..", "cmd", "worker", "testdata", "release-*.tar.gz"))
-	for _, f := range found {
-		v := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), "release-"), ".tar.gz")
-		if c, err := release.Compare(v, release.Version); err != nil || c >= 0 {
-			continue
-		}
-		if c, _ := release.Compare(v, version); version == "" || c > 0 {
-			version, archive = v, f
-		}
-	}
-	if archive == "" {
-		t.Fatalf("no source of a release before %s in cmd/worker/testdata", release.Version)
-	}
+	version, archive := testenv.PreviousRelease(t, filepath.Join("..", "cmd", "worker", "testdata"))
 	dir = t.TempDir()
 	if out, err := exec.Command("tar", "-xzf", archive, "-C", dir, "deploy/k8s").CombinedOutput(); err != nil {
 		t.Fatalf("tar -xzf %s: %v\n%s", archive, err, out)

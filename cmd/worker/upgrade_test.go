@@ -1,11 +1,8 @@
 package main
 
 import (
-	"archive/tar"
-	"compress/gzip"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,11 +26,11 @@ import (
 // release's commit where the history is there.
 func previousRelease(t *testing.T) (bin, version string) {
 	t.Helper()
-	version, archive := previousSource(t)
+	version, archive := testenv.PreviousRelease(t, "testdata")
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
 	defer cancel()
-	for path, body := range readTarGz(t, archive) {
+	for path, body := range testenv.ReadTarGz(t, archive) {
 		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(path)), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -51,63 +48,6 @@ func previousRelease(t *testing.T) (bin, version string) {
 		t.Fatalf("the build of %s says %q (%v)", archive, out, err)
 	}
 	return bin, version
-}
-
-// previousSource finds the newest release source in testdata older than
-// this release.
-func previousSource(t *testing.T) (version, archive string) {
-	t.Helper()
-	found, _ := filepath.Glob(filepath.Join("testdata", "release-*.tar.gz"))
-	for _, f := range found {
-		v := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), "release-"), ".tar.gz")
-		if c, err := release.Compare(v, release.Version); err != nil || c >= 0 {
-			continue
-		}
-		if c, _ := release.Compare(v, version); version == "" || c > 0 {
-			version, archive = v, f
-		}
-	}
-	if version == "" {
-		t.Fatalf("no source of a release before %s in testdata (scripts/release.sh --source v<previous> cmd/worker/testdata/release-<previous>.tar.gz)", release.Version)
-	}
-	return version, archive
-}
-
-// readTarGz returns a tar.gz's regular files by path.
-func readTarGz(t *testing.T, path string) map[string][]byte {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	return readTar(t, path, zr)
-}
-
-func readTar(t *testing.T, archive string, r io.Reader) map[string][]byte {
-	t.Helper()
-	files := map[string][]byte{}
-	tr := tar.NewReader(r)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return files
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", archive, err)
-		}
-		name := filepath.Clean(h.Name)
-		if h.Typeflag != tar.TypeReg || !filepath.IsLocal(name) {
-			continue
-		}
-		if files[name], err = io.ReadAll(tr); err != nil {
-			t.Fatalf("%s: %s: %v", archive, h.Name, err)
-		}
-	}
 }
 
 // The previous release and this one take turns on the same table, ledger,

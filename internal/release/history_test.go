@@ -172,6 +172,8 @@ func TestKeptReleaseIsItsCommit(t *testing.T) {
 	}
 }
 
+// readTarGz and readTar are testenv.ReadTarGz and ReadTar: this package's
+// tests cannot import the test kit, which imports this package.
 func readTarGz(t *testing.T, path string) map[string][]byte {
 	t.Helper()
 	f, err := os.Open(path)
