@@ -43,7 +43,7 @@ func (c *Config) RegisterFlags(f *envflag.FlagSet) {
 	f.Advanced()
 	f.Int(&c.Partitions, "dlq-partitions", envflag.Env, c.Partitions, "partitions a dead-letter topic the worker creates gets, and an existing one is checked against (default: as many as the input topic)")
 	f.Int(&c.ReplicationFactor, "dlq-replication-factor", envflag.Env, c.ReplicationFactor, "replication factor a dead-letter topic the worker creates gets, and an existing one is checked against (default: 3, or the number of brokers where fewer)")
-	f.Duration(&c.CheckInterval, "dlq-check-interval", "DLQ_CHECK_INTERVAL", c.CheckInterval, "how often the dead-letter topics' retention settings, and the input topic's timestamp settings, are read again (a topic changed to keep records forever is refused within this; under --strict-retention, an input topic relaxed holds the writes within this)")
+	f.Duration(&c.CheckInterval, "dlq-check-interval", "DLQ_CHECK_INTERVAL", c.CheckInterval, "how often the dead-letter topics' retention settings, and the input topic's timestamp settings and id, are read again (a topic changed to keep records forever is refused within this; under --strict-retention, an input topic relaxed holds the writes within this)")
 }
 
 // RegisterKeyFlags declares the letter key file: for the worker, which

@@ -28,6 +28,11 @@ const (
 	HeaderSourceTopic     = "cellttl.source.topic"
 	HeaderSourcePartition = "cellttl.source.partition"
 	HeaderSourceOffset    = "cellttl.source.offset"
+	// HeaderSourceTopicID is the incarnation of the source topic the
+	// record was read from (Kafka's topic id, base64), when the writer
+	// knew it: an erasure's mark is held to it, as offsets mean nothing
+	// across a topic deleted and created again.
+	HeaderSourceTopicID = "cellttl.source.topic_id"
 	// HeaderSourceTimestamp is the original record's timestamp (RFC 3339,
 	// empty when it had none). The dead letter's own timestamp is the time
 	// it is produced: a dead-letter topic that bounds timestamps
@@ -188,6 +193,9 @@ func ourHeaders(dl Letter, payload bool) []kafka.Header {
 		{Key: HeaderSourcePartition, Value: strconv.AppendInt(nil, int64(src.Partition), 10)},
 		{Key: HeaderSourceOffset, Value: strconv.AppendInt(nil, src.Offset, 10)},
 		{Key: HeaderSourceTimestamp, Value: ts},
+	}
+	if src.TopicID != "" {
+		ours = append(ours, kafka.Header{Key: HeaderSourceTopicID, Value: []byte(src.TopicID)})
 	}
 	if dl.Field != "" {
 		ours = append(ours, kafka.Header{Key: HeaderField, Value: []byte(dl.Field)})

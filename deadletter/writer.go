@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -54,6 +56,10 @@ type Writer struct {
 	truncated metric.Int64Counter
 	now       func() time.Time
 	keys      *Keys // sign letters when set
+	// sourceIDs are the incarnations of the source topics (SetSourceID),
+	// by topic: a letter of a record that does not say its own carries
+	// its topic's.
+	sourceIDs atomic.Pointer[map[string]string]
 
 	// wmu guards the writer and the limit it was made for: a new limit
 	// means a new writer (a writer's batch size is not to change in use).
@@ -276,6 +282,20 @@ func IsPermanent(err error) bool {
 	return errors.As(err, &pe) && pe.Permanent
 }
 
+// SetSourceID names the incarnation (Kafka's topic id) of topic, the
+// topic the letters' records are read from, which each letter of one
+// that does not name its own then carries (HeaderSourceTopicID). The
+// worker calls it at start, and again when it finds the topic created
+// again.
+func (d *Writer) SetSourceID(topic, id string) {
+	ids := map[string]string{}
+	if cur := d.sourceIDs.Load(); cur != nil {
+		maps.Copy(ids, *cur)
+	}
+	ids[topic] = id
+	d.sourceIDs.Store(&ids)
+}
+
 // SignWith makes every letter carry HeaderSignature under keys' first key.
 // Call it before the first Write.
 func (d *Writer) SignWith(keys *Keys) { d.keys = keys }
@@ -288,6 +308,9 @@ func (d *Writer) letter(dl Letter, topic string, now time.Time, max int64, paylo
 	room := max - placedBytes
 	if d.keys != nil {
 		room -= signatureBytes
+	}
+	if ids := d.sourceIDs.Load(); ids != nil && dl.Msg.TopicID == "" {
+		dl.Msg.TopicID = (*ids)[dl.Msg.Topic]
 	}
 	m, truncated := letterMessage(dl, room, payload)
 	m.Topic = topic

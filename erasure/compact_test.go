@@ -224,7 +224,7 @@ func TestAdmitsLooksUpUsersHeldCompact(t *testing.T) {
 	dc, ac := testenv.Clients(t)
 	events := sink.Target(testenv.Table(t, ac, dc, 48*time.Hour))
 	cfg := sink.DefaultWriterConfig()
-	cfg.InitialBackoff, cfg.MaxBackoff, cfg.Gate = 10*time.Millisecond, 50*time.Millisecond, w
+	cfg.InitialBackoff, cfg.MaxBackoff, cfg.Gate = 10*time.Millisecond, 50*time.Millisecond, watchGate{w}
 	sw, err := sink.NewWriter(dc, events, cfg, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -290,4 +290,11 @@ func TestAdmitsLooksUpUsersHeldCompact(t *testing.T) {
 	if err := w.Problem(); err == nil || !strings.Contains(err.Error(), "have failed since") {
 		t.Errorf("not ready past LookupPatience: %v", err)
 	}
+}
+
+// watchGate is w as the writer's gate, as the worker wires it.
+type watchGate struct{ *Watch }
+
+func (g watchGate) Admits(ctx context.Context, key string, at sink.Source) (bool, error) {
+	return g.Watch.Admits(ctx, key, Position{Topic: at.Topic, TopicID: at.TopicID, Partition: at.Partition, Offset: at.Offset})
 }

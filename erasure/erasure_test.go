@@ -264,7 +264,7 @@ func TestWatch(t *testing.T) {
 // cannot tell.
 func admits(t *testing.T, w *Watch, key string) bool {
 	t.Helper()
-	ok, err := w.Admits(context.Background(), key, "", 0, 0)
+	ok, err := w.Admits(context.Background(), key, Position{})
 	if err != nil {
 		t.Fatal(err)
 	}

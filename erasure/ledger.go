@@ -171,7 +171,7 @@ func (l *Ledger) Erased(tenant, user string, millis int64, p Position) bool {
 		return false
 	}
 	if l.n > 0 {
-		if e, ok := l.users[tenant][user]; ok && e.covers(millis, p, l.ids[p.Topic]) {
+		if e, ok := l.users[tenant][user]; ok && e.covers(millis, p, p.incarnation(l.ids)) {
 			return true
 		}
 	}
@@ -179,7 +179,7 @@ func (l *Ledger) Erased(tenant, user string, millis int64, p Position) bool {
 		return false
 	}
 	a, _ := l.compact.known(tenant, user)
-	return a.ok && a.e.covers(millis, p, l.ids[p.Topic])
+	return a.ok && a.e.covers(millis, p, p.incarnation(l.ids))
 }
 
 // Known reports whether the ledger can say at once whether user's events

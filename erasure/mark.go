@@ -12,9 +12,22 @@ import (
 // offset. The zero Position (no topic) is a record whose place is not
 // known, erased by its time alone.
 type Position struct {
-	Topic     string
+	Topic string
+	// TopicID is the incarnation of Topic the record was read from, when
+	// it is known apart from the reader's own (a letter says which it was
+	// placed from); "" is the reader's (Watch.SetTopicID).
+	TopicID   string
 	Partition int
 	Offset    int64
+}
+
+// incarnation is the incarnation of p's topic to hold a mark to: p's own
+// when it says, else the reader's (ids, by topic).
+func (p Position) incarnation(ids map[string]string) string {
+	if p.TopicID != "" {
+		return p.TopicID
+	}
+	return ids[p.Topic]
 }
 
 // Mark is the input topic's end offsets, read just after an erasure was

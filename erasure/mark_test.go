@@ -20,13 +20,13 @@ func TestMarkErasesByOffset(t *testing.T) {
 		p    Position
 		want bool
 	}{
-		{Position{"clicks", 0, 9}, true},
-		{Position{"clicks", 0, 10}, false}, // appended after the erasure
-		{Position{"clicks", 1, 19}, true},
-		{Position{"clicks", 2, 0}, false},  // a partition added since
-		{Position{"clicks", -1, 0}, false}, // no partition
-		{Position{"views", 0, 0}, false},   // another topic's records
-		{Position{}, false},                // a row whose record is not known
+		{Position{Topic: "clicks", Partition: 0, Offset: 9}, true},
+		{Position{Topic: "clicks", Partition: 0, Offset: 10}, false}, // appended after the erasure
+		{Position{Topic: "clicks", Partition: 1, Offset: 19}, true},
+		{Position{Topic: "clicks", Partition: 2, Offset: 0}, false},  // a partition added since
+		{Position{Topic: "clicks", Partition: -1, Offset: 0}, false}, // no partition
+		{Position{Topic: "views", Partition: 0, Offset: 0}, false},   // another topic's records
+		{Position{}, false}, // a row whose record is not known
 	} {
 		if got := l.Erased("acme", "u1", late, c.p); got != c.want {
 			t.Errorf("Erased(stamped ahead, %+v) = %t, want %t", c.p, got, c.want)
@@ -35,7 +35,7 @@ func TestMarkErasesByOffset(t *testing.T) {
 			t.Errorf("Erased(at erased_up_to, %+v) = false: time still erases", c.p)
 		}
 	}
-	if l.Erased("acme", "u2", ms, Position{"clicks", 0, 0}) {
+	if l.Erased("acme", "u2", ms, Position{Topic: "clicks", Partition: 0, Offset: 0}) {
 		t.Error("a mark erased another user")
 	}
 	// Erased again, with the topic created again (its ends smaller on one
@@ -45,7 +45,7 @@ func TestMarkErasesByOffset(t *testing.T) {
 	if l2 == l || !l2.newer(l) || !grew {
 		t.Fatal("a wider mark is nothing new to the ledger")
 	}
-	for _, p := range []Position{{"clicks", 0, 9}, {"clicks", 1, 24}, {"clicks", 2, 6}} {
+	for _, p := range []Position{{Topic: "clicks", Partition: 0, Offset: 9}, {Topic: "clicks", Partition: 1, Offset: 24}, {Topic: "clicks", Partition: 2, Offset: 6}} {
 		if !l2.Erased("acme", "u1", late, p) {
 			t.Errorf("after a second erasure, %+v is not erased", p)
 		}
@@ -66,17 +66,27 @@ func TestMarkNamesItsIncarnation(t *testing.T) {
 	late := ms + int64(time.Hour/time.Millisecond)
 	old := &Mark{Topic: "clicks", TopicID: "AAAAAAAAAAAAAAAAAAAAAA", Ends: []int64{10}}
 	l := NewLedger([]Record{{Tenant: "acme", User: "u1", UpTo: t0, Below: old}}, t0)
-	above := Position{"clicks", 0, 50} // past the ends
+	above := Position{Topic: "clicks", Partition: 0, Offset: 50} // past the ends
 	if l.Erased("acme", "u1", late, above) {
 		t.Error("a reader that knows no id: a record past the ends is erased")
 	}
 	l.ids = map[string]string{"clicks": "AAAAAAAAAAAAAAAAAAAAAA"}
-	if l.Erased("acme", "u1", late, above) || !l.Erased("acme", "u1", late, Position{"clicks", 0, 9}) {
+	if l.Erased("acme", "u1", late, above) || !l.Erased("acme", "u1", late, Position{Topic: "clicks", Partition: 0, Offset: 9}) {
 		t.Error("on the mark's incarnation, not by offsets")
 	}
 	l.ids = map[string]string{"clicks": "BBBBBBBBBBBBBBBBBBBBBB"}
-	if !l.Erased("acme", "u1", late, above) || l.Erased("acme", "u1", late, Position{"views", 0, 0}) {
+	if !l.Erased("acme", "u1", late, above) || l.Erased("acme", "u1", late, Position{Topic: "views", Partition: 0, Offset: 0}) {
 		t.Error("on another incarnation, not every record of the topic (and only of it)")
+	}
+	// A record that says its incarnation (a letter's) is held to it, not
+	// to the reader's: a letter of the old topic, redriven by a reader of
+	// the new one, against a mark of the new one.
+	l.ids = map[string]string{"clicks": "BBBBBBBBBBBBBBBBBBBBBB"}
+	newMark := NewLedger([]Record{{Tenant: "acme", User: "u1", UpTo: t0, Below: &Mark{Topic: "clicks", TopicID: "BBBBBBBBBBBBBBBBBBBBBB", Ends: []int64{3}}}}, t0)
+	newMark.ids = l.ids
+	ofOld := Position{Topic: "clicks", TopicID: "AAAAAAAAAAAAAAAAAAAAAA", Partition: 0, Offset: 50}
+	if !newMark.Erased("acme", "u1", late, ofOld) || newMark.Erased("acme", "u1", late, Position{Topic: "clicks", Partition: 0, Offset: 50}) {
+		t.Error("a letter of another incarnation than the mark's is not held to its own")
 	}
 	newer := &Mark{Topic: "clicks", TopicID: "BBBBBBBBBBBBBBBBBBBBBB", Ends: []int64{3}}
 	both := union(old, newer)
@@ -154,10 +164,10 @@ func TestStoreKeepsMarks(t *testing.T) {
 		}
 	}
 	late := now.Add(time.Hour).UnixMilli()
-	at := Position{"clicks", 1, 7}
+	at := Position{Topic: "clicks", Partition: 1, Offset: 7}
 	got, err := s.loadAll(ctx, now)
 	l := got.l
-	if err != nil || l.Len() != 2 || !l.Erased("acme", "u1", late, at) || l.Erased("acme", "u1", late, Position{"clicks", 1, 8}) {
+	if err != nil || l.Len() != 2 || !l.Erased("acme", "u1", late, at) || l.Erased("acme", "u1", late, Position{Topic: "clicks", Partition: 1, Offset: 8}) {
 		t.Fatalf("full read: %v, %d users, the mark not obeyed", err, l.Len())
 	}
 	if l.users["acme"]["u1"].below != l.users["acme"]["u2"].below {
@@ -199,8 +209,8 @@ func TestLetterFate(t *testing.T) {
 		want LetterFate
 	}{
 		{Subject{Tenant: "acme", User: "u1", UserRead: true, Millis: ms}, DropLetter},
-		{Subject{Tenant: "acme", User: "u1", UserRead: true, Millis: ms + 1, At: Position{"clicks", 0, 9}}, DropLetter},
-		{Subject{Tenant: "acme", User: "u1", UserRead: true, Millis: ms + 1, At: Position{"clicks", 0, 10}}, KeepLetter},
+		{Subject{Tenant: "acme", User: "u1", UserRead: true, Millis: ms + 1, At: Position{Topic: "clicks", Partition: 0, Offset: 9}}, DropLetter},
+		{Subject{Tenant: "acme", User: "u1", UserRead: true, Millis: ms + 1, At: Position{Topic: "clicks", Partition: 0, Offset: 10}}, KeepLetter},
 		{Subject{Tenant: "acme", User: "u2", UserRead: true, Millis: ms}, KeepLetter},
 		{Subject{Tenant: "acme", UserRead: true, Millis: ms}, KeepLetter}, // an event without a user
 		{Subject{Tenant: "acme", Millis: ms}, LetterWithoutPayload},

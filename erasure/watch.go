@@ -335,17 +335,17 @@ func (w *Watch) Current() *Ledger { return w.cur.Load() }
 // Generation is the current ledger's generation.
 func (w *Watch) Generation() uint64 { return w.cur.Load().gen }
 
-// Admits reports whether the row at key, of the record read at topic,
-// partition and offset ("" for a row whose record is not known), may be
-// written under the ledger in force. A user the compact part may hold is
-// looked up first, once: its error says the ledger cannot tell yet, and
-// the write waits (sink.Gate).
-func (w *Watch) Admits(ctx context.Context, key, topic string, partition int, offset int64) (bool, error) {
+// Admits reports whether the row at key, of the record read at at (the
+// zero Position for a row whose record is not known), may be written
+// under the ledger in force. A user the compact part may hold is looked
+// up first, once: its error says the ledger cannot tell yet, and the
+// write waits (sink.Gate).
+func (w *Watch) Admits(ctx context.Context, key string, at Position) (bool, error) {
 	l := w.cur.Load()
 	if err := l.askKey(ctx, key); err != nil {
 		return false, err
 	}
-	return !l.ErasedKey(key, Position{Topic: topic, Partition: partition, Offset: offset}), nil
+	return !l.ErasedKey(key, at), nil
 }
 
 // Problem is why records wait for lookups of users held compact, once

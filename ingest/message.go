@@ -5,7 +5,11 @@ import "time"
 // Message is a record fetched from Kafka, its bytes the worker's own: what
 // ingest hands out, so that the layers above know no Kafka client.
 type Message struct {
-	Topic     string
+	Topic string
+	// TopicID is the incarnation of Topic the record was read from, when
+	// it is known apart from its reader's (a dead letter says which it was
+	// placed from); "" otherwise.
+	TopicID   string
 	Partition int
 	Offset    int64
 	// Key and Value are nil when the record has none (an empty one is not

@@ -243,5 +243,5 @@ func rowSubject(r *sink.Row) erasure.Subject {
 
 // position is a row's source as the erasure ledger takes it.
 func position(s sink.Source) erasure.Position {
-	return erasure.Position{Topic: s.Topic, Partition: s.Partition, Offset: s.Offset}
+	return erasure.Position{Topic: s.Topic, TopicID: s.TopicID, Partition: s.Partition, Offset: s.Offset}
 }

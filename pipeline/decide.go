@@ -76,7 +76,7 @@ type Decision struct {
 func Decide(d *event.Decoder, cfg *tenants.Config, ledger *erasure.Ledger, msg *ingest.Message, now, latest time.Time) Decision {
 	rec := record(d.Mapping, msg)
 	ev, err := d.DecodeRecord(&rec)
-	at := erasure.Position{Topic: msg.Topic, Partition: msg.Partition, Offset: msg.Offset}
+	at := erasure.Position{Topic: msg.Topic, TopicID: msg.TopicID, Partition: msg.Partition, Offset: msg.Offset}
 	if err != nil && d.Values != nil {
 		// A value reader's error that is no *event.Error is not the
 		// record's fault: never a dead letter.
@@ -144,7 +144,7 @@ func Decide(d *event.Decoder, cfg *tenants.Config, ledger *erasure.Ledger, msg *
 		return dec
 	}
 	dec.Row = sink.Row{Key: rowkey.Key(ev.Tenant, ev.User, ev.ID, ev.Base.UnixMilli()), Timestamp: dec.Cell.Timestamp, Value: msg.Value,
-		WrittenAt: pol.RecordRealTimestamp, Gen: ledger.Generation(), Source: sink.Source{Topic: msg.Topic, Partition: msg.Partition, Offset: msg.Offset}}
+		WrittenAt: pol.RecordRealTimestamp, Gen: ledger.Generation(), Source: sink.Source{Topic: msg.Topic, TopicID: msg.TopicID, Partition: msg.Partition, Offset: msg.Offset}}
 	if ev.HasTTL {
 		dec.Row.TTL = sink.TTL{Effective: ttl, Requested: ev.TTL, Own: true}
 	}
@@ -158,7 +158,7 @@ func Decide(d *event.Decoder, cfg *tenants.Config, ledger *erasure.Ledger, msg *
 func (d *Decision) Subject(msg *ingest.Message) erasure.Subject {
 	ev := &d.Event
 	s := erasure.Subject{Tenant: ev.Tenant, User: ev.User, UserRead: d.Fate != Rejected || ev.User != "",
-		At: erasure.Position{Topic: msg.Topic, Partition: msg.Partition, Offset: msg.Offset}}
+		At: erasure.Position{Topic: msg.Topic, TopicID: msg.TopicID, Partition: msg.Partition, Offset: msg.Offset}}
 	if t := ev.Base; !t.IsZero() {
 		s.Millis = t.UnixMilli()
 	} else {

@@ -132,7 +132,10 @@ func (r *run) original(ctx context.Context, letter ingest.Message) (ingest.Messa
 		return ingest.Message{}, false, nil // not a letter of cellttl's
 	}
 	if header(letter, deadletter.HeaderTruncated) != "true" {
-		m := ingest.Message{Topic: topic, Partition: part, Offset: off, Key: letter.Key, Value: letter.Value}
+		// The letter says which incarnation of the topic its record was
+		// read from: an erasure's mark is held to that one, not to the
+		// one this run reads.
+		m := ingest.Message{Topic: topic, TopicID: header(letter, deadletter.HeaderSourceTopicID), Partition: part, Offset: off, Key: letter.Key, Value: letter.Value}
 		if ts := header(letter, deadletter.HeaderSourceTimestamp); ts != "" {
 			t, err := time.Parse(time.RFC3339Nano, ts)
 			if err != nil {
@@ -167,7 +170,7 @@ func (r *run) original(ctx context.Context, letter ingest.Message) (ingest.Messa
 		}
 		if rec.Offset == off {
 			m, err := message(rec)
-			m.Topic, m.Partition = topic, part
+			m.Topic, m.TopicID, m.Partition = topic, header(letter, deadletter.HeaderSourceTopicID), part
 			if err != nil {
 				return m, false, err
 			}

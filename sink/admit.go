@@ -37,7 +37,7 @@ func (w *Writer) withdraw(ctx context.Context, rows []Row, pending []int, result
 	for j, i := range pending {
 		r := &rows[i]
 		if r.Gen < gen {
-			ok, err := w.cfg.Gate.Admits(ctx, r.Key, r.Source.Topic, r.Source.Partition, r.Source.Offset)
+			ok, err := w.cfg.Gate.Admits(ctx, r.Key, r.Source)
 			if err != nil {
 				// kept is no longer than j: append moves the rest down.
 				return append(kept, pending[j:]...), fmt.Errorf("recheck a row's user against the erasure ledger: %w", err)

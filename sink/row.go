@@ -30,7 +30,10 @@ type Row struct {
 // Source is a record's place in its topic. The zero Source (no topic) is
 // a row whose record is not known.
 type Source struct {
-	Topic     string
+	Topic string
+	// TopicID is the incarnation of Topic, when the record says its own
+	// (a dead letter's); "" is the reader's.
+	TopicID   string
 	Partition int
 	Offset    int64
 }
@@ -54,7 +57,7 @@ type Gate interface {
 	// partition and offset, may be written. An error says the gate cannot
 	// tell yet (a lookup failed): the row is neither written nor
 	// withdrawn, and the write asks again after a backoff.
-	Admits(ctx context.Context, key, topic string, partition int, offset int64) (bool, error)
+	Admits(ctx context.Context, key string, at Source) (bool, error)
 }
 
 // ErrWithdrawn is the result of a row the Gate withdrew: it was not

@@ -423,7 +423,7 @@ type gate struct {
 }
 
 func (g *gate) Generation() uint64 { return g.gen.Load() }
-func (g *gate) Admits(_ context.Context, key, _ string, _ int, _ int64) (bool, error) {
+func (g *gate) Admits(_ context.Context, key string, _ sink.Source) (bool, error) {
 	if g.asked.Add(1) <= g.unsure {
 		return false, errors.New("injected: the ledger cannot tell")
 	}
@@ -785,7 +785,7 @@ func TestHeldBatchSpendsNoRate(t *testing.T) {
 type stuckGate struct{}
 
 func (stuckGate) Generation() uint64 { return 1 }
-func (stuckGate) Admits(_ context.Context, key, _ string, _ int, _ int64) (bool, error) {
+func (stuckGate) Admits(_ context.Context, key string, _ sink.Source) (bool, error) {
 	if key == "stuck" {
 		return false, errors.New("injected: the lookup fails")
 	}

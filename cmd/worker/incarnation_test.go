@@ -10,6 +10,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/cellttl/cellttl/deadletter"
+	"github.com/cellttl/cellttl/internal/kafkaconn"
 	"github.com/cellttl/cellttl/internal/testenv"
 )
 
@@ -73,5 +75,106 @@ func TestMarkCoversAnotherIncarnation(t *testing.T) {
 	}
 	if len(rows) != 1 {
 		t.Errorf("%d rows, want u-2's alone", len(rows))
+	}
+}
+
+// A letter names the incarnation of the input topic its record was read
+// from (cellttl.source.topic_id), and worker redrive holds the record to
+// an erasure's mark by that one, not by the incarnation it reads itself.
+// newco/u-1's event, stamped half an hour ahead, is lettered (newco is
+// unlisted); the topic is deleted and created again; u-1 is erased, the
+// mark naming the new topic, empty; newco is listed and the letters
+// redriven. The letter's offset lies past the new topic's ends, and its
+// time past erased_up_to: compared by offsets, a redrive wrote it.
+func TestRedriveHoldsALetterToItsIncarnation(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "default_ttl: 2d\nunlisted_tenants: dead-letter\ntenants:\n  acme: 1h\n")
+	if out, err := e.cmd(t, "setup"); err != nil {
+		t.Fatalf("setup: %v\n%s", err, out)
+	}
+	dlq := e.topic + ".letters"
+	ahead := time.Now().Add(30 * time.Minute)
+	testenv.ProduceMessages(t, e.brokers, e.topic, kafka.Message{Time: ahead,
+		Value: click{EventID: "e-1", TenantID: "newco", UserID: "u-1", OccurredAt: ahead.UTC().Format(time.RFC3339Nano)}.bytes()})
+	stop, _ := e.startWorker(t, "--dlq-topic", dlq)
+	e.waitCommitted(t, 30*time.Second)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	old, err := kafkaconn.TopicID(context.Background(), e.brokers, kafkaconn.Security{}, e.topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	letters := testenv.ReadToEnd(t, e.brokers, dlq)
+	if len(letters) != 1 || headerOf(letters[0], deadletter.HeaderSourceTopicID) != old {
+		t.Fatalf("%d letters, the first naming incarnation %q; want one, naming %s", len(letters), headerOf(letters[0], deadletter.HeaderSourceTopicID), old)
+	}
+
+	c := &kafka.Client{Addr: kafka.TCP(e.brokers...), Timeout: 10 * time.Second, Transport: &kafka.Transport{}}
+	defer c.Transport.(*kafka.Transport).CloseIdleConnections()
+	if _, err := c.DeleteTopics(context.Background(), &kafka.DeleteTopicsRequest{Topics: []string{e.topic}}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		res, err := c.CreateTopics(context.Background(), &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{Topic: e.topic, NumPartitions: partitions, ReplicationFactor: 1}}})
+		if err == nil {
+			err = res.Errors[e.topic]
+		}
+		return err == nil, fmt.Sprint(err)
+	})
+	if out, err := e.cmd(t, "forget", "--tenant", "newco", "--user", "u-1", "--allow-empty", "--requested-by", "ticket-7",
+		"--second-pass-after", "10ms"); err != nil || strings.Contains(out, old) {
+		t.Fatalf("forget on the topic created again: %v (its mark must name the new incarnation)\n%s", err, out)
+	}
+	e.writeTenants(t, "default_ttl: 2d\nunlisted_tenants: dead-letter\ntenants:\n  acme: 1h\n  newco: 1h\n")
+	if out, err := e.cmd(t, "redrive", "--brokers", strings.Join(e.brokers, ","), "--topic", e.topic, "--dlq-topic", dlq,
+		"--apply", "--trust-unsigned-letters"); err != nil {
+		t.Fatalf("redrive: %v\n%s", err, out)
+	}
+	for key := range e.rows(t) {
+		t.Errorf("u-1's letter of the topic's earlier incarnation written by redrive after u-1's erasure: %s", key)
+	}
+}
+
+// A worker that runs while its input topic is deleted and created again
+// reads the topic's id again (every --dlq-check-interval) and takes the
+// new one: it says so, and its letters name the new incarnation.
+func TestWorkerFollowsTheTopicCreatedAgain(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "default_ttl: 2d\nunlisted_tenants: dead-letter\ntenants:\n  acme: 1h\n")
+	if out, err := e.cmd(t, "setup"); err != nil {
+		t.Fatalf("setup: %v\n%s", err, out)
+	}
+	dlq := e.topic + ".letters"
+	stop, logs := e.startWorker(t, "--dlq-topic", dlq, "--dlq-check-interval", "500ms")
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		return strings.Contains(logs.String(), "joined consumer group"), "the worker has not joined its group"
+	})
+	c := &kafka.Client{Addr: kafka.TCP(e.brokers...), Timeout: 10 * time.Second, Transport: &kafka.Transport{}}
+	defer c.Transport.(*kafka.Transport).CloseIdleConnections()
+	if _, err := c.DeleteTopics(context.Background(), &kafka.DeleteTopicsRequest{Topics: []string{e.topic}}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		res, err := c.CreateTopics(context.Background(), &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{Topic: e.topic, NumPartitions: partitions, ReplicationFactor: 1}}})
+		if err == nil {
+			err = res.Errors[e.topic]
+		}
+		return err == nil, fmt.Sprint(err)
+	})
+	now, err := kafkaconn.TopicID(context.Background(), e.brokers, kafkaconn.Security{}, e.topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		return strings.Contains(logs.String(), "the input topic was created again") && strings.Contains(logs.String(), now), "the worker has not said it follows the new incarnation " + now
+	})
+	testenv.Produce(t, e.brokers, e.topic, click{EventID: "e-1", TenantID: "newco", UserID: "u-1"}.bytes())
+	testenv.Eventually(t, 60*time.Second, func() (bool, string) {
+		letters := testenv.ReadToEnd(t, e.brokers, dlq)
+		return len(letters) == 1 && headerOf(letters[0], deadletter.HeaderSourceTopicID) == now, fmt.Sprintf("%d letters, want one naming %s", len(letters), now)
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -17,7 +17,6 @@ import (
 	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/cellttl/cellttl/internal/envflag"
-	"github.com/cellttl/cellttl/internal/kafkaconn"
 	"github.com/cellttl/cellttl/internal/release"
 	"github.com/cellttl/cellttl/pipeline"
 	"github.com/cellttl/cellttl/retention"
@@ -147,21 +146,6 @@ func checkRelease(ctx context.Context, s *session, table string) error {
 
 func followErasures(ctx context.Context, s *session, t sink.TableConfig, refresh time.Duration, log *slog.Logger) (*erasure.Watch, func(), error) {
 	return erasure.Follow(ctx, erasure.NewStore(s.dc, t.ErasureTable()), refresh, log)
-}
-
-// followIncarnation tells w which incarnation of the input topic this
-// command reads (its Kafka topic id): an erasure's mark of another covers
-// every record of it. Unread (the topic not there yet, a broker before
-// Kafka 2.8), marks cover by offsets alone, and the log says so.
-func followIncarnation(ctx context.Context, k ingest.Config, w *erasure.Watch, log *slog.Logger) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	id, err := kafkaconn.TopicID(ctx, k.Brokers, k.Security, k.Topic)
-	if err != nil || id == "" {
-		log.Warn("the input topic's id is unknown: erasures cover its records by offset alone, as if it were never created again", "topic", k.Topic, "err", err)
-		return
-	}
-	w.SetTopicID(k.Topic, id)
 }
 
 // defaultErasureRefresh: with the default --write-timeout (30s), a user

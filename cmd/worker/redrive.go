@@ -111,9 +111,9 @@ func (rd *redriveCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer stop()
-	followIncarnation(ctx, rd.topics.kafka, erasures, log)
+	_ = followIncarnation(ctx, rd.topics.kafka, erasures, log)
 	wcfg := rd.bound.writer
-	wcfg.Held, wcfg.Gate = erasures.Held, erasures
+	wcfg.Held, wcfg.Gate = erasures.Held, erasureGate{erasures}
 	// A redrive shares the cluster with the workers: the tenants file's
 	// max_write_rate caps it as one more worker, and Bigtable's throttling
 	// slows it.

@@ -169,3 +169,20 @@ func dial(ctx context.Context, addr string) error {
 	}
 	return c.Close()
 }
+
+// claimRecord checks the worker's --ttl-from against the table's record
+// and records the tenants file version it runs, before anything is
+// consumed: a worker under another setting than the rows already written
+// must write nothing.
+func (w *worker) claimRecord(ctx context.Context, dc *bigtable.Client) error {
+	o := w.o
+	store := tablemeta.NewStore(dc, o.table.Table)
+	if err := store.ClaimAndSay(ctx, tablemeta.Claim{TTLFrom: o.pipe.Fields.TTL, Change: o.ttlFromChange, By: "worker run", Now: time.Now()}, w.log); err != nil {
+		return err
+	}
+	w.record = tablemeta.NewRecorder(store, w.log)
+	if err := w.record.Record(ctx, w.cfg.Version); err != nil {
+		return fmt.Errorf("refusing to start: %w", err)
+	}
+	return nil
+}

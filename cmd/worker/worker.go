@@ -38,6 +38,7 @@ type worker struct {
 	cfg      *tenants.Config
 	rules    *sink.RuleWatch
 	erasures *erasure.Watch
+	topicID  string // the input topic's id at start, "" unread
 	log      *slog.Logger
 	dlq      *deadletter.Writer
 	times    *kafkaconn.RecordTimeWatch
@@ -85,7 +86,7 @@ func newWorker(ctx context.Context, o *runCmd, cfg *tenants.Config, dc *bigtable
 	if err != nil {
 		return nil, err
 	}
-	followIncarnation(ctx, o.kafka, w.erasures, log)
+	w.topicID = followIncarnation(ctx, o.kafka, w.erasures, log)
 	if err := w.claimRecord(ctx, dc); err != nil {
 		return nil, err
 	}
@@ -97,6 +98,7 @@ func newWorker(ctx context.Context, o *runCmd, cfg *tenants.Config, dc *bigtable
 	if err := w.openKafka(ctx, mp); err != nil {
 		return nil, err
 	}
+	w.dlq.SetSourceID(o.kafka.Topic, w.topicID)
 	if w.writer, err = sink.NewWriter(dc, o.table.Target(), w.writerConfig(), mp, log); err != nil {
 		return nil, err
 	}
@@ -112,23 +114,6 @@ func newWorker(ctx context.Context, o *runCmd, cfg *tenants.Config, dc *bigtable
 	pcfg.StrictRetention = o.strictRetention
 	w.pipeline = pipeline.New(pcfg, w.consumer, w.writer, w.dlq, w.reloader.Current, mp, tp, log)
 	return w, nil
-}
-
-// claimRecord checks the worker's --ttl-from against the table's record
-// and records the tenants file version it runs, before anything is
-// consumed: a worker under another setting than the rows already written
-// must write nothing.
-func (w *worker) claimRecord(ctx context.Context, dc *bigtable.Client) error {
-	o := w.o
-	store := tablemeta.NewStore(dc, o.table.Table)
-	if err := store.ClaimAndSay(ctx, tablemeta.Claim{TTLFrom: o.pipe.Fields.TTL, Change: o.ttlFromChange, By: "worker run", Now: time.Now()}, w.log); err != nil {
-		return err
-	}
-	w.record = tablemeta.NewRecorder(store, w.log)
-	if err := w.record.Record(ctx, w.cfg.Version); err != nil {
-		return fmt.Errorf("refusing to start: %w", err)
-	}
-	return nil
 }
 
 // openKafka builds the Kafka parts: the dead-letter writer, checked before
@@ -211,6 +196,7 @@ func (w *worker) serve(ctx context.Context, metrics http.Handler) error {
 	defer w.times.Close()
 	wg.Go(func() { w.rules.Run(bg, o.writer.RuleCheckInterval) })
 	wg.Go(func() { w.erasures.Run(bg) })
+	wg.Go(func() { w.followTopicID(bg) })
 	// The version in force, recorded at each reload and every heartbeat:
 	// worker forget checks its tenants file against it.
 	wg.Go(func() {

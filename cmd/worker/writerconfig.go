@@ -2,9 +2,11 @@ package main
 
 import (
 	"cmp"
+	"context"
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/sink"
 )
 
@@ -18,10 +20,18 @@ func (w *worker) writerConfig() sink.WriterConfig {
 	// Under --strict-retention, a topic relaxed at run time (or whose
 	// settings go unread) holds the writes as it refuses the start.
 	wcfg.Held = func() error { return cmp.Or(w.rules.Held(), w.erasures.Held(), w.times.Problem()) }
-	wcfg.Gate = w.erasures
+	wcfg.Gate = erasureGate{w.erasures}
 	// The cap follows the tenants file in force: an edit of
 	// max_write_rate applies within a second, without a restart.
 	wcfg.Throttle = sink.NewThrottle()
 	wcfg.Throttle.Follow(func() float64 { return w.reloader.Current().WriteRate })
 	return wcfg
+}
+
+// erasureGate is the erasure ledger as the writer's Gate: a row's source
+// is where the ledger holds its record to the erasures' marks.
+type erasureGate struct{ *erasure.Watch }
+
+func (g erasureGate) Admits(ctx context.Context, key string, at sink.Source) (bool, error) {
+	return g.Watch.Admits(ctx, key, erasure.Position{Topic: at.Topic, TopicID: at.TopicID, Partition: at.Partition, Offset: at.Offset})
 }

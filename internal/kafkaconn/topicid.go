@@ -13,6 +13,7 @@ import (
 	"github.com/segmentio/kafka-go/protocol"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/cellttl/cellttl/internal/tick"
 	"github.com/cellttl/cellttl/internal/waitfor"
 )
 
@@ -26,6 +27,21 @@ import (
 // written and its answer read here with franz-go's kmsg, the wire types
 // alone, on a connection set up as the Transport sets up its own (TLS, API
 // versions, SASL).
+
+// FollowTopicID reads topic's id every interval until ctx ends, and calls
+// changed with the id read and the one before (known, at first) whenever
+// they differ: a topic deleted and created again under a long-running
+// reader. A read that fails, or finds no id, changes nothing.
+func FollowTopicID(ctx context.Context, interval time.Duration, brokers []string, s Security, topic, known string, changed func(was, now string)) {
+	tick.Every(ctx, interval, func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if id, err := TopicID(ctx, brokers, s, topic); err == nil && id != "" && id != known {
+			changed(known, id)
+			known = id
+		}
+	})
+}
 
 // maxTopicIDAnswer bounds the broker's answer about one topic: a topic of
 // thousands of partitions takes a few hundred KiB.
