@@ -88,6 +88,9 @@ type Consumer struct {
 	wg        sync.WaitGroup
 	stop      context.CancelFunc
 	consumed  atomic.Int64 // messages returned by Poll, for the metrics
+	// onGenerationEnding, when set (a test's), is called as a generation
+	// that ends begins to wait for its events to settle.
+	onGenerationEnding atomic.Pointer[func()]
 
 	mu  sync.Mutex
 	gen *kafka.Generation // nil between generations

@@ -219,9 +219,9 @@ func TestGenerationEndCommitsSettledOffsets(t *testing.T) {
 func TestGenerationEndWaitsForEventsInFlight(t *testing.T) {
 	ending := make(chan struct{})
 	var once sync.Once
-	testHookGenerationEnding = func() { once.Do(func() { close(ending) }) }
-	t.Cleanup(func() { testHookGenerationEnding = nil })
 	g := firstMemberFetched(t, 20)
+	hook := func() { once.Do(func() { close(ending) }) }
+	g.c1.onGenerationEnding.Store(&hook)
 	go func() {
 		select {
 		case <-ending:

@@ -169,8 +169,8 @@ const unsettledOnEnd = "the generation ends with events still being written; the
 // the tracker, so it returns as the last of them settles. A worker
 // stopping (ctx ended) does not wait here: Close drains.
 func (c *Consumer) settleOnEnd(ctx context.Context) {
-	if h := testHookGenerationEnding; h != nil {
-		h()
+	if h := c.onGenerationEnding.Load(); h != nil {
+		(*h)()
 	}
 	deadline := time.NewTimer(settleOnEndTimeout)
 	defer deadline.Stop()
@@ -190,11 +190,6 @@ func (c *Consumer) settleOnEnd(ctx context.Context) {
 		}
 	}
 }
-
-// testHookGenerationEnding, when set (by tests, before any consumer
-// starts), is called as a generation that ends begins to wait for its
-// events to settle.
-var testHookGenerationEnding func()
 
 // commitOnEndTimeout bounds the commit a generation makes as it ends: the
 // group's rebalance waits for this member meanwhile.
