@@ -121,3 +121,31 @@ func metricsReference(scrape string) string {
 	}
 	return b.String()
 }
+
+// flagCeilings are the most flags each command may take: what each took
+// when the ceilings were set. A command takes only the flags it reads,
+// and a new flag is a deliberate decision (the CHANGELOG says so): raise
+// a ceiling with it, or take a flag away first.
+var flagCeilings = map[string]int{"run": 72, "setup": 13, "check": 13, "read": 26, "retime": 19, "migrate": 20, "forget": 42,
+	"audit": 14, "retention": 32, "redrive": 57, "demo": 6}
+
+// No command grows past its ceiling of flags unseen.
+func TestFlagCeilings(t *testing.T) {
+	t.Parallel()
+	flag := regexp.MustCompile(`(?m)^  -[a-z]`)
+	for _, cmd := range commands {
+		var out bytes.Buffer
+		if err := run(context.Background(), []string{cmd, "--help"}, &out, &out); err != errHelp {
+			t.Fatalf("worker %s --help: %v", cmd, err)
+		}
+		n, most := len(flag.FindAllIndex(out.Bytes(), -1)), flagCeilings[cmd]
+		switch {
+		case most == 0:
+			t.Errorf("worker %s has no ceiling of flags: add it to flagCeilings (%d flags now)", cmd, n)
+		case n > most:
+			t.Errorf("worker %s takes %d flags, more than its ceiling of %d: a command takes only the flags it reads", cmd, n, most)
+		case n == 0:
+			t.Errorf("worker %s --help lists no flag: the count no longer reads the help", cmd)
+		}
+	}
+}
