@@ -15,6 +15,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/cellttl/cellttl/deadletter"
+	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/rowkey"
 )
 
@@ -42,6 +43,8 @@ import (
 //  4. Nothing lost: an event of a long-lived tenant whose record the broker
 //     keeps past the schedule (stamped 30 s ahead or more), erased by no
 //     forget, and not expired, has its row.
+//  5. An erasure recorded with --backup-retention keeps a record in force
+//     that long after forget returned, whatever later forgets retire.
 
 // scheduleTTLs are the TTLs of scheduleTenants (newco's once listed).
 var scheduleTTLs = map[string]time.Duration{"fast": 10 * time.Second, "acme": time.Hour, "globex": 72 * time.Hour, "newco": time.Hour}
@@ -178,7 +181,40 @@ func (sc *schedule) observe() map[string][]rowCells {
 	for _, v := range sc.checkLetters(letters) {
 		sc.saw(v)
 	}
+	for _, v := range sc.checkBackups() {
+		sc.saw(v)
+	}
 	return rows
+}
+
+// checkBackups holds the ledger to promise 5: an erasure recorded with
+// --backup-retention has a record in force for that long after forget
+// returned (a restore of a backup taken before it must find the user
+// erased), whatever later forgets retire.
+func (sc *schedule) checkBackups() []string {
+	now := time.Now()
+	var bad []string
+	var recs []erasure.Record
+	read := false
+	for _, f := range sc.forgets {
+		if f.backups <= 0 || !now.Before(f.returned.Add(f.backups)) {
+			continue
+		}
+		if !read {
+			var err error
+			if recs, _, err = erasure.NewStore(sc.s.dc, sc.s.table+"-erasures").Load(context.Background(), now); err != nil {
+				return []string{fmt.Sprintf("read the erasure ledger: %v", err)}
+			}
+			read = true
+		}
+		kept := slices.ContainsFunc(recs, func(r erasure.Record) bool {
+			return r.Tenant == f.tenant && r.User == f.user && (r.Expires.IsZero() || !r.Expires.Before(f.returned.Add(f.backups-time.Minute)))
+		})
+		if !kept {
+			bad = append(bad, fmt.Sprintf("the erasure of %s/%s with --backup-retention %s has no record in force that long (forget returned %s)", f.tenant, f.user, f.backups, f.returned.Format(time.RFC3339Nano)))
+		}
+	}
+	return bad
 }
 
 // newLetters reads the letters placed since the last call, each partition

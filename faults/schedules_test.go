@@ -95,10 +95,11 @@ type schedEvent struct {
 // forget began, and what the receipt says.
 type schedForget struct {
 	tenant, user string
-	before       time.Time // --before; zero without
-	acked        int       // the events acknowledged when forget began (sc.events[:acked])
-	upTo         time.Time // the receipt's erased_up_to
-	ends         []int64   // the receipt's mark; nil with --before
+	before       time.Time     // --before; zero without
+	backups      time.Duration // --backup-retention; zero without
+	acked        int           // the events acknowledged when forget began (sc.events[:acked])
+	upTo         time.Time     // the receipt's erased_up_to
+	ends         []int64       // the receipt's mark; nil with --before
 	returned     time.Time
 }
 
@@ -369,6 +370,12 @@ func (sc *schedule) forgetIn(tenant string) {
 		f.before = time.Now().Add(min(0, skew) - time.Duration(sc.r.IntN(600))*time.Second).Truncate(time.Second)
 		args = append(args, "--before", f.before.UTC().Format(time.RFC3339))
 	}
+	if sc.r.IntN(4) == 0 {
+		// Backups kept an hour, longer than any schedule: the record must
+		// stay in force throughout, whatever a later forget retires.
+		f.backups = time.Hour
+		args = append(args, "--backup-retention", "1h")
+	}
 	cmd := exec.Command(forgetBinary(sc.t, sc.s.bin), args...)
 	cmd.Env = append(os.Environ(), "TESTENV_FORGET_CLOCK_SKEW="+skew.String())
 	var stderr strings.Builder
@@ -399,7 +406,7 @@ func (sc *schedule) forgetIn(tenant string) {
 		f.ends = rc.Below.Ends
 	}
 	sc.forgets = append(sc.forgets, f)
-	sc.note("forget %s/%s up to %s, mark %v (--before %t, its clock %s off)", f.tenant, f.user, f.upTo.Format(time.RFC3339Nano), f.ends, before, skew)
+	sc.note("forget %s/%s up to %s, mark %v (--before %t, --backup-retention %s, its clock %s off)", f.tenant, f.user, f.upTo.Format(time.RFC3339Nano), f.ends, before, f.backups, skew)
 }
 
 // retimeBesideForget edits fast's TTL (editTTL), then re-times fast's
