@@ -21,6 +21,7 @@ all at AT_NS (nanoseconds since the epoch), each in the contract's fields
                  (index [1, 0])
 """
 import datetime
+import faulthandler
 import sys
 
 from confluent_kafka import Producer
@@ -121,7 +122,13 @@ def main():
     # Python's datetime holds microseconds: the nanoseconds below are the
     # Timestamp's alone.
     at = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc) + datetime.timedelta(microseconds=at_ns // 1000)
-    registry = SchemaRegistryClient({"url": url})
+    # Should anything still hang, the stacks say where, before the test's
+    # deadline (3 minutes) kills the process with nothing printed.
+    faulthandler.dump_traceback_later(150, exit=True)
+    # The client's requests have no timeout by default (httpx, timeout
+    # None): one request the registry never answers hung the producer
+    # until the test killed it. With one, the client retries it.
+    registry = SchemaRegistryClient({"url": url, "timeout": 20})
     serialize, value = serializer(fmt, registry, topic)
     producer = Producer({"bootstrap.servers": brokers})
     for i in range(count):
