@@ -37,7 +37,8 @@ import (
 //     its record's when it lies further ahead than the skew, and none
 //     without a record timestamp), plus its tenant's TTL; one version.
 //  3. No letter holds its payload past its event: placed + the topic's
-//     keep, read from the broker, ends by the event's expiry (an unlisted
+//     keep, read from the broker (or a forged letter's stamp + the keep,
+//     for the letters behind it), ends by the event's expiry (an unlisted
 //     tenant's: default_ttl; an invalid event's: the shortest TTL of the
 //     file in force, from its placement).
 //  4. Nothing lost: an event of a long-lived tenant whose record the broker
@@ -398,7 +399,7 @@ func (sc *schedule) checkLetters(letters []kafka.Message) []string {
 	}
 	var bad []string
 	for _, m := range letters {
-		if m.Value == nil || header(m, deadletter.HeaderPayload) == "omitted" {
+		if m.Value == nil || header(m, deadletter.HeaderPayload) == "omitted" || sc.isForged(m.Partition, m.Offset) {
 			continue
 		}
 		part, _ := strconv.ParseInt(header(m, deadletter.HeaderSourcePartition), 10, 64)
@@ -413,16 +414,19 @@ func (sc *schedule) checkLetters(letters []kafka.Message) []string {
 		if base, bounded := ev.base(); bounded {
 			bound = base.Add(scheduleDefault) // an unlisted tenant's (the only valid events dead-lettered here)
 		}
-		if keep < 0 || placed.Add(keep).After(bound) {
-			bad = append(bad, fmt.Sprintf("letter of %s keeps its payload past %s: placed %s in a topic that keeps %s", ev, bound.UTC().Format(time.RFC3339), placed.UTC().Format(time.RFC3339Nano), keep))
+		if life := sc.letterLife(m.Partition, m.Offset, placed, keep); keep < 0 || life.After(bound) {
+			bad = append(bad, fmt.Sprintf("letter of %s keeps its payload past %s: placed %s at offset %d in a topic that keeps %s, readable until %s", ev, bound.UTC().Format(time.RFC3339),
+				placed.UTC().Format(time.RFC3339Nano), m.Offset, keep, life.UTC().Format(time.RFC3339)))
 		}
 	}
 	return bad
 }
 
-// topicKeep reads how long topic keeps a record produced now, from the
-// broker: retention.ms + segment.ms + the broker's retention check, plus
-// how far ahead a producer may stamp under CreateTime; -1 for forever.
+// topicKeep reads how long topic keeps a record stamped when it was
+// produced, from the broker: retention.ms + segment.ms + the broker's
+// retention check; -1 for forever. A record stamped ahead holds its
+// partition longer (letterLife): the worker's letters are stamped when
+// they are placed, and the letters the schedule forged are known.
 func (sc *schedule) topicKeep(topic string) (time.Duration, error) {
 	ctx := context.Background()
 	res, err := sc.client.DescribeConfigs(ctx, &kafka.DescribeConfigsRequest{Resources: []kafka.DescribeConfigRequestResource{
@@ -432,22 +436,14 @@ func (sc *schedule) topicKeep(topic string) (time.Duration, error) {
 		return 0, fmt.Errorf("the settings of %s: %v", topic, err)
 	}
 	ms := map[string]int64{}
-	typ := ""
 	for _, r := range res.Resources {
 		for _, e := range r.ConfigEntries {
-			if e.ConfigName == "message.timestamp.type" {
-				typ = e.ConfigValue
-			}
 			n, _ := strconv.ParseInt(e.ConfigValue, 10, 64)
 			ms[e.ConfigName] = n
 		}
 	}
-	ahead := ms["message.timestamp.after.max.ms"]
-	if typ == "LogAppendTime" {
-		ahead = 0
-	}
-	if ms["retention.ms"] < 0 || ahead >= 1<<50 {
+	if ms["retention.ms"] < 0 {
 		return -1, nil
 	}
-	return time.Duration(ms["retention.ms"]+ms["segment.ms"]+ms["log.retention.check.interval.ms"]+ahead) * time.Millisecond, nil
+	return time.Duration(ms["retention.ms"]+ms["segment.ms"]+ms["log.retention.check.interval.ms"]) * time.Millisecond, nil
 }

@@ -33,8 +33,9 @@ import (
 // offset resets, redrives, restarts, a second member of the group coming
 // and going, a tenant listed at run time, a TTL lengthened and shortened
 // again, worker retime beside a forget, the ledger table refusing the
-// workers' reads; the broker's retention deleting segments under a
-// retention.ms of seconds), run against the real broker and emulator,
+// workers' reads; topics stamped as Kafka 3 or 4 does by default or by
+// the broker, and set to another stamping; a letter forged ahead; the
+// broker's retention deleting segments under a retention.ms of seconds), run against the real broker and emulator,
 // then a checker of the promises after every step (schedcheck_test.go).
 // The menu is the threat model of docs/retention.md (scheduleMenu). A failing schedule prints its
 // seed; TESTENV_SCHEDULE_SEED=N replays it alone.
@@ -43,6 +44,7 @@ import (
 // faults) more and longer ones; RELIABILITY.md says how many and what they
 // found.
 func TestRetentionSchedules(t *testing.T) {
+	testenv.BrokerVersionMatters(t, "record timestamps under each stamping, segments deleted by retention, the group's rebalances")
 	faultSuite(t)
 	seeds := []uint64{}
 	if v := os.Getenv("TESTENV_SCHEDULE_SEED"); v != "" {
@@ -78,6 +80,10 @@ const scheduleTenants = "default_ttl: 2d\nunlisted_tenants: dead-letter\nrecord_
 
 // scheduleSkew is the workers' --max-clock-skew in a schedule.
 const scheduleSkew = 5 * time.Second
+
+// scheduleTopicCheck is the workers' --dlq-check-interval: how soon they
+// read a topic's changed settings.
+const scheduleTopicCheck = time.Second
 
 // schedEvent is a record a schedule produced, and where it went.
 type schedEvent struct {
@@ -125,7 +131,12 @@ type schedule struct {
 	// fastEdits are the edits of fast's TTL, in order: when each file
 	// was written, and fast's TTL in it.
 	fastEdits []ttlEdit
-	seen      seen // what the checker observed
+	// inputStamping and dlqStamping are how the topics stamp their
+	// records now (schedtopics_test.go); forged, the letters a producer
+	// forged in the dead-letter topic.
+	inputStamping, dlqStamping stamping
+	forged                     []forgedLetter
+	seen                       seen // what the checker observed
 }
 
 // ttlEdit is a tenants file written at a time, with fast's TTL in it.
@@ -142,20 +153,27 @@ type ttlEdit struct {
 const scheduleExactForever = "1"
 
 func newSchedule(t *testing.T, seed uint64) *schedule {
-	s := newSuite(t, 3,
-		// Producers may stamp records any time ahead, as on Kafka 3 by
-		// default: the schedules stamp them up to an hour ahead, the bound
-		// Kafka 4 sets by default, which its clock may find just past.
-		withTopicConfig(testenv.AnyTimeAhead(map[string]string{"retention.ms": "20000", "segment.ms": "2000"})),
-		withDeadLetterConfig(map[string]string{"retention.ms": "10000", "segment.ms": "2000", "message.timestamp.type": "LogAppendTime"}))
+	sc := &schedule{t: t, r: mrand.New(mrand.NewPCG(seed, seed^0x5eed)), seed: seed,
+		fastTTL: scheduleTTLs["fast"], fastTTLs: map[time.Duration]bool{scheduleTTLs["fast"]: true}}
+	// The input topic stamps as Kafka 3 does by default (producers any
+	// time ahead: the schedules stamp records up to an hour ahead, which
+	// the broker's clock may find just past), as Kafka 4 does (an hour),
+	// or by the broker's clock; the dead-letter topic mostly as the worker
+	// creates it (LogAppendTime), else as an operator's may be.
+	sc.inputStamping = stamping(sc.r.IntN(len(stampingNames)))
+	sc.dlqStamping = brokerStamps
+	if sc.r.IntN(3) == 0 {
+		sc.dlqStamping = stamping(sc.r.IntN(2))
+	}
+	s := newSuite(t, 3, withTopicConfig(sc.inputStamping.configs(inputRetention, inputSegment)),
+		withDeadLetterConfig(sc.dlqStamping.configs(dlqRetention, dlqSegment)))
 	if err := os.WriteFile(s.tenants, []byte(scheduleTenants), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	tr := &kafka.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
-	sc := &schedule{t: t, s: s, r: mrand.New(mrand.NewPCG(seed, seed^0x5eed)), seed: seed,
-		client:  &kafka.Client{Addr: kafka.TCP(s.brokers...), Timeout: 10 * time.Second, Transport: tr},
-		fastTTL: scheduleTTLs["fast"], fastTTLs: map[time.Duration]bool{scheduleTTLs["fast"]: true}}
+	sc.s, sc.client = s, &kafka.Client{Addr: kafka.TCP(s.brokers...), Timeout: 10 * time.Second, Transport: tr}
+	sc.note("topics: %s stamps %s, %s stamps %s", s.topic, sc.inputStamping, s.dlq, sc.dlqStamping)
 	key := make([]byte, 32)
 	if _, err := rand.Read(key); err != nil {
 		t.Fatal(err)
@@ -189,7 +207,8 @@ func (sc *schedule) flags() []string {
 func (sc *schedule) startWorker(group string) *worker {
 	sc.t.Helper()
 	w := sc.s.start("--group", group, "--max-clock-skew", scheduleSkew.String(), "--erasure-refresh", "200ms", "--write-timeout", "2s",
-		"--dlq-signing-key-file", sc.keys, "--tenants-reload-interval", "200ms", "--erasure-exact-forever", scheduleExactForever)
+		"--dlq-signing-key-file", sc.keys, "--tenants-reload-interval", "200ms", "--erasure-exact-forever", scheduleExactForever,
+		"--dlq-check-interval", scheduleTopicCheck.String())
 	if err := w.WaitReady(context.Background(), 100*time.Millisecond, 30*time.Second); err != nil {
 		sc.t.Fatalf("worker %d: %v", w.id, err)
 	}
@@ -222,6 +241,8 @@ var scheduleMenu = []scheduleAction{
 	{"list", 1, (*schedule).list},
 	{"secondMember", 2, (*schedule).secondMember},
 	{"ledgerOutage", 1, (*schedule).ledgerOutage},
+	{"restamp", 1, (*schedule).restamp},
+	{"forgeLetter", 1, (*schedule).forgeLetter},
 }
 
 // step takes the i-th step: the first produces, each other draws from
@@ -267,6 +288,10 @@ func (sc *schedule) produce() {
 		}
 		res, err := sc.client.Produce(context.Background(), &kafka.ProduceRequest{Topic: sc.s.topic, Partition: p,
 			RequiredAcks: kafka.RequireAll, Records: kafka.NewRecordReader(recs...)})
+		if err == nil && !stamped(res, evs) {
+			made = append(made, fmt.Sprintf("%d records to partition %d refused, stamped past the topic's bound", len(evs), p))
+			continue
+		}
 		if err == nil {
 			err = res.Error
 		}

@@ -166,7 +166,7 @@ func TestDeadLetterTopicsThatKeepForeverAreRefused(t *testing.T) {
 			if waiting != 1 {
 				t.Errorf("%d partitions with uncommitted offsets, want the bad event's (committed %v, end %v)", waiting, committed, end)
 			}
-			alterTopic(t, e.brokers, dlq, map[string]string{"cleanup.policy": "delete", "retention.ms": "1800000", "segment.ms": "120000"})
+			testenv.AlterTopic(t, e.brokers, dlq, map[string]string{"cleanup.policy": "delete", "retention.ms": "1800000", "segment.ms": "120000"})
 			e.waitCommitted(t, 30*time.Second)
 			if n := len(testenv.ReadToEnd(t, e.brokers, dlq)); n != 1 {
 				t.Errorf("%d letters once the topic was fixed, want 1", n)

@@ -30,12 +30,12 @@ func TestDeadLetterTopicKeepGrown(t *testing.T) {
 		code, body := testenv.Get(url + "/readyz")
 		return code == 200, body
 	})
-	alterTopic(t, e.brokers, e.topic+".dlq", map[string]string{"retention.ms": "7200000", "segment.ms": "120000", "message.timestamp.type": "LogAppendTime"})
+	testenv.AlterTopic(t, e.brokers, e.topic+".dlq", map[string]string{"retention.ms": "7200000", "segment.ms": "120000", "message.timestamp.type": "LogAppendTime"})
 	testenv.Eventually(t, 20*time.Second, func() (bool, string) {
 		code, body := testenv.Get(url + "/readyz")
 		return code == 503 && strings.Contains(body, "keeps records up to 2h2m1s") && strings.Contains(body, "was 32m1s"), body
 	})
-	alterTopic(t, e.brokers, e.topic+".dlq", testenv.DeadLetterConfigs)
+	testenv.AlterTopic(t, e.brokers, e.topic+".dlq", testenv.DeadLetterConfigs)
 	testenv.Eventually(t, 20*time.Second, func() (bool, string) {
 		code, body := testenv.Get(url + "/readyz")
 		return code == 200, body

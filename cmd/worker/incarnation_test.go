@@ -42,7 +42,7 @@ func TestMarkCoversAnotherIncarnation(t *testing.T) {
 		t.Fatalf("forget: %v: the receipt names no topic id\n%s", err, out)
 	}
 
-	recreateTopic(t, e.brokers, e.topic)
+	testenv.RecreateTopic(t, e.brokers, e.topic, partitions, nil)
 	ahead := time.Now().Add(time.Hour)
 	var msgs []kafka.Message
 	for i := range 8 {
@@ -99,7 +99,7 @@ func TestRedriveHoldsALetterToItsIncarnation(t *testing.T) {
 		t.Fatalf("%d letters, the first naming incarnation %q; want one, naming %s", len(letters), headerOf(letters[0], deadletter.HeaderSourceTopicID), old)
 	}
 
-	recreateTopic(t, e.brokers, e.topic)
+	testenv.RecreateTopic(t, e.brokers, e.topic, partitions, nil)
 	if out, err := e.cmd(t, "forget", "--tenant", "newco", "--user", "u-1", "--allow-empty", "--requested-by", "ticket-7",
 		"--second-pass-after", "10ms"); err != nil || strings.Contains(out, old) {
 		t.Fatalf("forget on the topic created again: %v (its mark must name the new incarnation)\n%s", err, out)
@@ -128,7 +128,7 @@ func TestWorkerFollowsTheTopicCreatedAgain(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
 		return strings.Contains(logs.String(), "joined consumer group"), "the worker has not joined its group"
 	})
-	recreateTopic(t, e.brokers, e.topic)
+	testenv.RecreateTopic(t, e.brokers, e.topic, partitions, nil)
 	now, err := kafkaconn.TopicID(context.Background(), e.brokers, kafkaconn.Security{}, e.topic)
 	if err != nil {
 		t.Fatal(err)
@@ -144,22 +144,4 @@ func TestWorkerFollowsTheTopicCreatedAgain(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// recreateTopic deletes topic and creates it again under its name: a new
-// incarnation, with a new id and offsets from 0.
-func recreateTopic(t *testing.T, brokers []string, topic string) {
-	t.Helper()
-	c := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second, Transport: &kafka.Transport{}}
-	defer c.Transport.(*kafka.Transport).CloseIdleConnections()
-	if _, err := c.DeleteTopics(context.Background(), &kafka.DeleteTopicsRequest{Topics: []string{topic}}); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
-		res, err := c.CreateTopics(context.Background(), &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1}}})
-		if err == nil {
-			err = res.Errors[topic]
-		}
-		return err == nil, fmt.Sprint(err)
-	})
 }

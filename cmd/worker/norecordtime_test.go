@@ -26,7 +26,7 @@ func TestEventTimeWithoutRecordTimeIsDeadLettered(t *testing.T) {
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)
 	}
-	alterTopic(t, e.brokers, e.topic, map[string]string{"message.timestamp.after.max.ms": "300000"})
+	testenv.AlterTopic(t, e.brokers, e.topic, map[string]string{"message.timestamp.after.max.ms": "300000"})
 	noTime := time.UnixMilli(-1) // kafka-go writes a non-zero Time as given: -1
 	msg := func(id, at string, ts time.Time) kafka.Message {
 		return kafka.Message{Value: click{EventID: id, TenantID: "acme", UserID: "u-1", OccurredAt: at}.bytes(), Time: ts}
@@ -93,7 +93,7 @@ func TestLogAppendTimeTopicIsStampedByTheBroker(t *testing.T) {
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)
 	}
-	alterTopic(t, e.brokers, e.topic, map[string]string{"message.timestamp.type": "LogAppendTime", "message.timestamp.after.max.ms": "300000"})
+	testenv.AlterTopic(t, e.brokers, e.topic, map[string]string{"message.timestamp.type": "LogAppendTime", "message.timestamp.after.max.ms": "300000"})
 	future := time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
 	msg := func(id string, at, ts time.Time) kafka.Message {
 		return kafka.Message{Value: click{EventID: id, TenantID: "acme", UserID: "u-1", OccurredAt: at.Format(time.RFC3339Nano)}.bytes(), Time: ts}

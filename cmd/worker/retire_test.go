@@ -29,7 +29,7 @@ func TestForgetRetiresRecordsKafkaHasDeleted(t *testing.T) {
 	testenv.NeedsBroker(t, "its retention deleting segments")
 	t.Parallel()
 	e := newEnv(t, "default_ttl: 2d\ntenants:\n  acme: 1h\n")
-	alterTopic(t, e.brokers, e.topic, testenv.AnyTimeAhead(map[string]string{"retention.ms": "3000", "segment.ms": "1000"}))
+	testenv.AlterTopic(t, e.brokers, e.topic, testenv.AnyTimeAhead(map[string]string{"retention.ms": "3000", "segment.ms": "1000"}))
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)
 	}

@@ -26,8 +26,8 @@ func TestErasureOutlivesRecordsStampedAhead(t *testing.T) {
 	testenv.BrokerVersionMatters(t, "how far ahead the broker lets a producer stamp a record")
 	t.Parallel()
 	e := newEnv(t, "default_ttl: 2d\ntenants:\n  acme: 10s\n")
-	alterTopic(t, e.brokers, e.topic, testenv.AnyTimeAhead(map[string]string{"retention.ms": "5000", "segment.ms": "2000"}))
-	alterTopic(t, e.brokers, e.topic+".dlq", map[string]string{"retention.ms": "5000", "segment.ms": "2000", "message.timestamp.type": "LogAppendTime"})
+	testenv.AlterTopic(t, e.brokers, e.topic, testenv.AnyTimeAhead(map[string]string{"retention.ms": "5000", "segment.ms": "2000"}))
+	testenv.AlterTopic(t, e.brokers, e.topic+".dlq", map[string]string{"retention.ms": "5000", "segment.ms": "2000", "message.timestamp.type": "LogAppendTime"})
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)
 	}

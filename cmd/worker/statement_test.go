@@ -29,7 +29,7 @@ func TestRetentionStatement(t *testing.T) {
 		t.Fatalf("setup: %v\n%s", err, out)
 	}
 	brokers := []string{"--brokers", strings.Join(e.brokers, ","), "--topic", e.topic}
-	alterTopic(t, e.brokers, e.topic, map[string]string{"retention.ms": "1800000", "segment.ms": "300000", "message.timestamp.after.max.ms": "300000"})
+	testenv.AlterTopic(t, e.brokers, e.topic, map[string]string{"retention.ms": "1800000", "segment.ms": "300000", "message.timestamp.after.max.ms": "300000"})
 	// A class the worker has not created yet is no breach, nor a checkpoint
 	// of positions; one holding a row key (written before) is.
 	dir := t.TempDir()
@@ -55,8 +55,8 @@ func TestRetentionStatement(t *testing.T) {
 	if err := e.ac.SetGCPolicy(context.Background(), e.table, "c", bigtable.MaxAgePolicy(72*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	alterTopic(t, e.brokers, e.topic, testenv.AnyTimeAhead(map[string]string{"retention.ms": "604800000", "segment.ms": "300000"}))
-	alterTopic(t, e.brokers, e.topic+".dlq", map[string]string{"retention.ms": "-1"})
+	testenv.AlterTopic(t, e.brokers, e.topic, testenv.AnyTimeAhead(map[string]string{"retention.ms": "604800000", "segment.ms": "300000"}))
+	testenv.AlterTopic(t, e.brokers, e.topic+".dlq", map[string]string{"retention.ms": "-1"})
 	out, err = e.cmd(t, "retention", append(brokers, "--format", "json", "--checkpoints", positions+","+keys)...)
 	if codeOf(err) != 1 {
 		t.Fatalf("planted breaches: exit %d, %v\n%s", codeOf(err), err, out)
@@ -122,8 +122,8 @@ func statementCountsMinTTL(t *testing.T, e *env, brokers []string) {
 	if err := e.ac.SetGCPolicy(context.Background(), e.table, "c", bigtable.MaxAgePolicy(48*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	alterTopic(t, e.brokers, e.topic+".dlq", map[string]string{"retention.ms": "1800000", "segment.ms": "120000", "message.timestamp.type": "LogAppendTime"})
-	alterTopic(t, e.brokers, e.topic, map[string]string{"retention.ms": "86400000", "segment.ms": "300000", "message.timestamp.after.max.ms": "300000"})
+	testenv.AlterTopic(t, e.brokers, e.topic+".dlq", map[string]string{"retention.ms": "1800000", "segment.ms": "120000", "message.timestamp.type": "LogAppendTime"})
+	testenv.AlterTopic(t, e.brokers, e.topic, map[string]string{"retention.ms": "86400000", "segment.ms": "300000", "message.timestamp.after.max.ms": "300000"})
 	out, err := e.cmd(t, "retention", append(brokers, "--tenant", "globex", "--ttl-from", "json:ttl")...)
 	if codeOf(err) != 1 || !strings.Contains(out, "BREACH globex: input topic "+e.topic+" keeps records 1d") ||
 		!strings.Contains(out, "; globex's events may ask for as little as min_ttl 2h") ||

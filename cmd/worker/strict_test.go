@@ -26,13 +26,13 @@ func TestStrictRetentionHoldsWritesWhileTopicRelaxed(t *testing.T) {
 		t.Fatalf("setup: %v\n%s", err, out)
 	}
 	bounded := map[string]string{"message.timestamp.after.max.ms": "300000"} // the default --max-clock-skew
-	alterTopic(t, e.brokers, e.topic, bounded)
+	testenv.AlterTopic(t, e.brokers, e.topic, bounded)
 	stop, logs := e.startWorker(t, "--strict-retention", "--dlq-check-interval", "500ms")
 	url := adminURL(t, logs)
 	testenv.Produce(t, e.brokers, e.topic, click{EventID: "e-1", TenantID: "acme"}.bytes())
 	e.waitRows(t, 1, 30*time.Second)
 
-	alterTopic(t, e.brokers, e.topic, map[string]string{"message.timestamp.after.max.ms": "9223372036854775807"})
+	testenv.AlterTopic(t, e.brokers, e.topic, map[string]string{"message.timestamp.after.max.ms": "9223372036854775807"})
 	testenv.Eventually(t, 20*time.Second, func() (bool, string) {
 		code, body := testenv.Get(url + "/readyz")
 		return code == 503 && strings.Contains(body, "message.timestamp.after.max.ms unbounded"), body
@@ -55,7 +55,7 @@ func TestStrictRetentionHoldsWritesWhileTopicRelaxed(t *testing.T) {
 		t.Errorf("every offset committed (%v) while the writes are held", committed)
 	}
 
-	alterTopic(t, e.brokers, e.topic, bounded)
+	testenv.AlterTopic(t, e.brokers, e.topic, bounded)
 	e.waitRows(t, 3, 30*time.Second)
 	e.waitCommitted(t, 30*time.Second)
 	testenv.Eventually(t, 20*time.Second, func() (bool, string) {

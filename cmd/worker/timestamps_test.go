@@ -18,7 +18,7 @@ func TestFutureRecordTimestamps(t *testing.T) {
 	testenv.BrokerVersionMatters(t, "the timestamp bounds the broker applies")
 	t.Parallel()
 	e := newEnv(t, tenantsYAML)
-	alterTopic(t, e.brokers, e.topic, testenv.AnyTimeAhead(nil))
+	testenv.AlterTopic(t, e.brokers, e.topic, testenv.AnyTimeAhead(nil))
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)
 	}
@@ -42,7 +42,7 @@ func TestFutureRecordTimestamps(t *testing.T) {
 	}
 
 	// Bounded within the skew: a strict worker starts, and readiness holds.
-	alterTopic(t, e.brokers, e.topic, map[string]string{"message.timestamp.after.max.ms": "300000"})
+	testenv.AlterTopic(t, e.brokers, e.topic, map[string]string{"message.timestamp.after.max.ms": "300000"})
 	stop, logs = e.startWorker(t, "--strict-retention")
 	url = adminURL(t, logs)
 	if rt := recordTimestamps(t, url); !rt.Bounded || rt.Setting != "message.timestamp.after.max.ms" {
@@ -74,7 +74,7 @@ func TestFutureRecordTimestamps(t *testing.T) {
 		}{testenv.AnyTimeAhead(map[string]string{"message.timestamp.difference.max.ms": "60000"}), true, "message.timestamp.difference.max.ms"})
 	}
 	for _, tt := range cases {
-		alterTopic(t, e.brokers, e.topic, tt.configs)
+		testenv.AlterTopic(t, e.brokers, e.topic, tt.configs)
 		rt, err := kafkaconn.ReadRecordTimes(context.Background(), e.brokers, kafkaconn.Security{}, e.topic, 5*time.Minute)
 		if err != nil || rt.Bounded != tt.bounded || rt.Setting != tt.setting {
 			t.Errorf("%v: %+v, %v; want bounded %t by %s", tt.configs, rt, err, tt.bounded, tt.setting)

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
-
-	"github.com/cellttl/cellttl/internal/testenv"
 )
 
 // replicasOf is the replication factor of topic's first partition.
@@ -73,52 +71,4 @@ func topicConfigs(t *testing.T, brokers []string, topic string) map[string]kafka
 		out[e.ConfigName] = e
 	}
 	return out
-}
-
-// alterTopic replaces a topic's configs.
-func alterTopic(t *testing.T, brokers []string, topic string, configs map[string]string) {
-	t.Helper()
-	tr := &kafka.Transport{}
-	defer tr.CloseIdleConnections()
-	c := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: tr, Timeout: 10 * time.Second}
-	var cs []kafka.AlterConfigRequestConfig
-	for k, v := range configs {
-		cs = append(cs, kafka.AlterConfigRequestConfig{Name: k, Value: v})
-	}
-	res, err := c.AlterConfigs(context.Background(), &kafka.AlterConfigsRequest{Resources: []kafka.AlterConfigRequestResource{{
-		ResourceType: kafka.ResourceTypeTopic, ResourceName: topic, Configs: cs}}})
-	if err == nil {
-		for _, e := range res.Errors {
-			if e != nil {
-				err = e
-			}
-		}
-	}
-	if err != nil {
-		t.Fatalf("alter %s: %v", topic, err)
-	}
-	// The controller has taken the change; the broker that answers
-	// DescribeConfigs learns it from the metadata log a moment later (a
-	// worker started at once read the old value, under load).
-	names := make([]string, 0, len(configs))
-	for k := range configs {
-		names = append(names, k)
-	}
-	testenv.Eventually(t, 10*time.Second, func() (bool, string) {
-		res, err := c.DescribeConfigs(context.Background(), &kafka.DescribeConfigsRequest{Resources: []kafka.DescribeConfigRequestResource{{
-			ResourceType: kafka.ResourceTypeTopic, ResourceName: topic, ConfigNames: names}}})
-		if err != nil || len(res.Resources) != 1 || res.Resources[0].Error != nil {
-			return false, fmt.Sprintf("configs of %s: %v", topic, err)
-		}
-		seen := map[string]string{}
-		for _, e := range res.Resources[0].ConfigEntries {
-			seen[e.ConfigName] = e.ConfigValue
-		}
-		for k, v := range configs {
-			if seen[k] != v {
-				return false, fmt.Sprintf("%s of %s is %q, not yet %q", k, topic, seen[k], v)
-			}
-		}
-		return true, ""
-	})
 }

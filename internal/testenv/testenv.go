@@ -209,6 +209,78 @@ func CreateTopicWith(t testing.TB, brokers []string, topic string, partitions in
 	}
 }
 
+// RecreateTopic deletes topic and creates it again under its name, with
+// partitions partitions and configs: a new incarnation, with a new id and
+// offsets from 0. The broker refuses the name while the deletion is under
+// way.
+func RecreateTopic(t testing.TB, brokers []string, topic string, partitions int, configs map[string]string) {
+	t.Helper()
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	c := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second, Transport: tr}
+	res, err := c.DeleteTopics(context.Background(), &kafka.DeleteTopicsRequest{Topics: []string{topic}})
+	if err == nil {
+		err = res.Errors[topic]
+	}
+	if err != nil {
+		t.Fatalf("delete %s: %v", topic, err)
+	}
+	Eventually(t, 30*time.Second, func() (bool, string) {
+		err := lab.CreateTopic(context.Background(), brokers, topic, partitions, configs)
+		return err == nil, fmt.Sprintf("create %s again: %v", topic, err)
+	})
+}
+
+// AlterTopic replaces a topic's configs (AlterConfigs sets them all:
+// any not given falls back to the broker's default), and waits until the
+// broker answering DescribeConfigs reads them.
+func AlterTopic(t testing.TB, brokers []string, topic string, configs map[string]string) {
+	t.Helper()
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	c := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: tr, Timeout: 10 * time.Second}
+	var cs []kafka.AlterConfigRequestConfig
+	for k, v := range configs {
+		cs = append(cs, kafka.AlterConfigRequestConfig{Name: k, Value: v})
+	}
+	res, err := c.AlterConfigs(context.Background(), &kafka.AlterConfigsRequest{Resources: []kafka.AlterConfigRequestResource{{
+		ResourceType: kafka.ResourceTypeTopic, ResourceName: topic, Configs: cs}}})
+	if err == nil {
+		for _, e := range res.Errors {
+			if e != nil {
+				err = e
+			}
+		}
+	}
+	if err != nil {
+		t.Fatalf("alter %s: %v", topic, err)
+	}
+	// The controller has taken the change; the broker that answers
+	// DescribeConfigs learns it from the metadata log a moment later (a
+	// worker started at once read the old value, under load).
+	names := make([]string, 0, len(configs))
+	for k := range configs {
+		names = append(names, k)
+	}
+	Eventually(t, 10*time.Second, func() (bool, string) {
+		res, err := c.DescribeConfigs(context.Background(), &kafka.DescribeConfigsRequest{Resources: []kafka.DescribeConfigRequestResource{{
+			ResourceType: kafka.ResourceTypeTopic, ResourceName: topic, ConfigNames: names}}})
+		if err != nil || len(res.Resources) != 1 || res.Resources[0].Error != nil {
+			return false, fmt.Sprintf("configs of %s: %v", topic, err)
+		}
+		seen := map[string]string{}
+		for _, e := range res.Resources[0].ConfigEntries {
+			seen[e.ConfigName] = e.ConfigValue
+		}
+		for k, v := range configs {
+			if seen[k] != v {
+				return false, fmt.Sprintf("%s of %s is %q, not yet %q", k, topic, seen[k], v)
+			}
+		}
+		return true, ""
+	})
+}
+
 // Produce writes values to topic, without keys or headers, and waits for
 // the broker's acknowledgement.
 func Produce(t testing.TB, brokers []string, topic string, values ...[]byte) {

@@ -1,0 +1,157 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/cellttl/cellttl/internal/testenv"
+)
+
+// The topics of a schedule, as an operator may set them: each stamps its
+// records as its settings say, drawn at the start and changed by restamp,
+// and a producer with the right to may forge a letter stamped ahead.
+
+// stamping is how a topic stamps its records.
+type stamping int
+
+const (
+	// anyAhead: CreateTime, a producer's stamp any time ahead (Kafka 3's
+	// default).
+	anyAhead stamping = iota
+	// hourAhead: CreateTime, a producer's stamp up to an hour ahead
+	// (Kafka 4's default); the broker refuses a batch stamped further.
+	hourAhead
+	// brokerStamps: LogAppendTime, the broker's clock, with an
+	// after.max.ms that Kafka does not apply under it (the worker must not
+	// take it for a bound).
+	brokerStamps
+)
+
+var stampingNames = []string{"CreateTime, any time ahead", "CreateTime, up to an hour ahead", "LogAppendTime"}
+
+func (st stamping) String() string { return stampingNames[st] }
+
+// configs are a topic's settings under st, with its retention.
+func (st stamping) configs(retention, segment time.Duration) map[string]string {
+	c := map[string]string{"retention.ms": fmt.Sprint(retention.Milliseconds()), "segment.ms": fmt.Sprint(segment.Milliseconds()),
+		"message.timestamp.type": "CreateTime", "message.timestamp.after.max.ms": "9223372036854775807"}
+	switch st {
+	case hourAhead:
+		c["message.timestamp.after.max.ms"] = "3600000"
+	case brokerStamps:
+		c["message.timestamp.type"], c["message.timestamp.after.max.ms"] = "LogAppendTime", "300000"
+	}
+	return c
+}
+
+// The schedule's topics keep records for seconds: the broker deletes
+// segments while a schedule runs.
+const (
+	inputRetention, inputSegment = 20 * time.Second, 2 * time.Second
+	dlqRetention, dlqSegment     = 10 * time.Second, 2 * time.Second
+)
+
+// forgedLetter is a record a schedule produced to the dead-letter topic,
+// stamped ahead by its producer: its partition keeps it, and every later
+// record, until its stamp is past the topic's retention.
+type forgedLetter struct {
+	partition int
+	offset    int64
+	stamp     time.Time
+}
+
+// restamp sets the input or the dead-letter topic to another stamping, as
+// an operator may: records stamped ahead before stay, and hold their
+// partitions as long as they say, whatever the topic allows now. What was
+// placed so far is observed under the settings it was placed by.
+func (sc *schedule) restamp() {
+	sc.t.Helper()
+	topic, st, retention, segment := sc.s.topic, &sc.inputStamping, inputRetention, inputSegment
+	if sc.r.IntN(2) == 0 {
+		topic, st, retention, segment = sc.s.dlq, &sc.dlqStamping, dlqRetention, dlqSegment
+	}
+	from := *st
+	*st = stamping((int(from) + 1 + sc.r.IntN(2)) % len(stampingNames))
+	sc.observe()
+	testenv.AlterTopic(sc.t, sc.s.brokers, topic, st.configs(retention, segment))
+	// The workers' next check: what they do before it follows the
+	// settings before, as docs/retention.md says.
+	time.Sleep(2 * scheduleTopicCheck)
+	sc.note("restamp %s: %s -> %s", topic, from, *st)
+}
+
+// forgeLetter produces a record to the dead-letter topic stamped ahead, as
+// a producer with the right to write there may: ten years, or within the
+// hour Kafka 4 allows by default. The broker refuses it where the topic
+// bounds stamps, and stamps it itself under LogAppendTime.
+func (sc *schedule) forgeLetter() {
+	sc.t.Helper()
+	stamp := time.Now().AddDate(10, 0, 0)
+	if sc.r.IntN(2) == 0 {
+		stamp = time.Now().Add(time.Duration(20+sc.r.IntN(30)) * time.Minute)
+	}
+	stamp = stamp.Truncate(time.Millisecond)
+	res, err := sc.client.Produce(context.Background(), &kafka.ProduceRequest{Topic: sc.s.dlq, Partition: 0, RequiredAcks: kafka.RequireAll,
+		Records: kafka.NewRecordReader(kafka.Record{Value: kafka.NewBytes([]byte("a forged letter")), Time: stamp})})
+	if err == nil {
+		err = res.Error
+	}
+	switch {
+	case errors.Is(err, kafka.InvalidTimestamp):
+		sc.note("forge a letter stamped %s: refused by the topic (%s)", stamp.UTC().Format(time.RFC3339), sc.dlqStamping)
+		return
+	case err != nil:
+		sc.t.Fatalf("forge a letter: %v", err)
+	}
+	f := forgedLetter{offset: res.BaseOffset, stamp: stamp}
+	if !res.LogAppendTime.IsZero() {
+		f.stamp = res.LogAppendTime // the broker's clock, not the producer's
+	}
+	sc.forged = append(sc.forged, f)
+	sc.note("forge a letter at offset %d, stamped %s", f.offset, f.stamp.UTC().Format(time.RFC3339Nano))
+}
+
+// isForged reports whether the letter at partition, offset is one the
+// schedule forged.
+func (sc *schedule) isForged(partition int, offset int64) bool {
+	for _, f := range sc.forged {
+		if f.partition == partition && f.offset == offset {
+			return true
+		}
+	}
+	return false
+}
+
+// letterLife is how long the broker may keep a letter at partition,
+// offset placed at placed, under keep (retention.ms + segment.ms + the
+// retention check): from its placement, unless a forged letter below it
+// in its partition holds the partition longer (from that one's stamp).
+func (sc *schedule) letterLife(partition int, offset int64, placed time.Time, keep time.Duration) time.Time {
+	end := placed.Add(keep)
+	for _, f := range sc.forged {
+		if f.partition == partition && f.offset < offset && f.stamp.Add(keep).After(end) {
+			end = f.stamp.Add(keep)
+		}
+	}
+	return end
+}
+
+// stamped takes what the broker said of a batch produced to the input
+// topic: under LogAppendTime its own time is every record's, as the
+// worker must read it. It reports false when the broker refused the batch
+// for a stamp past the topic's bound (no record of it was appended).
+func stamped(res *kafka.ProduceResponse, evs []schedEvent) bool {
+	if errors.Is(res.Error, kafka.InvalidTimestamp) {
+		return false
+	}
+	if !res.LogAppendTime.IsZero() {
+		for i := range evs {
+			evs[i].rec = res.LogAppendTime.UnixMilli()
+		}
+	}
+	return true
+}
