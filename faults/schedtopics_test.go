@@ -38,8 +38,10 @@ func (st stamping) String() string { return stampingNames[st] }
 // configs are a topic's settings under st, with its retention.
 func (st stamping) configs(retention, segment time.Duration) map[string]string {
 	c := map[string]string{"retention.ms": fmt.Sprint(retention.Milliseconds()), "segment.ms": fmt.Sprint(segment.Milliseconds()),
-		"message.timestamp.type": "CreateTime", "message.timestamp.after.max.ms": "9223372036854775807"}
+		"message.timestamp.type": "CreateTime"}
 	switch st {
+	case anyAhead:
+		c["message.timestamp.after.max.ms"] = "9223372036854775807"
 	case hourAhead:
 		c["message.timestamp.after.max.ms"] = "3600000"
 	case brokerStamps:
