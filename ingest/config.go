@@ -70,6 +70,7 @@ func (c Config) ConsumerConfig(maxInflightBytes int64, maxEventBytes int) (Consu
 		ReadUncommitted:  c.IsolationLevel == ReadUncommitted,
 		Dialer:           dialer,
 		Transport:        transport,
+		Security:         c.Security,
 	}, nil
 }
 

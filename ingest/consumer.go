@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/cellttl/cellttl/ingest/sticky"
+	"github.com/cellttl/cellttl/internal/kafkaconn"
 )
 
 // ConsumerConfig configures a Consumer.
@@ -57,6 +58,9 @@ type ConsumerConfig struct {
 	// TLS and SASL settings; nil for plaintext.
 	Dialer    *kafka.Dialer
 	Transport *kafka.Transport
+	// Security is the settings they carry, for what kafka-go cannot ask:
+	// the topic's id (kafkaconn.TopicID).
+	Security kafkaconn.Security
 
 	// wrap stands between the fetcher and the Transport in tests; emptyEvery is emptyCheckInterval.
 	wrap       func(kafka.RoundTripper) kafka.RoundTripper

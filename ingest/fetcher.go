@@ -73,7 +73,10 @@ type fetcher struct {
 	budget    *budget
 	tracker   *tracker
 	// restart begins a partition's epoch anew at an offset reset.
-	restart    func(context.Context, *epoch, int64) *epoch
+	restart func(context.Context, *epoch, int64) *epoch
+	// topicID reads the topic's id, its incarnation ("" when the broker
+	// gives none).
+	topicID    func(context.Context) (string, error)
 	reset      OffsetReset
 	requestMax int64 // bytes of one request
 	partMax    int64 // bytes of one partition in a request, and of a record held whole

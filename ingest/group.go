@@ -9,6 +9,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/cellttl/cellttl/internal/kafkaconn"
+
 	"github.com/cellttl/cellttl/ingest/kwire"
 	"github.com/cellttl/cellttl/internal/retry"
 )
@@ -131,6 +133,18 @@ func (c *Consumer) fetchGeneration(ctx, gctx context.Context, gen *kafka.Generat
 		// A batch may decompress to as much as the budget holds:
 		// beyond, it costs more time than any legitimate batch.
 		records: kwire.NewReader(c.cfg.MaxInflightBytes, partMax),
+	}
+	f.topicID = func(ctx context.Context) (string, error) {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		return kafkaconn.TopicID(ctx, c.cfg.Brokers, c.cfg.Security, c.cfg.Topic)
+	}
+	// The incarnation the positions are of: the one the group's
+	// coordinator kept their commits for (it drops a deleted topic's).
+	if id, err := f.topicID(gctx); err == nil {
+		for _, p := range parts {
+			p.incarnation = id
+		}
 	}
 	if err := f.run(gctx); err != nil {
 		c.setErr(err)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -53,6 +54,10 @@ type lookup struct {
 	bounds map[int]bounds
 	errs   map[int]error
 	err    error // of the whole request
+	// id is the topic's id, read when a partition of the lookup waits for
+	// its incarnation (idErr, why it could not be).
+	id    string
+	idErr error
 }
 
 // bounds are a partition's log bounds: its first offset, its end (the high
@@ -76,9 +81,13 @@ func (f *fetcher) lookUp(ctx context.Context, wg *sync.WaitGroup, out chan<- loo
 	if len(parts) == 0 {
 		return false
 	}
+	incarnation := slices.ContainsFunc(parts, func(p *partition) bool { return p.want == wantIncarnation })
 	wg.Go(func() {
 		l := lookup{parts: parts}
 		l.bounds, l.errs, l.err = f.logBounds(ctx, ids, true)
+		if incarnation {
+			l.id, l.idErr = f.topicID(ctx)
+		}
 		select {
 		case out <- l:
 		case <-ctx.Done():
@@ -111,6 +120,11 @@ func (f *fetcher) looked(ctx context.Context, l lookup) error {
 			p.next, p.want = b.first, wantNothing
 		case wantBounds:
 			if err := f.outOfRange(ctx, p, b, end); err != nil {
+				return err
+			}
+			continue
+		case wantIncarnation:
+			if err := f.incarnation(ctx, p, l, b, end); err != nil {
 				return err
 			}
 			continue
@@ -237,6 +251,55 @@ func (f *fetcher) partitionError(ctx context.Context, p *partition, err error) {
 		return
 	}
 	f.fail(ctx, p, fmt.Errorf("fetch partition %d of %s: %w", p.id, f.topic, err))
+	if errors.Is(err, kafka.UnknownTopicOrPartition) {
+		// The topic may have been deleted: created again, it counts its
+		// offsets from 0, and a new incarnation grown past next before the
+		// next fetch would be read from there, its first records never.
+		p.want = wantIncarnation
+	}
+}
+
+// incarnation decides where a partition that waited for its topic's id
+// (wantIncarnation) reads on: where it was, in the incarnation its
+// position is of (or when the broker gives no ids); from the log's start
+// in a topic created again, whose records are all new. Every other
+// partition's position of the old incarnation then waits for the id too.
+// A read of the records a fetch at the old position already took writes
+// the same cells again.
+func (f *fetcher) incarnation(ctx context.Context, p *partition, l lookup, b bounds, end int64) error {
+	switch {
+	case l.idErr != nil:
+		f.fail(ctx, p, fmt.Errorf("read the id of topic %s, to tell whether it was created again: %w", f.topic, l.idErr))
+		return nil
+	case l.id == "" || p.incarnation == "" || l.id == p.incarnation:
+		p.incarnation = cmp.Or(p.incarnation, l.id)
+		if p.next >= b.first && p.next <= b.hw {
+			p.want = wantNothing
+			p.lag.Store(max(0, end-p.next))
+			f.ok(p)
+			return nil
+		}
+		p.want = wantBounds
+		return f.outOfRange(ctx, p, b, end)
+	}
+	was := p.incarnation
+	a := f.restart(ctx, p.a, b.first)
+	if a == nil {
+		return nil // the generation is over
+	}
+	f.log.Warn("the input topic was created again: reading the partition from the new incarnation's start, not from the old one's position",
+		"topic", f.topic, "partition", p.id, "was", was, "now", l.id, "offset", p.next, "from", b.first)
+	f.m.offsetResets.Add(ctx, 1)
+	p.a, p.next, p.want, p.incarnation = a, b.first, wantNothing, l.id
+	p.lag.Store(max(0, end-b.first))
+	p.moved()
+	f.ok(p)
+	for _, q := range f.parts {
+		if q.incarnation == was && q.want == wantNothing {
+			q.want = wantIncarnation
+		}
+	}
+	return nil
 }
 
 // outOfRange applies --offset-out-of-range to a partition whose next offset

@@ -15,6 +15,10 @@ const (
 	wantNothing want = iota // next is the offset to fetch
 	wantFirst               // the log's first offset (no commit yet)
 	wantBounds              // the log's bounds: next lay outside them
+	// wantIncarnation: the topic went away under it (deleted), or another
+	// partition found it created again: the topic's id decides whether
+	// next still means anything.
+	wantIncarnation
 )
 
 // partition is a partition of the generation, as the fetcher reads it.
@@ -26,6 +30,9 @@ type partition struct {
 	next     int64 // next offset to fetch, when want is wantNothing or wantBounds
 	want     want
 	inFlight bool // in a request, or an offset lookup, not yet answered
+	// incarnation is the topic's id its position is of ("" unknown):
+	// offsets mean nothing in a topic deleted and created again.
+	incarnation string
 
 	backoff  *retry.Curve // of its failures, made at the first
 	retryAt  time.Time    // when its backoff ends, zero after a success

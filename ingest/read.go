@@ -64,7 +64,10 @@ func (f *fetcher) handle(ctx context.Context, r fetchResult) {
 	for i := range r.res.Partitions {
 		rp := &r.res.Partitions[i]
 		p := byID[int(rp.Partition)]
-		if p == nil || rp.Topic != f.topic {
+		// A partition whose position was put in question while its
+		// request was out (its topic found created again) takes nothing
+		// from an answer at that position.
+		if p == nil || rp.Topic != f.topic || p.want != wantNothing {
 			continue
 		}
 		if rp.ErrorCode != 0 {

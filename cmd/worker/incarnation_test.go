@@ -145,3 +145,42 @@ func TestWorkerFollowsTheTopicCreatedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A topic deleted and created again under a running worker counts its
+// offsets from 0. The worker's position in the old incarnation means
+// nothing in the new one: read from there, the new topic's first records
+// would never be written. Every event of the new incarnation has its row.
+// Against the real broker and emulator.
+func TestWorkerReadsTheTopicCreatedAgainFromItsStart(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, tenantsYAML)
+	if out, err := e.cmd(t, "setup"); err != nil {
+		t.Fatalf("setup: %v\n%s", err, out)
+	}
+	stop, _ := e.startWorker(t, "--dlq-check-interval", "500ms")
+	clicks := func(prefix string, n int) [][]byte {
+		out := make([][]byte, n)
+		for i := range out {
+			out[i] = click{EventID: fmt.Sprintf("%s-%d", prefix, i), TenantID: "acme", UserID: "u-1"}.bytes()
+		}
+		return out
+	}
+	testenv.Produce(t, e.brokers, e.topic, clicks("old", 30*partitions)...)
+	e.waitCommitted(t, 30*time.Second)
+
+	testenv.RecreateTopic(t, e.brokers, e.topic, partitions, nil)
+	const fresh = 90 * partitions // past the old incarnation's ends on every partition
+	testenv.Produce(t, e.brokers, e.topic, clicks("new", fresh)...)
+	testenv.Eventually(t, 60*time.Second, func() (bool, string) {
+		written := 0
+		for key := range e.rows(t) {
+			if strings.Contains(key, "#new-") {
+				written++
+			}
+		}
+		return written == fresh, fmt.Sprintf("%d of the new incarnation's %d events written", written, fresh)
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
