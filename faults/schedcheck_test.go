@@ -93,7 +93,8 @@ func (e schedEvent) base() (time.Time, bool) {
 
 // covered reports whether an erasure covers ev: by the schedule's own
 // account (acknowledged before forget began; before --before), or by
-// its receipt (below its mark; at or before erased_up_to).
+// its receipt (below its mark, in the incarnation of the topic the mark
+// is of; at or before erased_up_to).
 func (f schedForget) covered(ev schedEvent, base time.Time) bool {
 	if f.tenant != ev.tenant || f.user != ev.user {
 		return false
@@ -103,7 +104,7 @@ func (f schedForget) covered(ev schedEvent, base time.Time) bool {
 		return true
 	case !f.before.IsZero() && base.Before(f.before):
 		return true
-	case f.ends != nil && ev.partition < len(f.ends) && ev.offset < f.ends[ev.partition]:
+	case f.ends != nil && ev.incarnation == f.incarnation && ev.partition < len(f.ends) && ev.offset < f.ends[ev.partition]:
 		return true
 	}
 	return !base.After(f.upTo)
@@ -374,13 +375,20 @@ func cellsOf(ts []bigtable.Timestamp, want map[bigtable.Timestamp]bool) bool {
 // mustBeWritten reports whether promise 4 holds ev to a row.
 func (sc *schedule) mustBeWritten(ev schedEvent, now time.Time) bool {
 	base, bounded := ev.base()
+	// An incarnation of the topic deleted since took with it what no
+	// worker had read.
 	if !bounded || (ev.tenant != "acme" && ev.tenant != "globex") || time.UnixMilli(ev.rec).Before(ev.sentAt.Add(30*time.Second)) ||
-		!base.Add(scheduleTTLs[ev.tenant]).After(now.Add(time.Minute)) {
+		!base.Add(scheduleTTLs[ev.tenant]).After(now.Add(time.Minute)) || ev.incarnation != len(sc.topicIDs)-1 {
 		return false
 	}
 	for _, f := range sc.forgets {
-		// An erasure's second pass also takes what was written meanwhile.
-		if f.covered(ev, base) || (f.tenant == ev.tenant && f.user == ev.user && !ev.sentAt.After(f.returned)) {
+		if f.tenant != ev.tenant || f.user != ev.user {
+			continue
+		}
+		// An erasure's second pass also takes what was written meanwhile;
+		// a mark of another incarnation covers all of the user's records,
+		// offsets meaning nothing there (docs/retention.md).
+		if f.covered(ev, base) || !ev.sentAt.After(f.returned) || (f.ends != nil && f.incarnation != ev.incarnation) {
 			return false
 		}
 	}
@@ -393,9 +401,13 @@ func (sc *schedule) checkLetters(letters []kafka.Message) []string {
 	if err != nil {
 		return []string{err.Error()}
 	}
-	at := map[[2]int64]schedEvent{}
+	type source struct {
+		topicID         string
+		partition, offs int64
+	}
+	at := map[source]schedEvent{}
 	for _, ev := range sc.events {
-		at[[2]int64{int64(ev.partition), ev.offset}] = ev
+		at[source{sc.topicIDs[ev.incarnation], int64(ev.partition), ev.offset}] = ev
 	}
 	var bad []string
 	for _, m := range letters {
@@ -404,7 +416,10 @@ func (sc *schedule) checkLetters(letters []kafka.Message) []string {
 		}
 		part, _ := strconv.ParseInt(header(m, deadletter.HeaderSourcePartition), 10, 64)
 		off, _ := strconv.ParseInt(header(m, deadletter.HeaderSourceOffset), 10, 64)
-		ev, ok := at[[2]int64{part, off}]
+		ev, ok := at[source{header(m, deadletter.HeaderSourceTopicID), part, off}]
+		for i := len(sc.topicIDs) - 1; !ok && i >= 0 && header(m, deadletter.HeaderSourceTopicID) == ""; i-- {
+			ev, ok = at[source{sc.topicIDs[i], part, off}] // a worker that could not read the id: the newest it may be of
+		}
 		placed, perr := time.Parse(time.RFC3339Nano, header(m, deadletter.HeaderPlaced))
 		if !ok || perr != nil {
 			bad = append(bad, fmt.Sprintf("a letter with payload of no event produced, or unplaced: %d/%d", part, off))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/cellttl/cellttl/internal/kafkaconn"
 	"github.com/cellttl/cellttl/internal/testenv"
 )
 
@@ -156,4 +157,57 @@ func stamped(res *kafka.ProduceResponse, evs []schedEvent) bool {
 		}
 	}
 	return true
+}
+
+// recreateTopic deletes the input topic and creates it again under its
+// name, with the settings it had, as an operator may: the new incarnation
+// counts its offsets from 0 again, below the workers' positions and the
+// marks of the erasures so far. Records of the old one that no worker
+// read are gone with it. What was placed so far is observed first.
+//
+// The producers go on at once, until each partition of the new
+// incarnation holds as many records as the old one did: its offsets then
+// pass the workers' positions, the moment a worker that fetched on from
+// its position would skip the new incarnation's first records.
+func (sc *schedule) recreateTopic() {
+	sc.t.Helper()
+	sc.observe()
+	was := sc.topicIDs[len(sc.topicIDs)-1]
+	_, old := testenv.Offsets(sc.t, sc.s.brokers, sc.s.group, sc.s.topic, 3)
+	testenv.RecreateTopic(sc.t, sc.s.brokers, sc.s.topic, 3, sc.inputStamping.configs(inputRetention, inputSegment))
+	sc.topicIDs = append(sc.topicIDs, sc.topicID(was))
+	sc.note("recreate %s: %s -> %s, which held %v", sc.s.topic, was, sc.topicIDs[len(sc.topicIDs)-1], old)
+	for range 20 {
+		_, end := testenv.Offsets(sc.t, sc.s.brokers, sc.s.group, sc.s.topic, 3)
+		if end[0] >= old[0] && end[1] >= old[1] && end[2] >= old[2] {
+			break
+		}
+		sc.produce()
+	}
+}
+
+// topicID waits until the input topic has an id other than was, and
+// every partition a leader, and returns the id.
+func (sc *schedule) topicID(was string) string {
+	sc.t.Helper()
+	var id string
+	testenv.Eventually(sc.t, 30*time.Second, func() (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var err error
+		if id, err = kafkaconn.TopicID(ctx, sc.s.brokers, kafkaconn.Security{}, sc.s.topic); err != nil || id == "" || id == was {
+			return false, fmt.Sprintf("the id of %s (was %q): %q, %v", sc.s.topic, was, id, err)
+		}
+		md, err := sc.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{sc.s.topic}})
+		if err != nil || len(md.Topics) != 1 || len(md.Topics[0].Partitions) != 3 {
+			return false, fmt.Sprintf("the partitions of %s: %v", sc.s.topic, err)
+		}
+		for _, p := range md.Topics[0].Partitions {
+			if p.Error != nil || p.Leader.ID < 0 {
+				return false, fmt.Sprintf("partition %d of %s has no leader yet: %v", p.ID, sc.s.topic, p.Error)
+			}
+		}
+		return true, ""
+	})
+	return id
 }

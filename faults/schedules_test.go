@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	mrand "math/rand/v2"
 	"os"
@@ -95,6 +96,7 @@ type schedEvent struct {
 	offset           int64
 	sentAt           time.Time
 	forged           bool // carries a header named like the worker's
+	incarnation      int  // of the input topic it was produced to (sc.topicIDs)
 }
 
 // schedForget is an erasure a schedule made: what it asked and knew when
@@ -106,6 +108,7 @@ type schedForget struct {
 	acked        int           // the events acknowledged when forget began (sc.events[:acked])
 	upTo         time.Time     // the receipt's erased_up_to
 	ends         []int64       // the receipt's mark; nil with --before
+	incarnation  int           // of the input topic the mark's offsets are of
 	returned     time.Time
 }
 
@@ -136,7 +139,10 @@ type schedule struct {
 	// forged in the dead-letter topic.
 	inputStamping, dlqStamping stamping
 	forged                     []forgedLetter
-	seen                       seen // what the checker observed
+	// topicIDs are the input topic's incarnations, in order: each time
+	// recreateTopic deleted it and created it again, a new id.
+	topicIDs []string
+	seen     seen // what the checker observed
 }
 
 // ttlEdit is a tenants file written at a time, with fast's TTL in it.
@@ -173,7 +179,8 @@ func newSchedule(t *testing.T, seed uint64) *schedule {
 	tr := &kafka.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
 	sc.s, sc.client = s, &kafka.Client{Addr: kafka.TCP(s.brokers...), Timeout: 10 * time.Second, Transport: tr}
-	sc.note("topics: %s stamps %s, %s stamps %s", s.topic, sc.inputStamping, s.dlq, sc.dlqStamping)
+	sc.topicIDs = []string{sc.topicID("")}
+	sc.note("topics: %s (%s) stamps %s, %s stamps %s", s.topic, sc.topicIDs[0], sc.inputStamping, s.dlq, sc.dlqStamping)
 	key := make([]byte, 32)
 	if _, err := rand.Read(key); err != nil {
 		t.Fatal(err)
@@ -243,6 +250,7 @@ var scheduleMenu = []scheduleAction{
 	{"ledgerOutage", 1, (*schedule).ledgerOutage},
 	{"restamp", 1, (*schedule).restamp},
 	{"forgeLetter", 1, (*schedule).forgeLetter},
+	{"recreateTopic", 1, (*schedule).recreateTopic},
 }
 
 // step takes the i-th step: the first produces, each other draws from
@@ -283,11 +291,10 @@ func (sc *schedule) produce() {
 		var evs []schedEvent
 		for range 1 + sc.r.IntN(4) {
 			ev, rec := sc.draw(now)
-			ev.partition, ev.sentAt = p, now
+			ev.partition, ev.sentAt, ev.incarnation = p, now, len(sc.topicIDs)-1
 			evs, recs = append(evs, ev), append(recs, rec)
 		}
-		res, err := sc.client.Produce(context.Background(), &kafka.ProduceRequest{Topic: sc.s.topic, Partition: p,
-			RequiredAcks: kafka.RequireAll, Records: kafka.NewRecordReader(recs...)})
+		res, err := sc.produceBatch(p, recs)
 		if err == nil && !stamped(res, evs) {
 			made = append(made, fmt.Sprintf("%d records to partition %d refused, stamped past the topic's bound", len(evs), p))
 			continue
@@ -305,6 +312,21 @@ func (sc *schedule) produce() {
 		sc.events = append(sc.events, evs...)
 	}
 	sc.note("produce %s", strings.Join(made, ", "))
+}
+
+// produceBatch produces recs to partition p of the input topic. A topic
+// just created again has leaders in its metadata before its broker leads
+// them: a refusal for that (nothing was appended) is tried again.
+func (sc *schedule) produceBatch(p int, recs []kafka.Record) (*kafka.ProduceResponse, error) {
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		res, err := sc.client.Produce(context.Background(), &kafka.ProduceRequest{Topic: sc.s.topic, Partition: p,
+			RequiredAcks: kafka.RequireAll, Records: kafka.NewRecordReader(recs...)})
+		leaderless := err == nil && (errors.Is(res.Error, kafka.NotLeaderForPartition) || errors.Is(res.Error, kafka.UnknownTopicOrPartition) ||
+			errors.Is(res.Error, kafka.LeaderNotAvailable))
+		if !leaderless || time.Now().After(deadline) {
+			return res, err
+		}
+	}
 }
 
 // draw makes one event and its record.
@@ -389,7 +411,7 @@ func (sc *schedule) forgetIn(tenant string) {
 	args := append([]string{"forget"}, sc.flags()...)
 	args = append(args, "--tenant", ev.tenant, "--user", ev.user, "--allow-empty", "--requested-by", "schedule", "--format", "json")
 	skew := sc.forgetSkew()
-	f := schedForget{tenant: ev.tenant, user: ev.user, acked: len(sc.events)}
+	f := schedForget{tenant: ev.tenant, user: ev.user, acked: len(sc.events), incarnation: len(sc.topicIDs) - 1}
 	before := sc.r.IntN(4) == 0
 	if before {
 		f.before = time.Now().Add(min(0, skew) - time.Duration(sc.r.IntN(600))*time.Second).Truncate(time.Second)
