@@ -274,8 +274,18 @@ func (r TopicRetention) keeps() time.Duration {
 	return r.Retention + r.Segment + r.RetentionCheck + ahead
 }
 
+// clockMargin is how far the placing worker's clock may lie behind the
+// brokers' with no letter outliving its event: a topic that stamps by the
+// broker's clock (LogAppendTime, as the worker creates its topics) counts
+// a letter's keep from its own append time, not from the worker's
+// placement. NTP keeps hosts within milliseconds: ten seconds is a host
+// that lost it long ago, and costs a letter its payload only when its
+// event expires within its topic's keep and ten seconds. A clock ahead
+// errs on the safe side.
+const clockMargin = 10 * time.Second
+
 // place picks the topic a letter goes to: of those whose records are gone
-// by expires, the one that keeps them longest, payload and all; else Base,
+// by expires (with clockMargin to spare), the one that keeps them longest, payload and all; else Base,
 // without the payload. rs is in Names order. A topic refused for keeping
 // records forever takes nothing (Base is named even then: the caller's
 // writes wait); one with another problem (a write denied, a leader
@@ -285,7 +295,7 @@ func (r TopicRetention) keeps() time.Duration {
 func place(rs []TopicRetention, now, expires time.Time) (topic string, payload bool) {
 	best := -1
 	for i, r := range rs {
-		if r.refused || r.Keeps <= 0 || now.Add(r.Keeps).After(expires) {
+		if r.refused || r.Keeps <= 0 || now.Add(r.Keeps+clockMargin).After(expires) {
 			continue
 		}
 		if best < 0 || r.Keeps > rs[best].Keeps {

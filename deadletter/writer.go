@@ -169,6 +169,10 @@ func (d *Writer) Topics() []TopicRetention {
 	return slices.Clone(d.state)
 }
 
+// SetClock sets the clock letters are placed by: the host's, which a test
+// may move. Call it before the first Write.
+func (d *Writer) SetClock(now func() time.Time) { d.now = now }
+
 // Problem returns why dead letters cannot be produced, nil when they can:
 // what Check found, or a produce error that time does not heal, or one
 // that should but has lasted loudAfter; and any topic whose keep grew over

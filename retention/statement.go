@@ -165,7 +165,7 @@ func tenantStatement(f Facts, id string) TenantStatement {
 		bound, from = f.UnlistedBound, "--dlq-unlisted-retention "+duration.Format(f.UnlistedBound)
 	}
 	add("dead-letter topics, letters with payload", bound,
-		fmt.Sprintf("placement: a letter keeps its payload only in a topic whose keep ends before %s (%s)", from, keepsText(f.DeadLetters)), "")
+		fmt.Sprintf("placement: a letter keeps its payload only in a topic whose keep ends 10 s before %s (%s)", from, keepsText(f.DeadLetters)), "")
 	for _, dl := range f.DeadLetters {
 		ts.Stores = append(ts.Stores, deadLetterLife(dl))
 	}

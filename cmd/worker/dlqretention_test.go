@@ -18,9 +18,10 @@ import (
 // A dead letter keeps its payload no longer than its event would have
 // lived in Bigtable (for a listed tenant) or than --dlq-unlisted-retention
 // (for an event without one), measured from the event's time: here a
-// 20-second tenant's refused row and an unlisted tenant under
-// unlisted_tenants: dead-letter each go to the 4-second class topic with
-// their payload, and neither is readable there when the 20 seconds are up.
+// 30-second tenant's refused row and an unlisted tenant under
+// unlisted_tenants: dead-letter each go to the 4-second class topic (it
+// keeps 6 s, and a placement spares 10 s for the worker's clock) with
+// their payload, and neither is readable there when the 30 seconds are up.
 // A 3-second tenant's letter, shorter than any topic keeps a record, goes
 // to the base topic without its payload; so does a malformed event's, whose
 // tenant cannot be trusted: it may keep its payload no longer than the
@@ -30,7 +31,7 @@ func TestDeadLettersLiveNoLongerThanTheirTenant(t *testing.T) {
 	testenv.NeedsBroker(t, "its log.retention.check.interval.ms (a class topic of seconds keeps letters only under a check of a second)")
 	proxy := testenv.StartBigtableProxy(t, testenv.Bigtable(t))
 	t.Setenv("BIGTABLE_EMULATOR_HOST", proxy.Addr)
-	e := newEnv(t, "default_ttl: 1h\nunlisted_tenants: dead-letter\ntenants:\n  acme: 20s\n  tiny: 3s\n  globex: 1h\n")
+	e := newEnv(t, "default_ttl: 1h\nunlisted_tenants: dead-letter\ntenants:\n  acme: 30s\n  tiny: 3s\n  globex: 1h\n")
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)
 	}
@@ -42,7 +43,7 @@ func TestDeadLettersLiveNoLongerThanTheirTenant(t *testing.T) {
 			return codes.OK
 		}}
 	})
-	stop, logs := e.startWorker(t, "--dlq-classes", "4s", "--dlq-unlisted-retention", "20s", "--dlq-check-interval", "1s")
+	stop, logs := e.startWorker(t, "--dlq-classes", "4s", "--dlq-unlisted-retention", "30s", "--dlq-check-interval", "1s")
 	class := deadletter.ClassTopic(e.topic+".dlq", 4*time.Second)
 	values := [][]byte{
 		click{EventID: "a-1", TenantID: "acme", UserID: "u-1"}.bytes(),
@@ -71,7 +72,7 @@ func TestDeadLettersLiveNoLongerThanTheirTenant(t *testing.T) {
 			if err != nil {
 				t.Fatalf("source timestamp %q: %v", ts, err)
 			}
-			want := src.Truncate(time.Millisecond).Add(20 * time.Second).UTC().Format("2006-01-02T15:04:05.000Z07:00")
+			want := src.Truncate(time.Millisecond).Add(30 * time.Second).UTC().Format("2006-01-02T15:04:05.000Z07:00")
 			if headerOf(m, deadletter.HeaderTenant) != "acme" || headerOf(m, deadletter.HeaderExpiresAt) != want {
 				t.Errorf("acme's letter: tenant %q, expires_at %q, want acme, %s", headerOf(m, deadletter.HeaderTenant), headerOf(m, deadletter.HeaderExpiresAt), want)
 			}
@@ -98,7 +99,7 @@ func TestDeadLettersLiveNoLongerThanTheirTenant(t *testing.T) {
 		t.Errorf("tiny's letter: value %q, headers %v; want no payload, the reason's class, expires_at and no digest", tiny.Value, tiny.Headers)
 	}
 	// The promise: unreadable by the time the events expire.
-	time.Sleep(time.Until(produced.Add(20 * time.Second)))
+	time.Sleep(time.Until(produced.Add(30 * time.Second)))
 	if left := testenv.ReadToEnd(t, e.brokers, class); len(left) != 0 {
 		t.Errorf("%d letters still readable in %s when their events expired", len(left), class)
 	}
