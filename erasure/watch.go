@@ -134,6 +134,11 @@ func (w *Watch) Start(ctx context.Context) error {
 	}
 }
 
+// SetClock sets the clock the Watch decides by (which records are in
+// force, when its ledger is stale): the host's, which a test may move.
+// Call it before Run.
+func (w *Watch) SetClock(now func() time.Time) { w.now = now }
+
 // SetTopicID says which incarnation of topic the worker reads: its Kafka
 // topic id (a mark of another covers every record of the topic). A worker
 // that could not read the id calls it not at all, and marks cover by

@@ -233,6 +233,12 @@ func (s *suite) logf(format string, args ...any) {
 // start runs a worker process.
 func (s *suite) start(extra ...string) *worker {
 	s.t.Helper()
+	return s.startAs(s.bin, nil, extra...)
+}
+
+// startAs is start, of the build bin, with env beside the suite's.
+func (s *suite) startAs(bin string, env []string, extra ...string) *worker {
+	s.t.Helper()
 	s.mu.Lock()
 	id := s.nextID
 	s.nextID++
@@ -246,7 +252,7 @@ func (s *suite) start(extra ...string) *worker {
 		"--readiness-interval", "200ms", "--session-timeout", "6s", "--commit-interval", "200ms",
 		"--drain-timeout", drainTimeout.String(), "--max-event-bytes", strconv.Itoa(s.maxEvent)}, append(append([]string{}, s.workerArgs...), extra...)...)
 	w := &worker{id: id, out: &syncBuffer{}}
-	p, err := lab.Start(lab.Options{Bin: s.bin, Args: args, Env: s.env, Log: w.out})
+	p, err := lab.Start(lab.Options{Bin: bin, Args: args, Env: append(slices.Clone(s.env), env...), Log: w.out})
 	if err != nil {
 		s.t.Fatal(err)
 	}

@@ -410,6 +410,7 @@ func (sc *schedule) checkLetters(letters []kafka.Message) []string {
 		at[source{sc.topicIDs[ev.incarnation], int64(ev.partition), ev.offset}] = ev
 	}
 	var bad []string
+	now := time.Now()
 	for _, m := range letters {
 		if m.Value == nil || header(m, deadletter.HeaderPayload) == "omitted" || sc.isForged(m.Partition, m.Offset) {
 			continue
@@ -429,12 +430,24 @@ func (sc *schedule) checkLetters(letters []kafka.Message) []string {
 		if base, bounded := ev.base(); bounded {
 			bound = base.Add(scheduleDefault) // an unlisted tenant's (the only valid events dead-lettered here)
 		}
-		if life := sc.letterLife(m.Partition, m.Offset, placed, keep); keep < 0 || life.After(bound) {
+		// The broker counts the keep from its own clock (its append time
+		// under LogAppendTime, which kafka-go does not read back), and a
+		// worker's clock may lie: the letter was appended by now at the
+		// latest, and by its stamp under CreateTime.
+		if life := sc.letterLife(m.Partition, m.Offset, later(placed, now), keep); keep < 0 || life.After(bound) {
 			bad = append(bad, fmt.Sprintf("letter of %s keeps its payload past %s: placed %s at offset %d in a topic that keeps %s, readable until %s", ev, bound.UTC().Format(time.RFC3339),
 				placed.UTC().Format(time.RFC3339Nano), m.Offset, keep, life.UTC().Format(time.RFC3339)))
 		}
 	}
 	return bad
+}
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // topicKeep reads how long topic keeps a record stamped when it was

@@ -93,6 +93,10 @@ func New(cfg Config, src Source, rows RowWriter, dlq DeadLetterer, config func()
 	}
 }
 
+// SetClock sets the clock the pipeline decides by (an event's expiry, a
+// batch's age): the host's, which a test may move. Call it before Run.
+func (p *Pipeline) SetClock(now func() time.Time) { p.now = now }
+
 // Stats returns the per-tenant counters.
 func (p *Pipeline) Stats() *Stats { return p.stats }
 

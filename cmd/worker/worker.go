@@ -80,6 +80,7 @@ func newWorker(ctx context.Context, o *runCmd, cfg *tenants.Config, dc *bigtable
 	store := erasure.NewStore(dc, o.table.ErasureTable())
 	store.CompactAbove = o.erasureExactForever
 	w.erasures = erasure.NewWatch(store, o.erasureRefresh, log)
+	w.erasures.SetClock(wallClock)
 	lctx, cancel := context.WithTimeout(ctx, o.startupTimeout)
 	err = w.erasures.Start(lctx)
 	cancel()
@@ -113,6 +114,7 @@ func newWorker(ctx context.Context, o *runCmd, cfg *tenants.Config, dc *bigtable
 	pcfg.Erasures, pcfg.ErasuresHeld = w.erasures.Current, w.erasures.Held
 	pcfg.StrictRetention = o.strictRetention
 	w.pipeline = pipeline.New(pcfg, w.consumer, w.writer, w.dlq, w.reloader.Current, mp, tp, log)
+	w.pipeline.SetClock(wallClock)
 	return w, nil
 }
 
@@ -134,6 +136,7 @@ func (w *worker) openKafka(ctx context.Context, mp metric.MeterProvider) error {
 	if w.dlq, err = deadletter.NewWriter(brokers, o.dlq.Topics(o.kafka.Topic), sec, mp, log); err != nil {
 		return err
 	}
+	w.dlq.SetClock(wallClock)
 	if keys != nil {
 		w.dlq.SignWith(keys)
 	} else {
