@@ -48,6 +48,10 @@ func unreachable(f retention.Facts, backups time.Duration, backupsDecidedBy stri
 // longest TTL after upTo, which lies --max-clock-skew after now: an event
 // at erased_up_to lives that long, and until then a worker could still
 // write it. Zero (never) when keep is negative.
+//
+// Both are of forget's clock, which may lie erasure.ClockTolerance behind
+// the brokers' and Bigtable's that count the copies' keep: the record
+// lives that much longer, or it would expire before what it covers.
 func recordExpires(now, upTo time.Time, keep, longestTTL time.Duration) time.Time {
 	if keep < 0 {
 		return time.Time{}
@@ -56,7 +60,7 @@ func recordExpires(now, upTo time.Time, keep, longestTTL time.Duration) time.Tim
 	if last := upTo.Add(longestTTL); last.After(exp) {
 		exp = last
 	}
-	return exp
+	return exp.Add(erasure.ClockTolerance)
 }
 
 // mark reads the input topic's end offsets once every user is recorded,
