@@ -59,12 +59,17 @@ const scheduleDefault = 48 * time.Hour
 const reloadWithin = 5 * time.Second
 
 // shortestAt is the shortest TTL of a tenants file the workers may have
-// run at t: fast's, the longest it had from reloadWithin before t to t,
-// within the hour of acme and newco. A letter placed under a longer TTL
-// keeps its payload as that TTL allows, even once the TTL is shortened:
-// docs/retention.md says so.
-func (sc *schedule) shortestAt(t time.Time) time.Duration {
-	fast, from := scheduleTTLs["fast"], t.Add(-reloadWithin)
+// run when they placed a letter at placed by their clock (seen by the
+// checker at now): fast's, the longest it had from reloadWithin before the
+// earliest time that may have been to the latest, within the hour of acme
+// and newco. A letter placed under a longer TTL keeps its payload as that
+// TTL allows, even once the TTL is shortened: docs/retention.md says so.
+func (sc *schedule) shortestAt(placed, now time.Time) time.Duration {
+	fast, from := scheduleTTLs["fast"], placed.Add(-workerSkewMax-reloadWithin)
+	t := placed.Add(workerSkewMax)
+	if now.Before(t) {
+		t = now
+	}
 	longest := fast
 	for _, e := range sc.fastEdits {
 		switch {
@@ -426,7 +431,7 @@ func (sc *schedule) checkLetters(letters []kafka.Message) []string {
 			bad = append(bad, fmt.Sprintf("a letter with payload of no event produced, or unplaced: %d/%d", part, off))
 			continue
 		}
-		bound := placed.Add(sc.shortestAt(placed))
+		bound := placed.Add(sc.shortestAt(placed, now))
 		if base, bounded := ev.base(); bounded {
 			bound = base.Add(scheduleDefault) // an unlisted tenant's (the only valid events dead-lettered here)
 		}

@@ -526,6 +526,9 @@ func (sc *schedule) forgetSkew() time.Duration {
 	}
 }
 
+// workerSkewMax is the most a worker's clock lies off in a schedule.
+const workerSkewMax = 10 * time.Second
+
 // workerSkew is how far a worker's clock lies from the hosts' of Kafka and
 // Bigtable: none half the time, else up to 10 s ahead or behind, what the
 // workers are documented to need; none for another build
@@ -534,7 +537,7 @@ func (sc *schedule) workerSkew() time.Duration {
 	if os.Getenv("TESTENV_WORKER_BIN") != "" || sc.r.IntN(2) == 0 {
 		return 0
 	}
-	return time.Duration(sc.r.IntN(20_001)-10_000) * time.Millisecond
+	return time.Duration(sc.r.Int64N(2*int64(workerSkewMax)+1)) - workerSkewMax
 }
 
 var (
