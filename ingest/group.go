@@ -139,13 +139,7 @@ func (c *Consumer) fetchGeneration(ctx, gctx context.Context, gen *kafka.Generat
 		defer cancel()
 		return kafkaconn.TopicID(ctx, c.cfg.Brokers, c.cfg.Security, c.cfg.Topic)
 	}
-	// The incarnation the positions are of: the one the group's
-	// coordinator kept their commits for (it drops a deleted topic's).
-	if id, err := f.topicID(gctx); err == nil {
-		for _, p := range parts {
-			p.incarnation = id
-		}
-	}
+	f.startIncarnation(gctx)
 	if err := f.run(gctx); err != nil {
 		c.setErr(err)
 		select {

@@ -55,7 +55,7 @@ type lookup struct {
 	errs   map[int]error
 	err    error // of the whole request
 	// id is the topic's id, read when a partition of the lookup waits for
-	// its incarnation (idErr, why it could not be).
+	// its incarnation or has none yet (idErr, why it could not be).
 	id    string
 	idErr error
 }
@@ -81,7 +81,7 @@ func (f *fetcher) lookUp(ctx context.Context, wg *sync.WaitGroup, out chan<- loo
 	if len(parts) == 0 {
 		return false
 	}
-	incarnation := slices.ContainsFunc(parts, func(p *partition) bool { return p.want == wantIncarnation })
+	incarnation := f.topicID != nil && slices.ContainsFunc(parts, func(p *partition) bool { return p.want == wantIncarnation || p.incarnation == "" })
 	wg.Go(func() {
 		l := lookup{parts: parts}
 		l.bounds, l.errs, l.err = f.logBounds(ctx, ids, true)
@@ -118,6 +118,9 @@ func (f *fetcher) looked(ctx context.Context, l lookup) error {
 		switch p.want {
 		case wantFirst:
 			p.next, p.want = b.first, wantNothing
+			if l.idErr == nil {
+				p.incarnation = cmp.Or(p.incarnation, l.id) // the log start just read is of it
+			}
 		case wantBounds:
 			if err := f.outOfRange(ctx, p, b, end); err != nil {
 				return err
@@ -256,6 +259,30 @@ func (f *fetcher) partitionError(ctx context.Context, p *partition, err error) {
 		// offsets from 0, and a new incarnation grown past next before the
 		// next fetch would be read from there, its first records never.
 		p.want = wantIncarnation
+	}
+}
+
+// startIncarnation stamps the generation's positions with the topic's id:
+// the incarnation the group's coordinator kept their commits for (it drops
+// a deleted topic's). When the id cannot be read, no position is fetched
+// until a lookup reads it: a position of unknown incarnation, taken for
+// the next one the topic has, would read a topic created again from the
+// old position, and skip its first records.
+func (f *fetcher) startIncarnation(ctx context.Context) {
+	if f.topicID == nil {
+		return // no broker to ask (tests of the fetch loop alone)
+	}
+	id, err := f.topicID(ctx)
+	for _, p := range f.parts {
+		switch {
+		case err == nil:
+			p.incarnation = id
+		case p.want == wantNothing:
+			p.want = wantIncarnation
+		}
+	}
+	if err != nil {
+		f.log.Warn("could not read the input topic's id: each partition waits for it before it is fetched", "topic", f.topic, "err", err)
 	}
 }
 

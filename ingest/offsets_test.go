@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -288,5 +289,37 @@ func TestReadyDoesNotSpinOnLookups(t *testing.T) {
 	f.parts[0].want = wantBounds
 	if _, wake := f.ready(context.Background(), map[int]bool{}); time.Until(wake) < time.Minute {
 		t.Errorf("the loop wakes in %s for a partition only a lookup can move", time.Until(wake))
+	}
+}
+
+// A generation that cannot read its topic's id at the start fetches no
+// position until a lookup reads it: a position of unknown incarnation,
+// taken for the id the topic has when it is next read, would read a topic
+// deleted and created again from the old position. Once read, the
+// position is of that id and is fetched where it was.
+func TestNoFetchBeforeTheIncarnationIsKnown(t *testing.T) {
+	t.Parallel()
+	id, err := "", errors.New("metadata: i/o timeout")
+	f := &fetcher{topic: "t", log: quiet, parts: []*partition{newPartition(0, nil, 5), newPartition(1, nil, -1)},
+		topicID: func(context.Context) (string, error) { return id, err }}
+	f.startIncarnation(context.Background())
+	if p := f.parts[0]; p.want != wantIncarnation || p.incarnation != "" {
+		t.Fatalf("partition 0 with a commit: want %d, incarnation %q; want it waiting for the id", p.want, p.incarnation)
+	}
+	if p := f.parts[1]; p.want != wantFirst {
+		t.Fatalf("partition 1 without a commit: want %d, want its log start looked up", p.want)
+	}
+	if ready, _ := f.ready(context.Background(), map[int]bool{}); len(ready) != 0 {
+		t.Fatalf("partitions ready to fetch before the id is known: %v", ready)
+	}
+	id, err = "Y", nil
+	l := lookup{parts: f.parts, bounds: map[int]bounds{0: {first: 0, hw: 9, lso: 9}, 1: {first: 2, hw: 9, lso: 9}}, errs: map[int]error{}, id: id}
+	if err := f.looked(context.Background(), l); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int64{5, 2} {
+		if p := f.parts[i]; p.want != wantNothing || p.incarnation != "Y" || p.next != want {
+			t.Errorf("partition %d after the lookup: want %d, incarnation %q, next %d; want fetched at %d of Y", i, p.want, p.incarnation, p.next, want)
+		}
 	}
 }
