@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -410,8 +411,9 @@ func (sc *schedule) checkLetters(letters []kafka.Message) []string {
 		topicID         string
 		partition, offs int64
 	}
-	at := map[source]schedEvent{}
+	at, byID := map[source]schedEvent{}, map[string]schedEvent{}
 	for _, ev := range sc.events {
+		byID[ev.id] = ev
 		at[source{sc.topicIDs[ev.incarnation], int64(ev.partition), ev.offset}] = ev
 	}
 	var bad []string
@@ -422,9 +424,20 @@ func (sc *schedule) checkLetters(letters []kafka.Message) []string {
 		}
 		part, _ := strconv.ParseInt(header(m, deadletter.HeaderSourcePartition), 10, 64)
 		off, _ := strconv.ParseInt(header(m, deadletter.HeaderSourceOffset), 10, 64)
-		ev, ok := at[source{header(m, deadletter.HeaderSourceTopicID), part, off}]
-		for i := len(sc.topicIDs) - 1; !ok && i >= 0 && header(m, deadletter.HeaderSourceTopicID) == ""; i-- {
-			ev, ok = at[source{sc.topicIDs[i], part, off}] // a worker that could not read the id: the newest it may be of
+		// A letter with its payload is of the event its value names. Its
+		// source headers alone may mislead: a letter names the incarnation
+		// its worker last read, and one placed before the worker's next
+		// check of the id after a recreation names the one before
+		// (docs/retention.md).
+		var named struct {
+			ID string `json:"event_id"`
+		}
+		ev, ok := schedEvent{}, false
+		if json.Unmarshal(m.Value, &named) == nil && named.ID != "" {
+			ev, ok = byID[named.ID]
+		}
+		if !ok {
+			ev, ok = at[source{header(m, deadletter.HeaderSourceTopicID), part, off}]
 		}
 		placed, perr := time.Parse(time.RFC3339Nano, header(m, deadletter.HeaderPlaced))
 		if !ok || perr != nil {

@@ -6,10 +6,9 @@ import "time"
 // ingest hands out, so that the layers above know no Kafka client.
 type Message struct {
 	Topic string
-	// TopicID is the incarnation of Topic the record was read from: the
-	// topic id the consumer's position was of when it fetched it, or the
-	// one a dead letter names; "" when neither is known (the reader's
-	// own then counts).
+	// TopicID is the incarnation of Topic the record was read from, when
+	// it is known apart from its reader's (a dead letter says which it was
+	// placed from); "" otherwise.
 	TopicID   string
 	Partition int
 	Offset    int64

@@ -265,7 +265,6 @@ func (f *fetcher) readBatch(p *partition, b *kwire.Batch, rs *readState) (full b
 		if err != nil {
 			return false, err
 		}
-		m.TopicID = p.incarnation
 		f.take(rs, Fetched{Msg: m, Ack: Ack{size: size}, Cut: rec.Cut})
 		p.next = rec.Offset + 1
 	}
@@ -288,7 +287,7 @@ func (f *fetcher) undecodable(ctx context.Context, p *partition, b *kwire.Batch,
 		f.log.Error("record batch cannot be decoded; its offsets go to the dead-letter topic as one and the partition goes on",
 			"topic", f.topic, "partition", p.id, "first", first, "last", b.Last, "codec", u.Codec, "bytes", u.Size, "repeats", n, "err", cause)
 	}
-	f.take(rs, Fetched{Msg: Message{Topic: f.topic, TopicID: p.incarnation, Partition: p.id, Offset: first}, Ack: Ack{size: MessageOverhead}, Undecodable: u})
+	f.take(rs, Fetched{Msg: Message{Topic: f.topic, Partition: p.id, Offset: first}, Ack: Ack{size: MessageOverhead}, Undecodable: u})
 	p.next = b.Last + 1
 }
 

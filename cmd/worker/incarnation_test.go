@@ -134,7 +134,9 @@ func TestWorkerFollowsTheTopicCreatedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
-		return strings.Contains(logs.String(), "the input topic was created again") && strings.Contains(logs.String(), now), "the worker has not said it follows the new incarnation " + now
+		// The periodic check's own line (the consumer says "created again"
+		// too, when a fetch finds the topic gone): it moves the letters.
+		return strings.Contains(logs.String(), "held to the new incarnation's marks") && strings.Contains(logs.String(), now), "the worker has not said it follows the new incarnation " + now
 	})
 	testenv.Produce(t, e.brokers, e.topic, click{EventID: "e-1", TenantID: "newco", UserID: "u-1"}.bytes())
 	testenv.Eventually(t, 60*time.Second, func() (bool, string) {
@@ -149,31 +151,28 @@ func TestWorkerFollowsTheTopicCreatedAgain(t *testing.T) {
 // A topic deleted and created again under a running worker counts its
 // offsets from 0. The worker's position in the old incarnation means
 // nothing in the new one: read from there, the new topic's first records
-// would never be written. Every event of the new incarnation has its row,
-// and a letter of one names the new incarnation, though the worker's own
-// check of the id (an hour here) has not run since. Against the real
-// broker and emulator.
+// would never be written. Every event of the new incarnation has its row.
+// Against the real broker and emulator.
 func TestWorkerReadsTheTopicCreatedAgainFromItsStart(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, "default_ttl: 2d\nunlisted_tenants: dead-letter\ntenants:\n  acme: 1h\n")
+	e := newEnv(t, tenantsYAML)
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)
 	}
-	dlq := e.topic + ".letters"
-	stop, _ := e.startWorker(t, "--dlq-topic", dlq, "--dlq-check-interval", "1h")
-	clicks := func(prefix, tenant string, n int) [][]byte {
+	stop, _ := e.startWorker(t, "--dlq-check-interval", "500ms")
+	clicks := func(prefix string, n int) [][]byte {
 		out := make([][]byte, n)
 		for i := range out {
-			out[i] = click{EventID: fmt.Sprintf("%s-%d", prefix, i), TenantID: tenant, UserID: "u-1"}.bytes()
+			out[i] = click{EventID: fmt.Sprintf("%s-%d", prefix, i), TenantID: "acme", UserID: "u-1"}.bytes()
 		}
 		return out
 	}
-	testenv.Produce(t, e.brokers, e.topic, clicks("old", "acme", 30*partitions)...)
+	testenv.Produce(t, e.brokers, e.topic, clicks("old", 30*partitions)...)
 	e.waitCommitted(t, 30*time.Second)
 
 	testenv.RecreateTopic(t, e.brokers, e.topic, partitions, nil)
 	const fresh = 90 * partitions // past the old incarnation's ends on every partition
-	testenv.Produce(t, e.brokers, e.topic, append(clicks("new", "acme", fresh), clicks("unlisted", "newco", 1)...)...)
+	testenv.Produce(t, e.brokers, e.topic, clicks("new", fresh)...)
 	testenv.Eventually(t, 60*time.Second, func() (bool, string) {
 		written := 0
 		for key := range e.rows(t) {
@@ -183,19 +182,7 @@ func TestWorkerReadsTheTopicCreatedAgainFromItsStart(t *testing.T) {
 		}
 		return written == fresh, fmt.Sprintf("%d of the new incarnation's %d events written", written, fresh)
 	})
-	e.waitCommitted(t, 30*time.Second)
 	if err := stop(); err != nil {
 		t.Fatal(err)
-	}
-	now, err := kafkaconn.TopicID(context.Background(), e.brokers, kafkaconn.Security{}, e.topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	letters := testenv.ReadToEnd(t, e.brokers, dlq)
-	if len(letters) != 1 {
-		t.Fatalf("%d letters, want the unlisted tenant's one", len(letters))
-	}
-	if got := headerOf(letters[0], deadletter.HeaderSourceTopicID); got != now {
-		t.Errorf("the letter names incarnation %q, want the one it was read from, %s", got, now)
 	}
 }
