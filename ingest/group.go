@@ -9,9 +9,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/cellttl/cellttl/internal/kafkaconn"
-
 	"github.com/cellttl/cellttl/ingest/kwire"
+	"github.com/cellttl/cellttl/internal/kafkaconn"
 	"github.com/cellttl/cellttl/internal/retry"
 )
 
