@@ -183,20 +183,32 @@ const meterName = "github.com/cellttl/cellttl"
 
 // serve runs the pipeline until ctx ends and it has drained, with the
 // admin server beside it when --admin-addr is set, and closes the parts.
+//
+// The parts close only once nothing uses them: the admin server's probes
+// first, then the background loops, then the clients. A check that ran
+// after its client's transport closed opened a connection pool of its own
+// that nothing closed again.
 func (w *worker) serve(ctx context.Context, metrics http.Handler) error {
 	o, log := w.o, w.log
 	var wg sync.WaitGroup
-	defer wg.Wait()
 	// The background loops outlive SIGTERM until the pipeline has drained:
 	// a drain writes what it holds, and needs the ledger's refresh, the
 	// dead-letter checks and the rules as much as the run did. A refresh
 	// stopped with the signal left a drain begun with a stale ledger unable
 	// to write anything until its deadline.
 	bg, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopBackground()
+	shutdownAdmin := func() {}
+	closeParts := func() error {
+		shutdownAdmin()
+		stopBackground()
+		wg.Wait()
+		if w.schemas != nil {
+			w.schemas.Close()
+		}
+		return w.closeKafka() // the final commit, then leave the group
+	}
 	wg.Go(func() { w.dlq.Run(bg, o.dlq.CheckInterval) })
 	wg.Go(func() { w.times.Run(bg, o.dlq.CheckInterval) })
-	defer w.times.Close()
 	wg.Go(func() { w.rules.Run(bg, o.writer.RuleCheckInterval) })
 	wg.Go(func() { w.erasures.Run(bg) })
 	wg.Go(func() { w.followTopicID(bg) })
@@ -215,15 +227,15 @@ func (w *worker) serve(ctx context.Context, metrics http.Handler) error {
 		st := &statusSource{w: w, started: time.Now()}
 		srv := admin.New(o.admin, metrics, st.status, w.readinessChecks(), log)
 		addr, err := srv.Start()
-		if err = errors.Join(err, srv.RegisterMetrics(w.meter)); err != nil {
-			return errors.Join(err, w.closeKafka())
-		}
-		log.Info("admin server listening", "addr", addr.String())
-		defer func() {
+		shutdownAdmin = func() {
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
 			_ = srv.Shutdown(sctx)
-		}()
+		}
+		if err = errors.Join(err, srv.RegisterMetrics(w.meter)); err != nil {
+			return errors.Join(err, closeParts())
+		}
+		log.Info("admin server listening", "addr", addr.String())
 	}
 	if host := os.Getenv("BIGTABLE_EMULATOR_HOST"); host != "" {
 		// The client library sends every request there, unauthenticated:
@@ -234,11 +246,8 @@ func (w *worker) serve(ctx context.Context, metrics http.Handler) error {
 		"table", o.table.Table, "family", o.table.Family, "strategy", w.cfg.Policy.Strategy.String(),
 		"default_ttl", duration.Format(w.cfg.Policy.DefaultTTL), "tenants", len(w.cfg.Policy.Tenants), "config_version", w.cfg.Version)
 	runErr := w.pipeline.Run(ctx)
-	if w.schemas != nil {
-		w.schemas.Close()
-	}
-	closeErr := w.consumer.Close() // the final commit, then leave the group
+	closeErr := closeParts()
 	t := w.pipeline.Stats().Totals()
 	log.Info("worker stopping", "consumed", t.Consumed, "written", t.Written, "expired", t.Expired, "dead_lettered", t.DeadLettered, "clamped", t.Clamped, "erased", t.Erased, "committed", w.consumer.Committed())
-	return errors.Join(runErr, closeErr, w.dlq.Close())
+	return errors.Join(runErr, closeErr)
 }
