@@ -65,7 +65,7 @@ func TestBasicAuth(t *testing.T) {
 	// A wrong password is refused; the refusal holds the values and names
 	// the registry, never the password.
 	writePassword("wr0ng-passw0rd")
-	err := await(s, click(t, 3, "u-1"), time.Second)
+	err := awaitAnswer(t, s, click(t, 3, "u-1"))
 	_, derr := s.DecodeValue(t.Context(), click(t, 3, "u-1"))
 	var ue *UnavailableError
 	if !errors.As(derr, &ue) || !strings.Contains(derr.Error(), "HTTP 401") || !strings.Contains(derr.Error(), url) {

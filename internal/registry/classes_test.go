@@ -65,7 +65,7 @@ func TestUnavailableHoldsTheValue(t *testing.T) {
 			url, heal := tc.start(t)
 			s, logs := open(t, Config{URL: url, Timeout: time.Second}, contractMapping(t, event.DefaultFields()))
 			v := click(t, 7, "u-1")
-			err := await(s, v, time.Second)
+			err := awaitAnswer(t, s, v)
 			var e *event.Error
 			if err == nil || errors.As(err, &e) {
 				t.Fatalf("Await: %v, want the wait's end, no *event.Error", err)

@@ -81,7 +81,7 @@ func (s *Schemas) fetchFew(ctx context.Context, id uint32) (*entry, error) {
 		}
 		s.fetches.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", "unavailable")))
 		if b.Attempt() >= decodeAttempts || !b.Wait() {
-			return nil, &UnavailableError{URL: s.url, ID: id, Err: errors.Join(wait.End(s.timedOut(cause(err))), ctx.Err())}
+			return nil, &UnavailableError{URL: s.url, ID: id, Err: errors.Join(wait.End(s.timedOut(ctx, cause(err))), ctx.Err())}
 		}
 	}
 }

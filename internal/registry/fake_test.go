@@ -197,6 +197,21 @@ func open(t *testing.T, c Config, m *event.Mapping) (*Schemas, *testenv.Buffer) 
 	return s, logs
 }
 
+// awaitAnswer is Await of a value whose schema the registry will not
+// give, repeated a second at a time until the registry's answer is the
+// Problem: a second is no bound on a loaded machine, where an answer of
+// megabytes takes longer, and an attempt its caller cut short is no answer.
+func awaitAnswer(t *testing.T, s *Schemas, value []byte) error {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := await(s, value, time.Second)
+		if err == nil || s.Problem() != nil || time.Now().After(deadline) {
+			return err
+		}
+	}
+}
+
 // await is Schemas.Await under a deadline.
 func await(s *Schemas, value []byte, d time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), d)

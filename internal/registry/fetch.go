@@ -78,10 +78,10 @@ func (s *Schemas) fetchOwn(ctx context.Context, id uint32) (*entry, error) {
 			}
 			return e, nil
 		}
-		if ctx.Err() != nil && s.waiting.Load() != nil {
+		if ctx.Err() != nil {
 			// The attempt was cut short by the caller, not failed by the
-			// registry: the outage keeps the registry's last answer as
-			// its cause.
+			// registry: it is no outage, and an outage already begun
+			// keeps the registry's last answer as its cause.
 			return nil, wait.End(errors.Join(err, ctx.Err()))
 		}
 		s.fetches.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", "unavailable")))

@@ -100,7 +100,7 @@ func TestRegistryRedirectIsNotFollowed(t *testing.T) {
 	s, _ := hostile(t, func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, other.URL+r.URL.Path, http.StatusFound)
 	})
-	if err := await(s, click(t, 7, "u-1"), time.Second); err == nil {
+	if err := awaitAnswer(t, s, click(t, 7, "u-1")); err == nil {
 		t.Fatal("a redirect gave a schema")
 	}
 	if p := s.Problem(); p == nil || !strings.Contains(p.Error(), "a redirect to "+other.URL) || !strings.Contains(p.Error(), "not followed") {
@@ -116,7 +116,7 @@ func TestRegistryRedirectIsNotFollowed(t *testing.T) {
 // values wait; the error says to check the URL's path.
 func TestRegistryNotFoundNeedsItsCode(t *testing.T) {
 	s, _ := hostile(t, func(w http.ResponseWriter, r *http.Request) { http.NotFound(w, r) })
-	if err := await(s, click(t, 7, "u-1"), time.Second); err == nil {
+	if err := awaitAnswer(t, s, click(t, 7, "u-1")); err == nil {
 		t.Fatal("a 404 without the registry's code made the id known")
 	}
 	if p := s.Problem(); p == nil || !strings.Contains(p.Error(), "check the path of --schema-registry-url") {
@@ -131,7 +131,7 @@ func TestRegistryErrorsAreBoundedAndStruck(t *testing.T) {
 		w.WriteHeader(http.StatusInternalServerError)
 		fmt.Fprintf(w, `{"error_code":500,"message":"echo: %s %s"}`, r.Header.Get("Authorization"), strings.Repeat("x", 10<<20))
 	})
-	if err := await(s, click(t, 7, "u-1"), time.Second); err == nil {
+	if err := awaitAnswer(t, s, click(t, 7, "u-1")); err == nil {
 		t.Fatal("a 500 gave a schema")
 	}
 	p := s.Problem()
@@ -185,5 +185,36 @@ func TestCheckAsksTheRegistry(t *testing.T) {
 	})
 	if err := moved.Check(t.Context()); err == nil || !strings.Contains(err.Error(), "a redirect to http://elsewhere.invalid/") {
 		t.Errorf("a redirect: %v", err)
+	}
+}
+
+// An attempt its caller cut short (a deadline, a stop) is no answer of
+// the registry: nothing says the registry ran out of
+// --schema-registry-timeout, and no outage begins. A slow answer on a
+// loaded machine was reported as the registry's own timeout.
+func TestCallerDeadlineIsNoRegistryTimeout(t *testing.T) {
+	release := make(chan struct{})
+	s, _ := hostile(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		w.WriteHeader(http.StatusInternalServerError)
+		fmt.Fprint(w, `{"error_code":500,"message":"down"}`)
+	})
+	err := await(s, click(t, 7, "u-1"), 200*time.Millisecond)
+	if err == nil || strings.Contains(err.Error(), "--schema-registry-timeout") {
+		t.Errorf("Await cut short by its caller: %v, want its caller's deadline, not the registry's timeout", err)
+	}
+	if p := s.Problem(); p != nil {
+		t.Errorf("an attempt cut short by its caller began an outage: %v", p)
+	}
+	close(release)
+	if err := awaitAnswer(t, s, click(t, 7, "u-1")); err == nil {
+		t.Fatal("a 500 gave a schema")
+	}
+	if p := s.Problem(); p == nil || !strings.Contains(p.Error(), "HTTP 500") || strings.Contains(p.Error(), "--schema-registry-timeout") {
+		t.Errorf("problem %v, want the registry's 500", p)
 	}
 }

@@ -216,14 +216,14 @@ func (s *Schemas) resolve(ctx context.Context, id uint32) (*entry, error) {
 	case errors.Is(err, errAnswerTooLarge):
 		return s.invalid(ctx, id, err), nil
 	case err != nil:
-		return nil, fmt.Errorf("schema id %d: %w", id, s.timedOut(withStatus(err)))
+		return nil, fmt.Errorf("schema id %d: %w", id, s.timedOut(ctx, withStatus(err)))
 	}
 	src := schema.Source{Type: sch.Type, Text: sch.Schema}
 	total := len(sch.Schema)
 	if src.Refs, err = s.references(rctx, sch.References, map[string]bool{}, &total, nil); err != nil {
 		var bad *badReference
 		if !errors.As(err, &bad) {
-			return nil, fmt.Errorf("schema id %d: %w", id, s.timedOut(withStatus(err)))
+			return nil, fmt.Errorf("schema id %d: %w", id, s.timedOut(ctx, withStatus(err)))
 		}
 		return s.invalid(ctx, id, err), nil
 	}
@@ -244,10 +244,12 @@ func (s *Schemas) resolve(ctx context.Context, id uint32) (*entry, error) {
 // ran out of it. Go's http.Client says "Client.Timeout exceeded" only
 // when its own timer wins a race with the request's context deadline,
 // which its transport (guard, one it does not know) makes likely to lose:
-// the error then said only "context deadline exceeded".
-func (s *Schemas) timedOut(err error) error {
+// the error then said only "context deadline exceeded". A request cut
+// short by its caller's own deadline (ctx) did not run out of the
+// registry's time, and is not said to.
+func (s *Schemas) timedOut(ctx context.Context, err error) error {
 	var ne net.Error
-	if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
+	if ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()) {
 		return fmt.Errorf("no answer within --schema-registry-timeout %s: %w", s.timeout, err)
 	}
 	return err
