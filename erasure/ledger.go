@@ -62,6 +62,13 @@ type Ledger struct {
 	compact *compact
 }
 
+// entry is one record of a user, as a load of the ledger reads it (a
+// journal row) and Ledger.with takes it.
+type entry struct {
+	tenant, user string
+	erased
+}
+
 // erased is what the ledger holds of one user: the union of the user's
 // records in force, held until the last of them expires.
 type erased struct {

@@ -374,12 +374,6 @@ func (s *Store) read(ctx context.Context, what string, rs bigtable.RowSet, filte
 	return rows, ignored, nil
 }
 
-// entry is a journal row: one record, as a refresh needs it.
-type entry struct {
-	tenant, user string
-	erased
-}
-
 // loadSince reads the journal rows of the records written at or after
 // since (by the writing host's clock). newest is the latest time a row
 // read carries up to upTo (zero when none did): the journal's own clock,
