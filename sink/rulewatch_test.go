@@ -10,8 +10,8 @@ import (
 	"cloud.google.com/go/bigtable"
 
 	"github.com/cellttl/cellttl/internal/inproc"
-	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/sink"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // The watch holds writes while the rule disagrees and lets them go when

@@ -169,7 +169,7 @@ func (e *RowError) Unwrap() error { return e.Err }
 // state, missing permission) is an outage: retried, logged with the likely
 // fix, reported by Outage, and never blamed on rows.
 func (w *Writer) Write(ctx context.Context, rows []Row) ([]error, error) {
-	results := make([]error, len(rows))
+	wr := &write{w: w, rows: rows, results: make([]error, len(rows))}
 	pending := make([]int, len(rows)) // indexes of rows not yet settled
 	for i := range pending {
 		pending[i] = i
@@ -181,7 +181,7 @@ func (w *Writer) Write(ctx context.Context, rows []Row) ([]error, error) {
 		// fresh enough, however long the pacing (the erasure bound counts
 		// on it), and a held batch spends none of the write rate.
 		var err error
-		if pending, err = w.admit(ctx, rows, pending, results); err != nil {
+		if pending, err = wr.admit(ctx, pending); err != nil {
 			return &held{err}
 		}
 		if len(pending) == 0 {
@@ -191,7 +191,7 @@ func (w *Writer) Write(ctx context.Context, rows []Row) ([]error, error) {
 			return err
 		}
 		attempts++
-		out := w.attempt(ctx, rows, pending, results)
+		out := wr.attempt(ctx, pending)
 		// The caller's span (one per batch) learns how hard the write was.
 		trace.SpanFromContext(ctx).SetAttributes(attribute.Int("cellttl.batch.attempts", attempts))
 		if out.wrote {
@@ -211,9 +211,9 @@ func (w *Writer) Write(ctx context.Context, rows []Row) ([]error, error) {
 		return &retryable{out: out}
 	})
 	if err != nil {
-		return results, fmt.Errorf("write %d rows: %w", len(pending), ctx.Err())
+		return wr.results, fmt.Errorf("write %d rows: %w", len(pending), ctx.Err())
 	}
-	return results, nil
+	return wr.results, nil
 }
 
 // retryable is an attempt that left rows to write again.
@@ -250,157 +250,6 @@ type outcome struct {
 	// held says why rows in retry were not sent: the writes held, or the
 	// gate unable to tell (admit). With err nil, no row failed.
 	held error
-}
-
-// evidence answers, at most once per attempt, whether Bigtable accepts a
-// request without the rows at hand: the control that tells a row's own
-// refusal from one every request gets.
-type evidence struct {
-	w       *Writer
-	ctx     context.Context
-	probed  bool
-	accepts bool
-}
-
-func (e *evidence) othersAccepted() bool {
-	if !e.probed {
-		e.probed = true
-		e.accepts = e.w.probe(e.ctx) == nil
-	}
-	return e.accepts
-}
-
-// attempt makes one ApplyBulk call for the rows at pending, already
-// paced, records the rows withdrawn or rejected for good in results, and
-// says what is left to retry.
-func (w *Writer) attempt(ctx context.Context, rows []Row, pending []int, results []error) outcome {
-	ev := &evidence{w: w, ctx: ctx}
-	sent, rowErrs, err := w.send(ctx, rows, pending, results, false)
-	var h *held
-	switch {
-	case errors.As(err, &h):
-		return outcome{retry: sent, held: h.err}
-	case len(sent) == 0:
-		return outcome{}
-	case err != nil:
-		code := status.Code(err)
-		if aboutContent(code) && ctx.Err() == nil && ev.othersAccepted() {
-			// Refused whole, but Bigtable takes other requests: a row of
-			// this one is at fault. Split the request to find it.
-			return w.isolate(ctx, rows, sent, results, code, err, ev)
-		}
-		return outcome{retry: sent, code: code, err: err, whole: true}
-	}
-	return w.settle(rows, sent, rowErrs, results, ev)
-}
-
-// send makes one ApplyBulk call for the rows at pending, first paced when
-// paced (the halves of a split request: each sends its rows again), then
-// admitted (admit) right before it leaves: the ledger may have changed or
-// gone stale while the request waited for the rate or behind the other
-// halves. It returns the rows it sent (or, with a *held error, the rows
-// it held back), and their results.
-func (w *Writer) send(ctx context.Context, rows []Row, pending []int, results []error, paced bool) ([]int, []error, error) {
-	if paced {
-		if err := w.pace(ctx, len(pending)); err != nil {
-			// Wait ends only with ctx: the request was never sent.
-			code := codes.Canceled
-			if errors.Is(err, context.DeadlineExceeded) {
-				code = codes.DeadlineExceeded
-			}
-			return pending, nil, status.Error(code, err.Error())
-		}
-	}
-	sent, err := w.admit(ctx, rows, pending, results)
-	if err != nil {
-		return sent, nil, &held{err}
-	}
-	if len(sent) == 0 {
-		return nil, nil, nil
-	}
-	rowErrs, err := w.apply(ctx, rows, sent)
-	if t := w.cfg.Throttle; t != nil {
-		t.Sent(len(sent), exhausted(err, rowErrs))
-	}
-	return sent, rowErrs, err
-}
-
-// settle sorts the per-row results of a request that Bigtable took.
-func (w *Writer) settle(rows []Row, pending []int, rowErrs []error, results []error, ev *evidence) outcome {
-	var out outcome
-	var refused []int
-	for j := range pending {
-		var rerr error
-		if rowErrs != nil {
-			rerr = rowErrs[j]
-		}
-		switch {
-		case rerr == nil:
-			out.wrote = true
-		case aboutContent(status.Code(rerr)):
-			refused = append(refused, j)
-		default:
-			out.retry = append(out.retry, pending[j])
-			out.code, out.err = status.Code(rerr), rerr
-		}
-	}
-	if len(refused) > 0 {
-		if out.wrote || ev.othersAccepted() {
-			for _, j := range refused {
-				results[pending[j]] = &RowError{Code: status.Code(rowErrs[j]), Err: rowErrs[j]}
-			}
-		} else {
-			// Every row refused, and a request without them fails too.
-			for _, j := range refused {
-				out.retry = append(out.retry, pending[j])
-				out.code, out.err = status.Code(rowErrs[j]), rowErrs[j]
-			}
-		}
-	}
-	out.whole = !out.wrote && len(out.retry) == len(pending)
-	return out
-}
-
-// isolate splits a request that Bigtable refused as a whole, while it takes
-// requests without these rows, until each refusal falls on one row.
-func (w *Writer) isolate(ctx context.Context, rows []Row, pending []int, results []error, code codes.Code, err error, ev *evidence) outcome {
-	if len(pending) == 1 {
-		// The evidence may be older than this refusal: an outage that
-		// began while the request was being split would look like this
-		// row's fault. Ask again before blaming it.
-		if perr := w.probe(ctx); perr != nil {
-			return outcome{retry: pending, code: code, err: err}
-		}
-		results[pending[0]] = &RowError{Code: code, Err: err}
-		return outcome{}
-	}
-	var out outcome
-	h := len(pending) / 2
-	for _, part := range [][]int{pending[:h], pending[h:]} {
-		sent, rowErrs, perr := w.send(ctx, rows, part, results, true)
-		var sub outcome
-		var h *held
-		switch pcode := status.Code(perr); {
-		case errors.As(perr, &h):
-			sub = outcome{retry: sent, held: h.err}
-		case len(sent) == 0:
-		case perr == nil:
-			sub = w.settle(rows, sent, rowErrs, results, ev)
-		case aboutContent(pcode) && ctx.Err() == nil:
-			sub = w.isolate(ctx, rows, sent, results, pcode, perr, ev)
-		default:
-			sub = outcome{retry: sent, code: pcode, err: perr}
-		}
-		out.retry = append(out.retry, sub.retry...)
-		out.wrote = out.wrote || sub.wrote
-		if sub.held != nil {
-			out.held = sub.held
-		}
-		if sub.err != nil {
-			out.code, out.err = sub.code, sub.err
-		}
-	}
-	return out
 }
 
 // apply makes one ApplyBulk call for the rows at pending.

@@ -20,8 +20,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/sink"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 var ctx = context.Background()
