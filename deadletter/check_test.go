@@ -19,7 +19,7 @@ import (
 	"github.com/segmentio/kafka-go/protocol/describeconfigs"
 
 	"github.com/cellttl/cellttl/internal/kafkaconn"
-	"github.com/cellttl/cellttl/internal/testenv"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // A topic the worker has just created is read at once: its settings, in

@@ -19,9 +19,9 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/cellttl/cellttl/internal/duration"
-	"github.com/cellttl/cellttl/internal/lab"
 	"github.com/cellttl/cellttl/internal/release"
 	"github.com/cellttl/cellttl/tenants"
+	"github.com/cellttl/cellttl/testkit/lab"
 )
 
 // cli is what the worker accepts, read from its own --help.

@@ -16,8 +16,8 @@ import (
 	"cloud.google.com/go/bigtable"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/cellttl/cellttl/internal/lab"
-	"github.com/cellttl/cellttl/internal/testenv"
+	"github.com/cellttl/cellttl/testkit/lab"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // Every overlay, rendered, runs as a cluster would run it, against the

@@ -14,7 +14,7 @@ import (
 
 	"github.com/Shopify/toxiproxy/v2"
 	_ "github.com/Shopify/toxiproxy/v2/toxics" // registers the toxics
-	"github.com/cellttl/cellttl/internal/testenv"
+	"github.com/cellttl/cellttl/testkit/testenv"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"

@@ -24,9 +24,9 @@ import (
 	"cloud.google.com/go/bigtable"
 	"github.com/segmentio/kafka-go"
 
-	"github.com/cellttl/cellttl/internal/lab"
-	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/tenants"
+	"github.com/cellttl/cellttl/testkit/lab"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // full reports whether the long form runs.

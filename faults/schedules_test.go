@@ -24,7 +24,7 @@ import (
 
 	"github.com/cellttl/cellttl/deadletter"
 	"github.com/cellttl/cellttl/internal/duration"
-	"github.com/cellttl/cellttl/internal/testenv"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // The retention promise searched for its next hole, in the manner of

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/cellttl/cellttl/internal/inproc"
-	"github.com/cellttl/cellttl/internal/lab"
+	"github.com/cellttl/cellttl/testkit/lab"
 )
 
 // embedded is in-process Kafka and Bigtable with a worker process between.

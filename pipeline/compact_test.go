@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cellttl/cellttl/erasure"
-	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/tenants"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // An erased user held by the ledger's compact part (records kept forever,

@@ -33,7 +33,7 @@ type Reader struct {
 }
 
 // ValueDecoder decodes a stored value into JSON: the worker's
-// internal/registry decodes values framed for a schema registry (Avro,
+// schema/registry decodes values framed for a schema registry (Avro,
 // Protobuf, JSON Schema). An *event.Error is the value's fault (not framed,
 // an unknown schema id, bytes that do not decode): the event is returned
 // all the same, with the reason. Any other error (the registry cannot be

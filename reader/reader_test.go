@@ -11,9 +11,9 @@ import (
 	"cloud.google.com/go/bigtable"
 
 	"github.com/cellttl/cellttl/expiry"
-	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/rowkey"
 	"github.com/cellttl/cellttl/sink"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 var ctx = context.Background()

@@ -12,9 +12,9 @@ import (
 
 	"github.com/cellttl/cellttl/event"
 	"github.com/cellttl/cellttl/expiry"
-	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/rowkey"
 	"github.com/cellttl/cellttl/sink"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // stubValues decodes "ok-N" into {"n":N}, refuses "bad" as the value's

@@ -8,8 +8,8 @@ import (
 	"cloud.google.com/go/bigtable"
 
 	"github.com/cellttl/cellttl/erasure"
-	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/sink"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // Rows of users the erasure ledger holds compact (records kept forever,

@@ -9,10 +9,10 @@ import (
 
 	"github.com/cellttl/cellttl/deadletter"
 	"github.com/cellttl/cellttl/internal/kafkaconn"
-	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/sink"
 	"github.com/cellttl/cellttl/tablemeta"
 	"github.com/cellttl/cellttl/tenants"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // The input topic holds events written under an earlier --ttl-from for as

@@ -3,7 +3,7 @@ package retention
 import (
 	"testing"
 
-	"github.com/cellttl/cellttl/internal/testenv"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // Every goroutine a test starts has ended when the package's tests end.

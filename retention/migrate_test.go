@@ -13,10 +13,10 @@ import (
 	"cloud.google.com/go/bigtable"
 
 	"github.com/cellttl/cellttl/expiry"
-	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/reader"
 	"github.com/cellttl/cellttl/rowkey"
 	"github.com/cellttl/cellttl/sink"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 func TestPlanMigrationOrder(t *testing.T) {

@@ -16,11 +16,11 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cellttl/cellttl/expiry"
-	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/reader"
 	"github.com/cellttl/cellttl/rowkey"
 	"github.com/cellttl/cellttl/sink"
 	"github.com/cellttl/cellttl/tenants"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 var ctx = context.Background()

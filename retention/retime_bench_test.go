@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/sink"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // BenchmarkRetime re-times 5,000 rows of one tenant, every one a rewrite,

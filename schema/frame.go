@@ -5,7 +5,7 @@
 // mapping's fields, and reads those fields of each value without decoding
 // the rest into objects: the skipped parts are only walked over, and
 // strings alias the value's bytes. It does no I/O: the registry client,
-// its cache and its retries are internal/registry's.
+// its cache and its retries are schema/registry's.
 package schema
 
 import (

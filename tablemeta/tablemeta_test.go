@@ -12,7 +12,7 @@ import (
 
 	"cloud.google.com/go/bigtable"
 
-	"github.com/cellttl/cellttl/internal/testenv"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/internal/release"
-	"github.com/cellttl/cellttl/internal/testenv"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // adminURL finds the admin server's address in the worker's logs.

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/cellttl/cellttl/deadletter"
-	"github.com/cellttl/cellttl/internal/testenv"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 func TestBadEventsGoToDeadLetterTopic(t *testing.T) {

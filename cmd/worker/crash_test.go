@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cellttl/cellttl/internal/lab"
-	"github.com/cellttl/cellttl/internal/testenv"
+	"github.com/cellttl/cellttl/testkit/lab"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // startProcess starts `worker run` as a process, killed with the test.

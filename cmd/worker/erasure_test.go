@@ -9,8 +9,8 @@ import (
 
 	"cloud.google.com/go/bigtable"
 
-	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/rowkey"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // A user forgotten stays forgotten, through every way cellttl has of

@@ -12,8 +12,8 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/cellttl/cellttl/deadletter"
-	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/redrive"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // A producer who reads the docs forges the worker's own headers: an event

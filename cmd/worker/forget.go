@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/user"
 	"strings"
 	"time"
 
@@ -207,12 +205,4 @@ func printReceipt(w io.Writer, rc forget.Receipt, format string) error {
 	}
 	rc.WriteText(w)
 	return nil
-}
-
-// operator names who runs the command, for the audit trail.
-func operator() string {
-	if u, err := user.Current(); err == nil {
-		return u.Username
-	}
-	return os.Getenv("USER")
 }

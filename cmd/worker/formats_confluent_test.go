@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cellttl/cellttl/internal/testenv"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // Events of Confluent's own Python client and serializers, with their

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cellttl/cellttl/internal/testenv"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // Protobuf values as Confluent's serializer frames them (magic byte 0,

@@ -17,8 +17,8 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/cellttl/cellttl/deadletter"
-	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/rowkey"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // registryEnv is the schema registry of scripts/services.sh and the

@@ -9,8 +9,8 @@ import (
 
 	"cloud.google.com/go/bigtable"
 
-	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/tablemeta"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // Regression (the GC rule watched while running): the family's GC rule changed under a running

@@ -18,8 +18,8 @@ import (
 
 	"github.com/cellttl/cellttl/deadletter"
 	"github.com/cellttl/cellttl/internal/bounded"
-	"github.com/cellttl/cellttl/internal/lab"
-	"github.com/cellttl/cellttl/internal/testenv"
+	"github.com/cellttl/cellttl/testkit/lab"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 const hostileClick = `{"type":"record","name":"Click","fields":[{"name":"event_id","type":"string"},{"name":"tenant_id","type":"string"},

@@ -12,7 +12,7 @@ import (
 
 	"github.com/cellttl/cellttl/deadletter"
 	"github.com/cellttl/cellttl/internal/kafkaconn"
-	"github.com/cellttl/cellttl/internal/testenv"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // An erasure's mark names the incarnation of the input topic its offsets

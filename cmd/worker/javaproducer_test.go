@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cellttl/cellttl/internal/testenv"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // Producers no one here wrote: Apache Kafka's own Java client, run from

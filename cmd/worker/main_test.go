@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	"github.com/cellttl/cellttl/internal/testenv"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // Every goroutine a test starts, the worker's included, has ended when the

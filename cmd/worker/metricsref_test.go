@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cellttl/cellttl/internal/testenv"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // checkScrape checks a scrape of every instrument the worker registers:

@@ -15,11 +15,11 @@ import (
 	"github.com/cellttl/cellttl/event"
 	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/cellttl/cellttl/internal/envflag"
-	"github.com/cellttl/cellttl/internal/registry"
 	"github.com/cellttl/cellttl/internal/waitfor"
 	"github.com/cellttl/cellttl/internal/waitfor/btwait"
 	"github.com/cellttl/cellttl/reader"
 	"github.com/cellttl/cellttl/schema"
+	"github.com/cellttl/cellttl/schema/registry"
 	"github.com/cellttl/cellttl/sink"
 )
 
@@ -101,21 +101,6 @@ func (o *readCmd) run(ctx context.Context, stdout, _ io.Writer) error {
 		return err
 	}
 	return out.flush()
-}
-
-// parseWhen reads an RFC 3339 time or a duration before now.
-func parseWhen(flag, s string, now time.Time) (time.Time, error) {
-	if s == "" {
-		return time.Time{}, nil
-	}
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t, nil
-	}
-	d, err := duration.Parse(s)
-	if err != nil || d < 0 {
-		return time.Time{}, fmt.Errorf("%s %q: want an RFC 3339 time or a duration ago such as 90m or 2d", flag, s)
-	}
-	return now.Add(-d), nil
 }
 
 type eventPrinter struct {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cellttl/cellttl/internal/testenv"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 func TestReadCommand(t *testing.T) {

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/cellttl/cellttl/event"
-	"github.com/cellttl/cellttl/internal/registry"
 	"github.com/cellttl/cellttl/reader"
 	"github.com/cellttl/cellttl/rowkey"
+	"github.com/cellttl/cellttl/schema/registry"
 	"github.com/cellttl/cellttl/sink"
 	"github.com/cellttl/cellttl/tenants"
 )

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/cellttl/cellttl/internal/inproc"
-	"github.com/cellttl/cellttl/internal/testenv"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // /readyz turns 503 when Bigtable goes away and back to 200 when it

@@ -11,9 +11,9 @@ import (
 
 	"cloud.google.com/go/bigtable"
 
-	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/tablemeta"
 	"github.com/cellttl/cellttl/tenants"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // runBriefly runs `worker run` until it stops by itself or for 20s, and

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/cellttl/cellttl/internal/envflag"
-	"github.com/cellttl/cellttl/internal/registry"
 	"github.com/cellttl/cellttl/internal/waitfor"
 	"github.com/cellttl/cellttl/redrive"
+	"github.com/cellttl/cellttl/schema/registry"
 	"github.com/cellttl/cellttl/sink"
 	"github.com/cellttl/cellttl/tablemeta"
 )

@@ -17,8 +17,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/redrive"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // worker redrive reads the letters it is told to: a partition, an offset

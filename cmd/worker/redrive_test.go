@@ -14,8 +14,8 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/cellttl/cellttl/deadletter"
-	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/redrive"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // A tenant added to tenants.yaml after its events were dead-lettered

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cellttl/cellttl/internal/testenv"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // While events flow, the operator edits tenants.yaml: a TTL change applies

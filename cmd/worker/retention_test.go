@@ -16,10 +16,10 @@ import (
 
 	"cloud.google.com/go/bigtable"
 
-	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/rowkey"
 	"github.com/cellttl/cellttl/sink"
 	"github.com/cellttl/cellttl/tenants"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 func codeOf(err error) int {

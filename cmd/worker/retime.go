@@ -17,10 +17,6 @@ import (
 	"github.com/cellttl/cellttl/sink"
 )
 
-// Exit status of a retention command stopped by a signal: run it again
-// (with --resume) to finish.
-const exitInterrupted = 3
-
 // retimeCmd is worker retime: move the cells of tenants' rows to the
 // timestamps the current tenants file gives them.
 type retimeCmd struct {
@@ -130,23 +126,4 @@ func printRetimed(stdout io.Writer, format string, ro retention.RetimeOptions, v
 		fmt.Fprintf(stdout, "%d of the rows to re-time were deleted meanwhile (worker forget, say): left deleted\n", rep.Vanished)
 	}
 	return nil
-}
-
-// splitList splits a comma-separated list, dropping blanks.
-func splitList(s string) []string {
-	var out []string
-	for _, x := range strings.Split(s, ",") {
-		if x = strings.TrimSpace(x); x != "" {
-			out = append(out, x)
-		}
-	}
-	return out
-}
-
-// shardNote names the shard in the summary when the work is split.
-func shardNote(s retention.Shard) string {
-	if s.Count <= 1 {
-		return ""
-	}
-	return " (shard " + s.String() + ")"
 }

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cellttl/cellttl/internal/testenv"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // retime racing a worker that writes the same tenant: the file is edited

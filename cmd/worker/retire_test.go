@@ -12,7 +12,7 @@ import (
 
 	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/internal/duration"
-	"github.com/cellttl/cellttl/internal/testenv"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // An erasure on a topic whose producers may stamp records any time ahead

@@ -11,15 +11,12 @@ import (
 	"runtime/debug"
 	"time"
 
-	"go.opentelemetry.io/otel/metric"
-
 	"github.com/cellttl/cellttl/admin"
 	"github.com/cellttl/cellttl/deadletter"
 	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/internal/envflag"
-	"github.com/cellttl/cellttl/internal/registry"
 	"github.com/cellttl/cellttl/pipeline"
-	"github.com/cellttl/cellttl/schema"
+	"github.com/cellttl/cellttl/schema/registry"
 	"github.com/cellttl/cellttl/sink"
 	"github.com/cellttl/cellttl/tablemeta"
 	"github.com/cellttl/cellttl/telemetry"
@@ -180,27 +177,4 @@ func limitMemory(maxInflight int64, log *slog.Logger) {
 	limit := maxInflight + memoryOverhead
 	debug.SetMemoryLimit(limit)
 	log.Info("memory limit for the garbage collector", "bytes", limit, "max_inflight_bytes", maxInflight)
-}
-
-// openSchemas sets pipe's decoder to read values through the schema
-// registry when --value-format asks for one; nil, and JSON, otherwise.
-// Close the schemas when done.
-func openSchemas(ctx context.Context, cfg registry.Config, pipe *pipeline.Config, mp metric.MeterProvider, log *slog.Logger) (*registry.Schemas, error) {
-	if cfg.ValueFormat() == schema.JSON {
-		return nil, nil
-	}
-	s, err := registry.New(cfg, pipe.Decoder.Mapping, mp, log)
-	if err != nil {
-		return nil, err
-	}
-	pipe.Decoder.Values, pipe.Schemas = s, s
-	log.Info("values are read through the schema registry", "value_format", cfg.Format, "schema_registry", s.URL())
-	// Asked at start, so that a wrong URL or refused credentials show now,
-	// not at the first value; /readyz asks again while it does not answer.
-	// Under a command that bounds its waits (redrive), ctx's watch does.
-	if err := s.Check(ctx); err != nil {
-		log.Error("the schema registry does not answer as one: values that need a schema will wait until it does", "err", err,
-			"fix", "check --schema-registry-url (the path of its Confluent-compatible API), its credentials and TLS files")
-	}
-	return s, nil
 }

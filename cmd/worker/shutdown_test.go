@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cellttl/cellttl/internal/testenv"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // TestStopLeavesNoKafkaConnections: a worker stopped while its background

@@ -9,8 +9,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/rowkey"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // An erased user's event appended before the erasure is never written

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/cellttl/cellttl/internal/inproc"
-	"github.com/cellttl/cellttl/internal/testenv"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // freeAddr is an address of 127.0.0.1 where nothing listens.

@@ -11,8 +11,8 @@ import (
 
 	"cloud.google.com/go/bigtable"
 
-	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/tablemeta"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // worker retention reads the live system: on a clean setup (the input

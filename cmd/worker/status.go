@@ -13,8 +13,8 @@ import (
 	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/cellttl/cellttl/internal/kafkaconn"
-	"github.com/cellttl/cellttl/internal/registry"
 	"github.com/cellttl/cellttl/pipeline"
+	"github.com/cellttl/cellttl/schema/registry"
 	"github.com/cellttl/cellttl/tenants"
 )
 

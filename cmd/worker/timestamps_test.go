@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/cellttl/cellttl/internal/kafkaconn"
-	"github.com/cellttl/cellttl/internal/testenv"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // Producers who may stamp records into the future can buy retention: the

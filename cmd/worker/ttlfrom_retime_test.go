@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/cellttl/cellttl/internal/duration"
-	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/rowkey"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // A tenant TTL edit followed by worker retime: rows whose own TTL lies

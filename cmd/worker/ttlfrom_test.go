@@ -11,8 +11,8 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/cellttl/cellttl/deadletter"
-	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/rowkey"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // ownTTLTenants bounds acme's own TTLs to 10m..3h around its 1h; globex

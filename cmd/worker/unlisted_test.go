@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/cellttl/cellttl/deadletter"
-	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/pipeline"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // A misspelt tenant id must not pass unnoticed under either policy:

@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cellttl/cellttl/internal/lab"
 	"github.com/cellttl/cellttl/internal/release"
-	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/rowkey"
 	"github.com/cellttl/cellttl/tablemeta"
+	"github.com/cellttl/cellttl/testkit/lab"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // previousRelease builds the newest release before this one from its

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cellttl/cellttl/internal/registry"
 	"github.com/cellttl/cellttl/internal/waitfor"
+	"github.com/cellttl/cellttl/schema/registry"
 	"github.com/cellttl/cellttl/sink"
 	"github.com/cellttl/cellttl/telemetry"
 )

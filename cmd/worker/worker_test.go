@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cellttl/cellttl/internal/testenv"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 const tenantsYAML = testenv.TenantsYAML

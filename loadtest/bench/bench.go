@@ -18,9 +18,9 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/cellttl/cellttl/internal/lab"
 	"github.com/cellttl/cellttl/loadtest/synth"
 	"github.com/cellttl/cellttl/tenants"
+	"github.com/cellttl/cellttl/testkit/lab"
 )
 
 // Options is what the bench flags say.

@@ -10,10 +10,10 @@ import (
 
 	"cloud.google.com/go/bigtable"
 	"github.com/cellttl/cellttl/expiry"
-	"github.com/cellttl/cellttl/internal/lab"
 	"github.com/cellttl/cellttl/loadtest/synth"
 	"github.com/cellttl/cellttl/rowkey"
 	"github.com/cellttl/cellttl/sink"
+	"github.com/cellttl/cellttl/testkit/lab"
 	"github.com/segmentio/kafka-go"
 )
 

@@ -19,7 +19,6 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/cellttl/cellttl/expiry"
-	"github.com/cellttl/cellttl/internal/lab"
 	"github.com/cellttl/cellttl/loadtest/drive"
 	"github.com/cellttl/cellttl/loadtest/report"
 	"github.com/cellttl/cellttl/loadtest/synth"
@@ -27,6 +26,7 @@ import (
 	"github.com/cellttl/cellttl/pipeline"
 	"github.com/cellttl/cellttl/sink"
 	"github.com/cellttl/cellttl/tenants"
+	"github.com/cellttl/cellttl/testkit/lab"
 )
 
 // dist summarises a latency distribution.

@@ -10,7 +10,7 @@ import (
 	"cloud.google.com/go/bigtable"
 
 	"github.com/cellttl/cellttl/erasure"
-	"github.com/cellttl/cellttl/internal/lab"
+	"github.com/cellttl/cellttl/testkit/lab"
 )
 
 // LedgerOptions are the options of the ledger bench (loadtest ledger).

@@ -15,7 +15,7 @@ import (
 	"cloud.google.com/go/bigtable"
 	"github.com/segmentio/kafka-go"
 
-	"github.com/cellttl/cellttl/internal/lab"
+	"github.com/cellttl/cellttl/testkit/lab"
 )
 
 // buildWorker builds this checkout's worker into a new temporary

@@ -15,8 +15,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/cellttl/cellttl/internal/lab"
 	"github.com/cellttl/cellttl/loadtest/synth"
+	"github.com/cellttl/cellttl/testkit/lab"
 )
 
 // Options is the load: where it goes, how much and how fast, and what the

@@ -5,7 +5,7 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/cellttl/cellttl/internal/lab"
+	"github.com/cellttl/cellttl/testkit/lab"
 )
 
 // cpuUse is how the machine's cores were used while the load ran: by the

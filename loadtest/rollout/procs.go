@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/cellttl/cellttl/internal/lab"
+	"github.com/cellttl/cellttl/testkit/lab"
 )
 
 // proc is one worker process: a pod of the Deployment.

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cellttl/cellttl/internal/lab"
+	"github.com/cellttl/cellttl/testkit/lab"
 )
 
 // result is what a run saw.

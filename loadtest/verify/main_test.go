@@ -4,7 +4,7 @@ import (
 	"log/slog"
 	"testing"
 
-	"github.com/cellttl/cellttl/internal/testenv"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 var quietLog = slog.New(slog.DiscardHandler)

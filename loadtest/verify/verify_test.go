@@ -10,11 +10,11 @@ import (
 	"cloud.google.com/go/bigtable"
 	"github.com/segmentio/kafka-go"
 
-	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/loadtest/synth"
 	"github.com/cellttl/cellttl/rowkey"
 	"github.com/cellttl/cellttl/sink"
 	"github.com/cellttl/cellttl/tenants"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // The verifier is an oracle: it must fail when the defect it looks for is

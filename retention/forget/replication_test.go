@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cellttl/cellttl/erasure"
-	"github.com/cellttl/cellttl/internal/testenv"
 	"github.com/cellttl/cellttl/rowkey"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 // twoClusters stands for a replicated instance on the one-cluster

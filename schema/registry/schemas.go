@@ -132,7 +132,7 @@ func New(c Config, m *event.Mapping, mp metric.MeterProvider, log *slog.Logger) 
 	s.life, s.cancel = context.WithCancel(context.Background())
 	empty := map[uint32]*entry{}
 	s.known.Store(&empty)
-	if err := s.registerMetrics(mp.Meter("github.com/cellttl/cellttl/internal/registry")); err != nil {
+	if err := s.registerMetrics(mp.Meter("github.com/cellttl/cellttl/schema/registry")); err != nil {
 		return nil, err
 	}
 	return s, nil

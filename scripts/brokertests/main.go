@@ -54,7 +54,7 @@ func main() {
 }
 
 // testenvPath is the package whose BrokerVersionMatters marks a test.
-const testenvPath = "github.com/cellttl/cellttl/internal/testenv"
+const testenvPath = "github.com/cellttl/cellttl/testkit/testenv"
 
 // marked returns the names of dir's tests that call
 // testenv.BrokerVersionMatters.

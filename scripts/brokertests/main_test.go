@@ -17,7 +17,7 @@ func TestMarkedTestsAreFound(t *testing.T) {
 import (
 	"testing"
 
-	"github.com/cellttl/cellttl/internal/testenv"
+	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
 func TestFirst(t *testing.T) {
@@ -47,7 +47,7 @@ func BrokerVersionMatters(*testing.T, string) {}
 import (
 	"testing"
 
-	te "github.com/cellttl/cellttl/internal/testenv"
+	te "github.com/cellttl/cellttl/testkit/testenv"
 )
 
 func TestAliased(t *testing.T) { te.BrokerVersionMatters(t, "under another name") }

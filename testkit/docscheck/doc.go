@@ -19,6 +19,6 @@
 //
 // It needs no services and runs in well under a second:
 //
-//	go test ./internal/docscheck/
-//	go test -v -run TestSentenceLength ./internal/docscheck/   # each page's median
+//	go test ./testkit/docscheck/
+//	go test -v -run TestSentenceLength ./testkit/docscheck/   # each page's median
 package docscheck

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/cellttl/cellttl/internal/lab"
+	"github.com/cellttl/cellttl/testkit/lab"
 )
 
 // Buffer is a bytes.Buffer that a process's output and a test may share.

@@ -11,7 +11,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
 
-	"github.com/cellttl/cellttl/internal/lab"
+	"github.com/cellttl/cellttl/testkit/lab"
 )
 
 // This file holds the kit's Kafka topic helpers: create, alter and
