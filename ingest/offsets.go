@@ -54,10 +54,12 @@ type lookup struct {
 	bounds map[int]bounds
 	errs   map[int]error
 	err    error // of the whole request
-	// id is the topic's id, read when a partition of the lookup waits for
-	// its incarnation or has none yet (idErr, why it could not be).
-	id    string
-	idErr error
+	// id is the topic's id, read (idRead) when a partition of the lookup
+	// waited for its incarnation or had none yet when it began (idErr, why
+	// it could not be; id "" from a broker that gives topics no ids).
+	id     string
+	idErr  error
+	idRead bool
 }
 
 // bounds are a partition's log bounds: its first offset, its end (the high
@@ -87,6 +89,7 @@ func (f *fetcher) lookUp(ctx context.Context, wg *sync.WaitGroup, out chan<- loo
 		l.bounds, l.errs, l.err = f.logBounds(ctx, ids, true)
 		if incarnation {
 			l.id, l.idErr = f.topicID(ctx)
+			l.idRead = true
 		}
 		select {
 		case out <- l:
@@ -249,8 +252,15 @@ func lastOffsets(ids []int) []kafka.OffsetRequest {
 func (f *fetcher) partitionError(ctx context.Context, p *partition, err error) {
 	if errors.Is(err, kafka.OffsetOutOfRange) {
 		// The log's bounds decide what comes next: looked up beside the
-		// loop, like any other offset lookup.
+		// loop, like any other offset lookup. With the topic's id: a topic
+		// deleted and created again between two fetches answers so when
+		// it holds fewer records than the old one's position, and its
+		// records are all new, to be read from its start whatever
+		// --offset-out-of-range says (latest would skip them).
 		p.want, p.retryAt = wantBounds, time.Time{}
+		if f.topicID != nil {
+			p.want = wantIncarnation
+		}
 		return
 	}
 	f.fail(ctx, p, fmt.Errorf("fetch partition %d of %s: %w", p.id, f.topic, err))
@@ -295,6 +305,10 @@ func (f *fetcher) startIncarnation(ctx context.Context) {
 // the same cells again.
 func (f *fetcher) incarnation(ctx context.Context, p *partition, l lookup, b bounds, end int64) error {
 	switch {
+	case !l.idRead && f.topicID != nil:
+		// It came to wait for the id after its lookup began: the next
+		// lookup reads the id.
+		return nil
 	case l.idErr != nil:
 		f.fail(ctx, p, fmt.Errorf("read the id of topic %s, to tell whether it was created again: %w", f.topic, l.idErr))
 		return nil
@@ -322,7 +336,9 @@ func (f *fetcher) incarnation(ctx context.Context, p *partition, l lookup, b bou
 	p.moved()
 	f.ok(p)
 	for _, q := range f.parts {
-		if q.incarnation == was && q.want == wantNothing {
+		if q.incarnation == was && (q.want == wantNothing || q.want == wantBounds) {
+			// A position of the old incarnation, fetched or about to be
+			// reset by --offset-out-of-range: the id decides first.
 			q.want = wantIncarnation
 		}
 	}

@@ -313,13 +313,53 @@ func TestNoFetchBeforeTheIncarnationIsKnown(t *testing.T) {
 		t.Fatalf("partitions ready to fetch before the id is known: %v", ready)
 	}
 	id, err = "Y", nil
-	l := lookup{parts: f.parts, bounds: map[int]bounds{0: {first: 0, hw: 9, lso: 9}, 1: {first: 2, hw: 9, lso: 9}}, errs: map[int]error{}, id: id}
+	l := lookup{parts: f.parts, bounds: map[int]bounds{0: {first: 0, hw: 9, lso: 9}, 1: {first: 2, hw: 9, lso: 9}}, errs: map[int]error{}, id: id, idRead: true}
 	if err := f.looked(context.Background(), l); err != nil {
 		t.Fatal(err)
 	}
 	for i, want := range []int64{5, 2} {
 		if p := f.parts[i]; p.want != wantNothing || p.incarnation != "Y" || p.next != want {
 			t.Errorf("partition %d after the lookup: want %d, incarnation %q, next %d; want fetched at %d of Y", i, p.want, p.incarnation, p.next, want)
+		}
+	}
+}
+
+// A topic deleted and created again between two fetches, holding fewer
+// records than the old position, answers the next fetch OffsetOutOfRange,
+// not UnknownTopicOrPartition. Its records are all new: the partition
+// reads the new incarnation from its start whatever --offset-out-of-range
+// says (latest would skip them), and another partition of the old
+// incarnation, about to be reset too, waits for the id first.
+func TestOutOfRangeInATopicCreatedAgainReadsItFromItsStart(t *testing.T) {
+	t.Parallel()
+	m, err := (&Consumer{}).registerMetrics(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fetcher{topic: "t", log: quiet, reset: ResetLatest, m: m, parts: []*partition{newPartition(0, &epoch{}, 100), newPartition(1, &epoch{}, 80)},
+		topicID: func(context.Context) (string, error) { return "Y", nil },
+		restart: func(context.Context, *epoch, int64) *epoch { return &epoch{} }}
+	for _, p := range f.parts {
+		p.incarnation = "X"
+	}
+	ctx := context.Background()
+	f.partitionError(ctx, f.parts[0], kafka.OffsetOutOfRange)
+	f.partitionError(ctx, f.parts[1], kafka.OffsetOutOfRange)
+	// Partition 1's lookup began before the recreation was known, and
+	// read no id.
+	if err := f.looked(ctx, lookup{parts: f.parts[1:], bounds: map[int]bounds{1: {first: 0, hw: 30, lso: 30}}, errs: map[int]error{}}); err != nil {
+		t.Fatal(err)
+	}
+	if p := f.parts[1]; p.want != wantIncarnation || p.next != 80 {
+		t.Fatalf("partition 1 after a lookup without the id: want %d, next %d; want it waiting for the id at 80", p.want, p.next)
+	}
+	bs := map[int]bounds{0: {first: 0, hw: 40, lso: 40}, 1: {first: 0, hw: 30, lso: 30}}
+	if err := f.looked(ctx, lookup{parts: f.parts, bounds: bs, errs: map[int]error{}, id: "Y", idRead: true}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range f.parts {
+		if p.want != wantNothing || p.next != 0 || p.incarnation != "Y" {
+			t.Errorf("partition %d: want %d, next %d, incarnation %q; want the new incarnation Y read from 0", p.id, p.want, p.next, p.incarnation)
 		}
 	}
 }
