@@ -43,6 +43,14 @@ func (s Step) String() string {
 	return fmt.Sprintf("re-time %s to the new file: %s", who, s.Why)
 }
 
+// LosesForeignRows reports whether a migration from old to new deletes
+// the cells of rows outside cellttl's layout: a switch to one-second, whose
+// 1 s max-age collects every cell whose timestamp is not an expiry ahead.
+// worker migrate counts such rows first, and refuses without --force.
+func LosesForeignRows(old, new *expiry.Policy) bool {
+	return new.Strategy == expiry.OneSecond && old.Strategy != expiry.OneSecond
+}
+
 // PlanMigration orders the steps that take a table written under old to
 // new so that GC never deletes a cell before the earlier of its old and new
 // expiry: a GC max-age that grows changes before the cells move (to

@@ -11,7 +11,6 @@ import (
 
 	"cloud.google.com/go/bigtable"
 
-	"github.com/cellttl/cellttl/expiry"
 	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/cellttl/cellttl/internal/envflag"
 	"github.com/cellttl/cellttl/internal/waitfor"
@@ -167,11 +166,10 @@ func (m *migration) steps(ctx context.Context, replicated bool) (plan, steps []r
 // switches to one-second, whose GC rule would delete their cells; 0
 // otherwise.
 func (m *migration) foreignRows(ctx context.Context) (int64, error) {
-	old, new := m.oldCfg.Policy, m.s.cfg.Policy
-	if new.Strategy != expiry.OneSecond || old.Strategy == expiry.OneSecond {
+	if !retention.LosesForeignRows(m.oldCfg.Policy, m.s.cfg.Policy) {
 		return 0, nil
 	}
-	a, err := retention.Audit(ctx, m.tbl, m.o.table.Family, old, retention.AuditOptions{Tracers: m.s.tracers})
+	a, err := retention.Audit(ctx, m.tbl, m.o.table.Family, m.oldCfg.Policy, retention.AuditOptions{Tracers: m.s.tracers})
 	if err != nil {
 		return 0, err
 	}
