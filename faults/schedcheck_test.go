@@ -119,8 +119,22 @@ func (f schedForget) covered(ev schedEvent, base time.Time) bool {
 // check replays the topic once more (whatever the schedule did, someone
 // may read it all again), settles the main group, stops its worker,
 // observes once more, and reports every violation seen.
+//
+// The last replay comes after every ledger record of one erased user has
+// ended, when that is within outliveRecordWithin, and under fast's TTL lengthened to an hour:
+// an erasure must hold through a replay once its record is gone and its
+// events are within their TTL again, which only a schedule that outlives
+// the record shows. (Every schedule edits fast's TTL twice, once in
+// retimeBesideForget: left to the edits, it ended short.)
 func (sc *schedule) check() {
 	sc.t.Helper()
+	sc.eraseShortLived()
+	sc.outliveFirstRecord()
+	if sc.fastTTL != time.Hour {
+		// A TTL lengthened once a record has ended: what the record
+		// covered is within the TTL again, and the replay reads it.
+		sc.editTTL()
+	}
 	sc.replay()
 	sc.settle(sc.s.group)
 	sc.s.term(sc.main)
@@ -142,6 +156,101 @@ func (sc *schedule) check() {
 			after = sc.done[at]
 		}
 		sc.t.Errorf("seed %d: %s (first seen after %s)", sc.seed, v, after)
+	}
+}
+
+// eraseShortLived is the check's own erasure: a user of fast erased while
+// fast's TTL is seconds, of an event stamped ahead when the topic keeps
+// its producer's stamps, with no backups. Its ledger record is the
+// shortest the schedule can make (fast's TTL, and the topics' keep), so
+// the check can outlive it; the event stamped past erased_up_to is
+// covered by the record's mark alone, and is within its TTL again once
+// the TTL is lengthened. Where the record lives an hour (the topic keeps
+// stamps an hour ahead), the check does not wait for it.
+func (sc *schedule) eraseShortLived() {
+	sc.t.Helper()
+	if sc.fastTTL == time.Hour {
+		sc.editTTL()
+	}
+	// The latest event of fast's, of this incarnation of the topic, whose
+	// record is stamped at least 30 s past now when ahead is set, of a
+	// user no record of whom lives past the check's wait: a user erased
+	// for an hour before would not be outlived.
+	held := func(user string) bool {
+		for _, f := range sc.forgets {
+			if f.tenant == "fast" && f.user == user && (f.expires.IsZero() || time.Until(f.expires) > outliveRecordWithin) {
+				return true
+			}
+		}
+		return false
+	}
+	latest := func(ahead bool) (schedEvent, bool) {
+		now := time.Now().UnixMilli()
+		for _, e := range slices.Backward(sc.events) {
+			if e.tenant == "fast" && e.incarnation == len(sc.topicIDs)-1 && (!ahead || e.rec > now+30_000) && !held(e.user) {
+				return e, true
+			}
+		}
+		return schedEvent{}, false
+	}
+	// Under LogAppendTime the broker stamps every record: none is ahead.
+	ahead := sc.inputStamping != brokerStamps
+	ev, ok := latest(ahead)
+	for range 4 {
+		if ok {
+			break
+		}
+		sc.only = "fast"
+		sc.produce()
+		sc.only = ""
+		ev, ok = latest(ahead)
+	}
+	if !ok {
+		ev, ok = latest(false)
+	}
+	if !ok {
+		sc.note("no event of fast's to erase, of a user not erased for longer than the check waits")
+		return
+	}
+	time.Sleep(time.Second) // the workers flush within --flush-interval
+	sc.erase(ev, false)
+}
+
+// outliveRecordWithin is how long the check waits for a user's ledger
+// records to end before its last replay.
+const outliveRecordWithin = 90 * time.Second
+
+// outliveFirstRecord waits until every ledger record of one erased user
+// has ended, for the user whose last record ends first, if that comes
+// within outliveRecordWithin, and notes which. A user erased twice is
+// covered by its later record after the first ends: only once all of a
+// user's records have ended does the replay read its events unguarded.
+func (sc *schedule) outliveFirstRecord() {
+	type who struct{ tenant, user string }
+	last := map[who]time.Time{}
+	for _, f := range sc.forgets {
+		w := who{f.tenant, f.user}
+		if end, seen := last[w]; f.expires.IsZero() || (seen && end.IsZero()) {
+			last[w] = time.Time{} // in force until retired
+		} else if !seen || f.expires.After(end) {
+			last[w] = f.expires
+		}
+	}
+	var first time.Time
+	var user who
+	for w, end := range last {
+		if !end.IsZero() && (first.IsZero() || end.Before(first)) {
+			first, user = end, w
+		}
+	}
+	switch wait := time.Until(first) + time.Second; {
+	case first.IsZero():
+		sc.note("no erased user's ledger records all end: each is in force until retired")
+	case wait > outliveRecordWithin:
+		sc.note("the first erased user's records (%s/%s) end at %s, past the check's wait", user.tenant, user.user, first.Format(time.RFC3339))
+	default:
+		time.Sleep(max(0, wait))
+		sc.note("outlived every ledger record of %s/%s (the last ended at %s)", user.tenant, user.user, first.Format(time.RFC3339))
 	}
 }
 

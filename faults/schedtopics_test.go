@@ -67,18 +67,31 @@ type forgedLetter struct {
 	stamp     time.Time
 }
 
-// restamp sets the input or the dead-letter topic to another stamping, as
-// an operator may: records stamped ahead before stay, and hold their
-// partitions as long as they say, whatever the topic allows now. What was
-// placed so far is observed under the settings it was placed by.
+// restamp sets the input topic (two times in three) or the dead-letter
+// topic to another stamping, as an operator may: records stamped ahead
+// before stay, and hold their partitions as long as they say, whatever
+// the topic allows now. What was placed so far is observed under the
+// settings it was placed by. The stamping is one the topic has not had in
+// the schedule while there is one: a schedule drawn under CreateTime then
+// reaches LogAppendTime in one restamp of two.
 func (sc *schedule) restamp() {
 	sc.t.Helper()
 	topic, st, retention, segment := sc.s.topic, &sc.inputStamping, inputRetention, inputSegment
-	if sc.r.IntN(2) == 0 {
+	if sc.r.IntN(3) == 0 {
 		topic, st, retention, segment = sc.s.dlq, &sc.dlqStamping, dlqRetention, dlqSegment
 	}
 	from := *st
-	*st = stamping((int(from) + 1 + sc.r.IntN(2)) % len(stampingNames))
+	var next []stamping
+	for n := range stamping(len(stampingNames)) {
+		if n != from && !sc.stamped[topic][n] {
+			next = append(next, n)
+		}
+	}
+	if len(next) == 0 {
+		next = []stamping{(from + 1) % stamping(len(stampingNames)), (from + 2) % stamping(len(stampingNames))}
+	}
+	*st = next[sc.r.IntN(len(next))]
+	sc.stamped[topic][*st] = true
 	sc.observe()
 	testenv.AlterTopic(sc.t, sc.s.brokers, topic, st.configs(retention, segment))
 	// The workers' next check: what they do before it follows the
@@ -177,6 +190,12 @@ func (sc *schedule) recreateTopic() {
 	testenv.RecreateTopic(sc.t, sc.s.brokers, sc.s.topic, 3, sc.inputStamping.configs(inputRetention, inputSegment))
 	sc.topicIDs = append(sc.topicIDs, sc.topicID(was))
 	sc.note("recreate %s: %s -> %s, which held %v", sc.s.topic, was, sc.topicIDs[len(sc.topicIDs)-1], old)
+	// At once as many records as the old incarnation held, before the
+	// workers' next lookup: a worker that took the new topic for the old
+	// one would read on from its old position, past them all.
+	sc.withinHour = true
+	sc.produceEach(func(p int) int { return int(min(max(old[p], 1), 200)) })
+	sc.withinHour = false
 	for range 20 {
 		_, end := testenv.Offsets(sc.t, sc.s.brokers, sc.s.group, sc.s.topic, 3)
 		if end[0] >= old[0] && end[1] >= old[1] && end[2] >= old[2] {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	mrand "math/rand/v2"
 	"os"
 	"os/exec"
@@ -60,13 +61,13 @@ func TestRetentionSchedules(t *testing.T) {
 			seeds = append(seeds, base+uint64(i))
 		}
 	}
-	steps := size(14, 30)
+	steps := size(20, 36)
 	for _, seed := range seeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			t.Parallel()
 			sc := newSchedule(t, seed)
-			for i := range steps {
-				sc.step(i)
+			for _, a := range sc.plan(steps) {
+				a.run(sc)
 				sc.observe()
 			}
 			sc.check()
@@ -110,24 +111,28 @@ type schedForget struct {
 	ends         []int64       // the receipt's mark; nil with --before
 	incarnation  int           // of the input topic the mark's offsets are of
 	returned     time.Time
+	expires      time.Time // the receipt's ledger record's; zero: in force until retired
 }
 
 type schedule struct {
-	t       *testing.T
-	s       *suite
-	r       *mrand.Rand
-	seed    uint64
-	main    *worker
-	second  *worker                // a second live member of the main group, when running
-	proxy   *testenv.BigtableProxy // between the workers and Bigtable
-	favour  []schedForget          // while set, half the events drawn are of these users
-	only    string                 // while set, every event drawn is of this tenant
-	keys    string                 // the letter key file
-	client  *kafka.Client
-	events  []schedEvent
-	forgets []schedForget
-	done    []string // the steps taken, for a failure
-	listed  bool     // newco is listed
+	t      *testing.T
+	s      *suite
+	r      *mrand.Rand
+	seed   uint64
+	main   *worker
+	second *worker                // a second live member of the main group, when running
+	proxy  *testenv.BigtableProxy // between the workers and Bigtable
+	favour []schedForget          // while set, half the events drawn are of these users
+	only   string                 // while set, every event drawn is of this tenant
+	// withinHour, while set, stamps no record past 59 minutes ahead: one
+	// past a topic's hour bound has the broker refuse its whole batch.
+	withinHour bool
+	keys       string // the letter key file
+	client     *kafka.Client
+	events     []schedEvent
+	forgets    []schedForget
+	done       []string // the steps taken, for a failure
+	listed     bool     // newco is listed
 	// fastTTL is fast's TTL in the tenants file now; fastTTLs, every one
 	// it has had, which its rows may have been written under.
 	fastTTL  time.Duration
@@ -139,6 +144,7 @@ type schedule struct {
 	// records now (schedtopics_test.go); forged, the letters a producer
 	// forged in the dead-letter topic.
 	inputStamping, dlqStamping stamping
+	stamped                    map[string]map[stamping]bool // by topic, each stamping it has had
 	forged                     []forgedLetter
 	// topicIDs are the input topic's incarnations, in order: each time
 	// recreateTopic deleted it and created it again, a new id.
@@ -166,14 +172,17 @@ func newSchedule(t *testing.T, seed uint64) *schedule {
 	// time ahead: the schedules stamp records up to an hour ahead, which
 	// the broker's clock may find just past), as Kafka 4 does (an hour),
 	// or by the broker's clock; the dead-letter topic mostly as the worker
-	// creates it (LogAppendTime), else as an operator's may be.
-	sc.inputStamping = stamping(sc.r.IntN(len(stampingNames)))
+	// creates it (LogAppendTime), else as an operator's may be. The input
+	// topic's stamping is the seed's modulo three: a run's seeds follow
+	// each other, so each run has a schedule of each.
+	sc.inputStamping = stamping(seed % uint64(len(stampingNames)))
 	sc.dlqStamping = brokerStamps
 	if sc.r.IntN(3) == 0 {
 		sc.dlqStamping = stamping(sc.r.IntN(2))
 	}
 	s := newSuite(t, 3, withTopicConfig(sc.inputStamping.configs(inputRetention, inputSegment)),
 		withDeadLetterConfig(sc.dlqStamping.configs(dlqRetention, dlqSegment)))
+	sc.stamped = map[string]map[stamping]bool{s.topic: {sc.inputStamping: true}, s.dlq: {sc.dlqStamping: true}}
 	if err := os.WriteFile(s.tenants, []byte(scheduleTenants), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -265,26 +274,32 @@ var scheduleMenu = []scheduleAction{
 	{"recreateTopic", 1, (*schedule).recreateTopic},
 }
 
-// step takes the i-th step: the first produces, each other draws from
-// the menu.
-func (sc *schedule) step(i int) {
-	sc.t.Helper()
-	if i == 0 {
-		sc.produce()
-		return
-	}
+// plan draws the schedule's steps: the first produces, every action of
+// the menu comes once at a place drawn, and the rest are drawn by the
+// menu's weights. Drawn by weight alone, an action of weight 1 was in
+// fewer than half the short form's schedules, and so was each hole it
+// alone reaches.
+func (sc *schedule) plan(steps int) []scheduleAction {
 	total := 0
 	for _, a := range scheduleMenu {
 		total += a.weight
 	}
-	n := sc.r.IntN(total)
-	for _, a := range scheduleMenu {
-		if n < a.weight {
-			a.run(sc)
-			return
+	weighted := func() scheduleAction {
+		n := sc.r.IntN(total)
+		for _, a := range scheduleMenu {
+			if n < a.weight {
+				return a
+			}
+			n -= a.weight
 		}
-		n -= a.weight
+		panic("unreachable: n is below the weights' sum")
 	}
+	rest := slices.Clone(scheduleMenu)
+	for len(rest) < steps-1 {
+		rest = append(rest, weighted())
+	}
+	sc.r.Shuffle(len(rest), func(i, j int) { rest[i], rest[j] = rest[j], rest[i] })
+	return append([]scheduleAction{{"produce", 0, (*schedule).produce}}, rest...)
 }
 
 func (sc *schedule) note(format string, args ...any) {
@@ -296,12 +311,18 @@ func (sc *schedule) note(format string, args ...any) {
 // (now, ahead, none).
 func (sc *schedule) produce() {
 	sc.t.Helper()
+	sc.produceEach(func(int) int { return 1 + sc.r.IntN(4) })
+}
+
+// produceEach produces n(p) events to each partition p, in one batch each.
+func (sc *schedule) produceEach(n func(p int) int) {
+	sc.t.Helper()
 	now := time.Now()
 	var made []string
 	for p := range 3 {
 		var recs []kafka.Record
 		var evs []schedEvent
-		for range 1 + sc.r.IntN(4) {
+		for range n(p) {
 			ev, rec := sc.draw(now)
 			ev.partition, ev.sentAt, ev.incarnation = p, now, len(sc.topicIDs)-1
 			evs, recs = append(evs, ev), append(recs, rec)
@@ -328,9 +349,18 @@ func (sc *schedule) produce() {
 
 // produceBatch produces recs to partition p of the input topic. A topic
 // just created again has leaders in its metadata before its broker leads
-// them: a refusal for that (nothing was appended) is tried again.
+// them: a refusal for that (nothing was appended) is tried again, with the
+// records made anew. A record's key and value are readers a request
+// drains: sent again as they were, they would be empty.
 func (sc *schedule) produceBatch(p int, recs []kafka.Record) (*kafka.ProduceResponse, error) {
+	keys, values := make([][]byte, len(recs)), make([][]byte, len(recs))
+	for i, r := range recs {
+		keys[i], values[i] = drain(sc.t, r.Key), drain(sc.t, r.Value)
+	}
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		for i := range recs {
+			recs[i].Key, recs[i].Value = kafka.NewBytes(keys[i]), kafka.NewBytes(values[i])
+		}
 		res, err := sc.client.Produce(context.Background(), &kafka.ProduceRequest{Topic: sc.s.topic, Partition: p,
 			RequiredAcks: kafka.RequireAll, Records: kafka.NewRecordReader(recs...)})
 		leaderless := err == nil && (errors.Is(res.Error, kafka.NotLeaderForPartition) || errors.Is(res.Error, kafka.UnknownTopicOrPartition) ||
@@ -339,6 +369,19 @@ func (sc *schedule) produceBatch(p int, recs []kafka.Record) (*kafka.ProduceResp
 			return res, err
 		}
 	}
+}
+
+// drain reads a record's key or value whole (nil for none).
+func drain(t testing.TB, b kafka.Bytes) []byte {
+	t.Helper()
+	if b == nil {
+		return nil
+	}
+	out, err := io.ReadAll(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // draw makes one event and its record.
@@ -374,6 +417,9 @@ func (sc *schedule) draw(now time.Time) (schedEvent, kafka.Record) {
 		ev.rec = now.Add(time.Hour).UnixMilli()
 	default:
 		ev.rec = -1 // Kafka's "no timestamp"
+	}
+	if limit := now.Add(59 * time.Minute).UnixMilli(); sc.withinHour && ev.rec > limit {
+		ev.rec = limit
 	}
 	v := map[string]string{"event_id": ev.id, "tenant_id": ev.tenant, "user_id": ev.user}
 	if !ev.own.IsZero() {
@@ -422,17 +468,28 @@ func (sc *schedule) forgetIn(tenant string) {
 	if ahead := slices.DeleteFunc(slices.Clone(pool), func(e schedEvent) bool { return e.rec < e.sentAt.Add(30*time.Second).UnixMilli() }); len(ahead) > 0 && sc.r.IntN(2) == 0 {
 		pool = ahead
 	}
-	ev := pool[sc.r.IntN(len(pool))]
+	sc.erase(pool[sc.r.IntN(len(pool))], true)
+}
+
+// erase runs worker forget for ev's user and keeps what the receipt says.
+// drawn draws --before, --backup-retention and forget's clock; else the
+// erasure is a whole one, without backups, on a true clock: the one whose
+// record lives shortest.
+func (sc *schedule) erase(ev schedEvent, drawn bool) {
+	sc.t.Helper()
 	args := append([]string{"forget"}, sc.flags()...)
 	args = append(args, "--tenant", ev.tenant, "--user", ev.user, "--allow-empty", "--requested-by", "schedule", "--format", "json")
-	skew := sc.forgetSkew()
+	var skew time.Duration
+	if drawn {
+		skew = sc.forgetSkew()
+	}
 	f := schedForget{tenant: ev.tenant, user: ev.user, acked: len(sc.events), incarnation: len(sc.topicIDs) - 1}
-	before := sc.r.IntN(4) == 0
+	before := drawn && sc.r.IntN(4) == 0
 	if before {
-		f.before = time.Now().Add(min(0, skew) - time.Duration(sc.r.IntN(600))*time.Second).Truncate(time.Second)
+		f.before = sc.beforeTime(ev, skew)
 		args = append(args, "--before", f.before.UTC().Format(time.RFC3339))
 	}
-	if sc.r.IntN(4) == 0 {
+	if drawn && sc.r.IntN(4) == 0 {
 		// Backups kept an hour, longer than any schedule: the record must
 		// stay in force throughout, whatever a later forget retires.
 		f.backups = time.Hour
@@ -459,6 +516,11 @@ func (sc *schedule) forgetIn(tenant string) {
 		Below      *struct {
 			Ends []int64 `json:"end_offsets"`
 		} `json:"erased_below"`
+		Users []struct {
+			Record *struct {
+				Expires time.Time `json:"expires"`
+			} `json:"ledger_record"`
+		} `json:"users"`
 	}
 	if err := json.Unmarshal(out[:strings.IndexByte(string(out), '\n')], &rc); err != nil {
 		sc.t.Fatalf("forget's receipt: %v\n%s", err, out)
@@ -467,8 +529,33 @@ func (sc *schedule) forgetIn(tenant string) {
 	if rc.Below != nil {
 		f.ends = rc.Below.Ends
 	}
+	if len(rc.Users) > 0 && rc.Users[0].Record != nil {
+		f.expires = rc.Users[0].Record.Expires
+	}
 	sc.forgets = append(sc.forgets, f)
-	sc.note("forget %s/%s up to %s, mark %v (--before %t, --backup-retention %s, its clock %s off)", f.tenant, f.user, f.upTo.Format(time.RFC3339Nano), f.ends, before, f.backups, skew)
+	sc.note("forget %s/%s up to %s, mark %v, record expires %s (--before %t, --backup-retention %s, its clock %s off)", f.tenant, f.user, f.upTo.Format(time.RFC3339Nano), f.ends, f.expires.Format(time.RFC3339), before, f.backups, skew)
+}
+
+// beforeTime draws forget's --before for ev's user: half the time just
+// past one of the user's events' times, so that it covers that event and
+// those before it, not those after; else up to ten minutes back, before
+// most of a schedule's events. Never past forget's clock, which refuses a
+// time ahead. Drawn up to ten minutes back alone, a --before covered
+// nothing in most schedules, which last minutes.
+func (sc *schedule) beforeTime(ev schedEvent, skew time.Duration) time.Time {
+	latest := time.Now().Add(min(0, skew))
+	if sc.r.IntN(2) == 0 {
+		var times []time.Time
+		for _, e := range sc.events {
+			if b, ok := e.base(); ok && e.tenant == ev.tenant && e.user == ev.user && b.Add(time.Second).Before(latest) {
+				times = append(times, b)
+			}
+		}
+		if len(times) > 0 {
+			return times[sc.r.IntN(len(times))].Add(time.Second).Truncate(time.Second)
+		}
+	}
+	return latest.Add(-time.Duration(sc.r.IntN(600)) * time.Second).Truncate(time.Second)
 }
 
 // retimeBesideForget edits fast's TTL (editTTL), then re-times fast's
