@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -404,4 +405,60 @@ func TestLeaderChanges(t *testing.T) {
 		s.term(w)
 	}
 	s.check("leader-changes", partitions, recovery, "2 workers, replication 2 over two brokers; broker 2 killed (leaders move to broker 1), restarted, then a preferred election moves them back; the group's generation stays")
+}
+
+// A worker paused (a frozen host, a SIGSTOP) across its input topic's
+// deletion and re-creation fetches at its old position when it resumes,
+// well within its session: the new log, already past that position, or
+// at it, answers without an error, and nothing in the answer tells the
+// incarnations apart. Read from there, the new topic's first records
+// would never be written (at the position, nothing would be read until
+// another record came), and a commit would make it so for good. Every
+// event of the new incarnation has its row.
+func TestPausedAcrossTopicRecreation(t *testing.T) {
+	for name, fresh := range map[string]int{"past the old position": 90, "up to the old position": 30} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			pausedAcrossTopicRecreation(t, fresh)
+		})
+	}
+}
+
+// pausedAcrossTopicRecreation fills the topic with 30 events a partition,
+// pauses the worker, creates the topic again with fresh events a
+// partition, and lets the worker go on.
+func pausedAcrossTopicRecreation(t *testing.T, fresh int) {
+	const partitions = 3
+	s := newSuite(t, partitions)
+	w := s.start("--session-timeout", "45s")
+	clicks := func(prefix string, n int) [][]byte {
+		out := make([][]byte, n)
+		for i := range out {
+			out[i] = fmt.Appendf(nil, `{"event_id":"%s-%d","tenant_id":"acme","user_id":"u-%d"}`, prefix, i, i%7)
+		}
+		return out
+	}
+	testenv.Produce(t, s.brokers, s.topic, clicks("old", 30*partitions)...)
+	s.settle(partitions, time.Minute)
+
+	w.Signal(syscall.SIGSTOP)
+	s.logf("worker %d SIGSTOPped", w.id)
+	// Past the fetch's longest wait: the broker has answered the fetch in
+	// flight (nothing new) before the topic goes, and the worker's next
+	// fetch goes out after it is back.
+	time.Sleep(3 * time.Second)
+	testenv.RecreateTopic(t, s.brokers, s.topic, partitions, nil)
+	testenv.Produce(t, s.brokers, s.topic, clicks("new", fresh*partitions)...)
+	w.Signal(syscall.SIGCONT)
+	s.logf("worker %d SIGCONTed", w.id)
+	testenv.Eventually(t, 60*time.Second, func() (bool, string) {
+		written := 0
+		for id := range s.writtenIDs() {
+			if strings.HasPrefix(id, "new-") {
+				written++
+			}
+		}
+		return written == fresh*partitions, fmt.Sprintf("%d of the new incarnation's %d events written", written, fresh*partitions)
+	})
+	s.term(w)
 }

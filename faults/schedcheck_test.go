@@ -141,13 +141,7 @@ func (sc *schedule) check() {
 	if sc.second != nil {
 		sc.s.term(sc.second)
 	}
-	now := time.Now()
-	rows := sc.observe()
-	for _, ev := range sc.events {
-		if _, ok := rows[ev.id]; !ok && sc.mustBeWritten(ev, now) {
-			sc.saw(fmt.Sprintf("lost: %s has no row", ev))
-		}
-	}
+	rows := sc.nothingLost()
 	sc.note("check: %d events, %d rows, %d forgets, %d observations", len(sc.events), len(rows), len(sc.forgets), sc.seen.observations)
 	for _, v := range sc.seen.order {
 		at := sc.seen.first[v]
@@ -508,6 +502,20 @@ func (sc *schedule) mustBeWritten(ev schedEvent, now time.Time) bool {
 		}
 	}
 	return true
+}
+
+// nothingLost observes, holds every event to promise 4, and returns the
+// rows observed.
+func (sc *schedule) nothingLost() map[string][]rowCells {
+	sc.t.Helper()
+	now := time.Now()
+	rows := sc.observe()
+	for _, ev := range sc.events {
+		if _, ok := rows[ev.id]; !ok && sc.mustBeWritten(ev, now) {
+			sc.saw(fmt.Sprintf("lost: %s has no row", ev))
+		}
+	}
+	return rows
 }
 
 // checkLetters holds letters (those with their payload) to promise 3.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"syscall"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -184,7 +185,47 @@ func stamped(res *kafka.ProduceResponse, evs []schedEvent) bool {
 // its position would skip the new incarnation's first records.
 func (sc *schedule) recreateTopic() {
 	sc.t.Helper()
+	sc.recreate(false)
+}
+
+// pauseAcrossRecreate freezes the group's workers (SIGSTOP, a frozen
+// host) past a fetch's longest wait, so that the broker has answered
+// their fetches in flight before the topic goes, then recreates the topic
+// and refills it as recreateTopic does, and lets them go on well within
+// their sessions: nothing a worker reads then says the topic changed. Its
+// next fetch lands inside the new log, at its old position.
+func (sc *schedule) pauseAcrossRecreate() {
+	sc.t.Helper()
+	sc.recreate(true)
+}
+
+func (sc *schedule) recreate(pause bool) {
+	sc.t.Helper()
 	sc.observe()
+	frozen := []*worker{sc.main}
+	if sc.second != nil {
+		frozen = append(frozen, sc.second)
+	}
+	if pause {
+		for _, w := range frozen {
+			w.Signal(syscall.SIGSTOP)
+		}
+		sc.note("SIGSTOP the group's %d workers", len(frozen))
+		time.Sleep(time.Second)
+		// The refill is of long-lived tenants, stamped ahead: the broker
+		// keeps it, and the check below holds each event to promise 4
+		// before any replay could write what the group skipped.
+		sc.keepable = true
+		defer func() {
+			sc.keepable = false
+			for _, w := range frozen {
+				w.Signal(syscall.SIGCONT)
+			}
+			sc.note("SIGCONT")
+			sc.settle(sc.s.group)
+			sc.nothingLost()
+		}()
+	}
 	was := sc.topicIDs[len(sc.topicIDs)-1]
 	_, old := testenv.Offsets(sc.t, sc.s.brokers, sc.s.group, sc.s.topic, 3)
 	testenv.RecreateTopic(sc.t, sc.s.brokers, sc.s.topic, 3, sc.inputStamping.configs(inputRetention, inputSegment))

@@ -127,12 +127,16 @@ type schedule struct {
 	// withinHour, while set, stamps no record past 59 minutes ahead: one
 	// past a topic's hour bound has the broker refuse its whole batch.
 	withinHour bool
-	keys       string // the letter key file
-	client     *kafka.Client
-	events     []schedEvent
-	forgets    []schedForget
-	done       []string // the steps taken, for a failure
-	listed     bool     // newco is listed
+	// keepable, while set, draws events that promise 4 holds: of a
+	// tenant of an hour or more, their records stamped 30 s to 59 min
+	// ahead.
+	keepable bool
+	keys     string // the letter key file
+	client   *kafka.Client
+	events   []schedEvent
+	forgets  []schedForget
+	done     []string // the steps taken, for a failure
+	listed   bool     // newco is listed
 	// fastTTL is fast's TTL in the tenants file now; fastTTLs, every one
 	// it has had, which its rows may have been written under.
 	fastTTL  time.Duration
@@ -272,6 +276,7 @@ var scheduleMenu = []scheduleAction{
 	{"restamp", 1, (*schedule).restamp},
 	{"forgeLetter", 1, (*schedule).forgeLetter},
 	{"recreateTopic", 1, (*schedule).recreateTopic},
+	{"pauseAcrossRecreate", 1, (*schedule).pauseAcrossRecreate},
 }
 
 // plan draws the schedule's steps: the first produces, every action of
@@ -417,6 +422,10 @@ func (sc *schedule) draw(now time.Time) (schedEvent, kafka.Record) {
 		ev.rec = now.Add(time.Hour).UnixMilli()
 	default:
 		ev.rec = -1 // Kafka's "no timestamp"
+	}
+	if sc.keepable {
+		ev.tenant = []string{"acme", "globex"}[r.IntN(2)]
+		ev.rec = now.Add(30*time.Second + time.Duration(r.IntN(3500))*time.Second).UnixMilli()
 	}
 	if limit := now.Add(59 * time.Minute).UnixMilli(); sc.withinHour && ev.rec > limit {
 		ev.rec = limit

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -21,6 +22,9 @@ type committer struct {
 	tracker  *tracker
 	interval time.Duration
 	log      *slog.Logger
+	// incarnation reads the topic's id now ("" from a broker that gives
+	// none); nil where no broker is asked (tests of the committer alone).
+	incarnation func(context.Context) (string, error)
 
 	mu  sync.Mutex
 	gen *kafka.Generation // nil between generations
@@ -54,8 +58,14 @@ func (c *committer) end(gen *kafka.Generation) {
 func (c *committer) Commit(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.gen == nil {
+		return nil
+	}
 	epochs := c.tracker.Committable()
-	if c.gen == nil || len(epochs) == 0 {
+	if err := c.sameIncarnation(ctx, epochs); err != nil {
+		return err
+	}
+	if len(epochs) == 0 {
 		return nil
 	}
 	offsets := make(map[int]int64, len(epochs))
@@ -66,6 +76,47 @@ func (c *committer) Commit(ctx context.Context) error {
 		return fmt.Errorf("commit offsets of %d partitions: %w", len(offsets), err)
 	}
 	c.tracker.Committed(epochs)
+	return nil
+}
+
+// sameIncarnation reads the topic's id, marks each current epoch whose
+// offsets are of another incarnation questioned, for the fetcher, and
+// takes those out of epochs, the ones to commit. Every message an epoch
+// may commit was fetched before the read began, and a topic never takes
+// an earlier id again: a read that finds the epoch's id proves its
+// offsets are of the topic there is now. A worker paused across the
+// topic's deletion and re-creation fetched at its old position in the
+// new log, past its first records; committed, they would be skipped for
+// good. Its position may also be the new log's end, with nothing to
+// commit: so the id is read every interval, not only with a commit. When
+// it cannot be read, nothing is committed this time (a late commit loses
+// nothing). A broker whose metadata lags the deletion by milliseconds
+// can still answer the old id: that window stays.
+func (c *committer) sameIncarnation(ctx context.Context, epochs map[*epoch]int64) error {
+	if c.incarnation == nil {
+		return nil
+	}
+	current := c.tracker.Current()
+	if !slices.ContainsFunc(current, func(a *epoch) bool { return a.incarnation() != "" }) {
+		return nil // no incarnation to compare (a broker that gives no ids)
+	}
+	id, err := c.incarnation(ctx)
+	switch {
+	case err != nil && len(epochs) == 0:
+		return nil // nothing to commit: the next interval reads it again
+	case err != nil:
+		return fmt.Errorf("read the id of topic %s, to commit only offsets of the topic there is: %w", c.topic, err)
+	}
+	for _, a := range current {
+		if of := a.incarnation(); id != "" && of != "" && of != id {
+			delete(epochs, a)
+			if a.questioned.Swap(true) {
+				continue // said at the first commit that found it
+			}
+			c.log.Warn("the input topic was created again: offsets of the old incarnation are not committed, and the partition is looked up again",
+				"topic", c.topic, "partition", a.partition, "was", of, "now", id)
+		}
+	}
 	return nil
 }
 

@@ -77,11 +77,12 @@ type Consumer struct {
 	group     *kafka.ConsumerGroup
 	transport *kafka.Transport
 	rt        kafka.RoundTripper // the transport, or a test's wrapper of it
-	conns     *connSet
+	conns     *kafkaconn.Conns
 	client    *kafka.Client
 	budget    *budget
 	tracker   *tracker
 	committer *committer
+	ids       *kafkaconn.TopicIDReader // the topic's, for the fetcher's lookups and the committer
 	log       *slog.Logger
 	m         *consumerMetrics
 	fetched   chan []Fetched // chunks of fetch responses
@@ -153,7 +154,7 @@ func NewConsumer(cfg ConsumerConfig, mp metric.MeterProvider, log *slog.Logger) 
 	}
 	// Metadata of the input topic alone, not of the whole cluster.
 	transport.MetadataTopics = []string{cfg.Topic}
-	conns := &connSet{dial: transport.Dial}
+	conns := &kafkaconn.Conns{Next: transport.Dial}
 	transport.Dial = conns.Dial
 	balancer := &sticky.Balancer{}
 	group, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
@@ -193,7 +194,7 @@ func NewConsumer(cfg ConsumerConfig, mp metric.MeterProvider, log *slog.Logger) 
 		client:    &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: rt, Timeout: 10 * time.Second},
 		budget:    &budget{limit: cfg.MaxInflightBytes},
 		tracker:   tracker,
-		committer: &committer{topic: cfg.Topic, tracker: tracker, interval: cfg.CommitInterval, log: log},
+		ids:       kafkaconn.NewTopicIDReader(cfg.Brokers, cfg.Security, cfg.Topic),
 		log:       log,
 		// Room for every chunk the budget can hold: the budget, not the
 		// channel, holds the fetcher back.
@@ -203,6 +204,7 @@ func NewConsumer(cfg ConsumerConfig, mp metric.MeterProvider, log *slog.Logger) 
 		failed:  make(chan struct{}),
 		stop:    stop,
 	}
+	c.committer = &committer{topic: cfg.Topic, tracker: tracker, interval: cfg.CommitInterval, log: log, incarnation: c.topicID}
 	if c.m, err = c.registerMetrics(mp); err != nil {
 		stop()
 		_ = group.Close()
@@ -293,7 +295,8 @@ func (c *Consumer) Close() error {
 	// The transport's connections and their goroutines go with it, also a
 	// connection whose fetch the broker still holds.
 	c.transport.CloseIdleConnections()
-	c.conns.closeAll()
+	c.conns.CloseAll()
+	c.ids.Close()
 	if err != nil {
 		err = fmt.Errorf("leave consumer group: %w", err)
 	}

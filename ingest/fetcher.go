@@ -130,6 +130,7 @@ func (f *fetcher) run(ctx context.Context) error {
 	lookups := make(chan lookup, 1)
 	looking := false
 	for {
+		f.questioned()
 		if !looking {
 			looking = f.lookUp(ctx, &wg, lookups)
 		}

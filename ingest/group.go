@@ -10,7 +10,6 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/cellttl/cellttl/ingest/kwire"
-	"github.com/cellttl/cellttl/internal/kafkaconn"
 	"github.com/cellttl/cellttl/internal/retry"
 )
 
@@ -133,11 +132,7 @@ func (c *Consumer) fetchGeneration(ctx, gctx context.Context, gen *kafka.Generat
 		// beyond, it costs more time than any legitimate batch.
 		records: kwire.NewReader(c.cfg.MaxInflightBytes, partMax),
 	}
-	f.topicID = func(ctx context.Context) (string, error) {
-		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		return kafkaconn.TopicID(ctx, c.cfg.Brokers, c.cfg.Security, c.cfg.Topic)
-	}
+	f.topicID = c.topicID
 	f.startIncarnation(gctx)
 	if err := f.run(gctx); err != nil {
 		c.setErr(err)
@@ -156,6 +151,13 @@ func (c *Consumer) fetchGeneration(ctx, gctx context.Context, gen *kafka.Generat
 		c.gen, c.parts = nil, nil
 	}
 	c.mu.Unlock()
+}
+
+// topicID reads the input topic's id, within 10 s.
+func (c *Consumer) topicID(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return c.ids.Read(ctx)
 }
 
 // settleOnEndTimeout bounds how long a generation that ends waits for the

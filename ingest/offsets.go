@@ -86,11 +86,22 @@ func (f *fetcher) lookUp(ctx context.Context, wg *sync.WaitGroup, out chan<- loo
 	incarnation := f.topicID != nil && slices.ContainsFunc(parts, func(p *partition) bool { return p.want == wantIncarnation || p.incarnation == "" })
 	wg.Go(func() {
 		l := lookup{parts: parts}
-		l.bounds, l.errs, l.err = f.logBounds(ctx, ids, true)
+		var before string
 		if incarnation {
-			l.id, l.idErr = f.topicID(ctx)
-			l.idRead = true
+			before, l.idErr = f.topicID(ctx)
 		}
+		l.bounds, l.errs, l.err = f.logBounds(ctx, ids, true)
+		if incarnation && l.idErr == nil {
+			// Read on both sides of the bounds: a topic deleted and
+			// created again between them gives bounds of one incarnation
+			// and the id of the other (a log start of the old log read as
+			// the new one's would skip its first records).
+			l.id, l.idErr = f.topicID(ctx)
+			if l.idErr == nil && l.id != before {
+				l.idErr = fmt.Errorf("the topic's id changed from %s to %s while its offsets were looked up", before, l.id)
+			}
+		}
+		l.idRead = incarnation
 		select {
 		case out <- l:
 		case <-ctx.Done():
@@ -122,7 +133,7 @@ func (f *fetcher) looked(ctx context.Context, l lookup) error {
 		case wantFirst:
 			p.next, p.want = b.first, wantNothing
 			if l.idErr == nil {
-				p.incarnation = cmp.Or(p.incarnation, l.id) // the log start just read is of it
+				p.setIncarnation(cmp.Or(p.incarnation, l.id)) // the log start just read is of it
 			}
 		case wantBounds:
 			if err := f.outOfRange(ctx, p, b, end); err != nil {
@@ -259,7 +270,7 @@ func (f *fetcher) partitionError(ctx context.Context, p *partition, err error) {
 		// --offset-out-of-range says (latest would skip them).
 		p.want, p.retryAt = wantBounds, time.Time{}
 		if f.topicID != nil {
-			p.want = wantIncarnation
+			p.want, p.outOfRange = wantIncarnation, true
 		}
 		return
 	}
@@ -286,13 +297,26 @@ func (f *fetcher) startIncarnation(ctx context.Context) {
 	for _, p := range f.parts {
 		switch {
 		case err == nil:
-			p.incarnation = id
+			p.setIncarnation(id)
 		case p.want == wantNothing:
 			p.want = wantIncarnation
 		}
 	}
 	if err != nil {
 		f.log.Warn("could not read the input topic's id: each partition waits for it before it is fetched", "topic", f.topic, "err", err)
+	}
+}
+
+// questioned sends each partition whose epoch the committer found of
+// another incarnation of the topic than it reads now to wait for the id
+// (wantIncarnation): a worker paused across the topic's deletion and
+// re-creation (a frozen host) fetches at its old position when it
+// resumes, and a new log already past it answers with no error.
+func (f *fetcher) questioned() {
+	for _, p := range f.parts {
+		if p.a != nil && p.a.questioned.Load() && (p.want == wantNothing || p.want == wantBounds) {
+			p.want, p.retryAt = wantIncarnation, time.Time{}
+		}
 	}
 }
 
@@ -313,7 +337,17 @@ func (f *fetcher) incarnation(ctx context.Context, p *partition, l lookup, b bou
 		f.fail(ctx, p, fmt.Errorf("read the id of topic %s, to tell whether it was created again: %w", f.topic, l.idErr))
 		return nil
 	case l.id == "" || p.incarnation == "" || l.id == p.incarnation:
-		p.incarnation = cmp.Or(p.incarnation, l.id)
+		p.setIncarnation(cmp.Or(p.incarnation, l.id))
+		if p.a != nil {
+			p.a.questioned.Store(false) // the committer's read was a broker behind
+		}
+		if p.outOfRange {
+			// The same topic: --offset-out-of-range decides, and a position
+			// in range again (a leader behind) is a failure, tried again
+			// with backoff.
+			p.outOfRange, p.want = false, wantBounds
+			return f.outOfRange(ctx, p, b, end)
+		}
 		if p.next >= b.first && p.next <= b.hw {
 			p.want = wantNothing
 			p.lag.Store(max(0, end-p.next))
@@ -324,6 +358,7 @@ func (f *fetcher) incarnation(ctx context.Context, p *partition, l lookup, b bou
 		return f.outOfRange(ctx, p, b, end)
 	}
 	was := p.incarnation
+	p.outOfRange = false
 	a := f.restart(ctx, p.a, b.first)
 	if a == nil {
 		return nil // the generation is over
@@ -331,7 +366,8 @@ func (f *fetcher) incarnation(ctx context.Context, p *partition, l lookup, b bou
 	f.log.Warn("the input topic was created again: reading the partition from the new incarnation's start, not from the old one's position",
 		"topic", f.topic, "partition", p.id, "was", was, "now", l.id, "offset", p.next, "from", b.first)
 	f.m.offsetResets.Add(ctx, 1)
-	p.a, p.next, p.want, p.incarnation = a, b.first, wantNothing, l.id
+	p.a, p.next, p.want = a, b.first, wantNothing
+	p.setIncarnation(l.id)
 	p.lag.Store(max(0, end-b.first))
 	p.moved()
 	f.ok(p)
@@ -373,6 +409,7 @@ func (f *fetcher) outOfRange(ctx context.Context, p *partition, b bounds, end in
 		"offset", p.next, "log_start", first, "log_end", b.hw, "policy", f.reset.String(), "from", to, "skipped", max(0, to-p.next))
 	f.m.offsetResets.Add(ctx, 1)
 	p.a, p.next, p.want = a, to, wantNothing
+	p.setIncarnation(p.incarnation) // the new epoch's offsets are of the same incarnation
 	p.lag.Store(max(0, end-to))
 	p.moved()
 	f.ok(p)

@@ -363,3 +363,119 @@ func TestOutOfRangeInATopicCreatedAgainReadsItFromItsStart(t *testing.T) {
 		}
 	}
 }
+
+// A worker paused across its topic's deletion and re-creation (a frozen
+// host) fetches at its old position when it resumes, and the new log,
+// already past it, answers with no error. The committer reads the topic's
+// id before every commit: it commits no offset of the old incarnation,
+// and questions the epoch; the fetcher then waits for the id, and reads
+// the new incarnation from its start. An id that cannot be read commits
+// nothing.
+func TestACommitOfAnotherIncarnationIsHeldBack(t *testing.T) {
+	t.Parallel()
+	of := func(id string) *epoch {
+		a := &epoch{}
+		a.of.Store(&id)
+		return a
+	}
+	old, current, unknown := of("X"), of("Y"), &epoch{}
+	id, err := "Y", error(nil)
+	tr := newTracker()
+	tr.current = map[int]*epoch{0: old, 1: current, 2: unknown}
+	c := &committer{topic: "t", log: quiet, tracker: tr, incarnation: func(context.Context) (string, error) { return id, err }}
+	ctx := context.Background()
+
+	// At its new log's end, with nothing to commit, the old incarnation's
+	// epoch is questioned all the same.
+	if err := c.sameIncarnation(ctx, map[*epoch]int64{}); err != nil || !old.questioned.Load() {
+		t.Fatalf("nothing to commit: %v, the old incarnation's epoch questioned %v; want it questioned", err, old.questioned.Load())
+	}
+	old.questioned.Store(false)
+
+	err = errors.New("metadata: i/o timeout")
+	epochs := map[*epoch]int64{old: 90, current: 5, unknown: 3}
+	if c.sameIncarnation(ctx, epochs) == nil || len(epochs) != 3 {
+		t.Fatalf("an id that cannot be read: %d epochs left to commit, and no error", len(epochs))
+	}
+	err = nil
+	if err := c.sameIncarnation(ctx, epochs); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := epochs[old]; ok || len(epochs) != 2 || !old.questioned.Load() || current.questioned.Load() {
+		t.Fatalf("epochs left to commit %v, the old one questioned %v, the current one %v; want the old incarnation's held back and questioned alone",
+			epochs, old.questioned.Load(), current.questioned.Load())
+	}
+
+	m, err := (&Consumer{}).registerMetrics(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fetcher{topic: "t", log: quiet, m: m, parts: []*partition{newPartition(0, old, 90)},
+		topicID: c.incarnation,
+		restart: func(context.Context, *epoch, int64) *epoch { return &epoch{} }}
+	p := f.parts[0]
+	p.incarnation = "X"
+	f.questioned()
+	if p.want != wantIncarnation {
+		t.Fatalf("a questioned partition: want %d; want it waiting for the id", p.want)
+	}
+	if err := f.looked(ctx, lookup{parts: f.parts, bounds: map[int]bounds{0: {first: 0, hw: 270, lso: 270}}, errs: map[int]error{}, id: "Y", idRead: true}); err != nil {
+		t.Fatal(err)
+	}
+	if p.want != wantNothing || p.next != 0 || p.a == old || p.a.incarnation() != "Y" || p.a.questioned.Load() {
+		t.Errorf("after the lookup: want %d, next %d, a new epoch %v of %q, questioned %v; want a new epoch of Y read from 0",
+			p.want, p.next, p.a != old, p.a.incarnation(), p.a.questioned.Load())
+	}
+}
+
+// An offset out of range in the topic it was of, and in range again by
+// the lookup (a new leader behind, catching up), is a failure of the
+// partition: logged, counted and tried again with backoff, not a fetch at
+// once, forever, with nothing said.
+func TestOutOfRangeInTheSameTopicIsTriedAgainWithBackoff(t *testing.T) {
+	t.Parallel()
+	m, err := (&Consumer{}).registerMetrics(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fetcher{topic: "t", log: quiet, m: m, parts: []*partition{newPartition(0, &epoch{}, 100)},
+		topicID: func(context.Context) (string, error) { return "X", nil }}
+	p := f.parts[0]
+	p.setIncarnation("X")
+	ctx := context.Background()
+	f.partitionError(ctx, p, kafka.OffsetOutOfRange)
+	if err := f.looked(ctx, lookup{parts: f.parts, bounds: map[int]bounds{0: {first: 0, hw: 150, lso: 150}}, errs: map[int]error{}, id: "X", idRead: true}); err != nil {
+		t.Fatal(err)
+	}
+	if p.want != wantNothing || p.next != 100 || !p.retryAt.After(time.Now()) || p.lastErr.Load() == nil {
+		t.Errorf("want %d, next %d, backoff until %s, last error %v; want fetched at 100 again after a backoff, the error kept",
+			p.want, p.next, p.retryAt.Format(time.RFC3339Nano), p.lastErr.Load())
+	}
+}
+
+// The topic's id is read on both sides of a lookup's bounds: a topic
+// deleted and created again between them gives bounds of one incarnation
+// and the id of the other, and the lookup then fails, to be tried again.
+func TestALookupAcrossARecreationFails(t *testing.T) {
+	t.Parallel()
+	ids := []string{"X", "Y"}
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	f := &fetcher{topic: "t", log: quiet, parts: []*partition{newPartition(0, &epoch{}, 100)},
+		client: &kafka.Client{Addr: kafka.TCP("127.0.0.1:1"), Timeout: 200 * time.Millisecond, Transport: tr},
+		topicID: func(context.Context) (string, error) {
+			id := ids[0]
+			ids = ids[1:]
+			return id, nil
+		}}
+	f.parts[0].want = wantIncarnation
+	var wg sync.WaitGroup
+	out := make(chan lookup, 1)
+	if !f.lookUp(context.Background(), &wg, out) {
+		t.Fatal("no lookup started")
+	}
+	wg.Wait()
+	if l := <-out; l.idErr == nil || !strings.Contains(l.idErr.Error(), "changed from X to Y") {
+		t.Errorf("a lookup across a recreation: id %q, error %v; want it failed", l.id, l.idErr)
+	}
+}

@@ -33,6 +33,9 @@ type partition struct {
 	// incarnation is the topic's id its position is of ("" unknown):
 	// offsets mean nothing in a topic deleted and created again.
 	incarnation string
+	// outOfRange: the broker answered its position out of range, and a
+	// lookup of the id decides what that means (wantIncarnation).
+	outOfRange bool
 
 	backoff  *retry.Curve // of its failures, made at the first
 	retryAt  time.Time    // when its backoff ends, zero after a success
@@ -50,6 +53,15 @@ type partition struct {
 	// movedAt is when it last made progress (unix nanoseconds): its
 	// position moved, or a fetch found it at the log's end.
 	movedAt atomic.Int64
+}
+
+// setIncarnation records the topic's id p's position is of, on p and on
+// its epoch, which the committer reads.
+func (p *partition) setIncarnation(id string) {
+	p.incarnation = id
+	if p.a != nil {
+		p.a.of.Store(&id)
+	}
 }
 
 func newPartition(id int, a *epoch, committed int64) *partition {

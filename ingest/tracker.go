@@ -31,6 +31,13 @@ type tracker struct {
 type epoch struct {
 	partition int
 	stale     atomic.Bool // a later epoch replaced it, or the partition was revoked
+	// of is the topic's id its offsets are of ("" unknown, or from a
+	// broker that gives no ids), set by the fetcher as it learns it.
+	of atomic.Pointer[string]
+	// questioned: the committer read another id for the topic than of,
+	// and committed none of its offsets. The fetcher then waits for the
+	// id before it reads the partition on (wantIncarnation).
+	questioned atomic.Bool
 
 	// entries are the messages tracked and not yet known done, in offset
 	// order, with done ones among them until there are too many: memory
@@ -251,6 +258,25 @@ func (t *tracker) Committable() map[*epoch]int64 {
 		if a.frontier > a.floor {
 			out[a] = a.frontier
 		}
+	}
+	return out
+}
+
+// incarnation is the topic's id the epoch's offsets are of, "" unknown.
+func (a *epoch) incarnation() string {
+	if id := a.of.Load(); id != nil {
+		return *id
+	}
+	return ""
+}
+
+// Current returns the current epochs.
+func (t *tracker) Current() []*epoch {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]*epoch, 0, len(t.current))
+	for _, a := range t.current {
+		out = append(out, a)
 	}
 	return out
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -49,37 +50,110 @@ const maxTopicIDAnswer = 4 << 20
 
 // TopicID returns topic's id, as Kafka writes it (base64, URL alphabet,
 // no padding); "" when the broker gives none (one before Kafka 2.8).
-func TopicID(ctx context.Context, brokers []string, s Security, topic string) (_ string, err error) {
-	wait := waitfor.Begin(ctx, waitfor.Kafka, "the id of topic "+topic)
+func TopicID(ctx context.Context, brokers []string, s Security, topic string) (string, error) {
+	r := NewTopicIDReader(brokers, s, topic)
+	defer r.Close()
+	return r.Read(ctx)
+}
+
+// TopicIDReader reads one topic's id as often as asked, over one
+// connection it keeps: a reader that checks the id before every commit
+// must not open a connection, with its TLS and SASL handshakes, each time.
+// A read that fails on the kept connection (the broker closed it while
+// idle, or went away) dials again, once. Safe for concurrent use.
+type TopicIDReader struct {
+	brokers []string
+	s       Security
+	topic   string
+
+	mu          sync.Mutex
+	pc          *protocol.Conn
+	version     int16 // of Metadata; below 10 the broker gives no ids
+	correlation int32
+}
+
+// NewTopicIDReader makes a reader of topic's id; it dials at its first
+// read.
+func NewTopicIDReader(brokers []string, s Security, topic string) *TopicIDReader {
+	return &TopicIDReader{brokers: brokers, s: s, topic: topic}
+}
+
+// Read returns the topic's id, as TopicID does.
+func (r *TopicIDReader) Read(ctx context.Context) (_ string, err error) {
+	wait := waitfor.Begin(ctx, waitfor.Kafka, "the id of topic "+r.topic)
 	defer func() { err = wait.End(err) }()
-	pc, newest, err := s.rawConn(ctx, brokers)
-	if err != nil {
-		return "", err
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	kept := r.pc != nil
+	id, err := r.read(ctx)
+	if err != nil && kept && ctx.Err() == nil {
+		id, err = r.read(ctx)
 	}
-	defer pc.Close()
-	defer context.AfterFunc(ctx, func() { _ = pc.SetDeadline(time.Now()) })()
-	v := min(newest[protocol.Metadata], 12)
-	if v < 10 {
+	return id, err
+}
+
+// read reads the id once, dialing first when no connection is kept, and
+// closes the connection when the read fails: what is left on it is not
+// to be trusted. r.mu is held.
+func (r *TopicIDReader) read(ctx context.Context) (string, error) {
+	if r.pc == nil {
+		pc, newest, err := r.s.rawConn(ctx, r.brokers)
+		if err != nil {
+			return "", err
+		}
+		r.pc, r.version = pc, min(newest[protocol.Metadata], 12)
+	}
+	if r.version < 10 {
 		return "", nil
 	}
-	req := kmsg.NewPtrMetadataRequest()
-	req.Version = v
-	rt := kmsg.NewMetadataRequestTopic()
-	rt.Topic = kmsg.StringPtr(topic)
-	req.Topics = append(req.Topics, rt)
-	const correlation = 1
-	if _, err := pc.Write(kmsg.NewRequestFormatter(kmsg.FormatterClientID("cellttl")).AppendRequest(nil, req, correlation)); err != nil {
-		return "", fmt.Errorf("metadata of %s: %w", topic, err)
-	}
-	body, err := readAnswer(pc, correlation)
+	res, err := r.ask(ctx)
 	if err != nil {
-		return "", fmt.Errorf("metadata of %s: %w", topic, err)
+		r.closeLocked()
+		return "", err
+	}
+	return topicIDOf(res, r.topic) // an answer's own error keeps the connection
+}
+
+// ask writes one Metadata request for the topic and reads its answer.
+func (r *TopicIDReader) ask(ctx context.Context) (*kmsg.MetadataResponse, error) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(10 * time.Second)
+	}
+	_ = r.pc.SetDeadline(deadline)
+	defer context.AfterFunc(ctx, func() { _ = r.pc.SetDeadline(time.Now()) })()
+	req := kmsg.NewPtrMetadataRequest()
+	req.Version = r.version
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(r.topic)
+	req.Topics = append(req.Topics, rt)
+	r.correlation++
+	if _, err := r.pc.Write(kmsg.NewRequestFormatter(kmsg.FormatterClientID("cellttl")).AppendRequest(nil, req, r.correlation)); err != nil {
+		return nil, fmt.Errorf("metadata of %s: %w", r.topic, err)
+	}
+	body, err := readAnswer(r.pc, r.correlation)
+	if err != nil {
+		return nil, fmt.Errorf("metadata of %s: %w", r.topic, err)
 	}
 	res := req.ResponseKind().(*kmsg.MetadataResponse)
 	if err := res.ReadFrom(body); err != nil {
-		return "", fmt.Errorf("metadata of %s: %w", topic, err)
+		return nil, fmt.Errorf("metadata of %s: %w", r.topic, err)
 	}
-	return topicIDOf(res, topic)
+	return res, nil
+}
+
+// Close closes the kept connection, if any.
+func (r *TopicIDReader) Close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closeLocked()
+}
+
+func (r *TopicIDReader) closeLocked() {
+	if r.pc != nil {
+		_ = r.pc.Close()
+		r.pc = nil
+	}
 }
 
 // topicIDOf finds topic's id in a Metadata answer.

@@ -25,8 +25,19 @@ func TestTopicID(t *testing.T) {
 	if err != nil || len(first) != 22 {
 		t.Fatalf("id %q, %v: want Kafka's 22 characters", first, err)
 	}
-	if again, err := TopicID(ctx, brokers, Security{}, topic); err != nil || again != first {
-		t.Errorf("read again: %q, %v; want %q", again, err, first)
+	// A reader keeps its connection, and dials again when the broker
+	// closed it.
+	r := NewTopicIDReader(brokers, Security{}, topic)
+	defer r.Close()
+	for i := range 3 {
+		if again, err := r.Read(ctx); err != nil || again != first {
+			t.Errorf("read %d by a reader: %q, %v; want %q", i, again, err, first)
+		}
+	}
+	kept := r.pc
+	_ = kept.Close() // as a broker closes an idle connection
+	if again, err := r.Read(ctx); err != nil || again != first || r.pc == kept {
+		t.Errorf("read on a connection the broker closed: %q, %v (connection replaced: %v); want %q on a new one", again, err, r.pc != kept, first)
 	}
 	c := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second, Transport: &kafka.Transport{}}
 	defer c.Transport.(*kafka.Transport).CloseIdleConnections()
@@ -43,6 +54,9 @@ func TestTopicID(t *testing.T) {
 	})
 	if second == first {
 		t.Errorf("the topic created again has the id of the one deleted: %s", first)
+	}
+	if now, err := r.Read(ctx); err != nil || now != second {
+		t.Errorf("the reader, after the topic was created again: %q, %v; want %q", now, err, second)
 	}
 	if _, err := TopicID(ctx, brokers, Security{}, testenv.Name("absent")); err == nil || !strings.Contains(err.Error(), "metadata of") {
 		t.Errorf("a missing topic: %v", err)

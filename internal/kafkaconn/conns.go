@@ -1,4 +1,4 @@
-package ingest
+package kafkaconn
 
 import (
 	"context"
@@ -7,18 +7,21 @@ import (
 	"time"
 )
 
-// connSet dials the fetch transport's connections and remembers them, so
-// that Close can end them: a Kafka request cannot be cancelled, and a long
-// poll in flight would keep its connection for up to maxFetchWait.
-type connSet struct {
-	dial func(context.Context, string, string) (net.Conn, error)
+// Conns dials a Transport's connections (set Dial as its Dial) and
+// remembers them, so that CloseAll can end them: a Kafka request cannot
+// be cancelled, and a fetch's long poll in flight would keep its
+// connection until the broker answers. Next dials the connections (a
+// dialer with a 5 s timeout when nil).
+type Conns struct {
+	Next func(context.Context, string, string) (net.Conn, error)
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
 }
 
-func (s *connSet) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	dial := s.dial
+// Dial dials and remembers the connection.
+func (s *Conns) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	dial := s.Next
 	if dial == nil {
 		dial = (&net.Dialer{Timeout: 5 * time.Second}).DialContext
 	}
@@ -35,7 +38,8 @@ func (s *connSet) Dial(ctx context.Context, network, addr string) (net.Conn, err
 	return &trackedConn{Conn: c, set: s}, nil
 }
 
-func (s *connSet) closeAll() {
+// CloseAll closes every connection still open.
+func (s *Conns) CloseAll() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for c := range s.conns {
@@ -47,7 +51,7 @@ func (s *connSet) closeAll() {
 // trackedConn leaves the set when it is closed.
 type trackedConn struct {
 	net.Conn
-	set *connSet
+	set *Conns
 }
 
 func (c *trackedConn) Close() error {
