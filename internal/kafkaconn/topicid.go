@@ -120,18 +120,28 @@ func (r *TopicIDReader) ask(ctx context.Context) (*kmsg.MetadataResponse, error)
 	if !ok {
 		deadline = time.Now().Add(10 * time.Second)
 	}
-	_ = r.pc.SetDeadline(deadline)
-	defer context.AfterFunc(ctx, func() { _ = r.pc.SetDeadline(time.Now()) })()
+	pc := r.pc
+	_ = pc.SetDeadline(deadline)
+	// The caller's end cuts the read short. The connection is the one of
+	// this read (r.pc may be another by the time the cut runs), and once
+	// cut it is not kept: the cut can come after the answer, and would
+	// cut the next read on it.
+	cut := context.AfterFunc(ctx, func() { _ = pc.SetDeadline(time.Now()) })
+	defer func() {
+		if !cut() {
+			r.closeLocked()
+		}
+	}()
 	req := kmsg.NewPtrMetadataRequest()
 	req.Version = r.version
 	rt := kmsg.NewMetadataRequestTopic()
 	rt.Topic = kmsg.StringPtr(r.topic)
 	req.Topics = append(req.Topics, rt)
 	r.correlation++
-	if _, err := r.pc.Write(kmsg.NewRequestFormatter(kmsg.FormatterClientID("cellttl")).AppendRequest(nil, req, r.correlation)); err != nil {
+	if _, err := pc.Write(kmsg.NewRequestFormatter(kmsg.FormatterClientID("cellttl")).AppendRequest(nil, req, r.correlation)); err != nil {
 		return nil, fmt.Errorf("metadata of %s: %w", r.topic, err)
 	}
-	body, err := readAnswer(r.pc, r.correlation)
+	body, err := readAnswer(pc, r.correlation)
 	if err != nil {
 		return nil, fmt.Errorf("metadata of %s: %w", r.topic, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/cellttl/cellttl/testkit/testenv"
 )
@@ -95,4 +96,27 @@ func FuzzReadAnswer(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) {
 		_, _ = readAnswer(bytes.NewReader(in), 1)
 	})
+}
+
+// A read cut short by its caller's context leaves the reader fit for the
+// next: the cut runs on the connection of that read, which is then not
+// kept (a cut that comes after the answer would cut the next read). Run
+// under -race: the cut once read the reader's connection while a failed
+// read put it away.
+func TestTopicIDReaderCutShort(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := NewTopicIDReader(c.ListenAddrs(), Security{}, "t")
+	defer r.Close()
+	for i := range 300 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%7)*50*time.Microsecond)
+		_, _ = r.Read(ctx)
+		cancel()
+	}
+	if id, err := r.Read(context.Background()); err != nil || len(id) != 22 {
+		t.Fatalf("after reads cut short: %q, %v; want the topic's id", id, err)
+	}
 }
