@@ -499,7 +499,7 @@ func TestBrokersTakeTurnsAtAShortBudget(t *testing.T) {
 	t.Parallel()
 	f := &fetcher{transport: refuseAll{}, client: &kafka.Client{Addr: kafka.TCP("127.0.0.1:1")}, topic: "t",
 		budget: &budget{limit: 1 << 20}, requestMax: 1 << 20, partMax: 1 << 20, sentAt: map[int]time.Time{}}
-	byBroker := map[int][]*partition{0: {newPartition(0, nil, 0)}, 1: {newPartition(1, nil, 0)}}
+	byBroker := map[int][]*partition{0: {newPartition(0, &epoch{}, 0)}, 1: {newPartition(1, &epoch{}, 0)}}
 	results := make(chan fetchResult)
 	var wg sync.WaitGroup
 	defer wg.Wait()

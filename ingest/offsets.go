@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/cellttl/cellttl/internal/kafkaconn"
 )
 
 // OffsetReset is what to do when a partition's committed offset lies
@@ -62,9 +64,8 @@ type lookup struct {
 	idRead bool
 }
 
-// bounds are a partition's log bounds: its first offset, its end (the high
-// watermark) and its last stable offset (-1 when it could not be read).
-type bounds struct{ first, hw, lso int64 }
+// bounds are a partition's log bounds (kafkaconn.Bounds).
+type bounds = kafkaconn.Bounds
 
 // lookUp starts, beside the loop, one lookup of the log bounds of every
 // partition that waits for them (kafka-go splits it by leader), and
@@ -83,7 +84,7 @@ func (f *fetcher) lookUp(ctx context.Context, wg *sync.WaitGroup, out chan<- loo
 	if len(parts) == 0 {
 		return false
 	}
-	incarnation := f.topicID != nil && slices.ContainsFunc(parts, func(p *partition) bool { return p.want == wantIncarnation || p.incarnation == "" })
+	incarnation := f.topicID != nil && slices.ContainsFunc(parts, func(p *partition) bool { return p.want == wantIncarnation || p.incarnation() == "" })
 	wg.Go(func() {
 		l := lookup{parts: parts}
 		var before string
@@ -125,15 +126,15 @@ func (f *fetcher) looked(ctx context.Context, l lookup) error {
 			}
 			continue
 		}
-		p.logStart.Store(b.first)
-		p.hw.Store(b.hw)
-		p.lso.Store(b.lso)
-		end := logEnd(f.readCommitted, b.hw, b.lso)
+		p.logStart.Store(b.First)
+		p.hw.Store(b.HW)
+		p.lso.Store(b.LSO)
+		end := logEnd(f.readCommitted, b.HW, b.LSO)
 		switch p.want {
 		case wantFirst:
-			p.next, p.want = b.first, wantNothing
+			p.next, p.want = b.First, wantNothing
 			if l.idErr == nil {
-				p.setIncarnation(cmp.Or(p.incarnation, l.id)) // the log start just read is of it
+				p.setIncarnation(cmp.Or(p.incarnation(), l.id)) // the log start just read is of it
 			}
 		case wantBounds:
 			if err := f.outOfRange(ctx, p, b, end); err != nil {
@@ -184,10 +185,10 @@ func (f *fetcher) watermarks(ends map[int]bounds) {
 		if !ok {
 			continue
 		}
-		p.hw.Store(b.hw)
-		p.lso.Store(b.lso)
+		p.hw.Store(b.HW)
+		p.lso.Store(b.LSO)
 		if p.want == wantNothing {
-			end := logEnd(f.readCommitted, b.hw, b.lso)
+			end := logEnd(f.readCommitted, b.HW, b.LSO)
 			p.lag.Store(max(0, end-p.next))
 			if end <= p.next {
 				p.moved() // at the log's end: nothing to fetch is no stall
@@ -196,67 +197,10 @@ func (f *fetcher) watermarks(ends map[int]bounds) {
 	}
 }
 
-// logBounds reads the end and the last stable offset of the log of each
-// partition of ids, and its first offset when first is set, in calls that
-// kafka-go splits by leader over the shared connections. A partition whose
-// last stable offset could not be read has it -1 under read_uncommitted;
-// under read_committed, where to start and the lag both need it, it is
-// one of errs (looked up again, or its lag stays as it was).
+// logBounds reads the log bounds of the partitions of ids, their first
+// offsets when first is set (kafkaconn.LogBounds).
 func (f *fetcher) logBounds(ctx context.Context, ids []int, first bool) (map[int]bounds, map[int]error, error) {
-	var reqs []kafka.OffsetRequest
-	for _, id := range ids {
-		if first {
-			reqs = append(reqs, kafka.FirstOffsetOf(id))
-		}
-		reqs = append(reqs, kafka.LastOffsetOf(id))
-	}
-	res, err := f.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{f.topic: reqs}})
-	if err != nil {
-		return nil, nil, err
-	}
-	stable := f.lastStableOf(ctx, ids)
-	out, errs := map[int]bounds{}, map[int]error{}
-	for _, po := range res.Topics[f.topic] {
-		lso, ok := stable[po.Partition]
-		if !ok {
-			lso = -1
-		}
-		switch {
-		case po.Error != nil:
-			errs[po.Partition] = po.Error
-		case !ok && f.readCommitted:
-			errs[po.Partition] = errors.New("last stable offset not read")
-		default:
-			out[po.Partition] = bounds{first: po.FirstOffset, hw: po.LastOffset, lso: lso}
-		}
-	}
-	return out, errs, nil
-}
-
-// lastStableOf reads the last stable offset of each partition of ids: the
-// end a read_committed consumer reads to. Partitions whose offset could
-// not be read are missing.
-func (f *fetcher) lastStableOf(ctx context.Context, ids []int) map[int]int64 {
-	res, err := f.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{f.topic: lastOffsets(ids)},
-		IsolationLevel: kafka.ReadCommitted})
-	if err != nil {
-		return nil
-	}
-	out := map[int]int64{}
-	for _, po := range res.Topics[f.topic] {
-		if po.Error == nil && po.LastOffset >= 0 {
-			out[po.Partition] = po.LastOffset
-		}
-	}
-	return out
-}
-
-func lastOffsets(ids []int) []kafka.OffsetRequest {
-	reqs := make([]kafka.OffsetRequest, len(ids))
-	for i, id := range ids {
-		reqs[i] = kafka.LastOffsetOf(id)
-	}
-	return reqs
+	return kafkaconn.LogBounds(ctx, f.client, f.topic, ids, first, f.readCommitted)
 }
 
 // partitionError handles an error the broker returned for one partition.
@@ -314,7 +258,7 @@ func (f *fetcher) startIncarnation(ctx context.Context) {
 // resumes, and a new log already past it answers with no error.
 func (f *fetcher) questioned() {
 	for _, p := range f.parts {
-		if p.a != nil && p.a.questioned.Load() && (p.want == wantNothing || p.want == wantBounds) {
+		if p.a.questioned.Load() && (p.want == wantNothing || p.want == wantBounds) {
 			p.want, p.retryAt = wantIncarnation, time.Time{}
 		}
 	}
@@ -336,11 +280,9 @@ func (f *fetcher) incarnation(ctx context.Context, p *partition, l lookup, b bou
 	case l.idErr != nil:
 		f.fail(ctx, p, fmt.Errorf("read the id of topic %s, to tell whether it was created again: %w", f.topic, l.idErr))
 		return nil
-	case l.id == "" || p.incarnation == "" || l.id == p.incarnation:
-		p.setIncarnation(cmp.Or(p.incarnation, l.id))
-		if p.a != nil {
-			p.a.questioned.Store(false) // the committer's read was a broker behind
-		}
+	case l.id == "" || p.incarnation() == "" || l.id == p.incarnation():
+		p.setIncarnation(cmp.Or(p.incarnation(), l.id))
+		p.a.questioned.Store(false) // the committer's read was a broker behind
 		if p.outOfRange {
 			// The same topic: --offset-out-of-range decides, and a position
 			// in range again (a leader behind) is a failure, tried again
@@ -348,7 +290,7 @@ func (f *fetcher) incarnation(ctx context.Context, p *partition, l lookup, b bou
 			p.outOfRange, p.want = false, wantBounds
 			return f.outOfRange(ctx, p, b, end)
 		}
-		if p.next >= b.first && p.next <= b.hw {
+		if p.next >= b.First && p.next <= b.HW {
 			p.want = wantNothing
 			p.lag.Store(max(0, end-p.next))
 			f.ok(p)
@@ -357,22 +299,22 @@ func (f *fetcher) incarnation(ctx context.Context, p *partition, l lookup, b bou
 		p.want = wantBounds
 		return f.outOfRange(ctx, p, b, end)
 	}
-	was := p.incarnation
+	was := p.incarnation()
 	p.outOfRange = false
-	a := f.restart(ctx, p.a, b.first)
+	a := f.restart(ctx, p.a, b.First)
 	if a == nil {
 		return nil // the generation is over
 	}
 	f.log.Warn("the input topic was created again: reading the partition from the new incarnation's start, not from the old one's position",
-		"topic", f.topic, "partition", p.id, "was", was, "now", l.id, "offset", p.next, "from", b.first)
+		"topic", f.topic, "partition", p.id, "was", was, "now", l.id, "offset", p.next, "from", b.First)
 	f.m.offsetResets.Add(ctx, 1)
-	p.a, p.next, p.want = a, b.first, wantNothing
+	p.a, p.next, p.want = a, b.First, wantNothing
 	p.setIncarnation(l.id)
-	p.lag.Store(max(0, end-b.first))
+	p.lag.Store(max(0, end-b.First))
 	p.moved()
 	f.ok(p)
 	for _, q := range f.parts {
-		if q.incarnation == was && (q.want == wantNothing || q.want == wantBounds) {
+		if q.incarnation() == was && (q.want == wantNothing || q.want == wantBounds) {
 			// A position of the old incarnation, fetched or about to be
 			// reset by --offset-out-of-range: the id decides first.
 			q.want = wantIncarnation
@@ -385,31 +327,32 @@ func (f *fetcher) incarnation(ctx context.Context, p *partition, l lookup, b bou
 // the broker said is not in its log, of bounds b; end is the end of what is
 // read (logEnd), where latest starts.
 func (f *fetcher) outOfRange(ctx context.Context, p *partition, b bounds, end int64) error {
-	first := b.first
-	if p.next >= first && p.next <= b.hw {
+	first := b.First
+	if p.next >= first && p.next <= b.HW {
 		// In range again (a new leader caught up): try again.
 		p.want = wantNothing
-		f.fail(ctx, p, fmt.Errorf("offset %d out of range, now within [%d, %d]", p.next, first, b.hw))
+		f.fail(ctx, p, fmt.Errorf("offset %d out of range, now within [%d, %d]", p.next, first, b.HW))
 		return nil
 	}
 	if f.reset == ResetFail {
 		return fmt.Errorf("partition %d of %s: offset %d is outside the log, which holds offsets %d to %d (the topic was recreated, or retention passed it), and --offset-out-of-range is fail: "+
 			"reset the group's offset (kafka-consumer-groups --reset-offsets) or run with --offset-out-of-range earliest or latest",
-			p.id, f.topic, p.next, first, b.hw-1)
+			p.id, f.topic, p.next, first, b.HW-1)
 	}
 	to := first
 	if f.reset == ResetLatest {
 		to = end
 	}
+	of := p.incarnation() // the new epoch's offsets are of the same incarnation
 	a := f.restart(ctx, p.a, to)
 	if a == nil {
 		return nil // the generation is over
 	}
 	f.log.Warn("committed offset outside the log; reading on from --offset-out-of-range", "topic", f.topic, "partition", p.id,
-		"offset", p.next, "log_start", first, "log_end", b.hw, "policy", f.reset.String(), "from", to, "skipped", max(0, to-p.next))
+		"offset", p.next, "log_start", first, "log_end", b.HW, "policy", f.reset.String(), "from", to, "skipped", max(0, to-p.next))
 	f.m.offsetResets.Add(ctx, 1)
 	p.a, p.next, p.want = a, to, wantNothing
-	p.setIncarnation(p.incarnation) // the new epoch's offsets are of the same incarnation
+	p.setIncarnation(of)
 	p.lag.Store(max(0, end-to))
 	p.moved()
 	f.ok(p)

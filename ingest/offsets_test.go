@@ -285,7 +285,7 @@ func TestOffsetLookupFailuresAreLoud(t *testing.T) {
 // end wakes the loop; nothing else needs to.
 func TestReadyDoesNotSpinOnLookups(t *testing.T) {
 	t.Parallel()
-	f := &fetcher{parts: []*partition{newPartition(0, nil, -1)}} // its lookup not yet started, no backoff
+	f := &fetcher{parts: []*partition{newPartition(0, &epoch{}, -1)}} // its lookup not yet started, no backoff
 	f.parts[0].want = wantBounds
 	if _, wake := f.ready(context.Background(), map[int]bool{}); time.Until(wake) < time.Minute {
 		t.Errorf("the loop wakes in %s for a partition only a lookup can move", time.Until(wake))
@@ -300,11 +300,11 @@ func TestReadyDoesNotSpinOnLookups(t *testing.T) {
 func TestNoFetchBeforeTheIncarnationIsKnown(t *testing.T) {
 	t.Parallel()
 	id, err := "", errors.New("metadata: i/o timeout")
-	f := &fetcher{topic: "t", log: quiet, parts: []*partition{newPartition(0, nil, 5), newPartition(1, nil, -1)},
+	f := &fetcher{topic: "t", log: quiet, parts: []*partition{newPartition(0, &epoch{}, 5), newPartition(1, &epoch{}, -1)},
 		topicID: func(context.Context) (string, error) { return id, err }}
 	f.startIncarnation(context.Background())
-	if p := f.parts[0]; p.want != wantIncarnation || p.incarnation != "" {
-		t.Fatalf("partition 0 with a commit: want %d, incarnation %q; want it waiting for the id", p.want, p.incarnation)
+	if p := f.parts[0]; p.want != wantIncarnation || p.incarnation() != "" {
+		t.Fatalf("partition 0 with a commit: want %d, incarnation %q; want it waiting for the id", p.want, p.incarnation())
 	}
 	if p := f.parts[1]; p.want != wantFirst {
 		t.Fatalf("partition 1 without a commit: want %d, want its log start looked up", p.want)
@@ -313,13 +313,13 @@ func TestNoFetchBeforeTheIncarnationIsKnown(t *testing.T) {
 		t.Fatalf("partitions ready to fetch before the id is known: %v", ready)
 	}
 	id, err = "Y", nil
-	l := lookup{parts: f.parts, bounds: map[int]bounds{0: {first: 0, hw: 9, lso: 9}, 1: {first: 2, hw: 9, lso: 9}}, errs: map[int]error{}, id: id, idRead: true}
+	l := lookup{parts: f.parts, bounds: map[int]bounds{0: {First: 0, HW: 9, LSO: 9}, 1: {First: 2, HW: 9, LSO: 9}}, errs: map[int]error{}, id: id, idRead: true}
 	if err := f.looked(context.Background(), l); err != nil {
 		t.Fatal(err)
 	}
 	for i, want := range []int64{5, 2} {
-		if p := f.parts[i]; p.want != wantNothing || p.incarnation != "Y" || p.next != want {
-			t.Errorf("partition %d after the lookup: want %d, incarnation %q, next %d; want fetched at %d of Y", i, p.want, p.incarnation, p.next, want)
+		if p := f.parts[i]; p.want != wantNothing || p.incarnation() != "Y" || p.next != want {
+			t.Errorf("partition %d after the lookup: want %d, incarnation %q, next %d; want fetched at %d of Y", i, p.want, p.incarnation(), p.next, want)
 		}
 	}
 }
@@ -340,26 +340,26 @@ func TestOutOfRangeInATopicCreatedAgainReadsItFromItsStart(t *testing.T) {
 		topicID: func(context.Context) (string, error) { return "Y", nil },
 		restart: func(context.Context, *epoch, int64) *epoch { return &epoch{} }}
 	for _, p := range f.parts {
-		p.incarnation = "X"
+		p.setIncarnation("X")
 	}
 	ctx := context.Background()
 	f.partitionError(ctx, f.parts[0], kafka.OffsetOutOfRange)
 	f.partitionError(ctx, f.parts[1], kafka.OffsetOutOfRange)
 	// Partition 1's lookup began before the recreation was known, and
 	// read no id.
-	if err := f.looked(ctx, lookup{parts: f.parts[1:], bounds: map[int]bounds{1: {first: 0, hw: 30, lso: 30}}, errs: map[int]error{}}); err != nil {
+	if err := f.looked(ctx, lookup{parts: f.parts[1:], bounds: map[int]bounds{1: {First: 0, HW: 30, LSO: 30}}, errs: map[int]error{}}); err != nil {
 		t.Fatal(err)
 	}
 	if p := f.parts[1]; p.want != wantIncarnation || p.next != 80 {
 		t.Fatalf("partition 1 after a lookup without the id: want %d, next %d; want it waiting for the id at 80", p.want, p.next)
 	}
-	bs := map[int]bounds{0: {first: 0, hw: 40, lso: 40}, 1: {first: 0, hw: 30, lso: 30}}
+	bs := map[int]bounds{0: {First: 0, HW: 40, LSO: 40}, 1: {First: 0, HW: 30, LSO: 30}}
 	if err := f.looked(ctx, lookup{parts: f.parts, bounds: bs, errs: map[int]error{}, id: "Y", idRead: true}); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range f.parts {
-		if p.want != wantNothing || p.next != 0 || p.incarnation != "Y" {
-			t.Errorf("partition %d: want %d, next %d, incarnation %q; want the new incarnation Y read from 0", p.id, p.want, p.next, p.incarnation)
+		if p.want != wantNothing || p.next != 0 || p.incarnation() != "Y" {
+			t.Errorf("partition %d: want %d, next %d, incarnation %q; want the new incarnation Y read from 0", p.id, p.want, p.next, p.incarnation())
 		}
 	}
 }
@@ -414,12 +414,12 @@ func TestACommitOfAnotherIncarnationIsHeldBack(t *testing.T) {
 		topicID: c.incarnation,
 		restart: func(context.Context, *epoch, int64) *epoch { return &epoch{} }}
 	p := f.parts[0]
-	p.incarnation = "X"
+	p.setIncarnation("X")
 	f.questioned()
 	if p.want != wantIncarnation {
 		t.Fatalf("a questioned partition: want %d; want it waiting for the id", p.want)
 	}
-	if err := f.looked(ctx, lookup{parts: f.parts, bounds: map[int]bounds{0: {first: 0, hw: 270, lso: 270}}, errs: map[int]error{}, id: "Y", idRead: true}); err != nil {
+	if err := f.looked(ctx, lookup{parts: f.parts, bounds: map[int]bounds{0: {First: 0, HW: 270, LSO: 270}}, errs: map[int]error{}, id: "Y", idRead: true}); err != nil {
 		t.Fatal(err)
 	}
 	if p.want != wantNothing || p.next != 0 || p.a == old || p.a.incarnation() != "Y" || p.a.questioned.Load() {
@@ -444,7 +444,7 @@ func TestOutOfRangeInTheSameTopicIsTriedAgainWithBackoff(t *testing.T) {
 	p.setIncarnation("X")
 	ctx := context.Background()
 	f.partitionError(ctx, p, kafka.OffsetOutOfRange)
-	if err := f.looked(ctx, lookup{parts: f.parts, bounds: map[int]bounds{0: {first: 0, hw: 150, lso: 150}}, errs: map[int]error{}, id: "X", idRead: true}); err != nil {
+	if err := f.looked(ctx, lookup{parts: f.parts, bounds: map[int]bounds{0: {First: 0, HW: 150, LSO: 150}}, errs: map[int]error{}, id: "X", idRead: true}); err != nil {
 		t.Fatal(err)
 	}
 	if p.want != wantNothing || p.next != 100 || !p.retryAt.After(time.Now()) || p.lastErr.Load() == nil {

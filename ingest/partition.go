@@ -30,9 +30,6 @@ type partition struct {
 	next     int64 // next offset to fetch, when want is wantNothing or wantBounds
 	want     want
 	inFlight bool // in a request, or an offset lookup, not yet answered
-	// incarnation is the topic's id its position is of ("" unknown):
-	// offsets mean nothing in a topic deleted and created again.
-	incarnation string
 	// outOfRange: the broker answered its position out of range, and a
 	// lookup of the id decides what that means (wantIncarnation).
 	outOfRange bool
@@ -55,14 +52,12 @@ type partition struct {
 	movedAt atomic.Int64
 }
 
-// setIncarnation records the topic's id p's position is of, on p and on
-// its epoch, which the committer reads.
-func (p *partition) setIncarnation(id string) {
-	p.incarnation = id
-	if p.a != nil {
-		p.a.of.Store(&id)
-	}
-}
+// incarnation is the topic's id p's position is of ("" unknown): offsets
+// mean nothing in a topic deleted and created again. Its epoch holds it,
+// for the committer too.
+func (p *partition) incarnation() string { return p.a.incarnation() }
+
+func (p *partition) setIncarnation(id string) { p.a.of.Store(&id) }
 
 func newPartition(id int, a *epoch, committed int64) *partition {
 	p := &partition{id: id, a: a, next: committed}

@@ -60,7 +60,7 @@ func lines(t *testing.T, path string) int {
 const (
 	// ingestLines bounds the consumer package (outside tests and kwire):
 	// it must stay a package a newcomer reads in a sitting.
-	ingestLines = 3060
+	ingestLines = 3000
 	// longFunctions bounds the functions of more than 80 lines, module-wide.
 	longFunctions = 6
 	longFunction  = 80
