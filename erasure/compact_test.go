@@ -24,15 +24,15 @@ func TestCompactHoldsRecordsKeptForever(t *testing.T) {
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	upTo := now.Add(-time.Hour)
 	const users = 40
-	var recs []Record
+	var recs []Erasure
 	for i := range users {
-		r := Record{Tenant: "acme", User: fmt.Sprintf("u-%d", i), UpTo: upTo, RecordedAt: now, RequestedBy: "t"}
+		r := Erasure{Tenant: "acme", User: fmt.Sprintf("u-%d", i), UpTo: upTo, RecordedAt: now, RequestedBy: "t"}
 		if i%2 == 1 {
 			r.Below = &Mark{Topic: "clicks", Ends: []int64{100}}
 		}
 		recs = append(recs, r)
 	}
-	recs = append(recs, Record{Tenant: "acme", User: "u-expiring", UpTo: upTo, RecordedAt: now, Expires: now.Add(time.Hour)})
+	recs = append(recs, Erasure{Tenant: "acme", User: "u-expiring", UpTo: upTo, RecordedAt: now, Expires: now.Add(time.Hour)})
 	w, _ := compactWatch(t, 2, now, recs...)
 	l := w.Current()
 	if got := l.compact.len(); got != users-2 {
@@ -104,7 +104,7 @@ func TestCompactHoldsRecordsKeptForever(t *testing.T) {
 func TestCompactLookupWaitsForTheTable(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now().UTC().Truncate(time.Millisecond)
-	w, drop := compactWatch(t, 1, now, Record{Tenant: "acme", User: "u-1", UpTo: now, RecordedAt: now}, Record{Tenant: "acme", User: "u-2", UpTo: now, RecordedAt: now})
+	w, drop := compactWatch(t, 1, now, Erasure{Tenant: "acme", User: "u-1", UpTo: now, RecordedAt: now}, Erasure{Tenant: "acme", User: "u-2", UpTo: now, RecordedAt: now})
 	l := w.Current()
 	u := "u-1"
 	if l.Known("acme", u) {
@@ -121,7 +121,7 @@ func TestCompactLookupWaitsForTheTable(t *testing.T) {
 // compactWatch puts recs into a new ledger table, indexes them as worker
 // setup does, and starts a watch holding records kept forever exactly up
 // to above; drop deletes the table under it.
-func compactWatch(t *testing.T, above int, now time.Time, recs ...Record) (w *Watch, drop func()) {
+func compactWatch(t *testing.T, above int, now time.Time, recs ...Erasure) (w *Watch, drop func()) {
 	t.Helper()
 	dc, ac := testenv.Clients(t)
 	ctx := context.Background()
@@ -210,7 +210,7 @@ func BenchmarkCompact(b *testing.B) {
 func TestAdmitsLooksUpUsersHeldCompact(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now().UTC().Truncate(time.Millisecond)
-	first := Record{Tenant: "acme", User: "u-first", UpTo: now, RecordedAt: now}
+	first := Erasure{Tenant: "acme", User: "u-first", UpTo: now, RecordedAt: now}
 	w, drop := compactWatch(t, 1, now, first)
 	// Users whose index cells come after u-first's: past the one record
 	// held exactly, a reread holds them compact.
@@ -238,7 +238,7 @@ func TestAdmitsLooksUpUsersHeldCompact(t *testing.T) {
 		if !w.Current().Known("acme", u) || w.Current().Erased("acme", u, now.Add(-time.Hour).UnixMilli(), Position{}) {
 			t.Fatalf("%s known %v, erased before its record", u, w.Current().Known("acme", u))
 		}
-		if err := w.store.Put(ctx, Record{Tenant: "acme", User: u, UpTo: now, RecordedAt: now}); err != nil {
+		if err := w.store.Put(ctx, Erasure{Tenant: "acme", User: u, UpTo: now, RecordedAt: now}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -37,7 +37,7 @@ var t0 = time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
 // of its tenant only; an event without a user is never erased; the latest
 // erased_up_to of a user wins; an expired record erases nothing.
 func TestLedgerErases(t *testing.T) {
-	l := NewLedger([]Record{
+	l := NewLedger([]Erasure{
 		{Tenant: "acme", User: "u1", UpTo: t0},
 		{Tenant: "acme", User: "u1", UpTo: t0.Add(-time.Hour)},
 		{Tenant: "acme", User: "u2", UpTo: t0, Expires: t0.Add(-time.Millisecond)},
@@ -78,18 +78,18 @@ func TestLedgerErases(t *testing.T) {
 // The generation grows only when a load erases something new: a user, or
 // a later erased_up_to; records expiring do not move it.
 func TestGenerationGrowsOnlyWithNewErasures(t *testing.T) {
-	a := NewLedger([]Record{{Tenant: "acme", User: "u1", UpTo: t0}}, t0)
+	a := NewLedger([]Erasure{{Tenant: "acme", User: "u1", UpTo: t0}}, t0)
 	for _, c := range []struct {
 		name string
 		next *Ledger
 		want bool
 	}{
-		{"same", NewLedger([]Record{{Tenant: "acme", User: "u1", UpTo: t0}}, t0), false},
+		{"same", NewLedger([]Erasure{{Tenant: "acme", User: "u1", UpTo: t0}}, t0), false},
 		{"fewer", NewLedger(nil, t0), false},
-		{"new user", NewLedger([]Record{{Tenant: "acme", User: "u1", UpTo: t0}, {Tenant: "acme", User: "u2", UpTo: t0}}, t0), true},
-		{"later up-to", NewLedger([]Record{{Tenant: "acme", User: "u1", UpTo: t0.Add(time.Second)}}, t0), true},
-		{"earlier up-to", NewLedger([]Record{{Tenant: "acme", User: "u1", UpTo: t0.Add(-time.Second)}}, t0), false},
-		{"other tenant", NewLedger([]Record{{Tenant: "globex", User: "u1", UpTo: t0}}, t0), true},
+		{"new user", NewLedger([]Erasure{{Tenant: "acme", User: "u1", UpTo: t0}, {Tenant: "acme", User: "u2", UpTo: t0}}, t0), true},
+		{"later up-to", NewLedger([]Erasure{{Tenant: "acme", User: "u1", UpTo: t0.Add(time.Second)}}, t0), true},
+		{"earlier up-to", NewLedger([]Erasure{{Tenant: "acme", User: "u1", UpTo: t0.Add(-time.Second)}}, t0), false},
+		{"other tenant", NewLedger([]Erasure{{Tenant: "globex", User: "u1", UpTo: t0}}, t0), true},
 	} {
 		if got := c.next.newer(a); got != c.want {
 			t.Errorf("%s: newer %t, want %t", c.name, got, c.want)
@@ -112,12 +112,12 @@ func TestStore(t *testing.T) {
 	if _, _, err := s.Load(ctx, t0); !errors.Is(err, ErrMissing) {
 		t.Fatalf("load of a missing table: %v", err)
 	}
-	if err := s.Put(ctx, Record{Tenant: "acme", User: "u1", UpTo: t0}); !errors.Is(err, ErrMissing) {
+	if err := s.Put(ctx, Erasure{Tenant: "acme", User: "u1", UpTo: t0}); !errors.Is(err, ErrMissing) {
 		t.Fatalf("put into a missing table: %v", err)
 	}
 	createLedger(t, ac, name)
 	now := time.Now().UTC().Truncate(time.Millisecond)
-	recs := []Record{
+	recs := []Erasure{
 		{Tenant: "acme", User: "u 1", UpTo: now, RecordedAt: now, RequestedBy: "ticket-1", Expires: now.Add(time.Hour)},
 		{Tenant: "acme", User: "u2", UpTo: now, RecordedAt: now, RequestedBy: "ticket-2"}, // never expires
 		{Tenant: "acme", User: "u3", UpTo: now, RecordedAt: now, RequestedBy: "ticket-3", Expires: now.Add(-time.Minute)},
@@ -127,7 +127,7 @@ func TestStore(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := s.Put(ctx, Record{Tenant: "acme", User: "u#4", UpTo: now}); err == nil {
+	if err := s.Put(ctx, Erasure{Tenant: "acme", User: "u#4", UpTo: now}); err == nil {
 		t.Error("a user id with the separator was recorded")
 	}
 	m := bigtable.NewMutation()
@@ -139,7 +139,7 @@ func TestStore(t *testing.T) {
 	if err != nil || ignored != 1 || len(got) != 2 {
 		t.Fatalf("load: %v, %d ignored, %+v", err, ignored, got)
 	}
-	byUser := map[string]Record{}
+	byUser := map[string]Erasure{}
 	for _, r := range got {
 		byUser[r.User] = r
 	}
@@ -165,7 +165,7 @@ func TestStore(t *testing.T) {
 	}
 	// A second erasure of u2, never expiring as the first, erasing less:
 	// both are kept (one did not overwrite the other), the first wins.
-	if err := s.Put(ctx, Record{Tenant: "acme", User: "u2", UpTo: now.Add(-24 * time.Hour), RecordedAt: now.Add(time.Millisecond), RequestedBy: "ticket-4"}); err != nil {
+	if err := s.Put(ctx, Erasure{Tenant: "acme", User: "u2", UpTo: now.Add(-24 * time.Hour), RecordedAt: now.Add(time.Millisecond), RequestedBy: "ticket-4"}); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := s.loadAll(ctx, now); err != nil || !got.l.Erased("acme", "u2", now.UnixMilli(), Position{}) {
@@ -179,7 +179,7 @@ func TestStore(t *testing.T) {
 // A ledger with entries is a new ledger that shares the maps of the
 // tenants they leave alone, and leaves the old one as it was.
 func TestLedgerWith(t *testing.T) {
-	old := NewLedger([]Record{{Tenant: "acme", User: "u1", UpTo: t0}, {Tenant: "globex", User: "u1", UpTo: t0}}, t0)
+	old := NewLedger([]Erasure{{Tenant: "acme", User: "u1", UpTo: t0}, {Tenant: "globex", User: "u1", UpTo: t0}}, t0)
 	ms := t0.UnixMilli()
 	if l, grew := old.with([]entry{{tenant: "acme", user: "u1", erased: erased{upTo: ms - 1, expires: forever}}}, t0); l != old || grew {
 		t.Error("an entry erasing nothing new made a new ledger")
@@ -235,7 +235,7 @@ func TestWatch(t *testing.T) {
 	if !admits(t, w, key) {
 		t.Fatal("an empty ledger refuses a row")
 	}
-	if err := s.Put(ctx, Record{Tenant: "acme", User: "u1", UpTo: t0, RecordedAt: time.Now()}); err != nil {
+	if err := s.Put(ctx, Erasure{Tenant: "acme", User: "u1", UpTo: t0, RecordedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 5*time.Second, func() (bool, string) {

@@ -17,7 +17,7 @@ import (
 // its journal row keyed by its RecordedAt (the history a test stands in
 // for), and, unless legacy (a release before the expiry index), its index
 // row.
-func writeRecords(t testing.TB, s *Store, legacy bool, recs ...Record) {
+func writeRecords(t testing.TB, s *Store, legacy bool, recs ...Erasure) {
 	t.Helper()
 	var keys []string
 	var muts []*bigtable.Mutation
@@ -64,10 +64,10 @@ func indexedLedger(t testing.TB) *Store {
 // history is n records that expired before at (n < 1,380: before at's
 // hour), as three years of erasures leave them, then the records in force
 // at at: inForce that expire later, and forever that never do.
-func history(at time.Time, n, inForce, forever int) []Record {
-	var recs []Record
+func history(at time.Time, n, inForce, forever int) []Erasure {
+	var recs []Erasure
 	add := func(user string, recorded, expires time.Time) {
-		recs = append(recs, Record{Tenant: fmt.Sprintf("t%d", len(recs)%7), User: user, UpTo: recorded.Add(time.Second),
+		recs = append(recs, Erasure{Tenant: fmt.Sprintf("t%d", len(recs)%7), User: user, UpTo: recorded.Add(time.Second),
 			RecordedAt: recorded, Expires: expires, RequestedBy: "ticket"})
 	}
 	for i := range n {
@@ -99,7 +99,7 @@ func (w *Watch) rows() int {
 	return w.lastRows
 }
 
-func erasedAt(l *Ledger, r Record) bool {
+func erasedAt(l *Ledger, r Erasure) bool {
 	return l.Erased(r.Tenant, r.User, r.UpTo.UnixMilli(), Position{})
 }
 
@@ -146,12 +146,12 @@ func TestRefreshesNeverReadEveryRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	most := 0
-	var r Record
+	var r Erasure
 	for i := range 800 { // 66 minutes of 5 s refreshes
 		now = now.Add(5 * time.Second)
 		if i == 100 {
 			// A forget records a user meanwhile.
-			r = Record{Tenant: "t1", User: "new", UpTo: now, RecordedAt: now, Expires: now.Add(2 * time.Hour)}
+			r = Erasure{Tenant: "t1", User: "new", UpTo: now, RecordedAt: now, Expires: now.Add(2 * time.Hour)}
 			writeRecords(t, s, false, r)
 		}
 		if err := w.load(context.Background()); err != nil {
@@ -223,7 +223,7 @@ func TestRecordsOfAnEarlierReleaseAreObeyed(t *testing.T) {
 	// The earlier release's forget, run once more after the index: a
 	// worker starting then misses the record (what remains until setup
 	// runs again), and the next index finds it in the journal, alone.
-	late := Record{Tenant: "acme", User: "late", UpTo: now, RecordedAt: now.Add(time.Second), Expires: now.Add(time.Hour), Below: old.Below}
+	late := Erasure{Tenant: "acme", User: "late", UpTo: now, RecordedAt: now.Add(time.Second), Expires: now.Add(time.Hour), Below: old.Below}
 	writeRecords(t, s, true, late)
 	now = now.Add(2 * time.Second)
 	if n, already, err := s.Index(ctx, now); err != nil || n != 1 || !already {
@@ -280,7 +280,7 @@ func TestRereadFindsWhatTheJournalMissed(t *testing.T) {
 		t.Fatal(err)
 	}
 	lagging := now.Add(-JournalMargin - time.Hour)
-	r := Record{Tenant: "acme", User: "late", UpTo: lagging, RecordedAt: lagging, Expires: now.Add(24 * time.Hour)}
+	r := Erasure{Tenant: "acme", User: "late", UpTo: lagging, RecordedAt: lagging, Expires: now.Add(24 * time.Hour)}
 	writeRecords(t, s, false, r)
 	for range 3 {
 		now = now.Add(5 * time.Second)
@@ -311,7 +311,7 @@ func TestJournalReadsFollowTheJournalsClock(t *testing.T) {
 	s := indexedLedger(t)
 	real := time.Now().UTC().Truncate(time.Millisecond)
 	future := real.AddDate(1, 0, 0)
-	writeRecords(t, s, false, Record{Tenant: "acme", User: "from-the-future", UpTo: future, RecordedAt: future, Expires: future.Add(24 * time.Hour)})
+	writeRecords(t, s, false, Erasure{Tenant: "acme", User: "from-the-future", UpTo: future, RecordedAt: future, Expires: future.Add(24 * time.Hour)})
 	ahead := real.Add(10 * time.Minute)
 	w := watchAt(s, &ahead)
 	if err := w.Start(context.Background()); err != nil {
@@ -319,7 +319,7 @@ func TestJournalReadsFollowTheJournalsClock(t *testing.T) {
 	}
 	for i, quiet := range []bool{true, false} {
 		real = real.Add(time.Second)
-		r := Record{Tenant: "acme", User: fmt.Sprintf("user-%d", i), UpTo: real, RecordedAt: real, Expires: real.Add(24 * time.Hour)}
+		r := Erasure{Tenant: "acme", User: fmt.Sprintf("user-%d", i), UpTo: real, RecordedAt: real, Expires: real.Add(24 * time.Hour)}
 		writeRecords(t, s, false, r)
 		ahead = ahead.Add(5 * time.Second)
 		if err := w.load(context.Background()); err != nil {
@@ -358,10 +358,10 @@ func TestIndexKeepsEveryRecordOfAUser(t *testing.T) {
 	s := indexedLedger(t)
 	ctx := context.Background()
 	now := time.Now().UTC().Truncate(time.Millisecond)
-	if err := s.Put(ctx, Record{Tenant: "acme", User: "u2", UpTo: now, RecordedAt: now}); err != nil {
+	if err := s.Put(ctx, Erasure{Tenant: "acme", User: "u2", UpTo: now, RecordedAt: now}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Put(ctx, Record{Tenant: "acme", User: "u2", UpTo: now.Add(-24 * time.Hour), RecordedAt: now.Add(time.Millisecond)}); err != nil {
+	if err := s.Put(ctx, Erasure{Tenant: "acme", User: "u2", UpTo: now.Add(-24 * time.Hour), RecordedAt: now.Add(time.Millisecond)}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.loadInForce(ctx, now)

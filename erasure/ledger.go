@@ -15,9 +15,10 @@ import (
 	"github.com/cellttl/cellttl/rowkey"
 )
 
-// Record is one erasure: no event of User of Tenant whose time is at or
-// before UpTo is written again, nor any whose record lies below Below.
-type Record struct {
+// Erasure is one erasure, as its ledger record holds it: no event of User
+// of Tenant whose time is at or before UpTo is written again, nor any
+// whose record lies below Below.
+type Erasure struct {
 	Tenant string `json:"tenant"`
 	User   string `json:"user"`
 	// UpTo is erased_up_to, in milliseconds as row keys hold event times.
@@ -118,7 +119,7 @@ func (e erased) contains(o erased) bool {
 
 // NewLedger builds a ledger from records, the latest erased_up_to of a
 // user winning and the marks joined; records expired at now are left out.
-func NewLedger(records []Record, now time.Time) *Ledger {
+func NewLedger(records []Erasure, now time.Time) *Ledger {
 	l := &Ledger{users: map[string]map[string]erased{}}
 	for _, r := range records {
 		if !r.Expires.IsZero() && !r.Expires.After(now) {

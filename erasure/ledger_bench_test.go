@@ -16,13 +16,13 @@ import (
 func BenchmarkErased(b *testing.B) {
 	now := time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC)
 	const n = 150_000
-	recs := make([]erasure.Record, 0, n)
+	recs := make([]erasure.Erasure, 0, n)
 	for i := range n {
 		exp := now.Add(14 * 24 * time.Hour)
 		if i%8 == 0 {
 			exp = time.Time{} // never
 		}
-		recs = append(recs, erasure.Record{Tenant: fmt.Sprintf("tenant-%04d", i%1000), User: fmt.Sprintf("user-%09d", i), UpTo: now, Expires: exp})
+		recs = append(recs, erasure.Erasure{Tenant: fmt.Sprintf("tenant-%04d", i%1000), User: fmt.Sprintf("user-%09d", i), UpTo: now, Expires: exp})
 	}
 	l := erasure.NewLedger(recs, now)
 	if l.Len() != n {

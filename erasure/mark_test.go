@@ -14,7 +14,7 @@ import (
 func TestMarkErasesByOffset(t *testing.T) {
 	ms := t0.UnixMilli()
 	first := &Mark{Topic: "clicks", Ends: []int64{10, 20}}
-	l := NewLedger([]Record{{Tenant: "acme", User: "u1", UpTo: t0, Below: first}}, t0)
+	l := NewLedger([]Erasure{{Tenant: "acme", User: "u1", UpTo: t0, Below: first}}, t0)
 	late := ms + int64(time.Hour/time.Millisecond) // stamped an hour past erased_up_to
 	for _, c := range []struct {
 		p    Position
@@ -65,7 +65,7 @@ func TestMarkNamesItsIncarnation(t *testing.T) {
 	ms := t0.UnixMilli()
 	late := ms + int64(time.Hour/time.Millisecond)
 	old := &Mark{Topic: "clicks", TopicID: "AAAAAAAAAAAAAAAAAAAAAA", Ends: []int64{10}}
-	l := NewLedger([]Record{{Tenant: "acme", User: "u1", UpTo: t0, Below: old}}, t0)
+	l := NewLedger([]Erasure{{Tenant: "acme", User: "u1", UpTo: t0, Below: old}}, t0)
 	above := Position{Topic: "clicks", Partition: 0, Offset: 50} // past the ends
 	if l.Erased("acme", "u1", late, above) {
 		t.Error("a reader that knows no id: a record past the ends is erased")
@@ -82,7 +82,7 @@ func TestMarkNamesItsIncarnation(t *testing.T) {
 	// to the reader's: a letter of the old topic, redriven by a reader of
 	// the new one, against a mark of the new one.
 	l.ids = map[string]string{"clicks": "BBBBBBBBBBBBBBBBBBBBBB"}
-	newMark := NewLedger([]Record{{Tenant: "acme", User: "u1", UpTo: t0, Below: &Mark{Topic: "clicks", TopicID: "BBBBBBBBBBBBBBBBBBBBBB", Ends: []int64{3}}}}, t0)
+	newMark := NewLedger([]Erasure{{Tenant: "acme", User: "u1", UpTo: t0, Below: &Mark{Topic: "clicks", TopicID: "BBBBBBBBBBBBBBBBBBBBBB", Ends: []int64{3}}}}, t0)
 	newMark.ids = l.ids
 	ofOld := Position{Topic: "clicks", TopicID: "AAAAAAAAAAAAAAAAAAAAAA", Partition: 0, Offset: 50}
 	if !newMark.Erased("acme", "u1", late, ofOld) || newMark.Erased("acme", "u1", late, Position{Topic: "clicks", Partition: 0, Offset: 50}) {
@@ -154,7 +154,7 @@ func TestStoreKeepsMarks(t *testing.T) {
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	mark := &Mark{Topic: "clicks", Ends: []int64{4, 8}}
 	for _, u := range []string{"u1", "u2"} {
-		r := Record{Tenant: "acme", User: u, UpTo: now, RecordedAt: now, RequestedBy: "ticket-1"}
+		r := Erasure{Tenant: "acme", User: u, UpTo: now, RecordedAt: now, RequestedBy: "ticket-1"}
 		if err := s.Put(ctx, r); err != nil {
 			t.Fatal(err)
 		}
@@ -203,7 +203,7 @@ func TestStoreKeepsMarks(t *testing.T) {
 // when its tenant was not read either); every other keeps it.
 func TestLetterFate(t *testing.T) {
 	ms := t0.UnixMilli()
-	l := NewLedger([]Record{{Tenant: "acme", User: "u1", UpTo: t0, Below: &Mark{Topic: "clicks", Ends: []int64{10}}}}, t0)
+	l := NewLedger([]Erasure{{Tenant: "acme", User: "u1", UpTo: t0, Below: &Mark{Topic: "clicks", Ends: []int64{10}}}}, t0)
 	for _, c := range []struct {
 		s    Subject
 		want LetterFate

@@ -141,7 +141,7 @@ func (m *Mark) passed(starts []int64) bool {
 }
 
 // retire rewrites one record with its cells at exp, or at the record's
-// own earliest expiry when later (Record.AtLeastUntil): the record row's
+// own earliest expiry when later (Erasure.AtLeastUntil): the record row's
 // cells of that forget (named by when it recorded), then its index cell
 // in the hour of its new expiry (none when that has passed: the record
 // has expired), then the never-expiring index cell goes.

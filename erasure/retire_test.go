@@ -12,7 +12,7 @@ import (
 
 // foreverRecords writes records that never expire, recorded an hour ago
 // (their journal rows with them, as forget wrote them then).
-func foreverRecords(t *testing.T, s *Store, now time.Time, recs ...Record) {
+func foreverRecords(t *testing.T, s *Store, now time.Time, recs ...Erasure) {
 	t.Helper()
 	for i := range recs {
 		recs[i].UpTo, recs[i].RecordedAt, recs[i].RequestedBy = now.Add(-time.Hour), now.Add(-time.Hour), "ticket-1"
@@ -33,10 +33,10 @@ func TestRetire(t *testing.T) {
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	clicks := &Mark{Topic: "clicks", Ends: []int64{5, 3}}
 	foreverRecords(t, s, now,
-		Record{Tenant: "acme", User: "u1", Below: clicks},
-		Record{Tenant: "initech", User: "u2", Below: clicks},
-		Record{Tenant: "acme", User: "by-time"},
-		Record{Tenant: "globex", User: "u3", Below: &Mark{Topic: "other", Ends: []int64{1}}})
+		Erasure{Tenant: "acme", User: "u1", Below: clicks},
+		Erasure{Tenant: "initech", User: "u2", Below: clicks},
+		Erasure{Tenant: "acme", User: "by-time"},
+		Erasure{Tenant: "globex", User: "u3", Below: &Mark{Topic: "other", Ends: []int64{1}}})
 	starts := map[string][]int64{"clicks": {5, 2}}
 	logStarts := func(_ context.Context, topic string) ([]int64, string, error) {
 		if st, ok := starts[topic]; ok {
@@ -91,7 +91,7 @@ func TestRetire(t *testing.T) {
 	if len(left) != 1 || left[0].user != "u3" {
 		t.Errorf("never-expiring marked cells left: %+v, want u3's alone", left)
 	}
-	if !slices.ContainsFunc(recs, func(r Record) bool { return r.User == "u1" && r.Below != nil && r.RequestedBy == "ticket-1" }) {
+	if !slices.ContainsFunc(recs, func(r Erasure) bool { return r.User == "u1" && r.Below != nil && r.RequestedBy == "ticket-1" }) {
 		t.Errorf("u1's record lost a cell: %+v", recs)
 	}
 }
@@ -110,9 +110,9 @@ func TestRetireKeepsARecordsOwnLife(t *testing.T) {
 	clicks := &Mark{Topic: "clicks", Ends: []int64{1}}
 	backups := now.Add(30 * 24 * time.Hour)
 	foreverRecords(t, s, now,
-		Record{Tenant: "acme", User: "backed-up", Below: clicks, AtLeastUntil: backups},
-		Record{Tenant: "acme", User: "short", Below: clicks, AtLeastUntil: now.Add(time.Minute)},
-		Record{Tenant: "acme", User: "unstated", Below: clicks})
+		Erasure{Tenant: "acme", User: "backed-up", Below: clicks, AtLeastUntil: backups},
+		Erasure{Tenant: "acme", User: "short", Below: clicks, AtLeastUntil: now.Add(time.Minute)},
+		Erasure{Tenant: "acme", User: "unstated", Below: clicks})
 	life := now.Add(90 * time.Minute)
 	done, err := s.Retire(ctx, now, func(context.Context, string) ([]int64, string, error) { return []int64{1}, "", nil },
 		func(string, time.Time, time.Time) time.Time { return life })
@@ -149,7 +149,7 @@ func TestRereadTakesTheRetiredLife(t *testing.T) {
 	s := indexedLedger(t)
 	ctx := context.Background()
 	now := time.Now().UTC().Truncate(time.Millisecond)
-	foreverRecords(t, s, now, Record{Tenant: "acme", User: "u1", Below: &Mark{Topic: "clicks", Ends: []int64{1}}})
+	foreverRecords(t, s, now, Erasure{Tenant: "acme", User: "u1", Below: &Mark{Topic: "clicks", Ends: []int64{1}}})
 	w := watchAt(s, &now)
 	w.rereadEvery = time.Minute
 	if err := w.Start(ctx); err != nil || w.Current().users["acme"]["u1"].expires != forever {
@@ -189,7 +189,7 @@ func TestRereadKeepsWhatTheJournalJustRead(t *testing.T) {
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	r := Record{Tenant: "acme", User: "u1", UpTo: now, RecordedAt: now, RequestedBy: "ticket-1"}
+	r := Erasure{Tenant: "acme", User: "u1", UpTo: now, RecordedAt: now, RequestedBy: "ticket-1"}
 	keys, muts, err := Rows(r, now)
 	if err != nil {
 		t.Fatal(err)
@@ -236,7 +236,7 @@ func TestJournalRowsLiveADay(t *testing.T) {
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	s.clock = func() time.Time { return now }
 	soon := now.Add(2 * time.Hour)
-	for _, r := range []Record{{Tenant: "acme", User: "forever", UpTo: now, RecordedAt: now}, {Tenant: "acme", User: "soon", UpTo: now, RecordedAt: now, Expires: soon}} {
+	for _, r := range []Erasure{{Tenant: "acme", User: "forever", UpTo: now, RecordedAt: now}, {Tenant: "acme", User: "soon", UpTo: now, RecordedAt: now, Expires: soon}} {
 		if err := s.Put(ctx, r); err != nil {
 			t.Fatal(err)
 		}
@@ -272,8 +272,8 @@ func TestRetireKeepsAnotherIncarnation(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	foreverRecords(t, s, now,
-		Record{Tenant: "acme", User: "old", Below: &Mark{Topic: "clicks", TopicID: "AAAAAAAAAAAAAAAAAAAAAA", Ends: []int64{1}}},
-		Record{Tenant: "acme", User: "now", Below: &Mark{Topic: "clicks", TopicID: "BBBBBBBBBBBBBBBBBBBBBB", Ends: []int64{1}}})
+		Erasure{Tenant: "acme", User: "old", Below: &Mark{Topic: "clicks", TopicID: "AAAAAAAAAAAAAAAAAAAAAA", Ends: []int64{1}}},
+		Erasure{Tenant: "acme", User: "now", Below: &Mark{Topic: "clicks", TopicID: "BBBBBBBBBBBBBBBBBBBBBB", Ends: []int64{1}}})
 	done, err := s.Retire(ctx, now, func(context.Context, string) ([]int64, string, error) {
 		return []int64{5}, "BBBBBBBBBBBBBBBBBBBBBB", nil
 	},

@@ -57,7 +57,7 @@ const (
 	colRecordedAt  = "recorded_at"  // Unix milliseconds, 8 bytes big-endian
 	colRequestedBy = "requested_by" // who asked, as --requested-by gave it
 	colBelow       = "below"        // the Mark, encoded (see Mark.encode)
-	colAtLeast     = "at_least"     // Record.AtLeastUntil, Unix milliseconds, 8 bytes big-endian
+	colAtLeast     = "at_least"     // Erasure.AtLeastUntil, Unix milliseconds, 8 bytes big-endian
 
 	journalPrefix = "#j#"
 	indexPrefix   = "#x#"
@@ -143,7 +143,7 @@ func (s *Store) Table() string { return s.name }
 // Put fails: forget deletes nothing, and run again writes all three. Put again with the same
 // RecordedAt, it writes the same cells again: so forget adds the mark to a
 // record it has written (see Mark).
-func (s *Store) Put(ctx context.Context, r Record) error {
+func (s *Store) Put(ctx context.Context, r Erasure) error {
 	keys, muts, err := Rows(r, s.clock())
 	if err != nil {
 		return err
@@ -162,7 +162,7 @@ func (s *Store) Put(ctx context.Context, r Record) error {
 // Rows is r's rows: its record row, its journal row (keyed by written) and
 // its index cell's row, in the order Put writes them; the ledger bench
 // writes them in bulk (loadtest ledger).
-func Rows(r Record, written time.Time) (keys []string, muts []*bigtable.Mutation, _ error) {
+func Rows(r Erasure, written time.Time) (keys []string, muts []*bigtable.Mutation, _ error) {
 	if err := rowkey.ValidateID("tenant", r.Tenant); err != nil {
 		return nil, nil, err
 	}
@@ -210,18 +210,18 @@ func journalKey(written time.Time, tenant, user string) string {
 // Load reads every record in force at now: expired records are left out
 // (GC is lazy). ignored counts rows whose key names no user (not written
 // by forget; they can suppress nothing, and must not stop the workers).
-func (s *Store) Load(ctx context.Context, now time.Time) (_ []Record, ignored int, _ error) {
-	var out []Record
+func (s *Store) Load(ctx context.Context, now time.Time) (_ []Erasure, ignored int, _ error) {
+	var out []Erasure
 	ms := marks{}
 	_, ignored, err := s.read(ctx, "read", recordRanges, nil, now, parseRecordKey, func(tenant, user string, cells []bigtable.ReadItem) {
 		// A user's row holds the cells of each forget, named by when it
 		// recorded (see colUpTo). Each still in force is a record.
-		byAt := map[string]*Record{}
+		byAt := map[string]*Erasure{}
 		for _, it := range cells {
 			name, at, _ := strings.Cut(strings.TrimPrefix(it.Column, Family+":"), ".")
 			r := byAt[at]
 			if r == nil {
-				r = &Record{Tenant: tenant, User: user}
+				r = &Erasure{Tenant: tenant, User: user}
 				if it.Timestamp != never {
 					r.Expires = it.Timestamp.Time().UTC()
 				}
@@ -274,7 +274,7 @@ type loaded struct {
 }
 
 // loadAll reads every record row in force at now, as the workers need
-// it: erased_up_to and the mark alone, no Record built. A worker does so
+// it: erased_up_to and the mark alone, no Erasure built. A worker does so
 // only at its first start on a ledger worker setup has not indexed.
 func (s *Store) loadAll(ctx context.Context, now time.Time) (loaded, error) {
 	ld := newLoader()

@@ -90,8 +90,8 @@ type Decoder struct {
 	Values ValueReader
 }
 
-// Record is the part of a Kafka record an event is read from.
-type Record struct {
+// Source is the part of a Kafka record an event is read from.
+type Source struct {
 	Value []byte
 	// Size is the value's length when Value holds only its first bytes (a
 	// record too large to fetch whole), 0 otherwise.
@@ -123,7 +123,7 @@ var latestBase = time.UnixMilli(rowkey.MaxMillis).UTC()
 // alone. The value must be a JSON object whatever the mapping: it is what
 // the row stores. On an error about the event's time, the event's ids
 // are returned with it; on any other, none.
-func (d Decoder) DecodeRecord(r *Record) (Event, error) {
+func (d Decoder) DecodeRecord(r *Source) (Event, error) {
 	m := d.Mapping
 	if m == nil {
 		m = contract
@@ -152,7 +152,7 @@ func (d Decoder) DecodeRecord(r *Record) (Event, error) {
 }
 
 // event validates the fields read of r and makes its event.
-func (d Decoder) event(m *Mapping, f *fields, r *Record) (Event, error) {
+func (d Decoder) event(m *Mapping, f *fields, r *Source) (Event, error) {
 	var (
 		ev  Event
 		err error
@@ -181,7 +181,7 @@ func (d Decoder) event(m *Mapping, f *fields, r *Record) (Event, error) {
 
 // value finds field i of the record as text. A header or key is always
 // text; a JSON value is checked by the caller.
-func (m *Mapping) value(i int, f *fields, r *Record) (*field, error) {
+func (m *Mapping) value(i int, f *fields, r *Source) (*field, error) {
 	src := &m.src[i]
 	switch src.kind {
 	case fromHeader:
@@ -205,7 +205,7 @@ func (m *Mapping) value(i int, f *fields, r *Record) (*field, error) {
 
 // id reads one of the event's ids; one that is not required may be
 // absent or null.
-func (m *Mapping) id(i int, f *fields, r *Record, required bool) (string, error) {
+func (m *Mapping) id(i int, f *fields, r *Source, required bool) (string, error) {
 	src := &m.src[i]
 	fl, err := m.value(i, f, r)
 	if err != nil {
@@ -229,7 +229,7 @@ func (m *Mapping) id(i int, f *fields, r *Record, required bool) (string, error)
 // base picks the time the TTL counts from. A time that is present means
 // what it says: one before 1970 makes an event long expired, which the
 // caller skips.
-func (d Decoder) base(m *Mapping, f *fields, r *Record) (time.Time, bool, error) {
+func (d Decoder) base(m *Mapping, f *fields, r *Source) (time.Time, bool, error) {
 	src := &m.src[fieldTime]
 	fl, err := m.value(fieldTime, f, r)
 	if err != nil {

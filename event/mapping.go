@@ -97,7 +97,7 @@ type source struct {
 	// for JSON, the spec otherwise.
 	field string
 	path  []string // JSON
-	// header is the index of the header in Record.Headers.
+	// header is the index of the header in Source.Headers.
 	header int
 }
 
@@ -266,7 +266,7 @@ func isPrefix(p, of []string) bool {
 }
 
 // Headers are the names of the record headers the mapping reads, in the
-// order Record.Headers holds their values.
+// order Source.Headers holds their values.
 func (m *Mapping) Headers() []string { return m.headers }
 
 // node is one JSON object level of the mapping's paths: the keys read

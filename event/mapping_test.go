@@ -67,49 +67,49 @@ func TestDecodeMapped(t *testing.T) {
 	tests := []struct {
 		name string
 		f    Fields
-		rec  Record
+		rec  Source
 		want Event
 	}{
 		{"nested paths and epoch ms",
 			Fields{Tenant: "json:customer_id", EventID: "json:context.session.id", User: "json:context.user.id", Time: "json:ts", TimeFormat: "unix-ms"},
-			Record{Value: []byte(`{"customer_id":"acme","ts":1795251600123,"context":{"page":{"url":"/x"},"session":{"id":"s-1"},"user":{"id":"u-7"}}}`), Time: at},
+			Source{Value: []byte(`{"customer_id":"acme","ts":1795251600123,"context":{"page":{"url":"/x"},"session":{"id":"s-1"},"user":{"id":"u-7"}}}`), Time: at},
 			Event{ID: "s-1", Tenant: "acme", User: "u-7", Base: at.Add(123 * time.Millisecond)}},
 		{"tenant from a header",
 			Fields{Tenant: "header:x-tenant", EventID: "json:id", User: "json:user", Time: "json:at", TimeFormat: "rfc3339"},
-			Record{Value: []byte(`{"id":"e-1","at":"2026-11-21T09:00:00Z"}`), Headers: [numFields]Header{{Value: []byte("globex"), Count: 1}}, Time: at},
+			Source{Value: []byte(`{"id":"e-1","at":"2026-11-21T09:00:00Z"}`), Headers: [numFields]Header{{Value: []byte("globex"), Count: 1}}, Time: at},
 			Event{ID: "e-1", Tenant: "globex", Base: at}},
 		{"tenant from the key, time from a header in seconds",
 			Fields{Tenant: "key", EventID: "json:event_id", User: "header:user", Time: "header:ts", TimeFormat: "unix-s"},
-			Record{Value: []byte(`{"event_id":"e-2"}`), Key: []byte("initech"),
+			Source{Value: []byte(`{"event_id":"e-2"}`), Key: []byte("initech"),
 				Headers: [numFields]Header{{Value: []byte("u-1"), Count: 1}, {Value: []byte("1795251599.5"), Count: 1}}, Time: at},
 			Event{ID: "e-2", Tenant: "initech", User: "u-1", Base: at.Add(-500 * time.Millisecond)}},
 		{"event id from the key",
 			Fields{Tenant: "json:tenant_id", EventID: "key", User: "json:user_id", Time: "json:occurred_at", TimeFormat: "rfc3339"},
-			Record{Value: []byte(`{"tenant_id":"acme"}`), Key: []byte("k-9"), Time: at},
+			Source{Value: []byte(`{"tenant_id":"acme"}`), Key: []byte("k-9"), Time: at},
 			Event{ID: "k-9", Tenant: "acme", Base: at}},
 		{"a null parent is an absent user",
 			Fields{Tenant: "json:t", EventID: "json:e", User: "json:ctx.user", Time: "json:ts", TimeFormat: "auto"},
-			Record{Value: []byte(`{"t":"a","e":"b","ctx":null,"ts":1795251600}`), Time: at},
+			Source{Value: []byte(`{"t":"a","e":"b","ctx":null,"ts":1795251600}`), Time: at},
 			Event{ID: "b", Tenant: "a", Base: at}},
 		{"auto: milliseconds by magnitude",
 			Fields{Tenant: "json:t", EventID: "json:e", User: "json:u", Time: "json:ts", TimeFormat: "auto"},
-			Record{Value: []byte(`{"t":"a","e":"b","ts":1795251600000}`), Time: at},
+			Source{Value: []byte(`{"t":"a","e":"b","ts":1795251600000}`), Time: at},
 			Event{ID: "b", Tenant: "a", Base: at}},
 		{"auto: an RFC 3339 string",
 			Fields{Tenant: "json:t", EventID: "json:e", User: "json:u", Time: "json:ts", TimeFormat: "auto"},
-			Record{Value: []byte(`{"t":"a","e":"b","ts":"2026-11-21T09:00:00Z"}`), Time: at},
+			Source{Value: []byte(`{"t":"a","e":"b","ts":"2026-11-21T09:00:00Z"}`), Time: at},
 			Event{ID: "b", Tenant: "a", Base: at}},
 		{"auto: a number in a string",
 			Fields{Tenant: "json:t", EventID: "json:e", User: "json:u", Time: "json:ts", TimeFormat: "auto"},
-			Record{Value: []byte(`{"t":"a","e":"b","ts":"1795251600000"}`), Time: at},
+			Source{Value: []byte(`{"t":"a","e":"b","ts":"1795251600000"}`), Time: at},
 			Event{ID: "b", Tenant: "a", Base: at}},
 		{"epoch ms beyond the skew: the record timestamp",
 			Fields{Tenant: "json:t", EventID: "json:e", User: "json:u", Time: "json:ts", TimeFormat: "unix-ms"},
-			Record{Value: []byte(`{"t":"a","e":"b","ts":1795251900001}`), Time: at},
+			Source{Value: []byte(`{"t":"a","e":"b","ts":1795251900001}`), Time: at},
 			Event{ID: "b", Tenant: "a", Base: at, Clamped: true}},
 		{"before 1970 kept (skipped as expired by the caller)",
 			Fields{Tenant: "json:t", EventID: "json:e", User: "json:u", Time: "json:ts", TimeFormat: "unix-s"},
-			Record{Value: []byte(`{"t":"a","e":"b","ts":-1.25}`), Time: at},
+			Source{Value: []byte(`{"t":"a","e":"b","ts":-1.25}`), Time: at},
 			Event{ID: "b", Tenant: "a", Base: time.Unix(-2, 75e7)}},
 	}
 	for _, tt := range tests {
@@ -134,54 +134,54 @@ func TestDecodeMappedInvalid(t *testing.T) {
 	tests := []struct {
 		name       string
 		f          Fields
-		rec        Record
+		rec        Source
 		field, why string
 	}{
-		{"nested id missing", nested, Record{Value: []byte(`{"customer_id":"a","context":{"session":{}}}`)},
+		{"nested id missing", nested, Source{Value: []byte(`{"customer_id":"a","context":{"session":{}}}`)},
 			"context.session.id", "context.session.id is missing"},
-		{"parent missing", nested, Record{Value: []byte(`{"customer_id":"a"}`)},
+		{"parent missing", nested, Source{Value: []byte(`{"customer_id":"a"}`)},
 			"context.session.id", "context.session.id is missing"},
-		{"nested id a number", nested, Record{Value: []byte(`{"customer_id":"a","context":{"session":{"id":7}}}`)},
+		{"nested id a number", nested, Source{Value: []byte(`{"customer_id":"a","context":{"session":{"id":7}}}`)},
 			"context.session.id", "context.session.id must be a string, not a JSON number"},
-		{"parent not an object", nested, Record{Value: []byte(`{"customer_id":"a","context":{"session":"s-1"}}`)},
+		{"parent not an object", nested, Source{Value: []byte(`{"customer_id":"a","context":{"session":"s-1"}}`)},
 			"context.session.id", "context.session.id cannot be read: context.session is a JSON string, not an object"},
-		{"parent twice", nested, Record{Value: []byte(`{"customer_id":"a","context":{"session":{"id":"x"}},"context":{"session":{"id":"y"}}}`)},
+		{"parent twice", nested, Source{Value: []byte(`{"customer_id":"a","context":{"session":{"id":"x"}},"context":{"session":{"id":"y"}}}`)},
 			"context", "context appears more than once"},
-		{"nested key twice", nested, Record{Value: []byte(`{"customer_id":"a","context":{"session":{"id":"x","id":"y"}}}`)},
+		{"nested key twice", nested, Source{Value: []byte(`{"customer_id":"a","context":{"session":{"id":"x","id":"y"}}}`)},
 			"context.session.id", "context.session.id appears more than once"},
 		{"four-byte case variant", Fields{Tenant: "json:a.\U00010400", EventID: "json:event_id", User: "json:u", Time: "json:t", TimeFormat: "rfc3339"},
-			Record{Value: []byte("{\"event_id\":\"e\",\"a\":{\"\U00010400\":\"t\",\"\U00010428\":\"x\"}}")},
+			Source{Value: []byte("{\"event_id\":\"e\",\"a\":{\"\U00010400\":\"t\",\"\U00010428\":\"x\"}}")},
 			"a.\U00010400", "differs from a.\U00010400 only in case"},
-		{"nested key in another case", nested, Record{Value: []byte(`{"customer_id":"a","context":{"Session":{"id":"x"}}}`)},
+		{"nested key in another case", nested, Source{Value: []byte(`{"customer_id":"a","context":{"Session":{"id":"x"}}}`)},
 			"context.session", `key "Session" differs from context.session only in case`},
-		{"tenant a number", nested, Record{Value: []byte(`{"customer_id":5,"context":{"session":{"id":"x"}}}`)},
+		{"tenant a number", nested, Source{Value: []byte(`{"customer_id":5,"context":{"session":{"id":"x"}}}`)},
 			"customer_id", "customer_id must be a string, not a JSON number"},
-		{"hash in a nested id", nested, Record{Value: []byte(`{"customer_id":"a","context":{"session":{"id":"x#y"}}}`)},
+		{"hash in a nested id", nested, Source{Value: []byte(`{"customer_id":"a","context":{"session":{"id":"x#y"}}}`)},
 			"context.session.id", `context.session.id "x#y" contains '#'`},
-		{"epoch as a string", nested, Record{Value: []byte(`{"customer_id":"a","context":{"session":{"id":"x"}},"ts":"1795251600000"}`)},
+		{"epoch as a string", nested, Source{Value: []byte(`{"customer_id":"a","context":{"session":{"id":"x"}},"ts":"1795251600000"}`)},
 			"ts", "ts must be a JSON number of epoch milliseconds (--event-time-format unix-ms), not a JSON string"},
-		{"epoch with an exponent", nested, Record{Value: []byte(`{"customer_id":"a","context":{"session":{"id":"x"}},"ts":1.7e12}`)},
+		{"epoch with an exponent", nested, Source{Value: []byte(`{"customer_id":"a","context":{"session":{"id":"x"}},"ts":1.7e12}`)},
 			"ts", "ts 1.7e12 is not a plain decimal number of epoch milliseconds"},
-		{"epoch out of range", nested, Record{Value: []byte(`{"customer_id":"a","context":{"session":{"id":"x"}},"ts":1000000000000000}`)},
+		{"epoch out of range", nested, Source{Value: []byte(`{"customer_id":"a","context":{"session":{"id":"x"}},"ts":1000000000000000}`)},
 			"ts", "ts 1000000000000000 is not within the range of times a row key can hold"},
-		{"epoch past 2286, within the skew of the record timestamp", nested, Record{Value: []byte(`{"customer_id":"a","context":{"session":{"id":"x"}},"ts":10000000000000}`), Time: time.UnixMilli(9_999_999_999_999)},
+		{"epoch past 2286, within the skew of the record timestamp", nested, Source{Value: []byte(`{"customer_id":"a","context":{"session":{"id":"x"}},"ts":10000000000000}`), Time: time.UnixMilli(9_999_999_999_999)},
 			"ts", "ts 10000000000000 is later than 2286-11-20T17:46:39.999Z"},
-		{"epoch in a record without a timestamp", nested, Record{Value: []byte(`{"customer_id":"a","context":{"session":{"id":"x"}},"ts":1777539600000}`), Time: time.Unix(0, 1)},
+		{"epoch in a record without a timestamp", nested, Source{Value: []byte(`{"customer_id":"a","context":{"session":{"id":"x"}},"ts":1777539600000}`), Time: time.Unix(0, 1)},
 			"ts", "ts 2026-04-30T09:00:00Z comes in a Kafka record without a timestamp (-1)"},
-		{"header missing", headers, Record{Value: []byte(`{}`), Key: []byte("e")},
+		{"header missing", headers, Source{Value: []byte(`{}`), Key: []byte("e")},
 			"header:x-tenant", "header x-tenant is missing"},
-		{"header twice", headers, Record{Value: []byte(`{}`), Key: []byte("e"), Headers: [numFields]Header{{Value: []byte("a"), Count: 2}}},
+		{"header twice", headers, Source{Value: []byte(`{}`), Key: []byte("e"), Headers: [numFields]Header{{Value: []byte("a"), Count: 2}}},
 			"header:x-tenant", "header x-tenant appears 2 times"},
-		{"header with a hash", headers, Record{Value: []byte(`{}`), Key: []byte("e"), Headers: one("a#b")},
+		{"header with a hash", headers, Source{Value: []byte(`{}`), Key: []byte("e"), Headers: one("a#b")},
 			"header:x-tenant", `header x-tenant "a#b" contains '#'`},
-		{"no key", headers, Record{Value: []byte(`{}`), Headers: one("a")},
+		{"no key", headers, Source{Value: []byte(`{}`), Headers: one("a")},
 			"key", "record key is missing"},
-		{"empty key", headers, Record{Value: []byte(`{}`), Key: []byte{}, Headers: one("a")},
+		{"empty key", headers, Source{Value: []byte(`{}`), Key: []byte{}, Headers: one("a")},
 			"key", "record key is empty"},
-		{"time header not a number", headers, Record{Value: []byte(`{}`), Key: []byte("e"),
+		{"time header not a number", headers, Source{Value: []byte(`{}`), Key: []byte("e"),
 			Headers: [numFields]Header{{Value: []byte("a"), Count: 1}, {Value: []byte("2026-11-21T09:00:00Z"), Count: 1}}},
 			"header:ts", `header ts "2026-11-21T09:00:00Z" is not a plain decimal number of epoch milliseconds`},
-		{"value not an object, whatever the mapping", headers, Record{Value: []byte(`[]`), Key: []byte("e"), Headers: one("a")},
+		{"value not an object, whatever the mapping", headers, Source{Value: []byte(`[]`), Key: []byte("e"), Headers: one("a")},
 			"", "value is a JSON array, not an object"},
 	}
 	for _, tt := range tests {
@@ -263,11 +263,11 @@ func FuzzMappedMatchesEncodingJSON(f *testing.F) {
 	hs := [numFields]Header{{Value: []byte("acme"), Count: 1}}
 	f.Fuzz(func(t *testing.T, v []byte) {
 		var obj map[string]any
-		_, err := none.DecodeRecord(&Record{Value: v, Key: []byte("e"), Headers: hs, Time: recordTime})
+		_, err := none.DecodeRecord(&Source{Value: v, Key: []byte("e"), Headers: hs, Time: recordTime})
 		if isObject := json.Unmarshal(v, &obj) == nil && obj != nil; (err == nil) != isObject {
 			t.Fatalf("%q with nothing read from JSON: %v (a JSON object: %t)", v, err, isObject)
 		}
-		ev, err := d.DecodeRecord(&Record{Value: v, Time: recordTime})
+		ev, err := d.DecodeRecord(&Source{Value: v, Time: recordTime})
 		if err != nil {
 			var e *Error
 			if !errors.As(err, &e) || e.Error() == "" || e.Class == "" {
@@ -312,7 +312,7 @@ func TestDecodeMappedAllocations(t *testing.T) {
 		t.Skip("allocation counts are meaningless under the race detector")
 	}
 	d := Decoder{MaxBytes: 1 << 10, Mapping: mapping(t, Fields{Tenant: "json:customer_id", EventID: "json:context.session.id", User: "header:user", Time: "json:ts", TimeFormat: "auto"})}
-	rec := Record{Value: []byte(`{"customer_id":"acme","ts":1795251600123,"context":{"page":{"url":"/x"},"session":{"id":"s-1"}}}`),
+	rec := Source{Value: []byte(`{"customer_id":"acme","ts":1795251600123,"context":{"page":{"url":"/x"},"session":{"id":"s-1"}}}`),
 		Headers: [numFields]Header{{Value: []byte("u-1"), Count: 1}}, Time: recordTime}
 	if n := testing.AllocsPerRun(200, func() { _, _ = d.DecodeRecord(&rec) }); n != 0 {
 		t.Errorf("DecodeRecord allocates %v times per event, want 0", n)
@@ -325,12 +325,12 @@ func TestDecodeNothingFromJSON(t *testing.T) {
 	d := Decoder{MaxBytes: 1 << 10, Mapping: mapping(t, Fields{Tenant: "header:t", EventID: "key", User: "header:u", Time: "header:ts", TimeFormat: "unix-ms"})}
 	hs := [numFields]Header{{Value: []byte("acme"), Count: 1}, {Value: []byte("u-1"), Count: 1}, {Value: []byte("1795251600123"), Count: 1}}
 	for _, v := range []string{`{}`, `{"":1}`, `{"a":{"":[]},"":""}`} {
-		ev, err := d.DecodeRecord(&Record{Value: []byte(v), Key: []byte("e-1"), Headers: hs, Time: time.UnixMilli(1795251600123)})
+		ev, err := d.DecodeRecord(&Source{Value: []byte(v), Key: []byte("e-1"), Headers: hs, Time: time.UnixMilli(1795251600123)})
 		if err != nil || ev.Tenant != "acme" || ev.ID != "e-1" || ev.User != "u-1" || ev.Base.UnixMilli() != 1795251600123 {
 			t.Errorf("%s: %+v, %v", v, ev, err)
 		}
 	}
-	if _, err := d.DecodeRecord(&Record{Value: []byte(`{"":`), Key: []byte("e-1"), Headers: hs}); err == nil {
+	if _, err := d.DecodeRecord(&Source{Value: []byte(`{"":`), Key: []byte("e-1"), Headers: hs}); err == nil {
 		t.Error("invalid JSON accepted")
 	}
 }

@@ -17,7 +17,7 @@ const MaxRequestedTTL = time.Duration(math.MaxInt64 - math.MaxInt64%int64(time.M
 
 // ttl reads the event's own TTL, when the mapping reads one and the event
 // gives it: absent or null leaves the tenant's TTL.
-func (m *Mapping) ttl(f *fields, r *Record) (time.Duration, bool, error) {
+func (m *Mapping) ttl(f *fields, r *Source) (time.Duration, bool, error) {
 	src := &m.src[fieldTTL]
 	if src.kind == fromNowhere {
 		return 0, false, nil

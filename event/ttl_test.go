@@ -47,14 +47,14 @@ func TestEventTTL(t *testing.T) {
 		{`,"ttl":"300000000d"`, MaxRequestedTTL, true},
 	}
 	for _, tt := range tests {
-		ev, err := d.DecodeRecord(&Record{Value: []byte(head + tt.field + `}`), Time: recordTime})
+		ev, err := d.DecodeRecord(&Source{Value: []byte(head + tt.field + `}`), Time: recordTime})
 		if err != nil || ev.TTL != tt.want || ev.HasTTL != tt.has {
 			t.Errorf("%s: TTL %v (set %v), %v; want %v (set %v)", tt.field, ev.TTL, ev.HasTTL, err, tt.want, tt.has)
 		}
 	}
 
 	h := ttlDecoder(t, "header:x-ttl")
-	rec := Record{Value: []byte(head + `}`), Time: recordTime}
+	rec := Source{Value: []byte(head + `}`), Time: recordTime}
 	rec.Headers[0] = Header{Value: []byte("7d"), Count: 1}
 	if ev, err := h.DecodeRecord(&rec); err != nil || ev.TTL != 7*duration.Day || !ev.HasTTL {
 		t.Errorf("header 7d: %v (set %v), %v", ev.TTL, ev.HasTTL, err)
@@ -94,7 +94,7 @@ func TestEventTTLInvalid(t *testing.T) {
 		{`,"meta":{"ttl":"` + strings.Repeat("9", 200) + `x"}`, BadTTL, `…" is not a TTL`},
 	}
 	for _, tt := range tests {
-		ev, err := d.DecodeRecord(&Record{Value: []byte(head + tt.field + `}`), Time: recordTime})
+		ev, err := d.DecodeRecord(&Source{Value: []byte(head + tt.field + `}`), Time: recordTime})
 		var e *Error
 		if !errors.As(err, &e) || e.Class != tt.class || !strings.Contains(e.Reason, tt.want) || e.Field != "meta.ttl" {
 			t.Errorf("%s: %v, want %s %q on meta.ttl", tt.field, err, tt.class, tt.want)
@@ -108,7 +108,7 @@ func TestEventTTLInvalid(t *testing.T) {
 		}
 	}
 	h := ttlDecoder(t, "header:x-ttl")
-	rec := Record{Value: []byte(head + `}`), Time: recordTime}
+	rec := Source{Value: []byte(head + `}`), Time: recordTime}
 	rec.Headers[0] = Header{Value: []byte("1h"), Count: 2}
 	if _, err := h.DecodeRecord(&rec); err == nil || !strings.Contains(err.Error(), "header x-ttl appears 2 times") {
 		t.Errorf("a header given twice: %v", err)
@@ -197,7 +197,7 @@ func TestEventTTLAllocations(t *testing.T) {
 		t.Skip("allocation counts are meaningless under the race detector")
 	}
 	d := ttlDecoder(t, "json:ttl")
-	rec := Record{Value: []byte(`{"event_id":"e-1","tenant_id":"acme","occurred_at":"2026-11-21T09:00:00Z","ttl":"1d12h"}`), Time: recordTime}
+	rec := Source{Value: []byte(`{"event_id":"e-1","tenant_id":"acme","occurred_at":"2026-11-21T09:00:00Z","ttl":"1d12h"}`), Time: recordTime}
 	if n := testing.AllocsPerRun(200, func() { _, _ = d.DecodeRecord(&rec) }); n != 0 {
 		t.Errorf("DecodeRecord with a TTL allocates %v times per event, want 0", n)
 	}

@@ -305,7 +305,7 @@ func (sc *schedule) observe() map[string][]rowCells {
 func (sc *schedule) checkBackups() []string {
 	now := time.Now()
 	var bad []string
-	var recs []erasure.Record
+	var recs []erasure.Erasure
 	read := false
 	for _, f := range sc.forgets {
 		if f.backups <= 0 || !now.Before(f.returned.Add(f.backups)) {
@@ -318,7 +318,7 @@ func (sc *schedule) checkBackups() []string {
 			}
 			read = true
 		}
-		kept := slices.ContainsFunc(recs, func(r erasure.Record) bool {
+		kept := slices.ContainsFunc(recs, func(r erasure.Erasure) bool {
 			return r.Tenant == f.tenant && r.User == f.user && (r.Expires.IsZero() || !r.Expires.Before(f.returned.Add(f.backups-time.Minute)))
 		})
 		if !kept {

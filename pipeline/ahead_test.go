@@ -30,7 +30,7 @@ func TestDecideTimeAhead(t *testing.T) {
 	d := &pc.Decoder
 	now := time.Date(2026, 11, 21, 9, 0, 0, 0, time.UTC)
 	latest := StrictLatest(now, d.MaxClockSkew)
-	ledger := erasure.NewLedger([]erasure.Record{{Tenant: "acme", User: "u-gone", UpTo: now.Add(2 * time.Hour)}}, now)
+	ledger := erasure.NewLedger([]erasure.Erasure{{Tenant: "acme", User: "u-gone", UpTo: now.Add(2 * time.Hour)}}, now)
 	const unlistedKeep = 20 * time.Minute
 	msg := func(tenant, user string, record time.Time, occurred time.Duration) ingest.Message {
 		v := `{"event_id":"e-1","tenant_id":"` + tenant + `","user_id":"` + user + `"`

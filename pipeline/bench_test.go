@@ -77,10 +77,10 @@ func BenchmarkHotPathErasures(b *testing.B) {
 // bigLedger erases n users of acme, the benchmark event's tenant, and
 // with its own user among them, u-42 too.
 func bigLedger(n int, withEventUser bool) *erasure.Ledger {
-	recs := make([]erasure.Record, 0, n+1)
+	recs := make([]erasure.Erasure, 0, n+1)
 	upTo := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC) // after the event
 	for i := range n {
-		recs = append(recs, erasure.Record{Tenant: "acme", User: fmt.Sprintf("user-%07d", i), UpTo: upTo})
+		recs = append(recs, erasure.Erasure{Tenant: "acme", User: fmt.Sprintf("user-%07d", i), UpTo: upTo})
 	}
 	if withEventUser {
 		recs[0].User = "u-42"

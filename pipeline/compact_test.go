@@ -37,9 +37,9 @@ func TestCompactErasureLookupHoldsOnlyItsPartition(t *testing.T) {
 	store.CompactAbove = 1
 	store.LookupAttempt = 300 * time.Millisecond
 	now := time.Now()
-	var recs []erasure.Record
+	var recs []erasure.Erasure
 	for i := range 4 {
-		recs = append(recs, erasure.Record{Tenant: "acme", User: fmt.Sprintf("gone-%d", i), UpTo: now.Add(time.Hour), RecordedAt: now})
+		recs = append(recs, erasure.Erasure{Tenant: "acme", User: fmt.Sprintf("gone-%d", i), UpTo: now.Add(time.Hour), RecordedAt: now})
 	}
 	for _, r := range recs {
 		if err := store.Put(ctx, r); err != nil {

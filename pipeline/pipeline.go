@@ -271,8 +271,8 @@ func (p *Pipeline) fetchLoop(ctx context.Context, b *batcher, dead chan<- deadIt
 // record is what a decoder with mapping m reads of msg: the headers the
 // mapping names are looked up here, where the Kafka client's types are
 // known.
-func record(m *event.Mapping, msg *ingest.Message) event.Record {
-	r := event.Record{Value: msg.Value, Key: msg.Key, Time: msg.Time}
+func record(m *event.Mapping, msg *ingest.Message) event.Source {
+	r := event.Source{Value: msg.Value, Key: msg.Key, Time: msg.Time}
 	if m != nil {
 		for i, name := range m.Headers() {
 			for _, h := range msg.Headers {
@@ -291,7 +291,7 @@ func record(m *event.Mapping, msg *ingest.Message) event.Record {
 // out: its fields may be read from them).
 func cutError(c *ingest.Cut, d event.Decoder) error {
 	if c.Size > int64(d.MaxBytes) {
-		_, err := d.DecodeRecord(&event.Record{Size: c.Size}) // the decoder's own words
+		_, err := d.DecodeRecord(&event.Source{Size: c.Size}) // the decoder's own words
 		return err
 	}
 	return &event.Error{Class: event.TooLarge, Reason: fmt.Sprintf("the record's %s took more than 64 KiB: the record is too large to hold", strings.ReplaceAll(c.Dropped, ",", " and "))}

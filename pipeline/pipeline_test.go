@@ -793,7 +793,7 @@ func TestErasedUsersAreNotWritten(t *testing.T) {
 			return fmt.Sprintf(`{"event_id":%q,"tenant_id":%q,"user_id":%q,"occurred_at":%q}`, id, tenant, user, at.Format(time.RFC3339Nano))
 		}
 		upTo := now.Add(-time.Minute)
-		ledger := erasure.NewLedger([]erasure.Record{{Tenant: "acme", User: "u1", UpTo: upTo}, {Tenant: "zed", User: "u1", UpTo: upTo}}, now)
+		ledger := erasure.NewLedger([]erasure.Erasure{{Tenant: "acme", User: "u1", UpTo: upTo}, {Tenant: "zed", User: "u1", UpTo: upTo}}, now)
 		src := newSource(
 			ev("e-0", "acme", "u1", upTo),                       // erased: at erased_up_to
 			ev("e-1", "acme", "u1", upTo.Add(-30*time.Minute)),  // erased
@@ -844,15 +844,15 @@ func TestErasedUsersGetNoDeadLetters(t *testing.T) {
 			`{"event_id":"e-1","tenant_id":"acme","user_id":"u7","occurred_at":"yesterday"}`, // not erased: dead-lettered
 			`{"event_id":"e-2","tenant_id":"acme","user_id":"u8"}`,                           // refused, its user erased once decided
 		)
-		u9 := erasure.Record{Tenant: "acme", User: "u9", UpTo: now.Add(time.Hour)}
-		u8 := erasure.Record{Tenant: "acme", User: "u8", UpTo: now.Add(time.Hour)}
+		u9 := erasure.Erasure{Tenant: "acme", User: "u9", UpTo: now.Add(time.Hour)}
+		u8 := erasure.Erasure{Tenant: "acme", User: "u8", UpTo: now.Add(time.Hour)}
 		var calls atomic.Int32
 		pcfg := DefaultConfig()
 		pcfg.Erasures = func() *erasure.Ledger {
 			if calls.Add(1) <= 3 { // the three decisions
-				return erasure.NewLedger([]erasure.Record{u9}, now)
+				return erasure.NewLedger([]erasure.Erasure{u9}, now)
 			}
-			return erasure.NewLedger([]erasure.Record{u9, u8}, now) // the write's
+			return erasure.NewLedger([]erasure.Erasure{u9, u8}, now) // the write's
 		}
 		w, dlq := &fakeWriter{refuse: "#e-2"}, &fakeDLQ{}
 		stop, p := start(t, pcfg, src, w, dlq, func() *tenants.Config { return testConfig(t) })
@@ -894,7 +894,7 @@ func TestLettersObeyTheLedgerWhenProduced(t *testing.T) {
 		stop, p := start(t, pcfg, src, &fakeWriter{}, dlq, func() *tenants.Config { return testConfig(t) })
 		time.Sleep(5 * time.Second)
 		synctest.Wait()
-		ledger.Store(erasure.NewLedger([]erasure.Record{{Tenant: "acme", User: "u1", UpTo: now.Add(time.Hour)}}, now))
+		ledger.Store(erasure.NewLedger([]erasure.Erasure{{Tenant: "acme", User: "u1", UpTo: now.Add(time.Hour)}}, now))
 		dlq.setFailing(false)
 		time.Sleep(15 * time.Second)
 		synctest.Wait()

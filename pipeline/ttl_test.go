@@ -155,7 +155,7 @@ func TestOwnTTLsBoundTheirDeadLetters(t *testing.T) {
 			`{"event_id":"e-2","tenant_id":"acme","user_id":"u-9","occurred_at":"`+occurred+`","ttl":"soon"}`,
 		)
 		pc.Erasures = func() *erasure.Ledger {
-			return erasure.NewLedger([]erasure.Record{{Tenant: "acme", User: "u-9", UpTo: at.Add(time.Second)}}, time.Now())
+			return erasure.NewLedger([]erasure.Erasure{{Tenant: "acme", User: "u-9", UpTo: at.Add(time.Second)}}, time.Now())
 		}
 		for i := range src.msgs {
 			src.msgs[i].Time = at.Add(time.Hour) // the record stamped later than the event
@@ -212,7 +212,7 @@ func TestDecideErasesByOffset(t *testing.T) {
 	cfg, pc := ownTTLSetup(t, ttlTenants)
 	now := time.Date(2026, 11, 21, 9, 0, 0, 0, time.UTC)
 	ahead := now.Add(30 * time.Minute)
-	ledger := erasure.NewLedger([]erasure.Record{{Tenant: "acme", User: "u1", UpTo: now,
+	ledger := erasure.NewLedger([]erasure.Erasure{{Tenant: "acme", User: "u1", UpTo: now,
 		Below: &erasure.Mark{Topic: "clicks", Ends: []int64{100}}}}, now)
 	for _, c := range []struct {
 		value  string

@@ -35,7 +35,7 @@ func TestRetimeDeletesRowsOfUsersHeldCompact(t *testing.T) {
 	store.CompactAbove = 1
 	now := time.Now()
 	for _, u := range []string{"u0", "u1", "u2"} { // seed's users of the first three events
-		if err := store.Put(ctx, erasure.Record{Tenant: "acme", User: u, UpTo: now.Add(time.Hour), RecordedAt: now}); err != nil {
+		if err := store.Put(ctx, erasure.Erasure{Tenant: "acme", User: u, UpTo: now.Add(time.Hour), RecordedAt: now}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -109,7 +109,7 @@ func readTopics(ctx context.Context, s Sources) (input TopicKeep, deadLetters []
 // holds events whose rows were written under it, as short-lived as their
 // tenant's min_ttl. A keep that could not be read, or forever, reaches
 // back over the whole record.
-func ownTTLsWithin(rec tablemeta.Record, input TopicKeep, now time.Time) (tablemeta.Setting, bool) {
+func ownTTLsWithin(rec tablemeta.State, input TopicKeep, now time.Time) (tablemeta.Setting, bool) {
 	for i := len(rec.TTLFrom) - 1; i >= 0; i-- {
 		set := rec.TTLFrom[i]
 		if i+1 < len(rec.TTLFrom) && input.Unknown == "" && input.Keeps > 0 && now.Sub(rec.TTLFrom[i+1].Since) > input.Keeps {

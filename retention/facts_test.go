@@ -20,7 +20,7 @@ import (
 // the topic's keep, not only the one in force.
 func TestOwnTTLsWithinTheInputTopicsKeep(t *testing.T) {
 	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
-	rec := tablemeta.Record{TTLFrom: []tablemeta.Setting{
+	rec := tablemeta.State{TTLFrom: []tablemeta.Setting{
 		{TTLFrom: "json:ttl", Since: now.AddDate(0, 0, -10)},
 		{TTLFrom: "", Since: now.AddDate(0, 0, -2)},
 	}}

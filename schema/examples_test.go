@@ -48,7 +48,7 @@ message Click {
 			}
 			cm, m := compile(t, c.format, c.schema, event.DefaultFields())
 			d := decoder(c.id, cm, m)
-			ev, err := d.DecodeRecord(&event.Record{Value: v, Time: at.Add(time.Second)})
+			ev, err := d.DecodeRecord(&event.Source{Value: v, Time: at.Add(time.Second)})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -24,7 +24,7 @@ func FuzzRead(f *testing.F) {
 	protoDec := decoder(2, pc, pm)
 	f.Fuzz(func(t *testing.T, v []byte) {
 		for _, d := range []event.Decoder{avroDec, protoDec} {
-			_, err := d.DecodeRecord(&event.Record{Value: v, Time: recordTime})
+			_, err := d.DecodeRecord(&event.Source{Value: v, Time: recordTime})
 			var e *event.Error
 			if err != nil && !errors.As(err, &e) {
 				t.Fatalf("%q: an error that is no *event.Error: %v", v, err)

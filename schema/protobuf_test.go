@@ -64,7 +64,7 @@ func TestProtobufContract(t *testing.T) {
 		l.Append(protoreflect.ValueOfString("a"))
 	})
 	d := decoder(5, c, m)
-	ev, err := d.DecodeRecord(&event.Record{Value: v, Time: recordTime})
+	ev, err := d.DecodeRecord(&event.Source{Value: v, Time: recordTime})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestProtobufNestedEpoch(t *testing.T) {
 		ctx.Set(cmd.Fields().ByName("ts"), protoreflect.ValueOfInt64(1795251600123))
 	})
 	d := decoder(5, c, m)
-	ev, err := d.DecodeRecord(&event.Record{Value: v, Time: recordTime})
+	ev, err := d.DecodeRecord(&event.Source{Value: v, Time: recordTime})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,14 +93,14 @@ func TestProtobufNestedEpoch(t *testing.T) {
 	}
 	// A missing required id names the path.
 	v = protoValue(t, c, func(msg *dynamicpb.Message, md protoreflect.MessageDescriptor) { setStr(msg, md, "tenant_id", "acme") })
-	_, err = d.DecodeRecord(&event.Record{Value: v, Time: recordTime})
+	_, err = d.DecodeRecord(&event.Source{Value: v, Time: recordTime})
 	var e *event.Error
 	if !errors.As(err, &e) || e.Class != event.Missing || e.Reason != "ctx.session is missing" {
 		t.Fatalf("got %v", err)
 	}
 	// A message index the schema does not have.
 	v[6] = 40
-	_, err = d.DecodeRecord(&event.Record{Value: v, Time: recordTime})
+	_, err = d.DecodeRecord(&event.Source{Value: v, Time: recordTime})
 	if !errors.As(err, &e) || e.Class != event.BadSchema {
 		t.Fatalf("got %v", err)
 	}
@@ -121,14 +121,14 @@ func TestProtobufTimestampOutOfRange(t *testing.T) {
 		})
 	}
 	for _, secs := range []int64{1<<63 - 1, 253402300800, -62135596801, -1 << 63} {
-		_, err := d.DecodeRecord(&event.Record{Value: value(secs), Time: recordTime})
+		_, err := d.DecodeRecord(&event.Source{Value: value(secs), Time: recordTime})
 		var e *event.Error
 		if !errors.As(err, &e) || e.Class != event.BadTime || e.Field != "occurred_at" {
 			t.Errorf("%d seconds: %v, want invalid_time", secs, err)
 		}
 	}
 	for _, secs := range []int64{253402300799, -62135596800} {
-		if _, err := d.DecodeRecord(&event.Record{Value: value(secs), Time: time.Unix(secs, 0)}); err != nil {
+		if _, err := d.DecodeRecord(&event.Source{Value: value(secs), Time: time.Unix(secs, 0)}); err != nil {
 			var e *event.Error
 			if errors.As(err, &e) && e.Class == event.BadTime && strings.Contains(e.Reason, "seconds, outside") {
 				t.Errorf("%d seconds, which a Timestamp holds: %v", secs, err)
@@ -159,7 +159,7 @@ func TestProtobufApicurioFraming(t *testing.T) {
 		{"not a message", []byte{7, 0x12, 5, 'C', 'l', 'i', 'c', 'k'}, ""},
 	} {
 		v := append(frame(5, nil), append(tc.framing, 0x0a, 1, 'x')...)
-		_, err := d.DecodeRecord(&event.Record{Value: v, Time: recordTime})
+		_, err := d.DecodeRecord(&event.Source{Value: v, Time: recordTime})
 		var e *event.Error
 		if !errors.As(err, &e) {
 			t.Fatalf("%s: %v, want a refusal", tc.name, err)

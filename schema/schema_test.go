@@ -81,7 +81,7 @@ func TestAvroContract(t *testing.T) {
 				t.Fatal(err)
 			}
 			d := decoder(7, c, m)
-			ev, err := d.DecodeRecord(&event.Record{Value: frame(7, payload), Time: recordTime})
+			ev, err := d.DecodeRecord(&event.Source{Value: frame(7, payload), Time: recordTime})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -137,7 +137,7 @@ func TestAvroRejects(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := decoder(3, c, m)
-			ev, err := d.DecodeRecord(&event.Record{Value: tc.value, Time: recordTime})
+			ev, err := d.DecodeRecord(&event.Source{Value: tc.value, Time: recordTime})
 			if tc.class == "" {
 				if err != nil || ev.User != "" {
 					t.Fatalf("got %+v, %v", ev, err)

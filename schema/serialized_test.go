@@ -59,7 +59,7 @@ func TestProtobufSerializedDescriptor(t *testing.T) {
 		setStr(msg, md, "user_id", "u-42")
 		msg.Set(md.Fields().ByName("occurred_at"), protoreflect.ValueOfMessage(timestamppb.New(at).ProtoReflect()))
 	})
-	ev, err := decoder(5, c, m).DecodeRecord(&event.Record{Value: v, Time: recordTime})
+	ev, err := decoder(5, c, m).DecodeRecord(&event.Source{Value: v, Time: recordTime})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestProtobufSerializedReferences(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ev, err := decoder(5, c, m).DecodeRecord(&event.Record{Value: append(frame(5, nil), append([]byte{0}, b...)...), Time: recordTime})
+			ev, err := decoder(5, c, m).DecodeRecord(&event.Source{Value: append(frame(5, nil), append([]byte{0}, b...)...), Time: recordTime})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -97,7 +97,7 @@ func TestAvroTimestampUnits(t *testing.T) {
 				t.Fatal(err)
 			}
 			d := decoder(1, c, m)
-			ev, err := d.DecodeRecord(&event.Record{Value: frame(1, payload), Time: recordTime})
+			ev, err := d.DecodeRecord(&event.Source{Value: frame(1, payload), Time: recordTime})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -195,7 +195,7 @@ func TestAvroUnionOrder(t *testing.T) {
 				t.Fatal(err)
 			}
 			d := decoder(1, c, m)
-			ev, err := d.DecodeRecord(&event.Record{Value: frame(1, payload), Time: recordTime})
+			ev, err := d.DecodeRecord(&event.Source{Value: frame(1, payload), Time: recordTime})
 			if want, _ := user.(string); err != nil || ev.User != want {
 				t.Errorf("user_id %s holding %v: got %q, %v", union, user, ev.User, err)
 			}

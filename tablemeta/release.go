@@ -50,7 +50,7 @@ var ErrTooOld = errors.New("a release too old for the table")
 // wrongly. A record it cannot read is refused too. A -dev build counts as
 // the release it is the making of (release.Core): the build that raises
 // the rule writes as that release will.
-func (r Record) CheckWriter(table, self string) error {
+func (r State) CheckWriter(table, self string) error {
 	if r.OldestWriter == "" {
 		return nil // set up before the rule: any release writes it
 	}

@@ -19,7 +19,7 @@ import (
 func TestOldestWriter(t *testing.T) {
 	s, _, name := table(t)
 	ctx := context.Background()
-	read := func() Record {
+	read := func() State {
 		t.Helper()
 		rec, err := s.Read(ctx)
 		if err != nil {

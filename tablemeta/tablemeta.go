@@ -177,8 +177,8 @@ func NewStore(c *bigtable.Client, table string) *Store {
 	return &Store{tbl: btwait.Open(c, table), name: table}
 }
 
-// Record is the record as read.
-type Record struct {
+// State is the record as read.
+type State struct {
 	// TTLFrom are the settings recorded, oldest first; the last is in
 	// force.
 	TTLFrom []Setting `json:"ttl_from"`
@@ -194,7 +194,7 @@ type Record struct {
 }
 
 // Current is the setting in force, ok false when none was recorded.
-func (r Record) Current() (s Setting, ok bool) {
+func (r State) Current() (s Setting, ok bool) {
 	if len(r.TTLFrom) == 0 {
 		return Setting{}, false
 	}
@@ -203,13 +203,13 @@ func (r Record) Current() (s Setting, ok bool) {
 
 // Read reads the record. A table without the family has none: the record
 // is empty (CheckFamily tells the two apart).
-func (s *Store) Read(ctx context.Context) (Record, error) {
+func (s *Store) Read(ctx context.Context) (State, error) {
 	filter := bigtable.ChainFilters(bigtable.FamilyFilter("^"+regexp.QuoteMeta(Family)+"$"), bigtable.LatestNFilter(1))
 	row, err := s.tbl.ReadRow(ctx, Key, bigtable.RowFilter(filter))
 	if err != nil {
-		return Record{}, fmt.Errorf("read the record of %s: %w", s.name, err)
+		return State{}, fmt.Errorf("read the record of %s: %w", s.name, err)
 	}
-	var rec Record
+	var rec State
 	versions := map[string]*Version{}
 	version := func(v string) *Version {
 		if versions[v] == nil {
@@ -224,7 +224,7 @@ func (s *Store) Read(ctx context.Context) (Record, error) {
 		case strings.HasPrefix(col, colTTLFrom):
 			set, err := parseSetting(col, it.Value)
 			if err != nil {
-				return Record{}, fmt.Errorf("the record of %s, column %s: %w", s.name, col, err)
+				return State{}, fmt.Errorf("the record of %s, column %s: %w", s.name, col, err)
 			}
 			rec.TTLFrom = append(rec.TTLFrom, set)
 		case strings.HasPrefix(col, colStarted):

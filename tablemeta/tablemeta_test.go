@@ -224,7 +224,7 @@ func TestCheckVersion(t *testing.T) {
 		{"workers stopped", []Version{v("a", -48*time.Hour, -47*time.Hour), v("b", -24*time.Hour, -23*time.Hour)}, "b", Matches},
 		{"workers stopped, older", []Version{v("a", -48*time.Hour, -47*time.Hour), v("b", -24*time.Hour, -23*time.Hour)}, "a", Differs},
 	} {
-		got := CheckVersion(Record{Versions: c.versions}, c.file, t0)
+		got := CheckVersion(State{Versions: c.versions}, c.file, t0)
 		if got.Outcome != c.want {
 			t.Errorf("%s: %s, want %s (%s)", c.name, got.Outcome, c.want, got)
 		}

@@ -83,7 +83,7 @@ func NewRecorder(store *Store, log *slog.Logger) *Recorder {
 	return &Recorder{store: store, log: log, now: time.Now}
 }
 
-// Record records version as the one the worker runs; a version other than
+// State records version as the one the worker runs; a version other than
 // the last recorded starts now.
 func (r *Recorder) Record(ctx context.Context, version string) error {
 	r.mu.Lock()
@@ -186,7 +186,7 @@ type VersionCheck struct {
 }
 
 // CheckVersion checks version against rec at now.
-func CheckVersion(rec Record, version string, now time.Time) VersionCheck {
+func CheckVersion(rec State, version string, now time.Time) VersionCheck {
 	c := VersionCheck{Version: version, Outcome: NotRecorded}
 	var live []Version
 	for _, v := range rec.Versions {

@@ -32,7 +32,7 @@ func (e *env) runBriefly(t *testing.T, extra ...string) (logs string, err error)
 }
 
 // record reads the table's record of its writers.
-func (e *env) record(t *testing.T) tablemeta.Record {
+func (e *env) record(t *testing.T) tablemeta.State {
 	t.Helper()
 	rec, err := tablemeta.NewStore(e.dc, e.table).Read(context.Background())
 	if err != nil {

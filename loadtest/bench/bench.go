@@ -114,7 +114,7 @@ func Run(ctx context.Context, o Options, stdout io.Writer) error {
 }
 
 // events makes the run's events, of the tenants cfg lists.
-func events(o Options, cfg *tenants.Config) (m synth.Mix, run string, msgs []kafka.Message, recs []synth.Record, err error) {
+func events(o Options, cfg *tenants.Config) (m synth.Mix, run string, msgs []kafka.Message, recs []synth.Sent, err error) {
 	if m, err = synth.ParseMix(slices.Collect(maps.Keys(cfg.Policy.Tenants)), ""); err != nil {
 		return synth.Mix{}, "", nil, nil, err
 	}
@@ -122,7 +122,7 @@ func events(o Options, cfg *tenants.Config) (m synth.Mix, run string, msgs []kaf
 	gen := synth.New(synth.Config{Run: run, Mix: m, Shape: o.Shape, PayloadBytes: o.PayloadBytes, Seed: 1})
 	now := time.Now()
 	msgs = make([]kafka.Message, o.Events)
-	recs = make([]synth.Record, o.Events)
+	recs = make([]synth.Sent, o.Events)
 	for i := range msgs {
 		msgs[i], recs[i] = gen.Next(i, now)
 	}

@@ -35,7 +35,7 @@ func perEvent(cpu time.Duration, events int) float64 {
 // benchApplyBulk writes the rows the events become straight to a new table
 // with the client's ApplyBulk, as the worker's writers do (the mutations
 // built in the timed part): the client side's floor of CPU per row.
-func benchApplyBulk(ctx context.Context, p *expiry.Policy, m synth.Mix, values [][]byte, recs []synth.Record, writers int) (measured, error) {
+func benchApplyBulk(ctx context.Context, p *expiry.Policy, m synth.Mix, values [][]byte, recs []synth.Sent, writers int) (measured, error) {
 	tbl, family, cleanup, err := benchTable(ctx, p)
 	if err != nil {
 		return measured{}, err
@@ -74,7 +74,7 @@ func benchApplyBulk(ctx context.Context, p *expiry.Policy, m synth.Mix, values [
 
 // benchRow is the row the worker makes of generated event seq: the raw
 // writes write what the worker would.
-func benchRow(p *expiry.Policy, m synth.Mix, seq int, r synth.Record, value []byte) sink.Row {
+func benchRow(p *expiry.Policy, m synth.Mix, seq int, r synth.Sent, value []byte) sink.Row {
 	tenant := m.TenantName(int(r.Tenant))
 	return sink.Row{Key: rowkey.Key(tenant, synth.UserName(r.User), strconv.Itoa(seq), r.Millis),
 		Timestamp: p.Cell(tenant, time.UnixMilli(r.Millis)).Timestamp, Value: value, WrittenAt: p.RecordRealTimestamp}

@@ -156,7 +156,7 @@ func fillLedger(ctx context.Context, tbl *bigtable.Table, o LedgerOptions, now t
 			}
 			mark = &erasure.Mark{Topic: "clicks", Ends: ends}
 		}
-		r := erasure.Record{Tenant: fmt.Sprintf("tenant-%04d", i%o.Tenants), User: fmt.Sprintf("user-%09d", i), UpTo: recorded.Add(5 * time.Minute),
+		r := erasure.Erasure{Tenant: fmt.Sprintf("tenant-%04d", i%o.Tenants), User: fmt.Sprintf("user-%09d", i), UpTo: recorded.Add(5 * time.Minute),
 			Below: mark, RecordedAt: recorded, Expires: expires, RequestedBy: "DPO-" + strconv.Itoa(i/10)}
 		k, m, err := erasure.Rows(r, recorded)
 		if err != nil {

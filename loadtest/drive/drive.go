@@ -58,7 +58,7 @@ type Result struct {
 	Elapsed  time.Duration
 	// what a caller needs to verify later
 	Gen  *synth.Generator
-	Recs []synth.Record
+	Recs []synth.Sent
 }
 
 // Run produces and follows the worker until it caught up, or until
@@ -84,7 +84,7 @@ func Run(ctx context.Context, o *Options, stdout io.Writer) (*Result, error) {
 	fmt.Fprintf(stdout, "run %s: producing to %s (%s), tenants %v, rate %s, %s\n", runID, o.Topic, strings.Join(o.Brokers, ","), o.Mix.Tenants(), RateText(o.Rate), amountText(o))
 
 	var produced atomic.Int64
-	var recs []synth.Record
+	var recs []synth.Sent
 	var prodErr error
 	prodDone := make(chan struct{})
 	start := time.Now()
@@ -141,7 +141,7 @@ func Run(ctx context.Context, o *Options, stdout io.Writer) (*Result, error) {
 }
 
 // newResult is the result of a run that produced recs with gen.
-func newResult(runID string, samples []Sample, elapsed time.Duration, gen *synth.Generator, recs []synth.Record) *Result {
+func newResult(runID string, samples []Sample, elapsed time.Duration, gen *synth.Generator, recs []synth.Sent) *Result {
 	res := &Result{RunID: runID, Samples: samples, Produced: int64(len(recs)), Elapsed: elapsed, Gen: gen, Recs: recs}
 	for _, r := range recs {
 		if !r.Valid {
@@ -199,7 +199,7 @@ func amountText(o *Options) string {
 // Produce writes events of g to o.Topic, at o.Rate, until o.Count or
 // o.Duration is reached, and returns what it produced; produced counts the
 // events the broker acknowledged.
-func Produce(ctx context.Context, o *Options, g *synth.Generator, produced *atomic.Int64) ([]synth.Record, error) {
+func Produce(ctx context.Context, o *Options, g *synth.Generator, produced *atomic.Int64) ([]synth.Sent, error) {
 	w := &kafka.Writer{
 		Addr:         kafka.TCP(o.Brokers...),
 		Topic:        o.Topic,
@@ -210,9 +210,9 @@ func Produce(ctx context.Context, o *Options, g *synth.Generator, produced *atom
 		Transport:    &kafka.Transport{},
 	}
 	defer w.Close()
-	var recs []synth.Record
+	var recs []synth.Sent
 	if o.Count > 0 {
-		recs = make([]synth.Record, 0, o.Count)
+		recs = make([]synth.Sent, 0, o.Count)
 	}
 	end := time.Now().Add(o.Duration)
 	done := func() bool {
@@ -280,7 +280,7 @@ func Produce(ctx context.Context, o *Options, g *synth.Generator, produced *atom
 // chunk makes the next n events of g, numbered on from len(recs), each
 // with its run and number in headers, and returns them with recs grown by
 // their records.
-func chunk(g *synth.Generator, recs []synth.Record, n int) ([]kafka.Message, []synth.Record) {
+func chunk(g *synth.Generator, recs []synth.Sent, n int) ([]kafka.Message, []synth.Sent) {
 	msgs := make([]kafka.Message, n)
 	now := time.Now()
 	for i := range msgs {

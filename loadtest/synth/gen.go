@@ -1,6 +1,6 @@
 // Package synth makes the load test's synthetic click events: a tenant mix,
 // Zipf-skewed users, a payload size, a share of malformed events, laid out
-// in a shape the worker reads. Each event is kept as a small Record, from
+// in a shape the worker reads. Each event is kept as a small Sent, from
 // which the verification derives what the worker should have written.
 package synth
 
@@ -61,7 +61,7 @@ func ParseMix(tenants []string, weights string) (Mix, error) {
 }
 
 // Tenants are the tenants of the mix, sorted, "*" among them if weighed;
-// a Record's Tenant indexes them.
+// a Sent's Tenant indexes them.
 func (m Mix) Tenants() []string { return m.tenants }
 
 func (m Mix) pick(r *rand.Rand) int {
@@ -78,9 +78,9 @@ func (m Mix) TenantName(i int) string {
 	return m.tenants[i]
 }
 
-// Record is what the verification needs of a produced event. Strings are
+// Sent is what the verification needs of a produced event. Strings are
 // derived from the indexes, so a record is small.
-type Record struct {
+type Sent struct {
 	Millis int64 // occurred_at, whole milliseconds
 	User   uint32
 	Tenant uint16 // index into the mix's tenants
@@ -149,12 +149,12 @@ func (g *Generator) Mix() Mix { return g.mix }
 // EventID is the id of event number seq.
 func (g *Generator) EventID(seq int) string { return g.run + "-" + strconv.Itoa(seq) }
 
-// UserName is the user id of a Record's User.
+// UserName is the user id of a Sent's User.
 func UserName(u uint32) string { return "u" + strconv.FormatUint(uint64(u), 10) }
 
 // Next returns event number seq, keyed by its user, and its record.
-func (g *Generator) Next(seq int, at time.Time) (kafka.Message, Record) {
-	rec := Record{Millis: at.UnixMilli(), User: uint32(g.zipf.Uint64()), Tenant: uint16(g.mix.pick(g.rand)), Valid: true}
+func (g *Generator) Next(seq int, at time.Time) (kafka.Message, Sent) {
+	rec := Sent{Millis: at.UnixMilli(), User: uint32(g.zipf.Uint64()), Tenant: uint16(g.mix.pick(g.rand)), Valid: true}
 	user := UserName(rec.User)
 	msg := kafka.Message{Key: []byte(user)}
 	if g.rand.Float64() < g.malformed {

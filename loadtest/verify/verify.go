@@ -95,7 +95,7 @@ func examples(seqs []int) string {
 
 // Run reads back every event of the run: recs, made by g, of the tenants
 // and timestamps cfg says.
-func Run(ctx context.Context, o Options, cfg *tenants.Config, g *synth.Generator, recs []synth.Record) (*Result, error) {
+func Run(ctx context.Context, o Options, cfg *tenants.Config, g *synth.Generator, recs []synth.Sent) (*Result, error) {
 	c := &Result{}
 	for _, r := range recs {
 		if r.Valid {
@@ -151,7 +151,7 @@ type verifier struct {
 	c      *Result
 	cfg    *tenants.Config
 	g      *synth.Generator
-	recs   []synth.Record
+	recs   []synth.Sent
 	prefix string // of the run's event ids
 	rows   []int  // rows found per event
 	tbl    *bigtable.Table

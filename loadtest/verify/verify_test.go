@@ -40,7 +40,7 @@ func TestVerifierReportsEachDefect(t *testing.T) {
 			testenv.CreateTopic(t, brokers, o.DLQTopic, 1)
 			g := synth.New(synth.Config{Run: testenv.Name("run"), Mix: m, Shape: synth.Contract(), Users: 50, ZipfS: 1.2, PayloadBytes: 10, Malformed: 0.2, Seed: 7})
 			const n = 40
-			recs := make([]synth.Record, n)
+			recs := make([]synth.Sent, n)
 			values := make([][]byte, n)
 			var rows []sink.Row
 			var dead []kafka.Message
@@ -101,7 +101,7 @@ func TestVerifierReportsEachDefect(t *testing.T) {
 				got = c().missing
 			case "duplicate row":
 				// The same event again under another time: a second row.
-				dup := rowOf(cfg, g, victim, synth.Record{Millis: recs[victim].Millis + 1, User: recs[victim].User, Tenant: recs[victim].Tenant, Valid: true}, values[victim], 0)
+				dup := rowOf(cfg, g, victim, synth.Sent{Millis: recs[victim].Millis + 1, User: recs[victim].User, Tenant: recs[victim].Tenant, Valid: true}, values[victim], 0)
 				write(dup)
 				got = c().duplicateRows
 			case "wrong timestamp":
@@ -127,7 +127,7 @@ func TestVerifierReportsEachDefect(t *testing.T) {
 
 // rowOf is the row the worker writes for an event, its timestamp moved by
 // shift microseconds.
-func rowOf(cfg *tenants.Config, g *synth.Generator, seq int, r synth.Record, value []byte, shift int64) sink.Row {
+func rowOf(cfg *tenants.Config, g *synth.Generator, seq int, r synth.Sent, value []byte, shift int64) sink.Row {
 	tenant := g.Mix().TenantName(int(r.Tenant))
 	return sink.Row{
 		Key:       rowkey.Key(tenant, synth.UserName(r.User), g.EventID(seq), r.Millis),

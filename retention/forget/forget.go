@@ -124,7 +124,7 @@ type UserReceipt struct {
 	Bytes       int64   `json:"bytes"`
 	// Record is the ledger record written, nil when none was (a dry run,
 	// or no row and no AllowEmpty).
-	Record *erasure.Record `json:"ledger_record"`
+	Record *erasure.Erasure `json:"ledger_record"`
 }
 
 // ErasedUpTo is the erased_up_to of a request. Without Before, an event
@@ -328,7 +328,7 @@ func (e *eraser) record(ctx context.Context, first time.Time) error {
 			e.rc.NotFound++
 			ur.RowsPerPass = []int64{0}
 		} else if !r.DryRun {
-			rec := erasure.Record{Tenant: r.Tenant, User: u, UpTo: e.rc.ErasedUpTo, RecordedAt: r.Now, RequestedBy: r.RequestedBy,
+			rec := erasure.Erasure{Tenant: r.Tenant, User: u, UpTo: e.rc.ErasedUpTo, RecordedAt: r.Now, RequestedBy: r.RequestedBy,
 				Expires: recordExpires(r.Now, e.rc.ErasedUpTo, e.keep, r.LongestTTL)}
 			if rec.Expires.IsZero() {
 				// Kept forever: what a later forget that retires it may

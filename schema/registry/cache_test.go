@@ -55,7 +55,7 @@ func TestCacheIsBounded(t *testing.T) {
 		if err != nil {
 			t.Fatalf("id %d: %v", id, err)
 		}
-		ev, err := (&event.Decoder{MaxBytes: 1 << 20, MaxClockSkew: time.Hour, Mapping: contractMapping(t, event.DefaultFields()), Values: fixedFound{fd}}).DecodeRecord(&event.Record{Value: v, Time: at})
+		ev, err := (&event.Decoder{MaxBytes: 1 << 20, MaxClockSkew: time.Hour, Mapping: contractMapping(t, event.DefaultFields()), Values: fixedFound{fd}}).DecodeRecord(&event.Source{Value: v, Time: at})
 		if err != nil || ev.User != fmt.Sprint("u-", id) {
 			t.Fatalf("id %d: %+v, %v: a value read with another id's schema?", id, ev, err)
 		}

@@ -137,7 +137,7 @@ func TestConfluentRegistryAPI(t *testing.T) {
 		if err := await(s, v, 5*time.Second); err != nil {
 			t.Fatal(err)
 		}
-		ev, err := (&event.Decoder{MaxBytes: 1 << 20, MaxClockSkew: time.Hour, Mapping: m, Values: s}).DecodeRecord(&event.Record{Value: v, Time: at})
+		ev, err := (&event.Decoder{MaxBytes: 1 << 20, MaxClockSkew: time.Hour, Mapping: m, Values: s}).DecodeRecord(&event.Source{Value: v, Time: at})
 		if err != nil || ev.User != user || ev.Tenant != "acme" {
 			t.Fatalf("got %+v, %v; want acme's %s", ev, err, user)
 		}

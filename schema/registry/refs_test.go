@@ -87,7 +87,7 @@ func TestReferences(t *testing.T) {
 			if err := await(s, tc.value, 5*time.Second); err != nil {
 				t.Fatal(err)
 			}
-			ev, err := (&event.Decoder{MaxBytes: 1 << 20, MaxClockSkew: time.Hour, Mapping: m, Values: s}).DecodeRecord(&event.Record{Value: tc.value, Time: at})
+			ev, err := (&event.Decoder{MaxBytes: 1 << 20, MaxClockSkew: time.Hour, Mapping: m, Values: s}).DecodeRecord(&event.Source{Value: tc.value, Time: at})
 			if err != nil || ev.User != tc.user || !ev.Base.Equal(at) {
 				t.Fatalf("got %+v, %v; want user %s at %s", ev, err, tc.user, at)
 			}
