@@ -77,11 +77,11 @@ type forgedLetter struct {
 // reaches LogAppendTime in one restamp of two.
 func (sc *schedule) restamp() {
 	sc.t.Helper()
-	topic, st, retention, segment := sc.s.topic, &sc.inputStamping, inputRetention, inputSegment
-	if sc.r.IntN(3) == 0 {
-		topic, st, retention, segment = sc.s.dlq, &sc.dlqStamping, dlqRetention, dlqSegment
+	input := sc.r.IntN(3) > 0
+	topic, from := sc.s.topic, sc.inputStamping
+	if !input {
+		topic, from = sc.s.dlq, sc.dlqStamping
 	}
-	from := *st
 	var next []stamping
 	for n := range stamping(len(stampingNames)) {
 		if n != from && !sc.stamped[topic][n] {
@@ -91,14 +91,26 @@ func (sc *schedule) restamp() {
 	if len(next) == 0 {
 		next = []stamping{(from + 1) % stamping(len(stampingNames)), (from + 2) % stamping(len(stampingNames))}
 	}
-	*st = next[sc.r.IntN(len(next))]
-	sc.stamped[topic][*st] = true
+	sc.setStamping(input, next[sc.r.IntN(len(next))])
+}
+
+// setStamping sets the input topic (input) or the dead-letter topic to
+// stamp as to, and waits for the workers' next check of its settings.
+func (sc *schedule) setStamping(input bool, to stamping) {
+	sc.t.Helper()
+	topic, st, retention, segment := sc.s.topic, &sc.inputStamping, inputRetention, inputSegment
+	if !input {
+		topic, st, retention, segment = sc.s.dlq, &sc.dlqStamping, dlqRetention, dlqSegment
+	}
+	from := *st
+	*st = to
+	sc.stamped[topic][to] = true
 	sc.observe()
-	testenv.AlterTopic(sc.t, sc.s.brokers, topic, st.configs(retention, segment))
+	testenv.AlterTopic(sc.t, sc.s.brokers, topic, to.configs(retention, segment))
 	// The workers' next check: what they do before it follows the
 	// settings before, as docs/retention.md says.
 	time.Sleep(2 * scheduleTopicCheck)
-	sc.note("restamp %s: %s -> %s", topic, from, *st)
+	sc.note("restamp %s: %s -> %s", topic, from, to)
 }
 
 // forgeLetter produces a record to the dead-letter topic stamped ahead, as
