@@ -180,7 +180,7 @@ func (m *migration) foreignRows(ctx context.Context) (int64, error) {
 // and the one this run takes.
 func (m *migration) printPlan(w io.Writer, plan, steps []retention.Step) {
 	fmt.Fprintf(w, "Migration of %s from %s (version %s) to %s (version %s):\n", m.o.table.Target(), m.against, m.oldCfg.Version, m.o.tenants.Path, m.s.cfg.Version)
-	for _, c := range compare(m.against, m.oldCfg, m.s.cfg).Tenants {
+	for _, c := range tenants.Compare(m.oldCfg.Policy, m.s.cfg.Policy).Tenants {
 		fmt.Fprintf(w, "  %s\n", c)
 	}
 	fmt.Fprintln(w, "Steps, each resumable (run the command again):")
