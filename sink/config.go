@@ -23,6 +23,9 @@ type TableConfig struct {
 	Table, Family     string
 	// Erasures names the erasure ledger's table; "" is Table + "-erasures".
 	Erasures string
+	// ClientMetrics turns the Go client's built-in metrics on
+	// (RegisterClientMetricsFlag).
+	ClientMetrics bool
 }
 
 // DefaultTableConfig returns the defaults the flags document.
@@ -38,6 +41,18 @@ func (c *TableConfig) RegisterFlags(f *envflag.FlagSet) {
 	f.String(&c.AppProfile, "app-profile", "BIGTABLE_APP_PROFILE", c.AppProfile, "Bigtable app profile of data requests (default: the instance's default profile)")
 	f.String(&c.Family, "family", "BIGTABLE_FAMILY", c.Family, "column family of the event and written_at columns")
 	f.String(&c.Erasures, "erasure-table", "BIGTABLE_ERASURE_TABLE", c.Erasures, "table of the erasure ledger worker forget records and every worker obeys (default: the --table name followed by -erasures)")
+}
+
+// RegisterClientMetricsFlag declares --bigtable-client-metrics, worker
+// run's alone: its traffic is what Google's Bigtable dashboards chart,
+// while the jobs beside it are short. Off by default: the client exports
+// to Cloud Monitoring on its own, which needs a right (writing time
+// series to the project) no identity of cellttl's holds unless granted,
+// and cellttl's own metrics already carry the write latency and errors.
+func (c *TableConfig) RegisterClientMetricsFlag(f *envflag.FlagSet) {
+	f.Section("Bigtable")
+	f.Bool(&c.ClientMetrics, "bigtable-client-metrics", envflag.Env, c.ClientMetrics,
+		"export the Bigtable client's built-in metrics (operation and attempt latencies, retries, server latency, connectivity errors: what the Bigtable dashboards of the Google Cloud console chart) to Cloud Monitoring; needs monitoring.timeSeries.create on the project (roles/monitoring.metricWriter). Always off against an emulator")
 }
 
 // ErasureTable is the erasure ledger's table.
@@ -88,13 +103,9 @@ func (c TableConfig) Target() Target { return Target{Table: c.Table, Family: c.F
 // Clients opens the data and admin clients. BIGTABLE_EMULATOR_HOST, when
 // set, points both at an emulator, as the client library defines.
 func (c TableConfig) Clients(ctx context.Context) (*bigtable.Client, *bigtable.AdminClient, error) {
-	// The client library's own metrics would be exported to Cloud
-	// Monitoring, which needs monitoring.timeSeries.create on the project:
-	// a right none of cellttl's identities holds. cellttl's metrics (the
-	// write latency included) are exported through OpenTelemetry instead.
 	wait := waitfor.Begin(ctx, waitfor.Bigtable, "connect")
 	defer wait.End(nil)
-	dc, err := bigtable.NewClientWithConfig(ctx, c.Project, c.Instance, bigtable.ClientConfig{AppProfile: c.AppProfile, MetricsProvider: bigtable.NoopMetricsProvider{}})
+	dc, err := bigtable.NewClientWithConfig(ctx, c.Project, c.Instance, bigtable.ClientConfig{AppProfile: c.AppProfile, MetricsProvider: c.metricsProvider()})
 	if err != nil {
 		return nil, nil, fmt.Errorf("bigtable client for %s/%s: %w", c.Project, c.Instance, err)
 	}
@@ -104,6 +115,16 @@ func (c TableConfig) Clients(ctx context.Context) (*bigtable.Client, *bigtable.A
 		return nil, nil, fmt.Errorf("bigtable admin client for %s/%s: %w", c.Project, c.Instance, err)
 	}
 	return dc, ac, nil
+}
+
+// metricsProvider is the client's built-in metrics: Cloud Monitoring's
+// exporter when ClientMetrics is set, else none. The client itself turns
+// them off against an emulator, which has no Cloud Monitoring.
+func (c TableConfig) metricsProvider() bigtable.MetricsProvider {
+	if c.ClientMetrics && os.Getenv("BIGTABLE_EMULATOR_HOST") == "" {
+		return bigtable.DefaultMetricsProvider{}
+	}
+	return bigtable.NoopMetricsProvider{}
 }
 
 // ReadAppProfile reads the app profile of the data requests (the

@@ -67,6 +67,7 @@ func newRunCmd() *runCmd {
 func (o *runCmd) flags(out io.Writer) *envflag.FlagSet {
 	f := envflag.New("worker run", "worker run: consume click events and write them with per-tenant TTLs.\n\nTo start, set --brokers, --project and --instance (an emulator needs neither),\nand --tenants unless ./tenants.yaml is the file. Every other flag has a\ndefault; the advanced ones, listed last, are tuning.", out)
 	o.tableOptions.register(f)
+	o.table.RegisterClientMetricsFlag(f)
 	o.tenants.RegisterReloadFlags(f)
 	o.kafka.RegisterFlags(f)
 	o.dlq.RegisterFlags(f)
