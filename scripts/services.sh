@@ -242,15 +242,14 @@ wait_registry() {
 }
 
 emulator_bin() {
-	local gcloud=/usr/lib/google-cloud-sdk/platform/bigtable-emulator/cbtemulator
-	if [ -x "$gcloud" ]; then
-		echo "$gcloud"
-		return
-	fi
-	# No gcloud: build the same emulator from the module the project uses.
-	local bin=$cache/cbtemulator
+	# Built from the client module the project uses, at its version, even
+	# where gcloud ships one: gcloud's lags the client (its emulator of
+	# 2025 ignores a table's timestamp granularity, which the tests read).
+	local version bin
+	version=$(cd "$repo" && go list -m -f '{{.Version}}' cloud.google.com/go/bigtable)
+	bin=$cache/cbtemulator-$version
 	if [ ! -x "$bin" ]; then
-		log "building the Bigtable emulator from cloud.google.com/go/bigtable/cmd/emulator"
+		log "building the Bigtable emulator from cloud.google.com/go/bigtable/cmd/emulator $version"
 		(cd "$repo" && go build -o "$bin" cloud.google.com/go/bigtable/cmd/emulator) >&2
 	fi
 	echo "$bin"
