@@ -31,6 +31,10 @@ type SetupOptions struct {
 	// Force allows a 1s max-age on a family that holds cells: GC would
 	// delete every cell not written under the one-second rule.
 	Force bool
+	// Granularity is the timestamp granularity of a table Setup creates,
+	// Millis when empty; Tables creates one of Micros.
+	Granularity Granularity
+	Tables      *TableAdmin
 }
 
 // SetupResult says what Setup did.
@@ -64,7 +68,14 @@ func Setup(ctx context.Context, ac *bigtable.AdminClient, c *bigtable.Client, t 
 		return res, err
 	}
 	if !fam.TableExists {
-		err := waitfor.Do(ctx, waitfor.Bigtable, "admin: create table "+t.Table, func() error { return ac.CreateTable(ctx, t.Table) })
+		create := func() error { return ac.CreateTable(ctx, t.Table) }
+		if opts.Granularity == Micros {
+			if opts.Tables == nil {
+				return res, fmt.Errorf("create table %q of microsecond granularity: no table admin API to create it with", t.Table)
+			}
+			create = func() error { return opts.Tables.CreateTable(ctx, t.Table, opts.Granularity) }
+		}
+		err := waitfor.Do(ctx, waitfor.Bigtable, "admin: create table "+t.Table, create)
 		if err != nil && status.Code(err) != codes.AlreadyExists {
 			return res, fmt.Errorf("create table %q: %w", t.Table, err)
 		}

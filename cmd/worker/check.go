@@ -10,14 +10,10 @@ import (
 	"slices"
 	"strings"
 
-	"cloud.google.com/go/bigtable"
-
 	"github.com/cellttl/cellttl/expiry"
 	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/cellttl/cellttl/internal/envflag"
 	"github.com/cellttl/cellttl/internal/waitfor"
-	"github.com/cellttl/cellttl/sink"
-	"github.com/cellttl/cellttl/tablemeta"
 	"github.com/cellttl/cellttl/tenants"
 )
 
@@ -87,19 +83,6 @@ func listSome(items []string) string {
 		return strings.Join(items, ", ")
 	}
 	return fmt.Sprintf("%s and %d more", strings.Join(items[:most], ", "), len(items)-most)
-}
-
-type tableCheck struct {
-	Target  string `json:"target"`
-	Exists  bool   `json:"exists"`
-	Rule    string `json:"rule,omitempty"`
-	Wanted  string `json:"wanted"`
-	Matches bool   `json:"matches"`
-	Error   string `json:"error,omitempty"`
-	// Record is what keeps a worker from starting on the table besides
-	// the rule: the workers' record family missing, or its rule
-	// collecting by age.
-	Record string `json:"record,omitempty"`
 }
 
 // comparison is what --against found: the plan of the edit, and notes for
@@ -185,36 +168,6 @@ func (o *checkCmd) run(ctx context.Context, stdout, _ io.Writer) error {
 		return &exitError{code: rep.Exit, err: errors.New(rep.Verdict), quiet: true}
 	}
 	return nil
-}
-
-func checkTable(ctx context.Context, tc sink.TableConfig, cfg *tenants.Config) *tableCheck {
-	want := cfg.Policy.GCMaxAge()
-	res := &tableCheck{Target: tc.Target().String(), Wanted: sink.DescribeGC(bigtable.MaxAgePolicy(want))}
-	// A wait past --service-timeout is said as such (waitErr): status 3.
-	dc, ac, err := tc.Clients(ctx)
-	if err != nil {
-		res.Error = waitErr(ctx, err).Error()
-		return res
-	}
-	defer dc.Close()
-	defer ac.Close()
-	fam, err := sink.ReadFamily(ctx, ac, tc.Target())
-	if err != nil {
-		res.Error = waitErr(ctx, err).Error()
-		return res
-	}
-	res.Exists = fam.Exists
-	if fam.Exists {
-		res.Rule = sink.DescribeGC(fam.Rule)
-		res.Matches = fam.Matches(want)
-		switch err := tablemeta.CheckFamily(ctx, ac, tc.Table); {
-		case tablemeta.Unfit(err):
-			res.Record = err.Error()
-		case err != nil:
-			res.Error = waitErr(ctx, err).Error()
-		}
-	}
-	return res
 }
 
 // compare is --against: the plan of replacing old by cfg, and its notes.

@@ -54,6 +54,9 @@ func printCheck(w io.Writer, rep *checkReport) {
 		default:
 			fmt.Fprintf(w, "\nTable %s: GC rule %q, this file needs %q.\n", t.Target, t.Rule, t.Wanted)
 		}
+		if t.Granularity != "" {
+			fmt.Fprintf(w, "Timestamp granularity %s: %s.\n", t.Granularity, t.Means)
+		}
 	}
 	if a := rep.Against; a != nil {
 		fmt.Fprintf(w, "\nCompared with %s (version %s):\n", a.File, a.Version)

@@ -126,7 +126,7 @@ func metricsReference(scrape string) string {
 // when the ceilings were set. A command takes only the flags it reads,
 // and a new flag is a deliberate decision (the CHANGELOG says so): raise
 // a ceiling with it, or take a flag away first.
-var flagCeilings = map[string]int{"run": 73, "setup": 13, "check": 13, "read": 26, "retime": 19, "migrate": 20, "forget": 42,
+var flagCeilings = map[string]int{"run": 73, "setup": 14, "check": 13, "read": 26, "retime": 19, "migrate": 20, "forget": 42,
 	"audit": 14, "retention": 32, "redrive": 57, "demo": 6}
 
 // No command grows past its ceiling of flags unseen.

@@ -139,6 +139,18 @@ func (o *runCmd) run(ctx context.Context, _, stderr io.Writer) error {
 	case err != nil:
 		return fmt.Errorf("refusing to start: %w", err)
 	}
+	// Millisecond timestamps are valid under either granularity: read to
+	// be said, in the log and on /status.
+	tables, err := o.table.TableAdmin(ctx)
+	if err != nil {
+		return fmt.Errorf("refusing to start: %w", err)
+	}
+	granularity, err := tables.Granularity(ctx, o.table.Table)
+	tables.Close()
+	if err != nil {
+		return fmt.Errorf("refusing to start: %w", err)
+	}
+	log.Info("table timestamp granularity", "table", o.table.Table, "granularity", granularity, "means", granularity.Means())
 	limitMemory(o.pipe.MaxInflightBytes, log)
 	tel, err := telemetry.Setup(ctx, version(), revision())
 	if err != nil {
@@ -155,6 +167,7 @@ func (o *runCmd) run(ctx context.Context, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	w.granularity = granularity
 	return w.serve(ctx, tel.MetricsHandler())
 }
 

@@ -26,7 +26,10 @@ type setupCmd struct {
 	// newLedger allows creating an empty erasure ledger beside an event
 	// table that holds events (the ledger was lost).
 	newLedger bool
-	wait      waitfor.Config
+	// granularity is --timestamp-granularity: "" takes the table as it
+	// is, and creates one of milliseconds.
+	granularity string
+	wait        waitfor.Config
 }
 
 func (o *setupCmd) flags(out io.Writer) *envflag.FlagSet {
@@ -34,6 +37,8 @@ func (o *setupCmd) flags(out io.Writer) *envflag.FlagSet {
 		"Exit status: 0 done (or nothing to do), 1 an error (a refusal among them), 2 bad flags or file, 5 Bigtable did not answer within --service-timeout (run it again).", out)
 	o.register(f)
 	o.wait.RegisterFlags(f, setupWait)
+	f.Section("Bigtable")
+	f.String(&o.granularity, "timestamp-granularity", envflag.Env, "", "the timestamp granularity of the table: millis or micros, set when setup creates it and never after (default: a new table takes millis, an existing one stays as it is; given, a table of the other is refused). cellttl writes milliseconds, valid under both")
 	// Flags only: an environment variable shared by accident (a stray
 	// FORCE=true) must not be able to change or wipe a table.
 	f.Section("Setup")
@@ -46,6 +51,11 @@ func (o *setupCmd) flags(out io.Writer) *envflag.FlagSet {
 // run sets up what is missing, never replacing a ledger silently.
 func (o *setupCmd) run(ctx context.Context, stdout, _ io.Writer) error {
 	opts := o.setup
+	if o.granularity != "" {
+		if _, err := sink.ParseGranularity(o.granularity); err != nil {
+			return usageError(fmt.Errorf("--timestamp-granularity %w", err))
+		}
+	}
 	s, err := o.open(ctx)
 	if err != nil {
 		return err
@@ -58,10 +68,19 @@ func (o *setupCmd) run(ctx context.Context, stdout, _ io.Writer) error {
 	if err != nil {
 		return err
 	}
+	tables, err := o.table.TableAdmin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tables.Close()
+	opts.Granularity, opts.Tables = sink.Granularity(o.granularity), tables
 	want := cfg.Policy.GCMaxAge()
 	res, err := sink.Setup(ctx, s.ac, s.dc, target, want, opts)
 	if err != nil {
 		return fmt.Errorf("setup for %s: %w", describePolicy(cfg.Policy), err)
+	}
+	if err := setupGranularity(ctx, tables, target.Table, opts.Granularity, res.CreatedTable, stdout); err != nil {
+		return err
 	}
 	rule := sink.DescribeGC(bigtable.MaxAgePolicy(want))
 	switch {
@@ -76,6 +95,24 @@ func (o *setupCmd) run(ctx context.Context, stdout, _ io.Writer) error {
 		return err
 	}
 	return setupLedger(ctx, s, ledger, target, replacing, stdout)
+}
+
+// setupGranularity states the table's timestamp granularity, and refuses
+// one other than asked: Bigtable sets it at creation alone.
+func setupGranularity(ctx context.Context, tables *sink.TableAdmin, table string, asked sink.Granularity, created bool, stdout io.Writer) error {
+	g, err := tables.Granularity(ctx, table)
+	if err != nil {
+		return err
+	}
+	if asked != "" && g != asked {
+		return fmt.Errorf("--timestamp-granularity %s: table %s exists with granularity %s, which Bigtable sets when it creates a table and never after (cellttl writes milliseconds, valid under both: leave the flag out to keep the table)", asked, table, g)
+	}
+	how := "has"
+	if created {
+		how = "created with"
+	}
+	fmt.Fprintf(stdout, "table %s %s timestamp granularity %s: %s\n", table, how, g, g.Means())
+	return nil
 }
 
 // replacesLedger reports whether setup is about to create an empty ledger

@@ -74,6 +74,9 @@ type statusPage struct {
 	Topic    string    `json:"topic"`
 	Group    string    `json:"group"`
 	Table    string    `json:"table"`
+	// TimestampGranularity is the table's, read at start: cellttl's
+	// millisecond timestamps are valid under millis and micros alike.
+	TimestampGranularity string `json:"timestamp_granularity,omitempty"`
 	// BigtableEmulator is BIGTABLE_EMULATOR_HOST when it is set: every
 	// Bigtable request goes there, without credentials.
 	BigtableEmulator string `json:"bigtable_emulator,omitempty"`
@@ -126,6 +129,7 @@ func (s *statusSource) status(q url.Values) any {
 	w := s.w
 	cfg := w.reloader.Current()
 	p.Version, p.Revision, p.Started, p.Topic, p.Group, p.Table = version(), revision(), s.started, w.o.kafka.Topic, w.o.kafka.Group, w.o.table.Target().String()
+	p.TimestampGranularity = string(w.granularity)
 	p.Config.Version, p.Config.Strategy, p.Config.DefaultTTL = cfg.Version, cfg.Policy.Strategy.String(), duration.Format(cfg.Policy.DefaultTTL)
 	var page map[string]bool
 	if full {

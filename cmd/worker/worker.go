@@ -31,14 +31,16 @@ type worker struct {
 	rules    *sink.RuleWatch
 	erasures *erasure.Watch
 	topicID  string // the input topic's id at start, "" unread
-	log      *slog.Logger
-	dlq      *deadletter.Writer
-	times    *kafkaconn.RecordTimeWatch
-	consumer *ingest.Consumer
-	writer   *sink.Writer
-	reloader *tenants.Reloader
-	record   *tablemeta.Recorder
-	pipeline *pipeline.Pipeline
+	// granularity is the table's timestamp granularity, read at start.
+	granularity sink.Granularity
+	log         *slog.Logger
+	dlq         *deadletter.Writer
+	times       *kafkaconn.RecordTimeWatch
+	consumer    *ingest.Consumer
+	writer      *sink.Writer
+	reloader    *tenants.Reloader
+	record      *tablemeta.Recorder
+	pipeline    *pipeline.Pipeline
 	// schemas reads values through the schema registry; nil for JSON.
 	schemas      *registry.Schemas
 	lastWriteErr lastError
