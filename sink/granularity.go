@@ -62,29 +62,41 @@ func granularityOf(g adminpb.Table_TimestampGranularity) Granularity {
 // AdminClient does not expose: a table's timestamp granularity.
 type TableAdmin struct {
 	c        *admin.BigtableTableAdminClient
-	instance string // projects/P/instances/I
+	conn     *grpc.ClientConn // the emulator's, which the client does not close
+	instance string           // projects/P/instances/I
 }
 
 // TableAdmin opens the table administration API of c's instance; on an
 // emulator (BIGTABLE_EMULATOR_HOST), the emulator's, without credentials.
 func (c TableConfig) TableAdmin(ctx context.Context) (*TableAdmin, error) {
+	a := &TableAdmin{instance: "projects/" + c.Project + "/instances/" + c.Instance}
 	var opts []option.ClientOption
 	if host := os.Getenv("BIGTABLE_EMULATOR_HOST"); host != "" {
 		conn, err := grpc.NewClient(host, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			return nil, fmt.Errorf("connect to the Bigtable emulator at %s: %w", host, err)
 		}
+		a.conn = conn
 		opts = append(opts, option.WithGRPCConn(conn))
 	}
-	ac, err := admin.NewBigtableTableAdminClient(ctx, opts...)
-	if err != nil {
+	var err error
+	if a.c, err = admin.NewBigtableTableAdminClient(ctx, opts...); err != nil {
+		if a.conn != nil {
+			a.conn.Close()
+		}
 		return nil, fmt.Errorf("bigtable table admin client for %s/%s: %w", c.Project, c.Instance, err)
 	}
-	return &TableAdmin{c: ac, instance: "projects/" + c.Project + "/instances/" + c.Instance}, nil
+	return a, nil
 }
 
-// Close closes the connection.
-func (a *TableAdmin) Close() error { return a.c.Close() }
+// Close closes the client and its connection.
+func (a *TableAdmin) Close() error {
+	err := a.c.Close()
+	if a.conn != nil {
+		a.conn.Close() // an error here is the client having closed it already
+	}
+	return err
+}
 
 // Granularity reads the timestamp granularity of table.
 func (a *TableAdmin) Granularity(ctx context.Context, table string) (Granularity, error) {
