@@ -105,6 +105,13 @@ func (f schedForget) covered(ev schedEvent, base time.Time) bool {
 	if f.tenant != ev.tenant || f.user != ev.user {
 		return false
 	}
+	if ev.seq >= f.acked && !f.expires.IsZero() && time.Now().After(f.expires) {
+		// Appended after forget began, covered by its time alone: held
+		// back while the record lives, and written by a replay once it
+		// has ended, as docs/retention.md says (its copy can outlive the
+		// record: a record stamped ahead beside it holds its segment).
+		return false
+	}
 	switch {
 	case f.before.IsZero() && ev.seq < f.acked:
 		return true
