@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/bigtable"
+
 	"github.com/cellttl/cellttl/sink"
 	"github.com/cellttl/cellttl/testkit/testenv"
 )
@@ -35,8 +37,18 @@ func TestMicrosecondTable(t *testing.T) {
 	if out, err := e.cmd(t, "check"); err != nil || !strings.Contains(out, "Timestamp granularity micros: ") {
 		t.Errorf("check: %v\n%s", err, out)
 	}
-	if out, err := e.cmd(t, "setup", "--timestamp-granularity", "millis"); err == nil || !strings.Contains(err.Error(), "exists with granularity micros") {
+	// Refused before anything changes: the GC rule set aside stays.
+	if err := e.ac.SetGCPolicy(ctx, e.table, "c", bigtable.MaxAgePolicy(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := e.cmd(t, "setup", "--update-gc-policy", "--timestamp-granularity", "millis"); err == nil || !strings.Contains(err.Error(), "exists with granularity micros") {
 		t.Errorf("setup --timestamp-granularity millis of a micros table: %v, want a refusal\n%s", err, out)
+	}
+	if fam, err := sink.ReadFamily(ctx, e.ac, sink.Target{Table: e.table, Family: "c"}); err != nil || sink.DescribeGC(fam.Rule) != "max-age 1h" {
+		t.Errorf("the refused setup changed the GC rule: %q, %v; want max-age 1h kept", sink.DescribeGC(fam.Rule), err)
+	}
+	if out, err := e.cmd(t, "setup", "--update-gc-policy"); err != nil {
+		t.Fatalf("setup --update-gc-policy: %v\n%s", err, out)
 	}
 	if out, err := e.cmd(t, "setup"); err != nil || !strings.Contains(out, "has timestamp granularity micros") {
 		t.Errorf("setup again, the flag left out: %v\n%s", err, out)

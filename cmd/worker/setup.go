@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/internal/envflag"
@@ -74,6 +76,16 @@ func (o *setupCmd) run(ctx context.Context, stdout, _ io.Writer) error {
 	}
 	defer tables.Close()
 	opts.Granularity, opts.Tables = sink.Granularity(o.granularity), tables
+	// Refused before anything changes: a table of another granularity.
+	if opts.Granularity != "" {
+		switch g, err := tables.Granularity(ctx, target.Table); {
+		case status.Code(err) == codes.NotFound: // created below
+		case err != nil:
+			return err
+		case g != opts.Granularity:
+			return fmt.Errorf("--timestamp-granularity %s: table %s exists with granularity %s, which Bigtable sets when it creates a table and never after (cellttl writes milliseconds, valid under both: leave the flag out to keep the table); nothing was changed", opts.Granularity, target.Table, g)
+		}
+	}
 	want := cfg.Policy.GCMaxAge()
 	res, err := sink.Setup(ctx, s.ac, s.dc, target, want, opts)
 	if err != nil {
@@ -104,8 +116,8 @@ func setupGranularity(ctx context.Context, tables *sink.TableAdmin, table string
 	if err != nil {
 		return err
 	}
-	if asked != "" && g != asked {
-		return fmt.Errorf("--timestamp-granularity %s: table %s exists with granularity %s, which Bigtable sets when it creates a table and never after (cellttl writes milliseconds, valid under both: leave the flag out to keep the table)", asked, table, g)
+	if asked != "" && g != asked { // created meanwhile by another setup
+		return fmt.Errorf("--timestamp-granularity %s: table %s has granularity %s", asked, table, g)
 	}
 	how := "has"
 	if created {
