@@ -37,6 +37,9 @@ if ! command -v shellcheck >/dev/null; then
 fi
 export TESTENV_REQUIRE_SHELLCHECK=1
 
+# Each step says when it ended, in seconds from the start (docs/testing.md
+# has the figures of fresh clones).
+step() { echo "test.sh: $1 at ${SECONDS} s" >&2; }
 tmp=$(mktemp -d)
 stop_all() {
 	# A start still under way first, so that it starts nothing after.
@@ -55,7 +58,10 @@ trap stop_all EXIT
 # theirs. services.sh builds it at the lowest priority, so that it takes
 # the CPU the suite leaves while it waits on services.
 export TESTENV_KUBE_DIR=$kube_services/kube TESTENV_REQUIRE_KUBE=1
-TESTENV_SERVICES_DIR=$kube_services scripts/services.sh kube-start >"$tmp/kube.log" 2>&1 &
+(
+	TESTENV_SERVICES_DIR=$kube_services scripts/services.sh kube-start
+	step "the Kubernetes API server started"
+) >"$tmp/kube.log" 2>&1 &
 kube=$!
 
 # The scenarios that hold a worker's peak RSS to its bound: measured while
@@ -68,8 +74,10 @@ bounds='^(TestMemoryUnderBacklog|TestStuckOffsetMemory|TestBigtableFaults|TestCo
 # there).
 (
 	scripts/services.sh start >"$tmp/services.env"
+	step "services started"
 	touch "$tmp/services.ready"
 	TESTENV_SERVICES_DIR=$faults_dir scripts/services.sh start --no-registry >"$tmp/faults.env"
+	step "the fault suite's services started"
 	# The fault suite compiles once the lint's vet has built the race
 	# objects it shares: two go commands building the same packages at
 	# once each build them.
@@ -84,15 +92,19 @@ bounds='^(TestMemoryUnderBacklog|TestStuckOffsetMemory|TestBigtableFaults|TestCo
 		export TESTENV_SERVICES_DIR=$faults_dir TESTENV_FAULTS=short
 		echo "fault suite against Kafka at $KAFKA_BROKERS and the Bigtable emulator at $BIGTABLE_EMULATOR_HOST"
 		go test -count=1 -timeout 20m -run "$bounds" ./faults || status=1
+		step "the fault suite's memory-bound scenarios ended"
 		go test -count=1 -timeout 30m -skip "$bounds" ./faults || status=1
+		step "the fault suite ended"
 		exit $status
 	) || status=1
 	go test -count=1 -run 'Alloc' ./event ./rowkey ./pipeline ./internal/waitfor || status=1
+	step "the allocation checks ended"
 	exit $status
 ) >"$tmp/background.log" 2>&1 &
 background=$!
 
 nice -n 10 scripts/lint.sh # gofmt included
+step "the lint ended"
 touch "$tmp/linted"
 
 until [ -f "$tmp/services.ready" ]; do
@@ -111,7 +123,9 @@ status=0
 # once, and four tests of a package.
 # Below the fault suite's priority too, as the lint.
 nice -n 10 go test -race -count=1 -timeout 30m -p 4 -parallel 4 "$@" ./... || status=1
+step "the package tests ended"
 wait $background || status=1
 cat "$tmp/background.log"
 wait $kube || { cat "$tmp/kube.log"; status=1; }
+grep -h "^test.sh: " "$tmp/kube.log" >&2 || true
 exit $status
