@@ -89,6 +89,7 @@ func TestEventTimeWithoutRecordTimeIsDeadLettered(t *testing.T) {
 // Against the real broker and emulator.
 func TestLogAppendTimeTopicIsStampedByTheBroker(t *testing.T) {
 	t.Parallel()
+	testenv.NeedsBroker(t, "the broker's own time on a LogAppendTime topic")
 	e := newEnv(t, tenantsYAML)
 	if out, err := e.cmd(t, "setup"); err != nil {
 		t.Fatalf("setup: %v\n%s", err, out)
