@@ -157,10 +157,6 @@ func parse(f *envflag.FlagSet, args []string) error {
 	for env, flag := range deprecatedEnv {
 		deprecated(f, env, flag)
 	}
-	if f.OnCommandLine("kafka-sasl-password") {
-		// Every user of the machine can read a process's arguments.
-		fmt.Fprintln(f.Output(), "worker: WARNING: --kafka-sasl-password shows the password to anyone who can list processes: use --kafka-sasl-password-file")
-	}
 	return nil
 }
 

@@ -122,12 +122,13 @@ func metricsReference(scrape string) string {
 	return b.String()
 }
 
-// flagCeilings are the most flags each command may take: what each took
-// when the ceilings were set. A command takes only the flags it reads,
+// flagCeilings are the most flags each command's help may list (the
+// deprecated ones, on their one line at its end, are not counted): what
+// each listed when the ceilings were set. A command takes only the flags it reads,
 // and a new flag is a deliberate decision (the CHANGELOG says so): raise
 // a ceiling with it, or take a flag away first.
-var flagCeilings = map[string]int{"run": 73, "setup": 14, "check": 13, "read": 26, "retime": 19, "migrate": 20, "forget": 42,
-	"audit": 14, "retention": 32, "redrive": 57, "demo": 6}
+var flagCeilings = map[string]int{"run": 71, "setup": 14, "check": 13, "read": 26, "retime": 19, "migrate": 20, "forget": 40,
+	"audit": 14, "retention": 30, "redrive": 55, "demo": 6}
 
 // No command grows past its ceiling of flags unseen.
 func TestFlagCeilings(t *testing.T) {

@@ -64,6 +64,7 @@ type meta struct {
 	legacy   string // the variable it read before the prefixed names, read for one release
 	section  string
 	advanced bool
+	instead  string // for a deprecated flag, what to use in its place
 }
 
 // New returns a FlagSet whose variables are EnvName of each flag, and that
@@ -220,6 +221,7 @@ func (f *FlagSet) Parse(args []string) error {
 	if err := f.unknownVariables(); err != nil {
 		return err
 	}
+	f.warnDeprecated()
 	for _, name := range f.Names() {
 		m := f.meta[name]
 		if m == nil || m.env == "" || f.given[name] {
@@ -252,6 +254,23 @@ func (f *FlagSet) Parse(args []string) error {
 // its current one, with the warnings a prefixed set gives its own legacy
 // names: for a tool whose variables take the worker's names.
 func (f *FlagSet) Renamed(name, old string) { f.meta[name].legacy = old }
+
+// Deprecated marks the flag name as going from the command line at the
+// next major release: still read there, with a warning that names
+// instead, what to use in its place. Its variable, if it has one, stays
+// (a variable does not show in process lists). The help lists it in one
+// line at its end, not among the flags a user picks from.
+func (f *FlagSet) Deprecated(name, instead string) { f.meta[name].instead = instead }
+
+// warnDeprecated warns of each deprecated flag given on the command line.
+// Names only: a value may be a secret.
+func (f *FlagSet) warnDeprecated() {
+	for _, name := range f.Names() {
+		if m := f.meta[name]; m != nil && m.instead != "" && f.given[name] {
+			fmt.Fprintf(f.Output(), "%s: WARNING: --%s is deprecated and goes at the next major release: %s\n", f.Name(), name, m.instead)
+		}
+	}
+}
 
 // OnCommandLine reports whether the flag name was set on the command line
 // (not by its environment variable, not left at its default).

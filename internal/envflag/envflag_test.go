@@ -282,3 +282,36 @@ func TestBytes(t *testing.T) {
 		t.Errorf("help:\n%s", help.String())
 	}
 }
+
+// A deprecated flag is still read from the command line, with a warning
+// that names what replaces it and no value; its variable stays, without
+// a warning. The help lists it apart, after the flags a user picks from.
+func TestDeprecated(t *testing.T) {
+	isolate(t)
+	parse := func(args ...string) (string, string, error) {
+		var out strings.Builder
+		f := New("worker run", "x", &out)
+		var pw, file string
+		f.String(&pw, "password", Env, "", "a password")
+		f.String(&file, "password-file", Env, "", "a password's file")
+		f.Deprecated("password", "use --password-file")
+		err := f.Parse(args)
+		return pw, out.String(), err
+	}
+	const warning = "WARNING: --password is deprecated and goes at the next major release: use --password-file"
+	if pw, out, err := parse("--password", "s3cret"); err != nil || pw != "s3cret" || !strings.Contains(out, warning) || strings.Contains(out, "s3cret") {
+		t.Errorf("from the command line: password %q, err %v, said %q", pw, err, out)
+	}
+	t.Setenv("CELLTTL_PASSWORD", "s3cret")
+	if pw, out, err := parse(); err != nil || pw != "s3cret" || out != "" {
+		t.Errorf("from its variable: password %q, err %v, said %q", pw, err, out)
+	}
+	_, help, err := parse("--help")
+	if !IsHelp(err) {
+		t.Fatalf("--help: %v", err)
+	}
+	if strings.Contains(help, "  -password string") || !strings.Contains(help, "  -password-file string") ||
+		!strings.Contains(help, "Deprecated on the command line, still read there until the next major release: --password (use --password-file; CELLTTL_PASSWORD stays).") {
+		t.Errorf("help:\n%s", help)
+	}
+}

@@ -30,7 +30,7 @@ func (f *FlagSet) printDefaults(out io.Writer) {
 		bySection := map[string][]*flag.Flag{}
 		f.VisitAll(func(fl *flag.Flag) {
 			m := f.meta[fl.Name]
-			if m.advanced != tier.advanced {
+			if m.advanced != tier.advanced || m.instead != "" {
 				return
 			}
 			if _, ok := bySection[m.section]; !ok {
@@ -55,6 +55,19 @@ func (f *FlagSet) printDefaults(out io.Writer) {
 			}
 		}
 		fmt.Fprintln(out)
+	}
+	var gone []string
+	f.VisitAll(func(fl *flag.Flag) {
+		m := f.meta[fl.Name]
+		switch {
+		case m.instead != "" && m.env != "":
+			gone = append(gone, "--"+fl.Name+" ("+m.instead+"; "+m.env+" stays)")
+		case m.instead != "":
+			gone = append(gone, "--"+fl.Name+" ("+m.instead+")")
+		}
+	})
+	if len(gone) > 0 {
+		fmt.Fprintf(out, "Deprecated on the command line, still read there until the next major release: %s.\n", strings.Join(gone, "; "))
 	}
 }
 

@@ -353,6 +353,10 @@ func (s *Security) RegisterFlags(f *envflag.FlagSet) {
 	f.String(&s.Username, "kafka-sasl-username", "KAFKA_SASL_USERNAME", s.Username, "SASL user name")
 	f.String(&s.Password, "kafka-sasl-password", "KAFKA_SASL_PASSWORD", s.Password, "SASL password; prefer --kafka-sasl-password-file: a flag shows in process lists (a warning says so)")
 	f.String(&s.PasswordFile, "kafka-sasl-password-file", "KAFKA_SASL_PASSWORD_FILE", s.PasswordFile, "file whose first line is the SASL password (a mounted Secret); read when connecting, so a rotated file needs no restart")
+	// Deprecated: every user of the machine can read a process's
+	// arguments, and a broker of a test has its CA for --kafka-tls-ca.
+	f.Deprecated("kafka-sasl-password", "use --kafka-sasl-password-file, since a password on the command line shows to anyone who can list processes")
+	f.Deprecated("kafka-tls-insecure-skip-verify", "give the brokers' CA with --kafka-tls-ca")
 	// A flag only: a downgrade to a password in clear is chosen on the
 	// command line, not inherited from an environment.
 	f.Bool(&s.AllowPlaintextSASL, "allow-plaintext-sasl", "", s.AllowPlaintextSASL, "allow SASL PLAIN without --kafka-tls (the password crosses the network in clear)")
