@@ -40,7 +40,7 @@ import (
 // the broker, and set to another stamping; a letter forged ahead; the
 // broker's retention deleting segments under a retention.ms of seconds), run against the real broker and emulator,
 // then a checker of the promises after every step (schedcheck_test.go).
-// The menu is the threat model of docs/retention.md (scheduleMenu). A failing schedule prints its
+// The menu is the threat model of docs/threat-model.md (scheduleMenu). A failing schedule prints its
 // seed; TESTENV_SCHEDULE_SEED=N replays it alone.
 //
 // The short form (make test) tries a few schedules, the long form (make
@@ -249,7 +249,7 @@ func (sc *schedule) startWorker(group string) *worker {
 }
 
 // scheduleAction is an action of the generator's menu: its name (the one
-// docs/retention.md's threat model gives the rows it tries), how often a
+// docs/threat-model.md gives the rows it tries), how often a
 // step draws it (its weight out of the menu's sum), and what it does.
 type scheduleAction struct {
 	name   string
