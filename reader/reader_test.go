@@ -13,6 +13,7 @@ import (
 	"github.com/cellttl/cellttl/expiry"
 	"github.com/cellttl/cellttl/rowkey"
 	"github.com/cellttl/cellttl/sink"
+	"github.com/cellttl/cellttl/sink/sinktest"
 	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
@@ -43,7 +44,7 @@ func writeEvents(t *testing.T, dc *bigtable.Client, tgt sink.Target, p *expiry.P
 	for tenant, ttl := range ttls {
 		for i := range n {
 			key := string(rowkey.Build(nil, tenant, fmt.Sprintf("u-%d", i), fmt.Sprintf("%s-%d", tenant, i), base.UnixMilli()))
-			rows = append(rows, sink.Row{Key: key, Timestamp: p.Cell(tenant, base).Timestamp, Value: []byte(`{}`), WrittenAt: true})
+			rows = append(rows, sinktest.Event(p, tenant, key, base, []byte(`{}`)))
 			out = append(out, written{key: key, tenant: tenant, expiry: base.Truncate(time.Millisecond).Add(ttl)})
 		}
 	}
@@ -54,19 +55,7 @@ func writeEvents(t *testing.T, dc *bigtable.Client, tgt sink.Target, p *expiry.P
 			TTL: sink.TTL{Effective: ttl, Requested: o.requested, Own: true}})
 		out = append(out, written{key: key, tenant: o.tenant, expiry: base.Truncate(time.Millisecond).Add(o.want), own: true, requested: o.requested, want: o.want})
 	}
-	w, err := sink.NewWriter(dc, tgt, sink.DefaultWriterConfig(), nil, slog.Default())
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := w.Write(ctx, rows)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range res {
-		if e != nil {
-			t.Fatal(e)
-		}
-	}
+	sinktest.Write(t, dc, tgt, rows)
 	return out
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/cellttl/cellttl/reader"
 	"github.com/cellttl/cellttl/rowkey"
 	"github.com/cellttl/cellttl/sink"
+	"github.com/cellttl/cellttl/sink/sinktest"
 	"github.com/cellttl/cellttl/tenants"
 	"github.com/cellttl/cellttl/testkit/testenv"
 )
@@ -44,28 +45,16 @@ type event struct {
 // now minus each age), as the worker would under p.
 func seed(t testing.TB, dc *bigtable.Client, tgt sink.Target, p *expiry.Policy, tenant string, ages []time.Duration) []event {
 	t.Helper()
-	w, err := sink.NewWriter(dc, tgt, sink.DefaultWriterConfig(), nil, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
 	now := time.Now()
 	var rows []sink.Row
 	var evs []event
 	for i, age := range ages {
 		base := now.Add(-age).Truncate(time.Millisecond)
 		key := rowkey.Key(tenant, fmt.Sprintf("u%d", i%7), fmt.Sprintf("e%d", i), base.UnixMilli())
-		rows = append(rows, sink.Row{Key: key, Timestamp: p.Cell(tenant, base).Timestamp, Value: fmt.Appendf(nil, `{"i":%d}`, i), WrittenAt: true})
+		rows = append(rows, sinktest.Event(p, tenant, key, base, fmt.Appendf(nil, `{"i":%d}`, i)))
 		evs = append(evs, event{key: key, base: base})
 	}
-	res, err := w.Write(ctx, rows)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range res {
-		if e != nil {
-			t.Fatal(e)
-		}
-	}
+	sinktest.Write(t, dc, tgt, rows)
 	return evs
 }
 

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/cellttl/cellttl/rowkey"
 	"github.com/cellttl/cellttl/sink"
+	"github.com/cellttl/cellttl/sink/sinktest"
 	"github.com/cellttl/cellttl/tenants"
 	"github.com/cellttl/cellttl/testkit/testenv"
 )
@@ -44,10 +44,6 @@ func seedRows(t *testing.T, e *env, yaml, tenant string, n int) map[string]time.
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := sink.NewWriter(e.dc, sink.Target{Table: e.table, Family: "c"}, sink.DefaultWriterConfig(), nil, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
 	now := time.Now().Truncate(time.Millisecond)
 	rows := make([]sink.Row, n)
 	out := map[string]time.Time{}
@@ -58,12 +54,10 @@ func seedRows(t *testing.T, e *env, yaml, tenant string, n int) map[string]time.
 		}
 		base := now.Add(-age)
 		key := rowkey.Key(tenant, fmt.Sprintf("u%d", i), fmt.Sprintf("e%d", i), base.UnixMilli())
-		rows[i] = sink.Row{Key: key, Timestamp: cfg.Policy.Cell(tenant, base).Timestamp, Value: []byte(`{}`), WrittenAt: true}
+		rows[i] = sinktest.Event(cfg.Policy, tenant, key, base, []byte(`{}`))
 		out[key] = base
 	}
-	if _, err := w.Write(context.Background(), rows); err != nil {
-		t.Fatal(err)
-	}
+	sinktest.Write(t, e.dc, sink.Target{Table: e.table, Family: "c"}, rows)
 	return out
 }
 
