@@ -79,7 +79,9 @@ func (ld *loader) indexCell(it bigtable.ReadItem) bool {
 	if it.Timestamp != never {
 		e.expires = int64(it.Timestamp) / 1000
 	}
-	if e.expires == forever && ld.compact != nil {
+	// An offboarding is always held exactly: the filter is asked by an
+	// event's user, never by its tenant alone.
+	if e.expires == forever && ld.compact != nil && user != "" {
 		if ld.exactForever >= ld.compactAbove {
 			// Held by the filter: the lookup reads its mark.
 			ld.compact.add(tenant, user)
@@ -92,7 +94,8 @@ func (ld *loader) indexCell(it bigtable.ReadItem) bool {
 		// still stands.
 		e.below, _ = ld.ms.decode(it.Value[8:])
 	}
-	ld.l.add(tenant, user, e)
+	recorded, _ := strconv.ParseInt(col[i+1:], 10, 64)
+	ld.put(tenant, user, e, recorded)
 	return true
 }
 

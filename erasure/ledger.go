@@ -8,6 +8,7 @@ package erasure
 
 import (
 	"context"
+	"maps"
 	"math"
 	"strings"
 	"time"
@@ -42,7 +43,18 @@ type Erasure struct {
 	// to the topic's retention as it is now, and the retiring forget
 	// reads it. Zero says nothing (a record of an earlier release).
 	AtLeastUntil time.Time `json:"expires_at_least_at,omitzero"`
+	// Offboard marks the record of a tenant that left (worker offboard):
+	// User is empty, and the record erases every event of the tenant,
+	// of any time and any user, for as long as it is in force. Its row
+	// key is the tenant and the separator alone, which no user's record
+	// can have (a user id is never empty), and which an earlier
+	// release's reader skips as naming no user.
+	Offboard bool `json:"offboard,omitempty"`
 }
+
+// Whole is erased_up_to of an offboarding's record: every event time a
+// row key can hold.
+var Whole = time.UnixMilli(rowkey.MaxMillis).UTC()
 
 // Ledger is the set of erasures in force, as loaded at one moment. It is
 // never changed once built: a refresh builds another.
@@ -51,6 +63,9 @@ type Ledger struct {
 	// the event's own strings, so checking an event allocates nothing.
 	users map[string]map[string]erased
 	n     int
+	// tenants holds the tenants' offboardings (Erasure.Offboard), nil
+	// when there is none: a ledger without one asks no more per event.
+	tenants map[string]left
 	// gen grows whenever a load erases something the previous did not;
 	// rows decided under an older generation are checked again before
 	// they are written (see Watch.Admits).
@@ -63,12 +78,29 @@ type Ledger struct {
 	compact *compact
 }
 
-// entry is one record of a user, as a load of the ledger reads it (a
-// journal row) and Ledger.with takes it.
+// entry is one record of a user (user "": a tenant's offboarding), as a
+// load of the ledger reads it (a journal row) and Ledger.with takes it.
 type entry struct {
 	tenant, user string
 	erased
+	// recorded orders a tenant's records (see left): when it was
+	// recorded, or its journal row written, Unix milliseconds.
+	recorded int64
 }
+
+// left is what the ledger holds of a tenant's offboarding: the record in
+// force recorded last. Unlike a user's records, which join, a tenant's
+// replace each other: a rejoin (worker offboard --rejoin), recorded after
+// the offboarding it ends, erases only what the tenant had before, and an
+// offboarding again after it erases everything again.
+type left struct {
+	erased
+	recorded int64
+}
+
+// Offboarded reports whether o erases every event of its tenant (an
+// offboarding not ended by a rejoin).
+func (o left) whole() bool { return o.upTo >= rowkey.MaxMillis }
 
 // erased is what the ledger holds of one user: the union of the user's
 // records in force, held until the last of them expires.
@@ -97,7 +129,9 @@ func expiresAt(t time.Time) int64 {
 // covers reports whether e erases the event at millis read at p, of the
 // topic incarnation current.
 func (e erased) covers(millis int64, p Position, current string) bool {
-	return millis <= e.upTo || e.below.covers(p, current)
+	// An offboarding's erased_up_to is the last time a row key can hold:
+	// it covers a time read past that too.
+	return millis <= e.upTo || e.upTo >= rowkey.MaxMillis || e.below.covers(p, current)
 }
 
 // merge is e and o together: the later erased_up_to, the union of marks,
@@ -125,9 +159,29 @@ func NewLedger(records []Erasure, now time.Time) *Ledger {
 		if !r.Expires.IsZero() && !r.Expires.After(now) {
 			continue
 		}
-		l.add(r.Tenant, r.User, erased{upTo: r.UpTo.UnixMilli(), below: r.Below, expires: expiresAt(r.Expires)})
+		e := erased{upTo: r.UpTo.UnixMilli(), below: r.Below, expires: expiresAt(r.Expires)}
+		if r.Offboard {
+			l.addTenant(r.Tenant, left{e, r.RecordedAt.UnixMilli()})
+			continue
+		}
+		l.add(r.Tenant, r.User, e)
 	}
 	return l
+}
+
+// addTenant holds o as tenant's offboarding unless the one held was
+// recorded later; two of the same time join.
+func (l *Ledger) addTenant(tenant string, o left) {
+	if l.tenants == nil {
+		l.tenants = map[string]left{}
+	}
+	old, ok := l.tenants[tenant]
+	switch {
+	case !ok || o.recorded > old.recorded:
+		l.tenants[tenant] = o
+	case o.recorded == old.recorded && !old.contains(o.erased):
+		l.tenants[tenant] = left{old.merge(o.erased), o.recorded}
+	}
 }
 
 func (l *Ledger) add(tenant, user string, e erased) {
@@ -153,7 +207,7 @@ func (l *Ledger) Len() int {
 	if l == nil {
 		return 0
 	}
-	return l.n + l.compact.len()
+	return l.n + l.compact.len() + len(l.tenants)
 }
 
 // Generation is the ledger's generation (see Ledger.gen).
@@ -167,7 +221,7 @@ func (l *Ledger) Generation() uint64 {
 // Erased reports whether the event of user of tenant at millis (its
 // time, as its row key holds it), read at p, is erased: by its time, or by
 // its place in the input topic (see Mark). An event without a user is
-// never erased: erasure is by user.
+// never erased by a user's erasure, only by its tenant's offboarding.
 //
 // A user the compact part may hold is erased by it only once Resolve has
 // looked the user up: Decide asks Known first, and sets the record aside
@@ -175,7 +229,15 @@ func (l *Ledger) Generation() uint64 {
 // too: an answer is kept only until the second reread after it, and a
 // reread may hold compact a record the journal reads missed.
 func (l *Ledger) Erased(tenant, user string, millis int64, p Position) bool {
-	if l == nil || user == "" {
+	if l == nil {
+		return false
+	}
+	if l.tenants != nil {
+		if o, ok := l.tenants[tenant]; ok && o.covers(millis, p, p.incarnation(l.ids)) {
+			return true
+		}
+	}
+	if user == "" {
 		return false
 	}
 	if l.n > 0 {
@@ -274,7 +336,34 @@ func (l *Ledger) Covers(tenant string) bool {
 			return true
 		}
 	}
+	if _, ok := l.tenants[tenant]; ok {
+		return true
+	}
 	return len(l.users[tenant]) > 0
+}
+
+// Offboarded reports whether tenant has left and not rejoined: every
+// event of the tenant is erased.
+func (l *Ledger) Offboarded(tenant string) bool {
+	if l == nil || l.tenants == nil {
+		return false
+	}
+	o, ok := l.tenants[tenant]
+	return ok && o.whole()
+}
+
+// OffboardedTenants are the tenants that have left and not rejoined.
+func (l *Ledger) OffboardedTenants() []string {
+	var out []string
+	if l == nil {
+		return nil
+	}
+	for t, o := range l.tenants {
+		if o.whole() {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // UpTo returns a user's erased_up_to, if the user is erased. It reads the
@@ -317,8 +406,16 @@ func (l *Ledger) Tenants() []string {
 func (l *Ledger) with(entries []entry, now time.Time) (_ *Ledger, grew bool) {
 	nowMs := now.UnixMilli()
 	var touched map[string]bool
+	tenantsChange := false
 	for _, e := range entries {
 		if e.expires <= nowMs {
+			continue
+		}
+		if e.user == "" {
+			had, ok := l.tenants[e.tenant]
+			if changes, erasesMore := had.takes(ok, e); changes {
+				tenantsChange, grew = true, grew || erasesMore
+			}
 			continue
 		}
 		had, ok := l.users[e.tenant][e.user]
@@ -330,26 +427,46 @@ func (l *Ledger) with(entries []entry, now time.Time) (_ *Ledger, grew bool) {
 			grew = grew || !ok || !had.erasesAll(e.erased)
 		}
 	}
-	if touched == nil {
+	if touched == nil && !tenantsChange {
 		return l, false
 	}
-	next := &Ledger{users: make(map[string]map[string]erased, len(l.users)+len(touched)), n: l.n, gen: l.gen, ids: l.ids, compact: l.compact}
-	for t, u := range l.users {
-		next.users[t] = u
+	next := &Ledger{users: l.users, n: l.n, tenants: l.tenants, gen: l.gen, ids: l.ids, compact: l.compact}
+	if tenantsChange {
+		next.tenants = maps.Clone(l.tenants)
 	}
-	for t := range touched {
-		u := make(map[string]erased, len(l.users[t])+1)
-		for user, e := range l.users[t] {
-			u[user] = e
+	if touched != nil {
+		next.users = make(map[string]map[string]erased, len(l.users)+len(touched))
+		for t, u := range l.users {
+			next.users[t] = u
 		}
-		next.users[t] = u
+		for t := range touched {
+			next.users[t] = maps.Clone(l.users[t])
+		}
 	}
 	for _, e := range entries {
-		if touched[e.tenant] && e.expires > nowMs {
+		switch {
+		case e.expires <= nowMs:
+		case e.user == "":
+			next.addTenant(e.tenant, left{e.erased, e.recorded})
+		case touched[e.tenant]:
 			next.add(e.tenant, e.user, e.erased)
 		}
 	}
 	return next, grew
+}
+
+// takes reports whether e changes what o (held when ok) holds for its
+// tenant (see addTenant), and whether it erases something o does not.
+func (o left) takes(ok bool, e entry) (changes, erasesMore bool) {
+	switch {
+	case !ok:
+		return true, true
+	case e.recorded > o.recorded:
+		return !(o.erased == e.erased), !o.erasesAll(e.erased)
+	case e.recorded == o.recorded:
+		return !o.contains(e.erased), !o.erasesAll(e.erased)
+	}
+	return false, false
 }
 
 // withHeld adds to l, a ledger just read and not yet in force, what prev
@@ -368,6 +485,11 @@ func (l *Ledger) withHeld(prev *Ledger, now time.Time) {
 			}
 		}
 	}
+	for t, o := range prev.tenants {
+		if o.expires > nowMs {
+			l.addTenant(t, o)
+		}
+	}
 }
 
 // newer reports whether l erases something prev does not: a user prev
@@ -382,6 +504,16 @@ func (l *Ledger) newer(prev *Ledger) bool {
 	// than before may erase something new.
 	if l.compact != nil && (prev == nil || l.compact.n > prev.compact.len()) {
 		return true
+	}
+	for t, o := range l.tenants {
+		var before left
+		ok := false
+		if prev != nil {
+			before, ok = prev.tenants[t]
+		}
+		if !ok || !before.erasesAll(o.erased) {
+			return true
+		}
 	}
 	for t, users := range l.users {
 		var had map[string]erased
@@ -398,13 +530,15 @@ func (l *Ledger) newer(prev *Ledger) bool {
 }
 
 // recordKey is the ledger row of a user: tenant ids and user ids never hold
-// the separator (rowkey.ValidateID, rowkey.IDProblem).
+// the separator (rowkey.ValidateID, rowkey.IDProblem). A tenant's
+// offboarding is its user "": tenant#.
 func recordKey(tenant, user string) string {
 	return tenant + string(rowkey.Sep) + user
 }
 
-// parseRecordKey splits a ledger row key.
+// parseRecordKey splits a ledger row key; user is "" for a tenant's
+// offboarding.
 func parseRecordKey(key string) (tenant, user string, ok bool) {
 	tenant, user, ok = strings.Cut(key, string(rowkey.Sep))
-	return tenant, user, ok && tenant != "" && user != ""
+	return tenant, user, ok && tenant != "" && !strings.ContainsRune(user, rowkey.Sep)
 }

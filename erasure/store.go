@@ -166,8 +166,13 @@ func Rows(r Erasure, written time.Time) (keys []string, muts []*bigtable.Mutatio
 	if err := rowkey.ValidateID("tenant", r.Tenant); err != nil {
 		return nil, nil, err
 	}
-	if p := rowkey.IDProblem(r.User); p != "" {
-		return nil, nil, fmt.Errorf("the user id %s", p)
+	switch {
+	case r.Offboard && r.User != "":
+		return nil, nil, errors.New("an offboarding's record names no user")
+	case !r.Offboard:
+		if p := rowkey.IDProblem(r.User); p != "" {
+			return nil, nil, fmt.Errorf("the user id %s", p)
+		}
 	}
 	ts := never
 	if !r.Expires.IsZero() {
@@ -184,6 +189,9 @@ func Rows(r Erasure, written time.Time) (keys []string, muts []*bigtable.Mutatio
 	j.Set(Family, colUpTo, jts, millis(r.UpTo))
 	j.Set(Family, colHasIndex, jts, nil)
 	j.Set(Family, colExpires, jts, binary.BigEndian.AppendUint64(nil, uint64(expires)))
+	// When it was recorded, which orders a tenant's records (see left);
+	// an earlier release's row has none, and its key's time stands in.
+	j.Set(Family, colRecordedAt, jts, millis(r.RecordedAt))
 	// The index cell holds what a worker needs: erased_up_to and the
 	// mark, in a row of the records that expire in the same hour.
 	x := bigtable.NewMutation()
@@ -214,39 +222,63 @@ func (s *Store) Load(ctx context.Context, now time.Time) (_ []Erasure, ignored i
 	var out []Erasure
 	ms := marks{}
 	_, ignored, err := s.read(ctx, "read", recordRanges, nil, now, parseRecordKey, func(tenant, user string, cells []bigtable.ReadItem) {
-		// A user's row holds the cells of each forget, named by when it
-		// recorded (see colUpTo). Each still in force is a record.
-		byAt := map[string]*Erasure{}
-		for _, it := range cells {
-			name, at, _ := strings.Cut(strings.TrimPrefix(it.Column, Family+":"), ".")
-			r := byAt[at]
-			if r == nil {
-				r = &Erasure{Tenant: tenant, User: user}
-				if it.Timestamp != never {
-					r.Expires = it.Timestamp.Time().UTC()
-				}
-				byAt[at] = r
-			}
-			switch name {
-			case colUpTo:
-				r.UpTo = fromMillis(it.Value)
-			case colRecordedAt:
-				r.RecordedAt = fromMillis(it.Value)
-			case colRequestedBy:
-				r.RequestedBy = string(it.Value)
-			case colBelow:
-				// A mark that does not decode erases by time alone: the
-				// record still stands.
-				r.Below, _ = ms.decode(it.Value)
-			case colAtLeast:
-				r.AtLeastUntil = fromMillis(it.Value)
-			}
-		}
-		for _, r := range byAt {
-			out = append(out, *r)
-		}
+		out = append(out, records(tenant, user, cells, ms)...)
 	})
 	return out, ignored, err
+}
+
+// records are the records of one record row's cells in force: a user's row
+// holds the cells of each forget, named by when it recorded (see colUpTo).
+func records(tenant, user string, cells []bigtable.ReadItem, ms marks) []Erasure {
+	byAt := map[string]*Erasure{}
+	var out []Erasure
+	for _, it := range cells {
+		name, at, _ := strings.Cut(strings.TrimPrefix(it.Column, Family+":"), ".")
+		r := byAt[at]
+		if r == nil {
+			r = &Erasure{Tenant: tenant, User: user, Offboard: user == ""}
+			if it.Timestamp != never {
+				r.Expires = it.Timestamp.Time().UTC()
+			}
+			byAt[at] = r
+		}
+		switch name {
+		case colUpTo:
+			r.UpTo = fromMillis(it.Value)
+		case colRecordedAt:
+			r.RecordedAt = fromMillis(it.Value)
+		case colRequestedBy:
+			r.RequestedBy = string(it.Value)
+		case colBelow:
+			// A mark that does not decode erases by time alone: the
+			// record still stands.
+			r.Below, _ = ms.decode(it.Value)
+		case colAtLeast:
+			r.AtLeastUntil = fromMillis(it.Value)
+		}
+	}
+	for _, r := range byAt {
+		out = append(out, *r)
+	}
+	return out
+}
+
+// Offboarding reads tenant's offboarding in force at now: its record
+// recorded last, when that is one that erases every event of the tenant
+// (nil: the tenant has not left, or has rejoined since).
+func (s *Store) Offboarding(ctx context.Context, tenant string, now time.Time) (*Erasure, error) {
+	var last *Erasure
+	_, _, err := s.read(ctx, "read", bigtable.RowList{recordKey(tenant, "")}, nil, now, parseRecordKey, func(tenant, user string, cells []bigtable.ReadItem) {
+		for _, r := range records(tenant, user, cells, marks{}) {
+			if last == nil || r.RecordedAt.After(last.RecordedAt) {
+				last = &r
+			}
+		}
+	})
+	if err != nil || last == nil || last.UpTo.Before(Whole) {
+		return nil, err
+	}
+	return last, nil
 }
 
 // LoadUsers reads the records in force at now of the users of tenant
@@ -310,7 +342,7 @@ func newLoader() *loader {
 // with its expiry, the cell's timestamp.
 func (ld *loader) cells(tenant, user string, cells []bigtable.ReadItem) {
 	for _, it := range cells {
-		name, _, _ := strings.Cut(strings.TrimPrefix(it.Column, Family+":"), ".")
+		name, at, _ := strings.Cut(strings.TrimPrefix(it.Column, Family+":"), ".")
 		e := erased{upTo: math.MinInt64, expires: forever}
 		if it.Timestamp != never {
 			e.expires = int64(it.Timestamp) / 1000
@@ -329,8 +361,19 @@ func (ld *loader) cells(tenant, user string, cells []bigtable.ReadItem) {
 		default:
 			continue
 		}
-		ld.l.add(tenant, user, e)
+		recorded, _ := strconv.ParseInt(at, 10, 64)
+		ld.put(tenant, user, e, recorded)
 	}
+}
+
+// put adds a record read (user "": a tenant's offboarding, ordered by when
+// it was recorded).
+func (ld *loader) put(tenant, user string, e erased, recorded int64) {
+	if user == "" {
+		ld.l.addTenant(tenant, left{e, recorded})
+		return
+	}
+	ld.l.add(tenant, user, e)
 }
 
 // read reads the rows of rs whose key names a user (key; the others are
@@ -400,7 +443,7 @@ func (s *Store) loadSince(ctx context.Context, since, upTo time.Time) (_ []entry
 		} else {
 			beyondMs = max(beyondMs, ms)
 		}
-		e := entry{tenant: tenant, user: user, erased: erased{upTo: math.MinInt64, expires: forever}}
+		e := entry{tenant: tenant, user: user, erased: erased{upTo: math.MinInt64, expires: forever}, recorded: ms}
 		expires := int64(0) // the colExpires cell's, when the row has one
 		for _, it := range row[Family] {
 			switch {
@@ -411,6 +454,8 @@ func (s *Store) loadSince(ctx context.Context, since, upTo time.Time) (_ []entry
 				}
 			case it.Column == Family+":"+colExpires && len(it.Value) == 8:
 				expires = int64(binary.BigEndian.Uint64(it.Value))
+			case it.Column == Family+":"+colRecordedAt && len(it.Value) == 8:
+				e.recorded = int64(binary.BigEndian.Uint64(it.Value))
 			case it.Column == Family+":"+colBelow:
 				e.below, _ = known.decode(it.Value)
 			}
