@@ -40,7 +40,7 @@ func workerCLI(t *testing.T) cli {
 	}
 	c := cli{commands: map[string]map[string]bool{}, env: map[string]bool{}}
 	flagRe, envRe := regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`), regexp.MustCompile(`\(env ([A-Z0-9_]+)\)`)
-	for _, cmd := range []string{"run", "setup", "check", "read", "retime", "forget", "audit"} {
+	for _, cmd := range []string{"run", "setup", "check", "read", "retime", "forget", "offboard", "audit"} {
 		var out bytes.Buffer
 		h := exec.Command(bin, cmd, "--help")
 		h.Stdout, h.Stderr = &out, &out
@@ -386,6 +386,36 @@ func TestRetimeJob(t *testing.T) {
 	}
 	if !index {
 		t.Error("SHARD_INDEX does not come from the completion index")
+	}
+}
+
+// offboardJob renders the offboard Job: its Component on the base.
+func offboardJob(t *testing.T) object {
+	t.Helper()
+	job := compose(t, "offboard")["Job/cellttl-offboard"]
+	if job == nil {
+		t.Fatal("the offboard Component renders no Job cellttl-offboard")
+	}
+	return job
+}
+
+// The offboard Job runs worker offboard with flags the worker has, as the
+// retention identity (the workers' may not write the ledger), and says
+// who asked.
+func TestOffboardJob(t *testing.T) {
+	c := workerCLI(t)
+	pod := get(offboardJob(t), "spec", "template", "spec")
+	if sa := str(get(pod, "serviceAccountName")); sa != "cellttl-retention" {
+		t.Errorf("the offboard Job runs as %s, want cellttl-retention", sa)
+	}
+	args := toStrings(get(list(get(pod, "containers"))[0], "args"))
+	if c.checkArgs(t, "offboard Job", args) != "offboard" {
+		t.Errorf("args %v: not worker offboard", args)
+	}
+	for _, want := range []string{"--tenant=", "--requested-by="} {
+		if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, want) }) {
+			t.Errorf("args %v: no %s", args, want)
+		}
 	}
 }
 

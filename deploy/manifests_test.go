@@ -70,10 +70,13 @@ func TestAppliedAsShipped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The retime Job, which no overlay holds, runs the release's image too.
-	for _, c := range list(get(retimeJob(t), "spec", "template", "spec", "containers")) {
-		if img := str(get(c, "image")); !strings.HasSuffix(img, ":"+release.Version) {
-			t.Errorf("the retime Job runs %s, not release %s", img, release.Version)
+	// The retime and offboard Jobs, which no overlay holds, run the
+	// release's image too.
+	for name, job := range map[string]object{"retime": retimeJob(t), "offboard": offboardJob(t)} {
+		for _, c := range list(get(job, "spec", "template", "spec", "containers")) {
+			if img := str(get(c, "image")); !strings.HasSuffix(img, ":"+release.Version) {
+				t.Errorf("the %s Job runs %s, not release %s", name, img, release.Version)
+			}
 		}
 	}
 	for _, overlay := range overlays {

@@ -25,7 +25,7 @@ var (
 	// components are the optional parts, each a kustomize Component that
 	// composes with any other, in any order; of the autoscalers, one or
 	// none.
-	components  = []string{"network", "tenants-dir", "monitoring", "gmp", "retime"}
+	components  = []string{"network", "tenants-dir", "monitoring", "gmp", "retime", "offboard"}
 	autoscalers = []string{"", "hpa", "keda"}
 )
 
@@ -141,7 +141,7 @@ func checkComposition(t *testing.T, objs map[string]object, comps []string) {
 	for comp, kinds := range map[string][]string{
 		"hpa": {"HorizontalPodAutoscaler/cellttl"}, "keda": {"ScaledObject/cellttl", "TriggerAuthentication/cellttl-kafka"},
 		"network": {"NetworkPolicy/cellttl-worker"}, "monitoring": {"ServiceMonitor/cellttl", "PrometheusRule/cellttl"},
-		"gmp": {"PodMonitoring/cellttl", "Rules/cellttl"}, "retime": {"Job/cellttl-retime"},
+		"gmp": {"PodMonitoring/cellttl", "Rules/cellttl"}, "retime": {"Job/cellttl-retime"}, "offboard": {"Job/cellttl-offboard"},
 	} {
 		for _, k := range kinds {
 			if (objs[k] != nil) != slices.Contains(comps, comp) {

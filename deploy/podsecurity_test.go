@@ -24,6 +24,7 @@ func workloads(t *testing.T) map[string]object {
 		}
 	}
 	out["k8s/components/retime Job/cellttl-retime"] = retimeJob(t)
+	out["k8s/components/offboard Job/cellttl-offboard"] = offboardJob(t)
 	if len(out) < 5 {
 		t.Fatalf("found %d workloads: %v", len(out), out)
 	}
@@ -40,7 +41,7 @@ func TestPodSecurityRestricted(t *testing.T) {
 		t.Fatal(err)
 	}
 	// By the pod's component: the setup Job's name carries the release.
-	identity := map[string]string{"worker": "cellttl-worker", "setup": "cellttl-admin", "retime": "cellttl-retention"}
+	identity := map[string]string{"worker": "cellttl-worker", "setup": "cellttl-admin", "retime": "cellttl-retention", "offboard": "cellttl-retention"}
 	for name, o := range workloads(t) {
 		data, err := json.Marshal(get(o, "spec", "template"))
 		if err != nil {

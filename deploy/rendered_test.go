@@ -39,6 +39,7 @@ func TestOverlaysRunAsRendered(t *testing.T) {
 		tenant      string // a tenant of its tenants file, whose event it writes
 		kafkaSecret bool   // the Secret cellttl-kafka made, against the SASL listener
 		retime      bool   // then the retime Job's pods
+		offboard    bool   // then the offboard Job's pod
 	}
 	var cases []runCase
 	for _, overlay := range runHere {
@@ -49,7 +50,7 @@ func TestOverlaysRunAsRendered(t *testing.T) {
 	}
 	cases = append(cases,
 		runCase{name: "k8s/examples/quickstart with the Kafka Secret", render: func(t *testing.T) map[string]object { return build(t, "k8s/examples/quickstart") }, tenant: "acme", kafkaSecret: true},
-		runCase{name: "hpa+network+retime", render: func(t *testing.T) map[string]object { return compose(t, "hpa", "network", "retime") }, tenant: "acme", retime: true},
+		runCase{name: "hpa+network+retime+offboard", render: func(t *testing.T) map[string]object { return compose(t, "hpa", "network", "retime", "offboard") }, tenant: "acme", retime: true, offboard: true},
 		runCase{name: "keda+tenants-dir+retime", render: func(t *testing.T) map[string]object { return compose(t, "keda", "tenants-dir", "retime") }, tenant: "acme", retime: true})
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -149,6 +150,9 @@ func TestOverlaysRunAsRendered(t *testing.T) {
 			if c.retime {
 				retimeAsRendered(t, bin, objs, site, extra, tenant)
 			}
+			if c.offboard {
+				offboardAsRendered(t, bin, objs, site, extra, tenant)
+			}
 		})
 	}
 }
@@ -179,6 +183,27 @@ func retimeAsRendered(t *testing.T, bin string, objs map[string]object, site map
 	err := dc.Open(site["CELLTTL_TABLE"]).ReadRows(ctx, bigtable.PrefixRange(tenant+"#"), func(bigtable.Row) bool { rows++; return true })
 	if err != nil || rows != 1 {
 		t.Errorf("after the retime Job: %d rows of %s (%v), want 1", rows, tenant, err)
+	}
+}
+
+// offboardAsRendered runs the offboard Job's pod as rendered, with the
+// workers' bound shortened (the second pass waits it): it exits 0 with
+// its receipt, and no row of the tenant is left.
+func offboardAsRendered(t *testing.T, bin string, objs map[string]object, site map[string]string, extra []string, tenant string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r := container(t, objs, get(objs["Job/cellttl-offboard"], "spec", "template", "spec"), site)
+	cmd := r.command(ctx, t, bin, append(extra, "CELLTTL_ERASURE_REFRESH=100ms", "CELLTTL_WRITE_TIMEOUT=1s"))
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "offboarded tenant "+tenant) {
+		t.Fatalf("the offboard Job's pod (worker %s): %v\n%s", strings.Join(r.args, " "), err, out)
+	}
+	dc, _ := testenv.Clients(t)
+	rows := 0
+	err = dc.Open(site["CELLTTL_TABLE"]).ReadRows(ctx, bigtable.PrefixRange(tenant+"#"), func(bigtable.Row) bool { rows++; return true })
+	if err != nil || rows != 0 {
+		t.Errorf("after the offboard Job: %d rows of %s (%v), want none", rows, tenant, err)
 	}
 }
 

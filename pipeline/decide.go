@@ -68,7 +68,8 @@ type Decision struct {
 }
 
 // Decide decodes msg with d and gives it its cells under cfg, unless the
-// ledger (nil: none) erased its user up to its time. The ledger is asked
+// ledger (nil: none) erased its user up to its time, or its tenant left (the
+// ledger's offboarding, or the tenants file's). The ledger is asked
 // before the tenant's policy: an erased user's event of an unlisted tenant
 // is not dead-lettered either (a letter is a copy of the payload). latest,
 // when not zero, is the latest time an event may carry (--strict-retention,
@@ -83,6 +84,11 @@ func Decide(d *event.Decoder, cfg *tenants.Config, ledger *erasure.Ledger, msg *
 		if _, ok := err.(*event.Error); !ok {
 			return Decision{Fate: Held, Err: err}
 		}
+	}
+	if cfg.Offboarded[ev.Tenant] {
+		// The tenant has left: nothing of it is written or dead-lettered,
+		// whatever the ledger holds yet.
+		return Decision{Fate: Erased, Event: ev}
 	}
 	if err != nil {
 		// An erased user's event whose time or own TTL cannot be read: its

@@ -61,6 +61,10 @@ type TenantAudit struct {
 	LongerThanOwnTTL int64 `json:"longer_than_own_ttl"`
 	// LeavesWithin counts the live rows by when they expire.
 	LeavesWithin map[string]int64 `json:"leaves_within"`
+	// OffboardedAt is when the tenant left (worker offboard), while the
+	// ledger's offboarding is in force: every row of it is then counted in
+	// ErasedRows.
+	OffboardedAt *time.Time `json:"offboarded_at,omitempty"`
 }
 
 // AuditReport is the whole audit.
@@ -152,6 +156,9 @@ func (a *auditor) tenant(id string) *TenantAudit {
 	t, ok := a.byTenant[id]
 	if !ok {
 		t = &TenantAudit{Tenant: id, TTL: fmtTTL(a.policy.TTL(id)), LeavesWithin: map[string]int64{}}
+		if at, ok := a.erasures.LeftAt(id); ok {
+			t.OffboardedAt = &at
+		}
 		for _, h := range horizons {
 			t.LeavesWithin[h.name] = 0
 		}

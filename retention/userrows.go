@@ -53,17 +53,45 @@ func DeleteUserRows(ctx context.Context, tbl Table, o UserRows) (_ UserRowsRepor
 	if !o.Before.IsZero() {
 		end = rowkey.UserTimeKey(o.Tenant, o.User, max(0, o.Before.UnixMilli()))
 	}
+	rep, err := deleteRange(ctx, tbl, start, end, o.DryRun, tracerOf(o.Tracers))
+	if err != nil {
+		return rep, fmt.Errorf("delete the rows of %s: %w", o.Pseudonyms.Ref(o.Tenant, o.User), err)
+	}
+	return rep, nil
+}
+
+// DeleteTenantRows deletes every row of tenant still there, expired or
+// not, by reading its key range (tenant#): the second pass of an
+// offboarding, after the range was dropped, deletes what a batch in
+// flight wrote meanwhile. Dry, it counts.
+func DeleteTenantRows(ctx context.Context, tbl Table, tenant string, dryRun bool, tracers trace.TracerProvider) (_ UserRowsReport, err error) {
+	ctx, span := tracerOf(tracers).Start(ctx, "cellttl.offboard", trace.WithAttributes(attribute.String("cellttl.tenant", tenant), attribute.Bool("cellttl.dry_run", dryRun)))
+	defer func() { endSpan(span, Report{}, err) }()
+	if err := rowkey.ValidateID("tenant", tenant); err != nil {
+		return UserRowsReport{}, err
+	}
+	start := rowkey.TenantPrefix(tenant)
+	rep, err := deleteRange(ctx, tbl, start, rowkey.PrefixEnd(start), dryRun, tracerOf(tracers))
+	if err != nil {
+		return rep, fmt.Errorf("delete the rows of tenant %s: %w", tenant, err)
+	}
+	return rep, nil
+}
+
+// deleteRange deletes the rows of [start, end) in batches, counting them
+// and their bytes; dry, it only counts.
+func deleteRange(ctx context.Context, tbl Table, start, end string, dryRun bool, tracer trace.Tracer) (UserRowsReport, error) {
 	rep := UserRowsReport{Start: start, End: end}
 	var keys []string
 	var muts []*bigtable.Mutation
 	var applyErr error
 	flush := func() {
-		if len(keys) > 0 && !o.DryRun {
-			applyErr = applyBulk(ctx, tracerOf(o.Tracers), tbl, keys, muts)
+		if len(keys) > 0 && !dryRun {
+			applyErr = applyBulk(ctx, tracer, tbl, keys, muts)
 		}
 		keys, muts = keys[:0], muts[:0]
 	}
-	err = tbl.ReadRows(ctx, bigtable.NewRange(start, end), func(r bigtable.Row) bool {
+	err := tbl.ReadRows(ctx, bigtable.NewRange(start, end), func(r bigtable.Row) bool {
 		rep.Rows++
 		for _, items := range r {
 			for _, it := range items {
@@ -82,8 +110,5 @@ func DeleteUserRows(ctx context.Context, tbl Table, o UserRows) (_ UserRowsRepor
 		flush()
 		err = applyErr
 	}
-	if err != nil {
-		return rep, fmt.Errorf("delete the rows of %s: %w", o.Pseudonyms.Ref(o.Tenant, o.User), err)
-	}
-	return rep, nil
+	return rep, err
 }

@@ -24,6 +24,9 @@ type TenantChange struct {
 	NewTTL    time.Duration
 	OldListed bool
 	NewListed bool
+	// Offboarded: the new file lists the tenant as offboarded (see
+	// CompareConfigs), which writes none of its events.
+	Offboarded bool
 	// The bounds of the TTLs its events may give themselves (--ttl-from).
 	OldBounds, NewBounds expiry.Bounds
 }
@@ -58,9 +61,11 @@ func parseBounds(s string) (expiry.Bounds, error) {
 	return expiry.Bounds{Min: min, Max: max}, err
 }
 
-// Kind is "added", "removed" or "changed".
+// Kind is "added", "removed", "offboarded" or "changed".
 func (c TenantChange) Kind() string {
 	switch {
+	case c.Offboarded:
+		return "offboarded"
 	case !c.OldListed:
 		return "added"
 	case !c.NewListed:
@@ -77,6 +82,8 @@ func (c TenantChange) String() string {
 		return c.Tenant + " added " + duration.Format(c.NewTTL)
 	case "removed":
 		return c.Tenant + " removed, default " + duration.Format(c.NewTTL)
+	case "offboarded":
+		return c.Tenant + " offboarded"
 	}
 	s := c.Tenant + " " + duration.Format(c.OldTTL) + "→" + duration.Format(c.NewTTL)
 	if c.BoundsSaid() {
@@ -88,7 +95,7 @@ func (c TenantChange) String() string {
 // tenantChangeJSON is TenantChange as worker check prints it.
 type tenantChangeJSON struct {
 	Tenant string `json:"tenant"`
-	Change string `json:"change"` // added, removed, changed
+	Change string `json:"change"` // added, removed, offboarded, changed
 	OldTTL string `json:"old_ttl"`
 	NewTTL string `json:"new_ttl"`
 	// The bounds of the events' own TTLs, MIN..MAX.
@@ -116,7 +123,8 @@ func (c *TenantChange) UnmarshalJSON(b []byte) error {
 	if err != nil {
 		return fmt.Errorf("new_ttl: %w", err)
 	}
-	*c = TenantChange{Tenant: j.Tenant, OldTTL: o, NewTTL: n, OldListed: j.Change != "added", NewListed: j.Change != "removed"}
+	*c = TenantChange{Tenant: j.Tenant, OldTTL: o, NewTTL: n, OldListed: j.Change != "added", NewListed: j.Change != "removed" && j.Change != "offboarded",
+		Offboarded: j.Change == "offboarded"}
 	// Bounds are absent from what a version before them wrote.
 	if j.OldBounds != "" {
 		if c.OldBounds, err = parseBounds(j.OldBounds); err != nil {
@@ -234,6 +242,55 @@ func Compare(old, new *expiry.Policy) Plan {
 	}
 	p.ReplicatedSteps = new.GCMaxAge()-old.GCMaxAge() > MaxReplicatedGCIncrease
 	return p
+}
+
+// CompareConfigs is Compare of two tenants files, which also says which
+// tenants the new one lists as offboarded.
+func CompareConfigs(old, new *Config) Plan {
+	p := Compare(old.Policy, new.Policy)
+	for i := range p.Tenants {
+		p.Tenants[i].Offboarded = new.Offboarded[p.Tenants[i].Tenant]
+	}
+	return p
+}
+
+// Leaving explains what an edit does to the tenants it removes, lists as
+// offboarded, or lists again: the words `worker check --against` prints.
+func Leaving(old, new *Config) []string {
+	var notes []string
+	var removed, offboarded, back []string
+	for id := range old.Policy.Tenants {
+		_, listed := new.Policy.Tenants[id]
+		switch {
+		case new.Offboarded[id]:
+			offboarded = append(offboarded, id)
+		case !listed:
+			removed = append(removed, id)
+		}
+	}
+	for id := range new.Policy.Tenants {
+		if old.Offboarded[id] {
+			back = append(back, id)
+		}
+	}
+	sort.Strings(removed)
+	sort.Strings(offboarded)
+	sort.Strings(back)
+	if len(removed) > 0 {
+		policy := "written with default_ttl " + duration.Format(new.Policy.DefaultTTL)
+		if new.Unlisted == UnlistedDeadLetter {
+			policy = "dead-lettered"
+		}
+		notes = append(notes, fmt.Sprintf("a tenant removed (%s) is only unlisted: its events are %s after the reload, and its rows stay until they expire. "+
+			"A tenant that leaves is offboarded (`worker offboard --tenant ID`): its rows are dropped, and none of its events is written or dead-lettered again", strings.Join(removed, ", "), policy))
+	}
+	if len(offboarded) > 0 {
+		notes = append(notes, fmt.Sprintf("offboarded (%s): none of their events is written or dead-lettered after the reload; their rows stay until `worker offboard --tenant ID` drops them", strings.Join(offboarded, ", ")))
+	}
+	if len(back) > 0 {
+		notes = append(notes, fmt.Sprintf("listed again after they were offboarded (%s): a worker refuses the edit while its erasure ledger holds the offboarding; `worker offboard --rejoin --tenant ID` ends it", strings.Join(back, ", ")))
+	}
+	return notes
 }
 
 // Notes explain to an operator what the edit does once a worker reloads

@@ -49,7 +49,14 @@ type Reloader struct {
 	decided []byte
 	// applied is signalled (without blocking) at each config applied.
 	applied chan struct{}
+	// gate, when set, may refuse a new config (SetGate).
+	gate func(cur, next *Config) error
 }
+
+// SetGate makes apply ask gate before it takes a new config: an error
+// refuses it, and the same content is judged again at the next poll.
+// Set before Run.
+func (r *Reloader) SetGate(gate func(cur, next *Config) error) { r.gate = gate }
 
 // ReloadStatus describes the last reload attempt.
 type ReloadStatus struct {
@@ -172,7 +179,16 @@ func (r *Reloader) apply(src source) bool {
 		return false
 	}
 	cur := r.cur.Load()
-	plan := Compare(cur.Policy, next.Policy)
+	if r.gate != nil {
+		if err := r.gate(cur, next); err != nil {
+			// Judged again at each poll: the gate's answer may change
+			// (the erasure ledger of a tenant rejoined reaches the worker).
+			r.decided = nil
+			r.refuse(data, fmt.Errorf("%s: %w", r.path, err))
+			return false
+		}
+	}
+	plan := CompareConfigs(cur, next)
 	if !plan.SafeAtRuntime() {
 		r.refuse(data, fmt.Errorf("%s changes the family's GC rule (strategy %s → %s, default_ttl %s → %s), which a running worker never does: "+
 			"it would move the expiry of every cell already written. To apply it deliberately run `worker setup --update-gc-policy --tenants %s`, then restart the workers",

@@ -59,6 +59,10 @@ type Config struct {
 	// Version is a short hash of the file's bytes; it names the config in
 	// logs, metrics and traces.
 	Version string
+	// Offboarded are the tenants listed as `offboarded` (worker offboard
+	// erased them): none of their events is written or dead-lettered,
+	// whatever the erasure ledger holds yet, and they are not in Policy.
+	Offboarded map[string]bool
 	// metricTenants is metric_tenants, nil when the file has none (see
 	// Labelled).
 	metricTenants map[string]bool
@@ -206,9 +210,10 @@ func parseRoot(root *yaml.Node, data []byte) (*Config, error) {
 			p.DefaultBounds = b
 		}
 	}
+	offboarded := map[string]bool{}
 	if tenantsNode != nil {
 		p.Bounds = map[string]expiry.Bounds{}
-		errs = append(errs, parseTenants(tenantsNode, p, defaults)...)
+		errs = append(errs, parseTenants(tenantsNode, p, defaults, offboarded)...)
 	}
 	metricTenants, merrs := metricTenantsOf(metricNode, p.Tenants)
 	if errs = append(errs, merrs...); len(errs) > 0 {
@@ -218,7 +223,7 @@ func parseRoot(root *yaml.Node, data []byte) (*Config, error) {
 	for _, ttl := range p.Tenants {
 		shortest = min(shortest, ttl)
 	}
-	return &Config{Policy: p, Unlisted: unlisted, WriteRate: writeRate, ShortestTTL: shortest, Version: Version(data), metricTenants: metricTenants, raw: data}, nil
+	return &Config{Policy: p, Unlisted: unlisted, WriteRate: writeRate, ShortestTTL: shortest, Version: Version(data), Offboarded: offboarded, metricTenants: metricTenants, raw: data}, nil
 }
 
 // boundNodes are min_ttl and max_ttl as read (nil nodes when not given).
@@ -292,12 +297,12 @@ func parseBound(n *yaml.Node, field string, errs *[]error) (time.Duration, *yaml
 // tenantFields are the keys of a tenant given as a mapping.
 const tenantFields = "ttl, min_ttl, max_ttl"
 
-func parseTenants(n *yaml.Node, p *expiry.Policy, defaults boundNodes) []error {
+func parseTenants(n *yaml.Node, p *expiry.Policy, defaults boundNodes, offboarded map[string]bool) []error {
 	if n.Tag == "!!null" {
 		return nil
 	}
 	if n.Kind != yaml.MappingNode {
-		return []error{lineErr(n, "tenants", "must be a mapping of tenant id to TTL, e.g. acme: 1h or acme: {ttl: 1h, max_ttl: 3h}")}
+		return []error{lineErr(n, "tenants", "must be a mapping of tenant id to TTL, e.g. acme: 1h or acme: {ttl: 1h, max_ttl: 3h} (or acme: offboarded, for a tenant that has left)")}
 	}
 	var errs []error
 	lines := map[string]int{}
@@ -314,6 +319,10 @@ func parseTenants(n *yaml.Node, p *expiry.Policy, defaults boundNodes) []error {
 			continue
 		}
 		field := "tenants." + id
+		if v.Kind == yaml.ScalarNode && v.Value == Offboarded {
+			offboarded[id] = true // no TTL: none of its events is written
+			continue
+		}
 		ttlNode, own, ok := tenantEntry(v, field, &errs)
 		if !ok {
 			continue
@@ -337,6 +346,10 @@ func parseTenants(n *yaml.Node, p *expiry.Policy, defaults boundNodes) []error {
 	}
 	return errs
 }
+
+// Offboarded is the value of a tenant that has left (acme: offboarded):
+// kept in the file to say so, with no TTL.
+const Offboarded = "offboarded"
 
 // tenantEntry reads a tenant's value: a TTL (acme: 1h) or a mapping of
 // ttl and its bounds (acme: {ttl: 1h, max_ttl: 3h}).

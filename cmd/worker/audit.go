@@ -82,7 +82,7 @@ func (o *auditCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 		return err
 	}
 	if !rep.Clean() {
-		return &exitError{code: 1, err: errors.New("some cells break the rule of the tenants file (worker retime repairs them), outlive the TTL their event gave itself (worker retime repairs them), lie outside cellttl's layout, or belong to users the erasure ledger says were erased (worker forget again)"), quiet: format == "json"}
+		return &exitError{code: 1, err: errors.New("some cells break the rule of the tenants file (worker retime repairs them), outlive the TTL their event gave itself (worker retime repairs them), lie outside cellttl's layout, or belong to users the erasure ledger says were erased (worker forget again) or to a tenant that left (worker offboard again)"), quiet: format == "json"}
 	}
 	return nil
 }
@@ -106,6 +106,11 @@ func printAudit(stdout io.Writer, format, version string, rep *retention.AuditRe
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, t := range rep.Tenants {
+		if t.OffboardedAt != nil {
+			fmt.Fprintf(stdout, "%s left at %s: its offboarding is in force in the erasure ledger, and a row of it is one of an erased user (worker offboard again)\n", t.Tenant, t.OffboardedAt.Format(time.RFC3339Nano))
+		}
 	}
 	if rep.Foreign > 0 {
 		fmt.Fprintf(stdout, "%d rows not in cellttl's layout, e.g. %q\n", rep.Foreign, rep.ForeignSamples)

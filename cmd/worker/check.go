@@ -172,8 +172,8 @@ func (o *checkCmd) run(ctx context.Context, stdout, _ io.Writer) error {
 
 // compare is --against: the plan of replacing old by cfg, and its notes.
 func compare(path string, old, cfg *tenants.Config) *comparison {
-	plan := tenants.Compare(old.Policy, cfg.Policy)
-	notes := plan.Notes(old.Unlisted, cfg.Unlisted)
+	plan := tenants.CompareConfigs(old, cfg)
+	notes := append(plan.Notes(old.Unlisted, cfg.Unlisted), tenants.Leaving(old, cfg)...)
 	if old.WriteRate != cfg.WriteRate {
 		notes = append(notes, fmt.Sprintf("max_write_rate %s → %s per worker applies at the next write after the reload (the group's share is the number of workers times the cap)", writeRate(old.WriteRate), writeRate(cfg.WriteRate)))
 	}

@@ -69,6 +69,8 @@ func printCheck(w io.Writer, rep *checkReport) {
 				fmt.Fprintf(w, "  %-16s added:   %s (was the default, %s)\n", c.Tenant, duration.Format(c.NewTTL), duration.Format(c.OldTTL))
 			case "removed":
 				fmt.Fprintf(w, "  %-16s removed: %s → the default, %s\n", c.Tenant, duration.Format(c.OldTTL), duration.Format(c.NewTTL))
+			case "offboarded":
+				fmt.Fprintf(w, "  %-16s offboarded: %s → none of its events written\n", c.Tenant, duration.Format(c.OldTTL))
 			default:
 				fmt.Fprintf(w, "  %-16s %s → %s", c.Tenant, duration.Format(c.OldTTL), duration.Format(c.NewTTL))
 				if c.BoundsSaid() {

@@ -34,6 +34,7 @@ func TestTopicCommandsEndWhenKafkaDoesNotAnswer(t *testing.T) {
 	for name, extra := range map[string][]string{
 		"retention": nil,
 		"forget":    {"--tenant", "acme", "--user", "u-1", "--requested-by", "test"},
+		"offboard":  {"--tenant", "acme", "--requested-by", "test"},
 		"redrive":   nil,
 	} {
 		t.Run(name, func(t *testing.T) {

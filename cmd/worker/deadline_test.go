@@ -122,6 +122,7 @@ func bigtableCommands(tenantsFile string) map[string]struct {
 		"retention": {kafka, exitNoAnswer},
 		"redrive":   {kafka, exitNoAnswer},
 		"forget":    {append([]string{"--tenant", "acme", "--user", "u-1", "--requested-by", "test"}, kafka...), exitNoAnswer},
+		"offboard":  {append([]string{"--tenant", "acme", "--requested-by", "test"}, kafka...), exitNoAnswer},
 	}
 }
 

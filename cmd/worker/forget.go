@@ -139,13 +139,9 @@ func (fo *forgetCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("read how long the topics keep copies (the ledger record must live as long): %w", err)
 	}
-	repl := forget.Replication{Table: fo.table.Table, Wait: s.ac.WaitForReplication}
-	if fo.replication == replicationSingle {
-		ap, err := fo.table.ReadAppProfile(ctx)
-		repl.Wait = nil
-		if repl.Statement, err = forget.SingleCluster(fo.table.AppProfile, ap, err, log); err != nil {
-			return err
-		}
+	repl, err := replicationOf(ctx, fo.replication, &fo.tableOptions, s, log)
+	if err != nil {
+		return err
 	}
 	ledger := erasure.NewStore(s.dc, fo.table.ErasureTable())
 	ledger.SetClock(wallClock)
@@ -170,19 +166,6 @@ func (fo *forgetCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 			err: fmt.Errorf("%d of %d users had no row, and nothing was recorded for them: check the ids, or pass --allow-empty", rc.NotFound, len(users))}
 	}
 	return err
-}
-
-// The values of --replication.
-const (
-	replicationWait   = "wait"
-	replicationSingle = "single-cluster"
-)
-
-func checkReplication(v string) error {
-	if v != replicationWait && v != replicationSingle {
-		return fmt.Errorf("--replication %q: want %s or %s", v, replicationWait, replicationSingle)
-	}
-	return nil
 }
 
 // userIDs checks --tenant and gathers the users of --user and

@@ -69,8 +69,9 @@ func (e *env) args(cmd string, extra ...string) []string {
 		a = append(a, "--brokers", strings.Join(brokers, ","), "--topic", e.topic, "--group", e.group,
 			"--flush-interval", "20ms", "--commit-interval", "100ms", "--admin-addr", "127.0.0.1:0", "--readiness-interval", "100ms")
 	}
-	if cmd == "forget" {
-		// The topics' retention decides how long the ledger record lives.
+	if cmd == "forget" || cmd == "offboard" {
+		// The topics' retention decides how long the ledger record lives,
+		// and what the receipt says of them.
 		a = append(a, "--brokers", strings.Join(e.brokers, ","), "--topic", e.topic)
 	}
 	return append(a, extra...)

@@ -26,6 +26,7 @@ Usage:
   worker retime [flags]  apply the tenants file's TTLs to cells already written
   worker migrate [flags] move a table full of data to a new default_ttl or strategy
   worker forget [flags]  delete a user's rows now
+  worker offboard [flags] a tenant leaves: drop its rows, record it in the ledger, receipt of what remains
   worker audit [flags]   check every cell against the tenants file's rule
   worker retention [flags] how long each tenant's copies can live, store by store, from the live system
   worker redrive [flags] send dead letters through the worker's path again (a dry run unless --apply)
@@ -126,6 +127,7 @@ func commandTable() map[string]func() command {
 		"retime":    func() command { return newRetimeCmd() },
 		"migrate":   func() command { return newMigrateCmd() },
 		"forget":    func() command { return newForgetCmd() },
+		"offboard":  func() command { return newOffboardCmd() },
 		"audit":     func() command { return &auditCmd{tableOptions: defaultTableOptions()} },
 		"retention": func() command { return newRetentionCmd() },
 		"redrive":   func() command { return newRedriveCmd() },

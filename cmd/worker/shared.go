@@ -17,6 +17,7 @@ import (
 	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/cellttl/cellttl/pipeline"
 	"github.com/cellttl/cellttl/retention"
+	"github.com/cellttl/cellttl/retention/forget"
 	"github.com/cellttl/cellttl/schema"
 	"github.com/cellttl/cellttl/schema/registry"
 )
@@ -88,4 +89,32 @@ func openSchemas(ctx context.Context, cfg registry.Config, pipe *pipeline.Config
 			"fix", "check --schema-registry-url (the path of its Confluent-compatible API), its credentials and TLS files")
 	}
 	return s, nil
+}
+
+// The values of --replication.
+const (
+	replicationWait   = "wait"
+	replicationSingle = "single-cluster"
+)
+
+func checkReplication(v string) error {
+	if v != replicationWait && v != replicationSingle {
+		return fmt.Errorf("--replication %q: want %s or %s", v, replicationWait, replicationSingle)
+	}
+	return nil
+}
+
+// replicationOf is how forget and offboard account for a replicated
+// instance, as --replication says: they wait for consistency, or check the
+// operator's word that everything routes to one cluster.
+func replicationOf(ctx context.Context, mode string, o *tableOptions, s *session, log *slog.Logger) (forget.Replication, error) {
+	repl := forget.Replication{Table: o.table.Table, Wait: s.ac.WaitForReplication}
+	if mode == replicationSingle {
+		ap, err := o.table.ReadAppProfile(ctx)
+		repl.Wait = nil
+		if repl.Statement, err = forget.SingleCluster(o.table.AppProfile, ap, err, log); err != nil {
+			return repl, err
+		}
+	}
+	return repl, nil
 }

@@ -38,7 +38,7 @@ const (
 	checkWait = 15 * time.Second
 	// readWait: worker read and worker retention answer a person.
 	readWait = 30 * time.Second
-	// jobWait: audit, retime, migrate, forget and redrive run for minutes
+	// jobWait: audit, retime, migrate, forget, offboard and redrive run for minutes
 	// to hours, and one stopped is run again: a blip of Bigtable or Kafka
 	// shorter than a minute is waited out. Their scans are not bounded
 	// by it: each row read is an answer.
@@ -140,6 +140,9 @@ func (o *migrateCmd) waits() bounds {
 }
 func (fo *forgetCmd) waits() bounds {
 	return bounds{fo.wait, placesOf(fo.table, fo.topics.kafka.Brokers, nil), fo.log}
+}
+func (oc *offboardCmd) waits() bounds {
+	return bounds{oc.wait, placesOf(oc.table, oc.topics.kafka.Brokers, nil), oc.log}
 }
 func (ro *retentionCmd) waits() bounds {
 	return bounds{ro.wait, placesOf(ro.table, ro.topics.kafka.Brokers, nil), ro.log}

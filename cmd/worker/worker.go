@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"cloud.google.com/go/bigtable"
 	"go.opentelemetry.io/otel/metric"
@@ -98,6 +99,11 @@ func newWorker(ctx context.Context, o *runCmd, cfg *tenants.Config, dc *bigtable
 		return nil, err
 	}
 	w.reloader = tenants.NewReloader(o.tenants.Path, cfg, o.tenants.ReloadInterval, log)
+	left := func(tenant string) (time.Time, bool) { return w.erasures.Current().LeftAt(tenant) }
+	w.reloader.SetGate(tenants.RefuseReturning(left))
+	if ids := tenants.ListedButLeft(cfg, left); len(ids) > 0 {
+		log.Warn("the tenants file lists tenants that have left (worker offboard): none of their events is written; list them as offboarded, or drop them", "tenants", ids)
+	}
 	if err := errors.Join(w.reloader.RegisterMetrics(w.meter), w.erasures.RegisterMetrics(w.meter), w.registerShortfalls(w.meter)); err != nil {
 		return nil, err
 	}
