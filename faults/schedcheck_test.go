@@ -47,6 +47,7 @@ import (
 //     forget, and not expired, has its row.
 //  5. An erasure recorded with --backup-retention keeps a record in force
 //     that long after forget returned, whatever later forgets retire.
+//  6. An offboarded tenant stays gone (schedoffboard_test.go).
 
 // scheduleTTLs are the TTLs of scheduleTenants (newco's once listed).
 var scheduleTTLs = map[string]time.Duration{"fast": 10 * time.Second, "acme": time.Hour, "globex": 72 * time.Hour, "newco": time.Hour}
@@ -457,6 +458,7 @@ func (sc *schedule) checkRow(byID map[string]schedEvent, id string, rows []rowCe
 			bad = append(bad, fmt.Sprintf("erased, written again: %s as %s (forget up to %s, mark %v)", ev, rows[0].key, f.upTo.Format(time.RFC3339Nano), f.ends))
 		}
 	}
+	bad = append(bad, sc.offboardedRow(ev, base, rows[0].key)...)
 	// One cell at its time + its TTL - default_ttl, for each TTL its
 	// tenant had while it could be written (a redelivery after a TTL edit
 	// writes a version at the new one, which worker retime repairs).
@@ -501,6 +503,9 @@ func (sc *schedule) mustBeWritten(ev schedEvent, now time.Time) bool {
 	// worker had read.
 	if !bounded || (ev.tenant != "acme" && ev.tenant != "globex") || time.UnixMilli(ev.rec).Before(ev.sentAt.Add(30*time.Second)) ||
 		!base.Add(scheduleTTLs[ev.tenant]).After(now.Add(time.Minute)) || ev.incarnation != len(sc.topicIDs)-1 {
+		return false
+	}
+	if !sc.offboardSpares(ev, base) {
 		return false
 	}
 	for _, f := range sc.forgets {
@@ -574,6 +579,7 @@ func (sc *schedule) checkLetters(letters []kafka.Message) []string {
 			bad = append(bad, fmt.Sprintf("a letter with payload of no event produced, or unplaced: %d/%d", part, off))
 			continue
 		}
+		bad = append(bad, sc.offboardedLetter(ev, placed)...)
 		bound := placed.Add(sc.shortestAt(placed, now))
 		if base, bounded := ev.base(); bounded {
 			bound = base.Add(scheduleDefault) // an unlisted tenant's (the only valid events dead-lettered here)

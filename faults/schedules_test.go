@@ -38,7 +38,8 @@ import (
 // again, worker retime beside a forget, the ledger table refusing the
 // workers' reads; topics stamped as Kafka 3 or 4 does by default or by
 // the broker, and set to another stamping; a letter forged ahead; the
-// broker's retention deleting segments under a retention.ms of seconds), run against the real broker and emulator,
+// broker's retention deleting segments under a retention.ms of seconds; a
+// tenant offboarded, and brought back), run against the real broker and emulator,
 // then a checker of the promises after every step (schedcheck_test.go).
 // The menu is the threat model of docs/threat-model.md (scheduleMenu). A failing schedule prints its
 // seed; TESTENV_SCHEDULE_SEED=N replays it alone.
@@ -136,6 +137,8 @@ type schedule struct {
 	client   *kafka.Client
 	events   []schedEvent
 	forgets  []schedForget
+	// offboards are the tenants that left, in order (schedoffboard_test.go).
+	offboards []schedOffboard
 	done     []string // the steps taken, for a failure
 	listed   bool     // newco is listed
 	// fastTTL is fast's TTL in the tenants file now; fastTTLs, every one
@@ -278,6 +281,7 @@ var scheduleMenu = []scheduleAction{
 	{"forgeLetter", 1, (*schedule).forgeLetter},
 	{"recreateTopic", 1, (*schedule).recreateTopic},
 	{"pauseAcrossRecreate", 1, (*schedule).pauseAcrossRecreate},
+	{"offboard", 2, (*schedule).offboard},
 }
 
 // plan draws the schedule's steps: the first produces, every action of
