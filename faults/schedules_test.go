@@ -139,8 +139,8 @@ type schedule struct {
 	forgets  []schedForget
 	// offboards are the tenants that left, in order (schedoffboard_test.go).
 	offboards []schedOffboard
-	done     []string // the steps taken, for a failure
-	listed   bool     // newco is listed
+	done      []string // the steps taken, for a failure
+	listed    bool     // newco is listed
 	// fastTTL is fast's TTL in the tenants file now; fastTTLs, every one
 	// it has had, which its rows may have been written under.
 	fastTTL  time.Duration
