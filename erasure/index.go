@@ -107,28 +107,37 @@ func (s *Store) loadInForce(ctx context.Context, now time.Time) (loaded, error) 
 	ld.compact, ld.compactAbove = newCompact(int(s.compacted.Load()), s.lookupUser), s.compactAbove()
 	ms := max(0, now.UnixMilli())
 	from := fmt.Sprintf("%s%013d", indexPrefix, ms-ms%(3600*1000))
-	rng := bigtable.NewRange(from, rowkey.PrefixEnd(indexPrefix))
+	forever := fmt.Sprintf("%s%013d", indexPrefix, rowkey.MaxMillis)
 	nowTS := bigtable.Time(now)
 	var got loaded
-	// No filter: an index row holds index cells alone, and a filter
-	// costs the server each cell.
-	err := s.tbl.ReadRows(ctx, rng, func(row bigtable.Row) bool {
-		for _, it := range row[Family] {
-			got.rows++
-			if it.Timestamp <= nowTS {
-				continue
+	// The records that never expire first, then the hours from now's: a
+	// scan is no snapshot, and a record whose index cell moves (Retire)
+	// is written in its hour's row before its never-expiring cell goes.
+	// Read in key order, hours first, a scan could pass the hour before
+	// the write and the never-expiring row after the deletion, and miss
+	// the record until the next reread; read so, it finds it in one or
+	// the other.
+	for _, rng := range []bigtable.RowRange{bigtable.NewRange(forever, rowkey.PrefixEnd(indexPrefix)), bigtable.NewRange(from, forever)} {
+		// No filter: an index row holds index cells alone, and a filter
+		// costs the server each cell.
+		err := s.tbl.ReadRows(ctx, rng, func(row bigtable.Row) bool {
+			for _, it := range row[Family] {
+				got.rows++
+				if it.Timestamp <= nowTS {
+					continue
+				}
+				if !ld.indexCell(it) {
+					got.ignored++
+				}
 			}
-			if !ld.indexCell(it) {
-				got.ignored++
-			}
+			return true
+		})
+		if status.Code(err) == codes.NotFound {
+			return loaded{}, fmt.Errorf("read %s: %w", s.name, ErrMissing)
 		}
-		return true
-	})
-	if status.Code(err) == codes.NotFound {
-		return loaded{}, fmt.Errorf("read %s: %w", s.name, ErrMissing)
-	}
-	if err != nil {
-		return loaded{}, fmt.Errorf("read the expiry index of the erasure ledger %s: %w", s.name, err)
+		if err != nil {
+			return loaded{}, fmt.Errorf("read the expiry index of the erasure ledger %s: %w", s.name, err)
+		}
 	}
 	got.l = ld.l
 	if ld.compact.n > 0 {

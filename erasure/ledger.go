@@ -259,6 +259,9 @@ func (l *Ledger) Known(tenant, user string) bool {
 	if l == nil || l.compact == nil || user == "" {
 		return true
 	}
+	if o, ok := l.tenants[tenant]; ok && o.whole() {
+		return true // the tenant has left: erased, whoever the user
+	}
 	_, ok := l.compact.known(tenant, user)
 	return ok
 }
@@ -447,7 +450,9 @@ func (l *Ledger) with(entries []entry, now time.Time) (_ *Ledger, grew bool) {
 		switch {
 		case e.expires <= nowMs:
 		case e.user == "":
-			next.addTenant(e.tenant, left{e.erased, e.recorded})
+			if tenantsChange {
+				next.addTenant(e.tenant, left{e.erased, e.recorded})
+			}
 		case touched[e.tenant]:
 			next.add(e.tenant, e.user, e.erased)
 		}
@@ -462,7 +467,10 @@ func (o left) takes(ok bool, e entry) (changes, erasesMore bool) {
 	case !ok:
 		return true, true
 	case e.recorded > o.recorded:
-		return !(o.erased == e.erased), !o.erasesAll(e.erased)
+		// It replaces o, if only to move the time later: next must own
+		// its map then (addTenant writes it), never share l's, which
+		// workers read.
+		return true, !o.erasesAll(e.erased)
 	case e.recorded == o.recorded:
 		return !o.contains(e.erased), !o.erasesAll(e.erased)
 	}

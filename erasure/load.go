@@ -19,7 +19,7 @@ func (w *Watch) load(ctx context.Context) error {
 	// take longer than a refresh; a journal read may not.
 	timeout := max(w.interval, 5*time.Second)
 	if p.reread {
-		timeout = max(StaleAfter*w.interval, 30*time.Second)
+		timeout = RereadTimeout(w.interval)
 	}
 	lctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -34,6 +34,13 @@ func (w *Watch) load(ctx context.Context) error {
 	}
 	w.install(p, prev, r)
 	return nil
+}
+
+// RereadTimeout bounds a worker's read of the records in force, for a
+// worker reading the ledger every refresh: a read that began before a
+// change to the index has ended this long after it.
+func RereadTimeout(refresh time.Duration) time.Duration {
+	return max(StaleAfter*refresh, 30*time.Second)
 }
 
 // loadPlan is what one load reads, decided from the last loads.

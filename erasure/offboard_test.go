@@ -124,8 +124,8 @@ func TestOffboardingRecordRoundTrips(t *testing.T) {
 // it: the tenant's events before it left, and every event appended before
 // the rejoin, stay erased; its events after are not. A reread then holds
 // the rejoin alone, as does a read of every record (audit, plan), and an
-// offboarding again, recorded later, erases everything again. A rejoin
-// recorded before the offboarding it would end is refused.
+// offboarding again, recorded later, erases everything again, and is not
+// ended with those before the rejoin.
 func TestRejoinEndsAnOffboarding(t *testing.T) {
 	s := indexedLedger(t)
 	ctx := context.Background()
@@ -144,11 +144,8 @@ func TestRejoinEndsAnOffboarding(t *testing.T) {
 	}
 	mark := &Mark{Topic: "clicks", Ends: []int64{100}}
 	rejoin := Erasure{Tenant: "acme", Offboard: true, UpTo: leftAt.Add(5 * time.Minute), Below: mark, RecordedAt: now, Expires: now.Add(30 * 24 * time.Hour)}
-	if _, err := s.Rejoin(ctx, Erasure{Tenant: "acme", Offboard: true, UpTo: leftAt, RecordedAt: leftAt}, now); err == nil {
-		t.Error("a rejoin recorded with the offboarding was taken")
-	}
-	if ended, err := s.Rejoin(ctx, rejoin, now); err != nil || ended != 1 {
-		t.Fatalf("rejoin: %d ended, %v", ended, err)
+	if err := s.Put(ctx, rejoin); err != nil {
+		t.Fatal(err)
 	}
 	check := func(when string, l *Ledger) {
 		t.Helper()
@@ -171,6 +168,9 @@ func TestRejoinEndsAnOffboarding(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("the next refresh", w.Current())
+	if ended, err := s.EndOffboardings(ctx, "acme", rejoin.RecordedAt, now); err != nil || ended != 1 {
+		t.Fatalf("end the offboarding: %d ended, %v", ended, err)
+	}
 	for range 13 { // past the reread
 		now = now.Add(5 * time.Second)
 		if err := w.load(ctx); err != nil {
@@ -183,8 +183,12 @@ func TestRejoinEndsAnOffboarding(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("a read of every record", NewLedger(all, now))
-	if err := s.Put(ctx, offboarding("acme", now)); err != nil {
+	again := offboarding("acme", now)
+	if err := s.Put(ctx, again); err != nil {
 		t.Fatal(err)
+	}
+	if ended, err := s.EndOffboardings(ctx, "acme", rejoin.RecordedAt, now); err != nil || ended != 0 {
+		t.Errorf("ending the offboardings before the rejoin ended %d (%v), want none: the later one stays", ended, err)
 	}
 	now = now.Add(5 * time.Second)
 	if err := w.load(ctx); err != nil {
@@ -192,5 +196,23 @@ func TestRejoinEndsAnOffboarding(t *testing.T) {
 	}
 	if !w.Current().Offboarded("acme") || !w.Current().Erased("acme", "u1", now.Add(time.Hour).UnixMilli(), Position{Topic: "clicks", Offset: 500}) {
 		t.Error("an offboarding after the rejoin does not erase everything again")
+	}
+}
+
+// A journal read that only moves a tenant's record later (the same
+// offboarding read again, with a later time) builds a ledger of its own:
+// the ledger in force, which workers read while it is built, is never
+// written.
+func TestWithNeverWritesTheLedgerInForce(t *testing.T) {
+	l := NewLedger([]Erasure{offboarding("acme", t0)}, t0)
+	before := l.tenants["acme"]
+	same := entry{tenant: "acme", erased: before.erased, recorded: t0.Add(time.Second).UnixMilli()}
+	user := entry{tenant: "globex", user: "u1", erased: erased{upTo: t0.UnixMilli(), expires: forever}}
+	next, _ := l.with([]entry{same, user}, t0)
+	if l.tenants["acme"] != before {
+		t.Errorf("the ledger in force changed: %+v, was %+v", l.tenants["acme"], before)
+	}
+	if next.tenants["acme"].recorded != same.recorded || !next.Offboarded("acme") || !next.Erased("globex", "u1", t0.UnixMilli(), Position{}) {
+		t.Errorf("the ledger built: %+v", next.tenants)
 	}
 }

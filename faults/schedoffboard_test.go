@@ -54,14 +54,9 @@ func (o schedOffboard) spares(ev schedEvent, base time.Time) bool {
 	return o.tenant != ev.tenant || !o.forbids(ev, base) && ev.incarnation == o.rejoin.incarnation
 }
 
-// offboard offboards acme or globex, or, when one has left, brings it
-// back (three times in four).
+// offboard offboards acme or globex, one not away already.
 func (sc *schedule) offboard() {
 	sc.t.Helper()
-	if i := slices.IndexFunc(sc.offboards, func(o schedOffboard) bool { return o.rejoin == nil }); i >= 0 && sc.r.IntN(4) > 0 {
-		sc.rejoin(&sc.offboards[i])
-		return
-	}
 	var stay []string
 	for _, t := range []string{"acme", "globex"} {
 		if !slices.ContainsFunc(sc.offboards, func(o schedOffboard) bool { return o.tenant == t && o.rejoin == nil }) {
@@ -88,9 +83,17 @@ func (sc *schedule) offboard() {
 	sc.note("offboard %s: left at %s, %d rows in the second pass", tenant, o.leftAt.Format(time.RFC3339Nano), rc.SecondPass)
 }
 
-// rejoin brings o's tenant back, and waits the workers' bound, within
+// rejoin brings back a tenant that is away, if one is.
+func (sc *schedule) rejoin() {
+	sc.t.Helper()
+	if i := slices.IndexFunc(sc.offboards, func(o schedOffboard) bool { return o.rejoin == nil }); i >= 0 {
+		sc.rejoinOf(&sc.offboards[i])
+	}
+}
+
+// rejoinOf brings o's tenant back, and waits the workers' bound, within
 // which each takes the rejoin (the receipt says so).
-func (sc *schedule) rejoin(o *schedOffboard) {
+func (sc *schedule) rejoinOf(o *schedOffboard) {
 	sc.t.Helper()
 	r := &schedRejoin{acked: len(sc.events), incarnation: len(sc.topicIDs) - 1}
 	sc.command("offboard", "--tenant", o.tenant, "--rejoin", "--requested-by", "schedule", "--format", "json")

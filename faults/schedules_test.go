@@ -281,7 +281,8 @@ var scheduleMenu = []scheduleAction{
 	{"forgeLetter", 1, (*schedule).forgeLetter},
 	{"recreateTopic", 1, (*schedule).recreateTopic},
 	{"pauseAcrossRecreate", 1, (*schedule).pauseAcrossRecreate},
-	{"offboard", 2, (*schedule).offboard},
+	{"offboard", 1, (*schedule).offboard},
+	{"rejoin", 1, (*schedule).rejoin},
 }
 
 // plan draws the schedule's steps: the first produces, every action of

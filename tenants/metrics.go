@@ -54,10 +54,13 @@ func parseMetricTenants(n *yaml.Node) (map[string]*yaml.Node, []error) {
 
 // checkMetricTenants refuses a metric tenant the file does not list: a
 // typo would silently count it under RestTenants.
-func checkMetricTenants(ids map[string]*yaml.Node, listed map[string]time.Duration) []error {
+func checkMetricTenants(ids map[string]*yaml.Node, listed map[string]time.Duration, offboarded map[string]bool) []error {
 	var errs []error
 	for id, v := range ids {
-		if _, ok := listed[id]; !ok {
+		switch _, ok := listed[id]; {
+		case offboarded[id]:
+			errs = append(errs, lineErr(v, "metric_tenants", "%q is offboarded: it has no metric series", id))
+		case !ok:
 			errs = append(errs, lineErr(v, "metric_tenants", "%q is not a tenant of the file", id))
 		}
 	}
@@ -66,12 +69,12 @@ func checkMetricTenants(ids map[string]*yaml.Node, listed map[string]time.Durati
 
 // metricTenantsOf reads metric_tenants (n nil: the key is absent, and so
 // is the set) against the tenants the file lists.
-func metricTenantsOf(n *yaml.Node, listed map[string]time.Duration) (map[string]bool, []error) {
+func metricTenantsOf(n *yaml.Node, listed map[string]time.Duration, offboarded map[string]bool) (map[string]bool, []error) {
 	if n == nil {
 		return nil, nil
 	}
 	ids, errs := parseMetricTenants(n)
-	errs = append(errs, checkMetricTenants(ids, listed)...)
+	errs = append(errs, checkMetricTenants(ids, listed, offboarded)...)
 	out := make(map[string]bool, len(ids))
 	for id := range ids {
 		out[id] = true

@@ -215,7 +215,7 @@ func parseRoot(root *yaml.Node, data []byte) (*Config, error) {
 		p.Bounds = map[string]expiry.Bounds{}
 		errs = append(errs, parseTenants(tenantsNode, p, defaults, offboarded)...)
 	}
-	metricTenants, merrs := metricTenantsOf(metricNode, p.Tenants)
+	metricTenants, merrs := metricTenantsOf(metricNode, p.Tenants, offboarded)
 	if errs = append(errs, merrs...); len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}

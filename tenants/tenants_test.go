@@ -79,6 +79,8 @@ func TestBadFiles(t *testing.T) {
 		"bad-unlisted.bad.yaml":        {"line 2", "unlisted_tenants", `"drop" is not a policy`},
 		"bad-write-rate.bad.yaml":      {"line 2", "max_write_rate", `"5k" is not a number of rows per second`},
 		"negative-write-rate.bad.yaml": {"line 2", "max_write_rate", `"-10"`},
+		"metric-offboarded.bad.yaml":   {"line 2", "metric_tenants", `"acme" is offboarded`},
+		"offboarded-ttl.bad.yaml":      {"line 3", "tenants.acme", `"offboarded"`},
 	}
 	files, _ := filepath.Glob("testdata/*.bad.yaml")
 	if len(files) != len(want) {

@@ -53,7 +53,8 @@ func (oc *offboardCmd) flags(out io.Writer) *envflag.FlagSet {
 	f.Bool(&oc.dryRun, "dry-run", "", false, "count the tenant's rows (a scan of its key range); record and drop nothing")
 	f.Bool(&oc.rejoin, "rejoin", "", false, "bring an offboarded tenant back under its id: its events of before it left, and every event appended before now, stay erased; "+
 		"the workers write its later events again within their bound, and take the tenants file listing it again (which they refuse until then). A flag only: no environment variable")
-	f.Duration(&oc.secondPass, "second-pass-after", "", 0, fmt.Sprintf("wait between the drop and the second pass (default: the workers' bound, %d × --erasure-refresh + --write-timeout)", erasure.StaleAfter))
+	f.Duration(&oc.secondPass, "second-pass-after", "", 0, fmt.Sprintf("wait between the drop and the second pass (default: the workers' bound, %d × --erasure-refresh + --write-timeout); "+
+		"with --rejoin, between recording the rejoin and ending the offboarding in the table (default: the longer of the bound and the workers' reread timeout, with 5s to spare)", erasure.StaleAfter))
 	f.Duration(&oc.backups, "backup-retention", "BACKUP_RETENTION", 0, "the longest a backup of the table is kept, when backups are taken: listed on the receipt")
 	f.String(&oc.format, "format", "", "text", "output: text or json")
 	f.String(&oc.replication, "replication", "", replicationWait, "how offboarding accounts for a replicated instance: wait (for consistency around the drop and the second pass) or single-cluster, as for worker forget")
@@ -122,7 +123,7 @@ func (oc *offboardCmd) runRejoin(ctx context.Context, s *session, ledger *erasur
 	rc, err := forget.Rejoin(ctx, ledger, forget.RejoinRequest{
 		Tenant: oc.tenant, RequestedBy: oc.requestedBy, Operator: operator(), Now: wallClock().UTC().Truncate(time.Millisecond),
 		MaxClockSkew: oc.topics.pipe.Decoder.MaxClockSkew, EndOffsets: input.EndOffsets, TopicID: input.ID,
-		Refresh: oc.bound.refresh, WriteTimeout: oc.bound.writer.AttemptTimeout,
+		Refresh: oc.bound.refresh, WriteTimeout: oc.bound.writer.AttemptTimeout, EndAfter: oc.secondPass,
 		Facts: facts, Backups: oc.backups, LongestTTL: s.cfg.Policy.LongestTTL(oc.tenant), Replication: repl,
 	}, log)
 	if errors.Is(err, forget.ErrNotOffboarded) {

@@ -64,6 +64,12 @@ func (o *retimeCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer done()
+	for _, t := range ro.Tenants {
+		if s.cfg.Offboarded[t] {
+			// Unlisted it would take default_ttl, a life it never had.
+			return usageError(fmt.Errorf("--tenant %s: the tenants file lists it as offboarded, with no TTL to give its rows: `worker offboard --tenant %s` drops them", t, t))
+		}
+	}
 	// Re-timing is right only under the GC rule the file describes.
 	if err := sink.CheckGC(ctx, s.ac, o.table.Target(), s.cfg.Policy.GCMaxAge()); err != nil {
 		return fmt.Errorf("refusing to re-time: %w (the tenants file says %s)", err, describePolicy(s.cfg.Policy))

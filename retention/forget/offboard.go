@@ -106,24 +106,13 @@ func Offboard(ctx context.Context, rows retention.Table, ledger *erasure.Store, 
 	if err := e.probeReplication(ctx); err != nil {
 		return rc, err
 	}
-	prior, err := ledger.Offboarding(ctx, r.Tenant, r.Now)
-	if err != nil {
-		return rc, err
-	}
-	rc.Record, rc.AlreadyOffboarded = prior, prior != nil
-	if r.DryRun {
-		rep, err := retention.DeleteTenantRows(ctx, rows, r.Tenant, true, r.Tracers)
-		rc.CountedRows = rep.Rows
-		return rc, err
-	}
-	if prior == nil {
-		rec := erasure.Erasure{Tenant: r.Tenant, Offboard: true, UpTo: erasure.Whole, RecordedAt: r.Now, RequestedBy: r.RequestedBy}
-		// The record before the drop: a crash between the two leaves the
-		// tenant erased to the workers, and running again drops.
-		if err := ledger.Put(ctx, rec); err != nil {
-			return rc, err
+	if rc.Record, rc.AlreadyOffboarded, err = record(ctx, ledger, r); err != nil || r.DryRun {
+		if err == nil {
+			var rep retention.UserRowsReport
+			rep, err = retention.DeleteTenantRows(ctx, rows, r.Tenant, true, r.Tracers)
+			rc.CountedRows = rep.Rows
 		}
-		rc.Record = &rec
+		return rc, err
 	}
 	if err := e.replicated(ctx, ledger.Table(), "the offboarding's record, before the bound counts"); err != nil {
 		return rc, fmt.Errorf("%w (the tenant is offboarded in the ledger: run the same command again)", err)
@@ -156,6 +145,34 @@ func Offboard(ctx context.Context, rows retention.Table, ledger *erasure.Store, 
 	log.Info("offboard", "tenant", r.Tenant, "requested_by", r.RequestedBy, "operator", r.Operator, "left_at", rc.Record.RecordedAt,
 		"already_offboarded", rc.AlreadyOffboarded, "dropped_prefix", prefix, "second_pass_rows", rep.Rows, "table", r.Table, "ledger", ledger.Table())
 	return rc, nil
+}
+
+// record records r's offboarding (not for a dry run), or finds it
+// recorded by an earlier run: in force, already says so. It is recorded
+// after the tenant's last record (a rejoin), whatever this host's clock
+// says: the record recorded last is in force.
+func record(ctx context.Context, ledger *erasure.Store, r OffboardRequest) (_ *erasure.Erasure, already bool, _ error) {
+	recs, err := ledger.TenantRecords(ctx, r.Tenant, r.Now)
+	if err != nil {
+		return nil, false, err
+	}
+	at := r.Now
+	if n := len(recs); n > 0 {
+		if recs[n-1].Whole() {
+			return &recs[n-1], true, nil
+		}
+		at = later(at, recs[n-1].RecordedAt.Add(time.Millisecond))
+	}
+	if r.DryRun {
+		return nil, false, nil
+	}
+	rec := erasure.Erasure{Tenant: r.Tenant, Offboard: true, UpTo: erasure.Whole, RecordedAt: at, RequestedBy: r.RequestedBy}
+	// The record before the drop: a crash between the two leaves the
+	// tenant erased to the workers, and running again drops.
+	if err := ledger.Put(ctx, rec); err != nil {
+		return nil, false, err
+	}
+	return &rec, false, nil
 }
 
 // WriteText writes the receipt for the operator who asked, in words.
