@@ -128,6 +128,12 @@ func TestOffboardedTenantStaysGone(t *testing.T) {
 		v, _ := metricValue(body, "cellttl_events_erased_total", "")
 		return v >= 12, fmt.Sprintf("cellttl_events_erased_total = %v, want 12 (acme's every event)", v)
 	})
+	// Its series and its /status entry are gone with it.
+	_, metrics := testenv.MustGet(t, base+"/metrics")
+	_, status := testenv.MustGet(t, base+"/status?tenants=true")
+	if strings.Contains(metrics, `cellttl_tenant="acme"`) || strings.Contains(status, `"acme"`) {
+		t.Errorf("acme still has series or a /status entry:\n%s\n%s", logLines(metrics, "acme"), status)
+	}
 	if err := replay(); err != nil {
 		t.Fatal(err)
 	}
