@@ -28,14 +28,22 @@ func BenchmarkErased(b *testing.B) {
 	if l.Len() != n {
 		b.Fatal(l.Len())
 	}
+	// The same with 100 tenants offboarded (worker offboard), none the
+	// event's: what each asks more.
+	for i := range 100 {
+		recs = append(recs, erasure.Erasure{Tenant: fmt.Sprintf("gone-%03d", i), Offboard: true, UpTo: erasure.Whole, RecordedAt: now})
+	}
+	offboarded := erasure.NewLedger(recs, now)
 	at := now.Add(-time.Hour).UnixMilli()
 	for _, c := range []struct {
 		name, user string
 		want       bool
-	}{{"not erased", "user-999999999", false}, {"erased", "user-000004242", true}} {
+		l          *erasure.Ledger
+	}{{"not erased", "user-999999999", false, l}, {"erased", "user-000004242", true, l},
+		{"not erased, 100 tenants offboarded", "user-999999999", false, offboarded}, {"erased, 100 tenants offboarded", "user-000004242", true, offboarded}} {
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {
-				if l.Erased("tenant-0242", c.user, at, erasure.Position{}) != c.want {
+				if c.l.Erased("tenant-0242", c.user, at, erasure.Position{}) != c.want {
 					b.Fatal("wrong answer")
 				}
 			}
