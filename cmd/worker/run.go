@@ -125,8 +125,19 @@ func (o *runCmd) run(ctx context.Context, _, stderr io.Writer) error {
 	// Bigtable and Kafka may still be starting (a pod beside its
 	// emulator, a broker restarting): wait for them, saying which one and
 	// why, up to --startup-timeout.
+	// Millisecond timestamps are valid under either granularity: read, with
+	// the checks' retries, to be said in the log and on /status.
+	var granularity sink.Granularity
 	err = startupChecks(ctx, o.startupTimeout, log, func(ctx context.Context) error {
 		if err := checkBigtable(ctx, s.ac, o.table, cfg.Policy.GCMaxAge()); err != nil {
+			return err
+		}
+		tables, err := o.table.TableAdmin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tables.Close()
+		if granularity, err = tables.Granularity(ctx, o.table.Table); err != nil {
 			return err
 		}
 		return checkKafka(ctx, o.kafka.Brokers, o.kafka.Security)
@@ -137,17 +148,6 @@ func (o *runCmd) run(ctx context.Context, _, stderr io.Writer) error {
 	case errors.Is(err, sink.ErrNotSetUp):
 		return fmt.Errorf("refusing to start: %w (the tenants file asks for %s)", err, describePolicy(cfg.Policy))
 	case err != nil:
-		return fmt.Errorf("refusing to start: %w", err)
-	}
-	// Millisecond timestamps are valid under either granularity: read to
-	// be said, in the log and on /status.
-	tables, err := o.table.TableAdmin(ctx)
-	if err != nil {
-		return fmt.Errorf("refusing to start: %w", err)
-	}
-	granularity, err := tables.Granularity(ctx, o.table.Table)
-	tables.Close()
-	if err != nil {
 		return fmt.Errorf("refusing to start: %w", err)
 	}
 	log.Info("table timestamp granularity", "table", o.table.Table, "granularity", granularity, "means", granularity.Means())
