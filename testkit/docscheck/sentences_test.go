@@ -22,8 +22,11 @@ const (
 
 // The measure, precisely:
 //
-//   - Only prose counts: paragraphs, list items and block quotes. Code
-//     blocks, tables, headings and HTML comments do not.
+//   - The median counts prose alone: paragraphs, list items and block
+//     quotes. Code blocks, headings and HTML comments count nowhere. A
+//     table's cells are held to the longest sentence as prose is (a
+//     sentence moved into a table loses its reader as well), but not to
+//     the median: a cell of a figure or a name is no sentence.
 //   - A paragraph or a list item is one run of text (a list item ends
 //     where the next begins, so a list's lead-in is apart from its items).
 //   - A link counts as its text; an image as nothing; an inline code span
@@ -59,6 +62,26 @@ func pageSentences(p *page) []sentence {
 		for _, s := range sentences(b.text) {
 			if n := wordCount(s); n > 0 {
 				out = append(out, sentence{b.line, n, strings.TrimSpace(s)})
+			}
+		}
+	}
+	return out
+}
+
+// cellSentences are the sentences of a page's table cells, each cell a
+// run of its own (the header row's too; the rule row has none).
+func cellSentences(p *page) []sentence {
+	var out []sentence
+	for _, row := range p.tables {
+		text := strings.TrimSpace(row.text)
+		if strings.HasPrefix(text, "|-") || strings.HasPrefix(text, "| -") {
+			continue
+		}
+		for _, cell := range strings.Split(strings.Trim(text, "|"), " | ") {
+			for _, s := range sentences(cell) {
+				if n := wordCount(s); n > 0 {
+					out = append(out, sentence{row.line, n, strings.TrimSpace(s)})
+				}
 			}
 		}
 	}
@@ -140,7 +163,7 @@ func TestSentenceLength(t *testing.T) {
 		if readablePage(f) && m > maxMedianWords {
 			t.Errorf("%s: the median sentence is %.1f words, more than %d: cut the long ones into several, or into a list", f, m, maxMedianWords)
 		}
-		for _, s := range pageSentences(p) {
+		for _, s := range append(pageSentences(p), cellSentences(p)...) {
 			if readablePage(f) && s.words > maxSentenceWords {
 				t.Errorf("%s:%d: a sentence of %d words, more than %d: %.60s...", f, s.line, s.words, maxSentenceWords, s.text)
 			}
