@@ -7,6 +7,8 @@ import (
 	"sort"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/cellttl/cellttl/expiry"
 	"github.com/cellttl/cellttl/internal/duration"
 )
@@ -197,6 +199,59 @@ func StepsToRun(plan []Step, from, current time.Duration, only int, shard Shard)
 		return nil, ErrOffPath
 	}
 	return steps, nil
+}
+
+// ErrNotMaxAge is PlanRun's error for a family whose GC rule is no
+// max-age: no plan starts from it.
+var ErrNotMaxAge = errors.New("want a max-age GC rule")
+
+// MigrationRun is a migration's plan and the steps one run takes of it.
+type MigrationRun struct {
+	Plan, Steps []Step
+	// Only is --step: the one step this run takes (from 1), 0 for every
+	// step left.
+	Only int
+}
+
+// PlanRun plans the migration of a family from old to new (PlanMigration)
+// and picks what this run takes (StepsToRun), the family's GC rule being a
+// max-age of current (isMaxAge false: it is none), named rule in errors.
+// ErrNotMaxAge and ErrOffPath are about the family; any other error is
+// about the choice of only and shard, and names the flag.
+func PlanRun(old, new *expiry.Policy, current time.Duration, isMaxAge bool, rule string, replicated bool, only int, shard Shard) (MigrationRun, error) {
+	if !isMaxAge {
+		return MigrationRun{}, fmt.Errorf("%w, found %s", ErrNotMaxAge, rule)
+	}
+	run := MigrationRun{Plan: PlanMigration(old, new, replicated), Only: only}
+	var err error
+	run.Steps, err = StepsToRun(run.Plan, old.GCMaxAge(), current, only, shard)
+	if errors.Is(err, ErrOffPath) {
+		return MigrationRun{}, fmt.Errorf("%w: GC rule %s is neither the old file's (%s) nor a step towards the new one's (%s)",
+			err, rule, duration.Format(old.GCMaxAge()), duration.Format(new.GCMaxAge()))
+	}
+	return run, err
+}
+
+// Done reports whether step i (from 0) of the plan was done by an
+// earlier run: a run of every step left takes a suffix of the plan
+// (PendingSteps).
+func (r MigrationRun) Done(i int) bool { return r.Only == 0 && i < len(r.Plan)-len(r.Steps) }
+
+// ThisRun reports whether step i (from 0) is the one step this run takes.
+func (r MigrationRun) ThisRun(i int) bool { return r.Only == i+1 }
+
+// ForeignRowsAtRisk counts the rows outside cellttl's layout whose cells a
+// migration from old to new deletes (LosesForeignRows), by an audit of
+// tbl; 0, with no read, when it deletes none.
+func ForeignRowsAtRisk(ctx context.Context, tbl Table, family string, old, new *expiry.Policy, tracers trace.TracerProvider) (int64, error) {
+	if !LosesForeignRows(old, new) {
+		return 0, nil
+	}
+	a, err := Audit(ctx, tbl, family, old, AuditOptions{Tracers: tracers})
+	if err != nil {
+		return 0, err
+	}
+	return a.Foreign, nil
 }
 
 // GCSetter changes the family's GC rule: the admin client's SetGCPolicy.

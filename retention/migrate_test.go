@@ -2,6 +2,7 @@ package retention
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -252,5 +253,27 @@ func TestStepsToRun(t *testing.T) {
 		if len(steps) != c.steps || (err == nil) != (c.err == "") || (err != nil && !strings.Contains(err.Error(), c.err)) {
 			t.Errorf("%s: %d steps, %v; want %d, %q", c.name, len(steps), err, c.steps, c.err)
 		}
+	}
+}
+
+// A run's plan says which steps an earlier run did, which this one takes,
+// and refuses a family whose rule is no max-age or off the plan's path,
+// naming the rule.
+func TestPlanRun(t *testing.T) {
+	d2 := policy(t, "default_ttl: 2d\ntenants:\n  acme: 1h\n")
+	d3 := policy(t, "default_ttl: 3d\ntenants:\n  acme: 1h\n")
+	day := 24 * time.Hour
+	run, err := PlanRun(d2, d3, 3*day, true, "max-age 3d", false, 0, All) // purge, gc 3d done; retime left
+	if err != nil || len(run.Plan) != 3 || len(run.Steps) != 1 || !run.Done(0) || !run.Done(1) || run.Done(2) || run.ThisRun(2) {
+		t.Errorf("after the GC step: %+v, %v", run, err)
+	}
+	if run, err := PlanRun(d2, d3, 2*day, true, "max-age 2d", false, 3, All); err != nil || !run.ThisRun(2) || run.Done(0) {
+		t.Errorf("--step 3: %+v, %v", run, err)
+	}
+	if _, err := PlanRun(d2, d3, 0, false, "versions 1", false, 0, All); !errors.Is(err, ErrNotMaxAge) || !strings.Contains(err.Error(), "versions 1") {
+		t.Errorf("a rule of no max-age: %v", err)
+	}
+	if _, err := PlanRun(d2, d3, 5*day, true, "max-age 5d", false, 0, All); !errors.Is(err, ErrOffPath) || !strings.Contains(err.Error(), "max-age 5d is neither the old file's (2d) nor a step towards the new one's (3d)") {
+		t.Errorf("a rule off the path: %v", err)
 	}
 }

@@ -11,7 +11,6 @@ import (
 
 	"cloud.google.com/go/bigtable"
 
-	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/cellttl/cellttl/internal/envflag"
 	"github.com/cellttl/cellttl/internal/waitfor"
 	"github.com/cellttl/cellttl/internal/waitfor/btwait"
@@ -75,11 +74,12 @@ func (o *migrateCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 	}
 	defer done()
 	m := &migration{o: &o.tableOptions, s: s, log: log, against: against, oldCfg: oldCfg, ro: ro, only: only, tbl: btwait.Open(s.dc, o.table.Table)}
-	plan, steps, err := m.steps(ctx, replicated)
+	run, err := m.steps(ctx, replicated)
 	if err != nil {
 		return err
 	}
-	foreign, err := m.foreignRows(ctx)
+	steps := run.Steps
+	foreign, err := retention.ForeignRowsAtRisk(ctx, m.tbl, o.table.Family, oldCfg.Policy, s.cfg.Policy, s.tracers)
 	if err != nil {
 		return err
 	}
@@ -95,7 +95,7 @@ func (o *migrateCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if format == "json" {
 		text = io.Discard
 	}
-	m.printPlan(text, plan, steps)
+	m.printPlan(text, run)
 	if foreign > 0 {
 		fmt.Fprintf(text, "%d rows are not in cellttl's layout: under a 1s max-age GC deletes their cells.\n", foreign)
 		if !force {
@@ -138,64 +138,45 @@ type migration struct {
 	tbl     *btwait.Table
 }
 
-// steps reads the family's GC rule and returns the plan, and the steps of
-// it this run takes: those left, or --step alone.
-func (m *migration) steps(ctx context.Context, replicated bool) (plan, steps []retention.Step, err error) {
-	old, new, target := m.oldCfg.Policy, m.s.cfg.Policy, m.o.table.Target()
+// steps reads the family's GC rule and plans this run
+// (retention.PlanRun).
+func (m *migration) steps(ctx context.Context, replicated bool) (retention.MigrationRun, error) {
+	target := m.o.table.Target()
 	fam, err := sink.ReadFamily(ctx, m.s.ac, target)
 	if err != nil {
-		return nil, nil, err
+		return retention.MigrationRun{}, err
 	}
 	current, isMaxAge := sink.MaxAge(fam.Rule)
-	if !fam.Exists || !isMaxAge {
-		return nil, nil, fmt.Errorf("family %s: want a max-age GC rule, found %s", target, sink.DescribeGC(fam.Rule))
-	}
-	plan = retention.PlanMigration(old, new, replicated)
-	steps, err = retention.StepsToRun(plan, old.GCMaxAge(), current, m.only, m.ro.Shard)
+	run, err := retention.PlanRun(m.oldCfg.Policy, m.s.cfg.Policy, current, isMaxAge && fam.Exists, sink.DescribeGC(fam.Rule), replicated, m.only, m.ro.Shard)
 	switch {
-	case errors.Is(err, retention.ErrOffPath):
-		return nil, nil, fmt.Errorf("family %s has GC rule %s, which is neither the old file's (%s) nor a step towards the new one's (%s)",
-			target, sink.DescribeGC(fam.Rule), duration.Format(old.GCMaxAge()), duration.Format(new.GCMaxAge()))
+	case errors.Is(err, retention.ErrNotMaxAge), errors.Is(err, retention.ErrOffPath):
+		return run, fmt.Errorf("family %s: %w", target, err)
 	case err != nil:
-		return nil, nil, usageError(err)
+		return run, usageError(err)
 	}
-	return plan, steps, nil
-}
-
-// foreignRows counts the rows outside cellttl's layout when the migration
-// switches to one-second, whose GC rule would delete their cells; 0
-// otherwise.
-func (m *migration) foreignRows(ctx context.Context) (int64, error) {
-	if !retention.LosesForeignRows(m.oldCfg.Policy, m.s.cfg.Policy) {
-		return 0, nil
-	}
-	a, err := retention.Audit(ctx, m.tbl, m.o.table.Family, m.oldCfg.Policy, retention.AuditOptions{Tracers: m.s.tracers})
-	if err != nil {
-		return 0, err
-	}
-	return a.Foreign, nil
+	return run, nil
 }
 
 // printPlan writes the edit and every step of the plan, marking those done
 // and the one this run takes.
-func (m *migration) printPlan(w io.Writer, plan, steps []retention.Step) {
+func (m *migration) printPlan(w io.Writer, run retention.MigrationRun) {
 	fmt.Fprintf(w, "Migration of %s from %s (version %s) to %s (version %s):\n", m.o.table.Target(), m.against, m.oldCfg.Version, m.o.tenants.Path, m.s.cfg.Version)
 	for _, c := range tenants.Compare(m.oldCfg.Policy, m.s.cfg.Policy).Tenants {
 		fmt.Fprintf(w, "  %s\n", c)
 	}
 	fmt.Fprintln(w, "Steps, each resumable (run the command again):")
 	fmt.Fprintln(w, "  0. stop the workers (Kafka keeps the events meanwhile)")
-	for i, st := range plan {
+	for i, st := range run.Plan {
 		mark := ""
 		switch {
-		case m.only == i+1:
+		case run.ThisRun(i):
 			mark = " (this run" + shardNote(m.ro.Shard) + ")"
-		case m.only == 0 && i < len(plan)-len(steps): // PendingSteps keeps a suffix
+		case run.Done(i):
 			mark = " (done)"
 		}
 		fmt.Fprintf(w, "  %d. %s%s\n", i+1, st, mark)
 	}
-	fmt.Fprintf(w, "  %d. start the workers with %s\n", len(plan)+1, m.o.tenants.Path)
+	fmt.Fprintf(w, "  %d. start the workers with %s\n", len(run.Plan)+1, m.o.tenants.Path)
 }
 
 // apply runs the steps, obeying the erasure ledger, with the re-timing's
