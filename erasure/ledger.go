@@ -88,20 +88,6 @@ type entry struct {
 	recorded int64
 }
 
-// left is what the ledger holds of a tenant's offboarding: the record in
-// force recorded last. Unlike a user's records, which join, a tenant's
-// replace each other: a rejoin (worker offboard --rejoin), recorded after
-// the offboarding it ends, erases only what the tenant had before, and an
-// offboarding again after it erases everything again.
-type left struct {
-	erased
-	recorded int64
-}
-
-// Offboarded reports whether o erases every event of its tenant (an
-// offboarding not ended by a rejoin).
-func (o left) whole() bool { return o.upTo >= rowkey.MaxMillis }
-
 // erased is what the ledger holds of one user: the union of the user's
 // records in force, held until the last of them expires.
 type erased struct {
@@ -167,21 +153,6 @@ func NewLedger(records []Erasure, now time.Time) *Ledger {
 		l.add(r.Tenant, r.User, e)
 	}
 	return l
-}
-
-// addTenant holds o as tenant's offboarding unless the one held was
-// recorded later; two of the same time join.
-func (l *Ledger) addTenant(tenant string, o left) {
-	if l.tenants == nil {
-		l.tenants = map[string]left{}
-	}
-	old, ok := l.tenants[tenant]
-	switch {
-	case !ok || o.recorded > old.recorded:
-		l.tenants[tenant] = o
-	case o.recorded == old.recorded && !old.contains(o.erased):
-		l.tenants[tenant] = left{old.merge(o.erased), o.recorded}
-	}
 }
 
 func (l *Ledger) add(tenant, user string, e erased) {
@@ -345,30 +316,6 @@ func (l *Ledger) Covers(tenant string) bool {
 	return len(l.users[tenant]) > 0
 }
 
-// Offboarded reports whether tenant has left and not rejoined: every
-// event of the tenant is erased.
-func (l *Ledger) Offboarded(tenant string) bool {
-	if l == nil || l.tenants == nil {
-		return false
-	}
-	o, ok := l.tenants[tenant]
-	return ok && o.whole()
-}
-
-// OffboardedTenants are the tenants that have left and not rejoined.
-func (l *Ledger) OffboardedTenants() []string {
-	var out []string
-	if l == nil {
-		return nil
-	}
-	for t, o := range l.tenants {
-		if o.whole() {
-			out = append(out, t)
-		}
-	}
-	return out
-}
-
 // UpTo returns a user's erased_up_to, if the user is erased. It reads the
 // records held exactly, as a ledger of LoadUsers holds them all.
 func (l *Ledger) UpTo(tenant, user string) (time.Time, bool) {
@@ -458,23 +405,6 @@ func (l *Ledger) with(entries []entry, now time.Time) (_ *Ledger, grew bool) {
 		}
 	}
 	return next, grew
-}
-
-// takes reports whether e changes what o (held when ok) holds for its
-// tenant (see addTenant), and whether it erases something o does not.
-func (o left) takes(ok bool, e entry) (changes, erasesMore bool) {
-	switch {
-	case !ok:
-		return true, true
-	case e.recorded > o.recorded:
-		// It replaces o, if only to move the time later: next must own
-		// its map then (addTenant writes it), never share l's, which
-		// workers read.
-		return true, !o.erasesAll(e.erased)
-	case e.recorded == o.recorded:
-		return !o.contains(e.erased), !o.erasesAll(e.erased)
-	}
-	return false, false
 }
 
 // withHeld adds to l, a ledger just read and not yet in force, what prev

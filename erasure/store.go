@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -263,32 +262,6 @@ func records(tenant, user string, cells []bigtable.ReadItem, ms marks) []Erasure
 	}
 	return out
 }
-
-// TenantRecords reads the records in force at now of tenant's own row:
-// its offboardings and rejoins, in the order they were recorded.
-func (s *Store) TenantRecords(ctx context.Context, tenant string, now time.Time) ([]Erasure, error) {
-	var out []Erasure
-	_, _, err := s.read(ctx, "read", bigtable.RowList{recordKey(tenant, "")}, nil, now, parseRecordKey, func(tenant, user string, cells []bigtable.ReadItem) {
-		out = append(out, records(tenant, user, cells, marks{})...)
-	})
-	slices.SortFunc(out, func(a, b Erasure) int { return a.RecordedAt.Compare(b.RecordedAt) })
-	return out, err
-}
-
-// Offboarding reads tenant's offboarding in force at now: its record
-// recorded last, when that is one that erases every event of the tenant
-// (nil: the tenant has not left, or has rejoined since).
-func (s *Store) Offboarding(ctx context.Context, tenant string, now time.Time) (*Erasure, error) {
-	recs, err := s.TenantRecords(ctx, tenant, now)
-	if err != nil || len(recs) == 0 || !recs[len(recs)-1].Whole() {
-		return nil, err
-	}
-	return &recs[len(recs)-1], nil
-}
-
-// Whole reports whether r is an offboarding not ended: it erases every
-// event of its tenant.
-func (r Erasure) Whole() bool { return r.Offboard && !r.UpTo.Before(Whole) }
 
 // LoadUsers reads the records in force at now of the users of tenant
 // (their record rows alone): what forget needs to know of who is erased
