@@ -77,6 +77,9 @@ func (oc *offboardCmd) run(ctx context.Context, stdout, stderr io.Writer) error 
 	if oc.requestedBy == "" {
 		errs = append(errs, errors.New("--requested-by is required: the audit log names who asked"))
 	}
+	if oc.rejoin && oc.dryRun {
+		errs = append(errs, errors.New("--rejoin takes no --dry-run: it records one row and deletes nothing"))
+	}
 	errs = append(errs, checkFormat(oc.format), checkReplication(oc.replication), oc.topics.validate())
 	if err := errors.Join(errs...); err != nil {
 		return usageError(err)
@@ -115,9 +118,6 @@ func (oc *offboardCmd) run(ctx context.Context, stdout, stderr io.Writer) error 
 
 // runRejoin brings an offboarded tenant back (forget.Rejoin).
 func (oc *offboardCmd) runRejoin(ctx context.Context, s *session, ledger *erasure.Store, facts retention.Facts, repl forget.Replication, stdout io.Writer, log *slog.Logger) error {
-	if oc.dryRun {
-		return usageError(errors.New("--rejoin takes no --dry-run: it records one row and deletes nothing"))
-	}
 	kafka := oc.topics.kafka
 	input := kafkaconn.Topic{Brokers: kafka.Brokers, Security: kafka.Security, Name: kafka.Topic}
 	rc, err := forget.Rejoin(ctx, ledger, forget.RejoinRequest{
