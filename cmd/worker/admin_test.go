@@ -15,12 +15,15 @@ import (
 	"github.com/cellttl/cellttl/testkit/testenv"
 )
 
-// adminURL finds the admin server's address in the worker's logs.
+// adminURL finds the admin server's address in the worker's logs. It
+// waits as long as a start-up may take under make test's load (the
+// worker's checks, each attempt bounded by attemptTimeout): on two busy
+// cores, 10 s was passed with the worker still in its first checks.
 func adminURL(t *testing.T, logs *syncBuffer) string {
 	t.Helper()
 	re := regexp.MustCompile(`admin server listening" addr=(\S+)`)
 	var url string
-	testenv.Eventually(t, 10*time.Second, func() (bool, string) {
+	testenv.Eventually(t, 6*attemptTimeout, func() (bool, string) {
 		m := re.FindStringSubmatch(logs.String())
 		if m == nil {
 			return false, "no admin address in the logs"
