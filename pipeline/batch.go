@@ -140,17 +140,11 @@ func (p *Pipeline) write(ctx context.Context, b *batch, dead chan<- deadItem) {
 			"rows", len(rows), "config_version", b.version, "err", err)
 		return
 	}
+	// A row Bigtable refused becomes a letter. Whether its user was
+	// erased meanwhile is the letter's question, asked by the dead-letter
+	// writer at each attempt (screen): the batch does not ask the ledger.
 	refused, withdrawn := 0, 0
-	var ledger *erasure.Ledger
-	if p.cfg.Erasures != nil {
-		ledger = p.cfg.Erasures()
-	}
 	for i := range b.items {
-		if results[i] != nil && results[i] != sink.ErrWithdrawn && ledger.ErasedKey(rows[i].Key, position(rows[i].Source)) {
-			// Refused, and its user erased meanwhile: no letter, which
-			// would be a copy of the user's data.
-			results[i] = sink.ErrWithdrawn
-		}
 		switch results[i] {
 		case nil:
 			b.items[i].tenant.Written.Add(1)

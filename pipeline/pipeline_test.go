@@ -852,7 +852,7 @@ func TestErasedUsersGetNoDeadLetters(t *testing.T) {
 			if calls.Add(1) <= 3 { // the three decisions
 				return erasure.NewLedger([]erasure.Erasure{u9}, now)
 			}
-			return erasure.NewLedger([]erasure.Erasure{u9, u8}, now) // the write's
+			return erasure.NewLedger([]erasure.Erasure{u9, u8}, now) // the letter's, at its produce
 		}
 		w, dlq := &fakeWriter{refuse: "#e-2"}, &fakeDLQ{}
 		stop, p := start(t, pcfg, src, w, dlq, func() *tenants.Config { return testConfig(t) })
