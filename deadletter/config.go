@@ -12,10 +12,9 @@ import (
 
 // Config is where dead letters go, as the worker's flags give it.
 type Config struct {
-	Topic string // the dead-letter topic; <input topic>.dlq when empty
-	// Retention, Classes and AcceptUnbounded fill Topics.
+	Names
+	// Retention, Names' Classes and AcceptUnbounded fill Topics.
 	Retention       time.Duration
-	Classes         Durations
 	AcceptUnbounded bool
 	// CheckInterval is how often the dead-letter topics' settings are
 	// read again.
@@ -28,6 +27,15 @@ type Config struct {
 	Partitions, ReplicationFactor int
 }
 
+// Names names the dead-letter topics of an input topic: all that the
+// commands reading the letters or their topics' settings take of the
+// worker's dead-letter flags (they read the settings from the broker, not
+// from the flags the worker creates the topics with).
+type Names struct {
+	Topic   string    // the dead-letter topic; <input topic>.dlq when empty
+	Classes Durations // a topic more for each retention class
+}
+
 // DefaultConfig returns the defaults the worker's flags document.
 func DefaultConfig() Config {
 	return Config{Retention: 24 * time.Hour, CheckInterval: 30 * time.Second}
@@ -36,9 +44,9 @@ func DefaultConfig() Config {
 // RegisterFlags declares the flags that fill c, with c's values as their
 // defaults.
 func (c *Config) RegisterFlags(f *envflag.FlagSet) {
-	c.RegisterTopicFlags(f)
+	c.Names.RegisterFlags(f)
 	c.registerCreationFlags(f)
-	c.RegisterKeyFlags(f)
+	RegisterKeyFlag(f, &c.KeyFile)
 	f.Section("Dead letters")
 	f.Advanced()
 	f.Int(&c.Partitions, "dlq-partitions", envflag.Env, c.Partitions, "partitions a dead-letter topic the worker creates gets, and an existing one is checked against (default: as many as the input topic)")
@@ -46,25 +54,26 @@ func (c *Config) RegisterFlags(f *envflag.FlagSet) {
 	f.Duration(&c.CheckInterval, "dlq-check-interval", "DLQ_CHECK_INTERVAL", c.CheckInterval, "how often the dead-letter topics' retention settings, and the input topic's timestamp settings and id, are read again (a topic changed to keep records forever is refused within this; under --strict-retention, an input topic relaxed holds the writes within this)")
 }
 
-// RegisterKeyFlags declares the letter key file: for the worker, which
-// signs letters, and redrive, which verifies them.
-func (c *Config) RegisterKeyFlags(f *envflag.FlagSet) {
+// RegisterKeyFlag declares the letter key file, path: for the worker,
+// which signs letters, and redrive, which verifies them.
+func RegisterKeyFlag(f *envflag.FlagSet, path *string) {
 	f.Section("Dead letters")
-	f.String(&c.KeyFile, "dlq-signing-key-file", envflag.Env, c.KeyFile, "file of the keys that sign dead letters (one base64 key of at least 32 bytes a line; the first signs, every one verifies): worker redrive trusts only letters signed with one of them (empty: letters unsigned)")
+	f.String(path, "dlq-signing-key-file", envflag.Env, *path, "file of the keys that sign dead letters (one base64 key of at least 32 bytes a line; the first signs, every one verifies): worker redrive trusts only letters signed with one of them (empty: letters unsigned)")
 }
 
 // Keys loads the letter keys, nil when there is no key file.
-func (c Config) Keys() (*Keys, error) {
-	if c.KeyFile == "" {
+func (c Config) Keys() (*Keys, error) { return KeysIn(c.KeyFile) }
+
+// KeysIn loads the letter keys of the key file at path, nil for "".
+func KeysIn(path string) (*Keys, error) {
+	if path == "" {
 		return nil, nil
 	}
-	return LoadKeys(c.KeyFile)
+	return LoadKeys(path)
 }
 
-// RegisterTopicFlags declares the names of the dead-letter topics: for the
-// commands that read the letters or their topics' settings (which they
-// read from the broker, not from the flags the worker creates them with).
-func (c *Config) RegisterTopicFlags(f *envflag.FlagSet) {
+// RegisterFlags declares the names of the dead-letter topics.
+func (c *Names) RegisterFlags(f *envflag.FlagSet) {
 	f.Section("Dead letters")
 	f.String(&c.Topic, "dlq-topic", "KAFKA_DLQ_TOPIC", c.Topic, "dead-letter topic (default <topic>.dlq)")
 	f.Value(&c.Classes, "dlq-classes", "DLQ_CLASSES", "retention classes, e.g. 1h,1d,7d: topics <dlq-topic>.<class> created with that retention, so that letters of short TTLs keep their payload too")
@@ -79,7 +88,7 @@ func (c *Config) registerCreationFlags(f *envflag.FlagSet) {
 }
 
 // Base is the dead-letter topic of input, the default filled in.
-func (c Config) Base(input string) string {
+func (c Names) Base(input string) string {
 	if c.Topic == "" {
 		return input + ".dlq"
 	}
@@ -92,19 +101,31 @@ func (c Config) Topics(input string) Topics {
 		Input: input, Partitions: c.Partitions, ReplicationFactor: c.ReplicationFactor}
 }
 
-// Validate checks the settings for input, naming the flag at fault.
-func (c Config) Validate(input string) error {
+// All are the names of input's dead-letter topics: the base topic, then
+// one for each class, shortest first.
+func (c Names) All(input string) []string {
+	return Topics{Base: c.Base(input), Classes: c.Classes}.Names()
+}
+
+// Validate checks the names for input, naming the flag at fault.
+func (c Names) Validate(input string) error {
 	var errs []error
 	if c.Base(input) == input {
 		errs = append(errs, fmt.Errorf("--dlq-topic %q is the input topic", c.Base(input)))
-	}
-	if c.Retention < time.Second {
-		errs = append(errs, fmt.Errorf("--dlq-retention %s: must be at least 1s", c.Retention))
 	}
 	for _, d := range c.Classes {
 		if d < time.Second {
 			errs = append(errs, fmt.Errorf("--dlq-classes %s: each class must be at least 1s", duration.Format(d)))
 		}
+	}
+	return errors.Join(errs...)
+}
+
+// Validate checks the settings for input, naming the flag at fault.
+func (c Config) Validate(input string) error {
+	errs := []error{c.Names.Validate(input)}
+	if c.Retention < time.Second {
+		errs = append(errs, fmt.Errorf("--dlq-retention %s: must be at least 1s", c.Retention))
 	}
 	if c.Partitions < 0 {
 		errs = append(errs, fmt.Errorf("--dlq-partitions %d: must not be negative (0: as the input topic)", c.Partitions))

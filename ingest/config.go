@@ -3,8 +3,6 @@ package ingest
 import (
 	"errors"
 	"fmt"
-	"sort"
-	"strings"
 	"time"
 
 	"github.com/cellttl/cellttl/internal/envflag"
@@ -15,8 +13,7 @@ import (
 // to consume, and how to connect (the dead-letter topics are
 // deadletter.Config's).
 type Config struct {
-	Brokers        Brokers
-	Topic          string
+	kafkaconn.Connection
 	Group          string
 	CommitInterval time.Duration
 	SessionTimeout time.Duration
@@ -24,7 +21,6 @@ type Config struct {
 	StallTimeout   time.Duration
 	// IsolationLevel is ReadCommitted or ReadUncommitted.
 	IsolationLevel string
-	Security       kafkaconn.Security
 }
 
 // The isolation levels of --isolation-level, as Kafka's consumers name
@@ -41,7 +37,7 @@ const (
 
 // DefaultConfig returns the defaults the worker's flags document.
 func DefaultConfig() Config {
-	return Config{Topic: "clicks", Group: "cellttl", CommitInterval: time.Second, SessionTimeout: 30 * time.Second, OffsetReset: ResetEarliest,
+	return Config{Connection: kafkaconn.Connection{Topic: "clicks"}, Group: "cellttl", CommitInterval: time.Second, SessionTimeout: 30 * time.Second, OffsetReset: ResetEarliest,
 		StallTimeout: DefaultStallTimeout, IsolationLevel: ReadCommitted}
 }
 
@@ -77,7 +73,7 @@ func (c Config) ConsumerConfig(maxInflightBytes int64, maxEventBytes int) (Consu
 // RegisterFlags declares the flags that fill c, with c's values as their
 // defaults.
 func (c *Config) RegisterFlags(f *envflag.FlagSet) {
-	c.RegisterConnectionFlags(f)
+	c.Connection.RegisterFlags(f)
 	f.Section("Kafka")
 	f.String(&c.Group, "group", "KAFKA_GROUP", c.Group, "consumer group; workers in one group share the topic's partitions")
 	f.Value(&c.OffsetReset, "offset-out-of-range", "OFFSET_OUT_OF_RANGE", "when a committed offset lies outside the log (topic recreated, retention passed it): earliest, latest or fail")
@@ -90,25 +86,9 @@ func (c *Config) RegisterFlags(f *envflag.FlagSet) {
 	f.Duration(&c.StallTimeout, "partition-stall-timeout", "PARTITION_STALL_TIMEOUT", c.StallTimeout, "how long an owned partition may make no progress (not at the log's end, position not moving) before /readyz names it")
 }
 
-// RegisterConnectionFlags declares where the input topic is and how to
-// connect: for the commands that read Kafka without consuming as a group
-// member (forget, retention, redrive).
-func (c *Config) RegisterConnectionFlags(f *envflag.FlagSet) {
-	f.Section("Kafka")
-	f.Value(&c.Brokers, "brokers", "KAFKA_BROKERS", "comma-separated Kafka bootstrap brokers (required)")
-	f.String(&c.Topic, "topic", "KAFKA_TOPIC", c.Topic, "topic of click events")
-	c.Security.RegisterFlags(f)
-}
-
 // Validate checks the settings, naming the flag at fault.
 func (c Config) Validate() error {
-	var errs []error
-	if len(c.Brokers) == 0 {
-		errs = append(errs, errors.New("no Kafka brokers given (--brokers or CELLTTL_BROKERS)"))
-	}
-	if c.Topic == "" {
-		errs = append(errs, errors.New("--topic must not be empty"))
-	}
+	errs := []error{c.Connection.Validate()}
 	if c.Group == "" {
 		errs = append(errs, errors.New("--group must not be empty"))
 	}
@@ -118,24 +98,5 @@ func (c Config) Validate() error {
 	if c.StallTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--partition-stall-timeout %s: must be positive", c.StallTimeout))
 	}
-	errs = append(errs, c.Security.Validate())
 	return errors.Join(errs...)
-}
-
-// Brokers is a broker list, given as comma-separated addresses.
-type Brokers []string
-
-func (b *Brokers) String() string { return strings.Join(*b, ",") }
-
-// Set parses a comma-separated list; blanks between commas are ignored.
-func (b *Brokers) Set(s string) error {
-	var out []string
-	for _, a := range strings.Split(s, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			out = append(out, a)
-		}
-	}
-	sort.Strings(out)
-	*b = out
-	return nil
 }

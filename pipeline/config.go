@@ -79,8 +79,8 @@ func DefaultConfig() Config {
 // defaults.
 func (c *Config) RegisterFlags(f *envflag.FlagSet) {
 	c.RegisterMappingFlags(f)
-	c.RegisterClockFlags(f)
-	c.RegisterDeadLetterFlags(f)
+	RegisterClockFlag(f, &c.Decoder.MaxClockSkew)
+	RegisterUnlistedDeadLetterFlag(f, &c.UnlistedDeadLetterTTL)
 	f.Section("Batching")
 	f.Advanced()
 	f.Int(&c.FlushRows, "flush-rows", "FLUSH_ROWS", c.FlushRows, "flush a batch at this many rows")
@@ -91,19 +91,21 @@ func (c *Config) RegisterFlags(f *envflag.FlagSet) {
 	f.Duration(&c.DrainTimeout, "drain-timeout", "DRAIN_TIMEOUT", c.DrainTimeout, "on SIGTERM, time allowed to flush, commit and leave the group")
 }
 
-// RegisterClockFlags declares how far ahead of its record an event's time
-// may lie: for the commands that must know how far ahead a copy can reach
-// (forget, retention).
-func (c *Config) RegisterClockFlags(f *envflag.FlagSet) {
+// RegisterClockFlag declares --max-clock-skew, how far ahead of its
+// record an event's time may lie (Decoder.MaxClockSkew): for the worker,
+// and the commands that must know how far ahead a copy can reach (forget,
+// offboard, retention). *d is its default.
+func RegisterClockFlag(f *envflag.FlagSet, d *time.Duration) {
 	f.Section("Input mapping")
-	f.Duration(&c.Decoder.MaxClockSkew, "max-clock-skew", "MAX_CLOCK_SKEW", c.Decoder.MaxClockSkew, "an occurred_at further after the Kafka record timestamp is replaced by the record timestamp")
+	f.Duration(d, "max-clock-skew", "MAX_CLOCK_SKEW", *d, "an occurred_at further after the Kafka record timestamp is replaced by the record timestamp")
 }
 
-// RegisterDeadLetterFlags declares the bound on the dead letters of
-// unlisted tenants: for the worker and the retention statement.
-func (c *Config) RegisterDeadLetterFlags(f *envflag.FlagSet) {
+// RegisterUnlistedDeadLetterFlag declares the bound on the dead letters of
+// unlisted tenants (UnlistedDeadLetterTTL): for the worker and the
+// retention statement. *d is its default.
+func RegisterUnlistedDeadLetterFlag(f *envflag.FlagSet, d *time.Duration) {
 	f.Section("Dead letters")
-	f.Duration(&c.UnlistedDeadLetterTTL, "dlq-unlisted-retention", "DLQ_UNLISTED_RETENTION", c.UnlistedDeadLetterTTL, "how long a dead letter of an event without a listed tenant may keep its payload, from the record's time (0: default_ttl)")
+	f.Duration(d, "dlq-unlisted-retention", "DLQ_UNLISTED_RETENTION", *d, "how long a dead letter of an event without a listed tenant may keep its payload, from the record's time (0: default_ttl)")
 }
 
 // RegisterMappingFlags declares the flags that say how a record becomes an
@@ -115,16 +117,16 @@ func (c *Config) RegisterMappingFlags(f *envflag.FlagSet) {
 	f.String(&c.Fields.User, "user-from", "USER_FROM", c.Fields.User, "where the optional user id comes from: json:PATH, header:NAME or key")
 	f.String(&c.Fields.Time, "event-time-from", "EVENT_TIME_FROM", c.Fields.Time, "where the optional event time comes from: json:PATH or header:NAME; the record timestamp when absent")
 	f.String(&c.Fields.TimeFormat, "event-time-format", "EVENT_TIME_FORMAT", c.Fields.TimeFormat, "how the event time is written: rfc3339, unix-ms, unix-s or auto")
-	c.RegisterTTLFlag(f)
+	RegisterTTLFlag(f, &c.Fields.TTL)
 	f.BytesInt(&c.Decoder.MaxBytes, "max-event-bytes", "MAX_EVENT_BYTES", c.Decoder.MaxBytes, "larger events go to the dead-letter topic")
 }
 
-// RegisterTTLFlag declares --ttl-from: for the commands that decide as the
-// worker does, and the retention statement (an event may then ask for as
-// little as its tenant's min_ttl).
-func (c *Config) RegisterTTLFlag(f *envflag.FlagSet) {
+// RegisterTTLFlag declares --ttl-from (Fields.TTL): for the commands that
+// decide as the worker does, and the retention statement (an event may
+// then ask for as little as its tenant's min_ttl). *from is its default.
+func RegisterTTLFlag(f *envflag.FlagSet, from *string) {
 	f.Section("Input mapping")
-	f.String(&c.Fields.TTL, "ttl-from", "TTL_FROM", c.Fields.TTL, "where an event may give its own TTL (json:PATH or header:NAME; a duration such as 90m or 2d, or whole seconds), clamped to its tenant's min_ttl and max_ttl; unset: every event keeps its tenant's TTL")
+	f.String(from, "ttl-from", "TTL_FROM", *from, "where an event may give its own TTL (json:PATH or header:NAME; a duration such as 90m or 2d, or whole seconds), clamped to its tenant's min_ttl and max_ttl; unset: every event keeps its tenant's TTL")
 }
 
 // fieldFlags name the members of Fields by the flags that fill them, in

@@ -31,7 +31,7 @@ type Sources struct {
 	Security kafkaconn.Security
 	// Topic is the input topic; DeadLetters names its dead-letter topics.
 	Topic       string
-	DeadLetters deadletter.Config
+	DeadLetters deadletter.Names
 	// TTLFrom is the workers' --ttl-from ("" when events give no TTL of
 	// their own); UnlistedDeadLetterTTL their --dlq-unlisted-retention
 	// (zero: the default TTL); MaxClockSkew their --max-clock-skew.
@@ -84,7 +84,7 @@ func Gather(ctx context.Context, s Sources, now time.Time) (Facts, error) {
 // topics: those the flags name, and any other class the broker still has
 // (named by earlier flags: its letters are there).
 func readTopics(ctx context.Context, s Sources) (input TopicKeep, deadLetters []TopicKeep, err error) {
-	dlqs := s.DeadLetters.Topics(s.Topic).Names()
+	dlqs := s.DeadLetters.All(s.Topic)
 	onBroker, err := deadletter.TopicsOn(ctx, s.Brokers, s.Security, s.DeadLetters.Base(s.Topic))
 	if err != nil {
 		return input, nil, err

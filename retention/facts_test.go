@@ -73,7 +73,7 @@ func TestGatherReadsTheLiveSystem(t *testing.T) {
 	testenv.CreateTopicWith(t, brokers, topic+".dlq", 1, testenv.DeadLetterConfigs)
 	testenv.CreateTopicWith(t, brokers, topic+".dlq.1h", 1, map[string]string{"retention.ms": "3600000"})
 	f, err := Gather(ctx, Sources{Config: cfg, Table: table, Admin: ac, Data: dc, Brokers: brokers, Topic: topic,
-		DeadLetters: deadletter.DefaultConfig(), MaxClockSkew: 5 * time.Minute}, time.Now())
+		DeadLetters: deadletter.Names{}, MaxClockSkew: 5 * time.Minute}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/internal/envflag"
-	"github.com/cellttl/cellttl/internal/kafkaconn"
 	"github.com/cellttl/cellttl/internal/waitfor"
 	"github.com/cellttl/cellttl/internal/waitfor/btwait"
 	"github.com/cellttl/cellttl/retention"
@@ -94,8 +93,7 @@ func (fo *forgetCmd) flags(out io.Writer) *envflag.FlagSet {
 // run checks the request, reads how long the topics keep copies, and runs
 // the erasure protocol (retention/forget); the receipt goes to stdout.
 func (fo *forgetCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
-	kafka := fo.topics.kafka
-	input := kafkaconn.Topic{Brokers: kafka.Brokers, Security: kafka.Security, Name: kafka.Topic}
+	input := fo.topics.conn.Input()
 	users, err := fo.userIDs()
 	if err != nil {
 		return usageError(err)
@@ -147,7 +145,7 @@ func (fo *forgetCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 	ledger.SetClock(wallClock)
 	rc, err := forget.Forget(ctx, btwait.Open(s.dc, fo.table.Table), ledger, forget.Request{
 		Tenant: fo.tenant, Users: users, RequestedBy: fo.requestedBy, Operator: operator(),
-		Now: now, Before: before, MaxClockSkew: fo.topics.pipe.Decoder.MaxClockSkew,
+		Now: now, Before: before, MaxClockSkew: fo.topics.maxClockSkew,
 		DryRun: fo.dryRun, AllowEmpty: fo.allowEmpty,
 		SecondPassAfter: fo.secondPass, Refresh: fo.bound.refresh, WriteTimeout: fo.bound.writer.AttemptTimeout,
 		Table: fo.table.Target().String(), Facts: facts, LongestTTL: s.cfg.Policy.LongestTTL(fo.tenant),

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/cellttl/cellttl/erasure"
-	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/internal/kafkaconn"
 )
 
@@ -15,7 +14,7 @@ import (
 // every record of it. Unread (the topic not there yet, a broker before
 // Kafka 2.8), marks cover by offsets alone, and the log says so. It
 // returns the id, "" when unread.
-func followIncarnation(ctx context.Context, k ingest.Config, w *erasure.Watch, log *slog.Logger) string {
+func followIncarnation(ctx context.Context, k kafkaconn.Connection, w *erasure.Watch, log *slog.Logger) string {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	id, err := kafkaconn.TopicID(ctx, k.Brokers, k.Security, k.Topic)

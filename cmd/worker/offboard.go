@@ -11,7 +11,6 @@ import (
 
 	"github.com/cellttl/cellttl/erasure"
 	"github.com/cellttl/cellttl/internal/envflag"
-	"github.com/cellttl/cellttl/internal/kafkaconn"
 	"github.com/cellttl/cellttl/internal/waitfor"
 	"github.com/cellttl/cellttl/internal/waitfor/btwait"
 	"github.com/cellttl/cellttl/retention"
@@ -118,11 +117,10 @@ func (oc *offboardCmd) run(ctx context.Context, stdout, stderr io.Writer) error 
 
 // runRejoin brings an offboarded tenant back (forget.Rejoin).
 func (oc *offboardCmd) runRejoin(ctx context.Context, s *session, ledger *erasure.Store, facts retention.Facts, repl forget.Replication, stdout io.Writer, log *slog.Logger) error {
-	kafka := oc.topics.kafka
-	input := kafkaconn.Topic{Brokers: kafka.Brokers, Security: kafka.Security, Name: kafka.Topic}
+	input := oc.topics.conn.Input()
 	rc, err := forget.Rejoin(ctx, ledger, forget.RejoinRequest{
 		Tenant: oc.tenant, RequestedBy: oc.requestedBy, Operator: operator(), Now: wallClock().UTC().Truncate(time.Millisecond),
-		MaxClockSkew: oc.topics.pipe.Decoder.MaxClockSkew, EndOffsets: input.EndOffsets, TopicID: input.ID,
+		MaxClockSkew: oc.topics.maxClockSkew, EndOffsets: input.EndOffsets, TopicID: input.ID,
 		Refresh: oc.bound.refresh, WriteTimeout: oc.bound.writer.AttemptTimeout, EndAfter: oc.secondPass,
 		Facts: facts, Backups: oc.backups, LongestTTL: s.cfg.Policy.LongestTTL(oc.tenant), Replication: repl,
 	}, log)

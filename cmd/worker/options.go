@@ -17,6 +17,7 @@ import (
 	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/internal/duration"
 	"github.com/cellttl/cellttl/internal/envflag"
+	"github.com/cellttl/cellttl/internal/kafkaconn"
 	"github.com/cellttl/cellttl/internal/release"
 	"github.com/cellttl/cellttl/pipeline"
 	"github.com/cellttl/cellttl/retention"
@@ -184,36 +185,35 @@ func registerStrictRetention(f *envflag.FlagSet, strict *bool, usage string) {
 	f.Bool(strict, "strict-retention", "STRICT_RETENTION", false, usage)
 }
 
-// topicOptions are the flags of the commands that read the topics beside
-// the worker (forget, retention, redrive): the input topic and how to
-// reach the brokers, the dead-letter topics' names, and the mapping and
-// clock the worker decides events by.
+// topicOptions are the flags of the commands that read how long the
+// topics beside the worker keep copies (forget, offboard, retention): the
+// input topic and how to reach the brokers, the dead-letter topics'
+// names, and how far ahead of its record an event's time may lie.
 type topicOptions struct {
-	kafka ingest.Config
-	dlq   deadletter.Config
-	pipe  pipeline.Config
+	conn         kafkaconn.Connection
+	dlq          deadletter.Names
+	maxClockSkew time.Duration
 }
 
 func defaultTopicOptions() topicOptions {
-	return topicOptions{kafka: ingest.DefaultConfig(), dlq: deadletter.DefaultConfig(), pipe: pipeline.DefaultConfig()}
+	return topicOptions{conn: ingest.DefaultConfig().Connection, maxClockSkew: pipeline.DefaultConfig().Decoder.MaxClockSkew}
 }
 
 // register declares the connection, the dead-letter topics' names and
 // --max-clock-skew.
 func (t *topicOptions) register(f *envflag.FlagSet) {
-	t.kafka.RegisterConnectionFlags(f)
-	t.dlq.RegisterTopicFlags(f)
-	t.pipe.RegisterClockFlags(f)
+	t.conn.RegisterFlags(f)
+	t.dlq.RegisterFlags(f)
+	pipeline.RegisterClockFlag(f, &t.maxClockSkew)
 }
 
 func (t *topicOptions) validate() error {
-	return errors.Join(t.kafka.Validate(), t.dlq.Validate(t.kafka.Topic))
+	return errors.Join(t.conn.Validate(), t.dlq.Validate(t.conn.Topic))
 }
 
 // sources are where the retention statement's facts are read, with these
 // flags (retention.Gather).
 func (t *topicOptions) sources(s *session, table sink.TableConfig) retention.Sources {
 	return retention.Sources{Config: s.cfg, Table: table, Admin: s.ac, Data: s.dc,
-		Brokers: t.kafka.Brokers, Security: t.kafka.Security, Topic: t.kafka.Topic, DeadLetters: t.dlq,
-		TTLFrom: t.pipe.Fields.TTL, UnlistedDeadLetterTTL: t.pipe.UnlistedDeadLetterTTL, MaxClockSkew: t.pipe.Decoder.MaxClockSkew}
+		Brokers: t.conn.Brokers, Security: t.conn.Security, Topic: t.conn.Topic, DeadLetters: t.dlq, MaxClockSkew: t.maxClockSkew}
 }

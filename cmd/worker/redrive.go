@@ -12,8 +12,12 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/cellttl/cellttl/deadletter"
+	"github.com/cellttl/cellttl/ingest"
 	"github.com/cellttl/cellttl/internal/envflag"
+	"github.com/cellttl/cellttl/internal/kafkaconn"
 	"github.com/cellttl/cellttl/internal/waitfor"
+	"github.com/cellttl/cellttl/pipeline"
 	"github.com/cellttl/cellttl/redrive"
 	"github.com/cellttl/cellttl/schema/registry"
 	"github.com/cellttl/cellttl/sink"
@@ -27,7 +31,13 @@ import (
 // worker would decide them.
 type redriveCmd struct {
 	tableOptions
-	topics        topicOptions
+	// The worker's flags that find the letters and decide them again: the
+	// input topic's connection, the dead-letter topics, the key file the
+	// letters are verified with, and the decision (mapping and clock).
+	conn          kafkaconn.Connection
+	dlq           deadletter.Names
+	keyFile       string
+	decide        pipeline.Config
 	bound         erasureBound
 	registry      registry.Config
 	ttlFromChange bool
@@ -43,14 +53,14 @@ type redriveCmd struct {
 const exitUntrusted = 4
 
 func newRedriveCmd() *redriveCmd {
-	return &redriveCmd{tableOptions: defaultTableOptions(), topics: defaultTopicOptions(), bound: defaultErasureBound(),
+	return &redriveCmd{tableOptions: defaultTableOptions(), conn: ingest.DefaultConfig().Connection, decide: pipeline.DefaultConfig(), bound: defaultErasureBound(),
 		registry: registry.DefaultConfig(), redrive: redrive.Options{Partition: -1}}
 }
 
 func (rd *redriveCmd) flags(out io.Writer) *envflag.FlagSet {
 	f := envflag.New("worker redrive", "worker redrive: send dead letters through the worker's decode, expiry and write again, each keyed to its original record, so that it gets exactly the cells it would have got (run twice, the same cells); a dry run unless --apply. The letters of users erased with worker forget are not written (the erasure ledger, read again every --erasure-refresh).\n"+
 		"It takes the worker's settings that decide and write an event, from the same flags and environment. Exit status: 0 done, 1 an error, 2 bad flags, 4 letters were not trusted (see the log), 5 Bigtable, Kafka or the schema registry did not answer within --service-timeout (run it again).", out)
-	ro, t := &rd.redrive, &rd.topics
+	ro := &rd.redrive
 	f.Section("Redrive")
 	f.String(&rd.topic, "from-topic", "", "", "the dead-letter topic to read (default: --dlq-topic and its --dlq-classes topics)")
 	f.Int(&ro.Partition, "partition", "", ro.Partition, "read this partition only (default: all)")
@@ -62,12 +72,12 @@ func (rd *redriveCmd) flags(out io.Writer) *envflag.FlagSet {
 	f.Bool(&ro.TrustUnsigned, "trust-unsigned-letters", envflag.NoEnv, false, "with --apply and no --dlq-signing-key-file: write letters no key verifies, trusting that only the workers can produce to the dead-letter topics (a flag only: no environment variable)")
 	f.String(&rd.format, "format", "", "text", "output: text or json")
 	rd.tableOptions.register(f)
-	t.kafka.RegisterConnectionFlags(f)
-	t.dlq.RegisterTopicFlags(f)
-	t.dlq.RegisterKeyFlags(f)
-	t.pipe.RegisterMappingFlags(f)
+	rd.conn.RegisterFlags(f)
+	rd.dlq.RegisterFlags(f)
+	deadletter.RegisterKeyFlag(f, &rd.keyFile)
+	rd.decide.RegisterMappingFlags(f)
 	tablemeta.RegisterChangeFlag(f, &rd.ttlFromChange)
-	t.pipe.RegisterClockFlags(f)
+	pipeline.RegisterClockFlag(f, &rd.decide.Decoder.MaxClockSkew)
 	f.Section("Redrive")
 	registerStrictRetention(f, &ro.StrictRetention, "decide each letter by the worker's --strict-retention rule: an event whose time lies further past its letter's time (when the worker saw it) than --max-clock-skew is not written (outcome time_ahead)")
 	rd.registry.RegisterFlags(f)
@@ -82,16 +92,16 @@ func (rd *redriveCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if err := checkFormat(rd.format); err != nil {
 		return err
 	}
-	t, ro := &rd.topics, rd.redrive
-	if err := errors.Join(t.validate(), t.pipe.Resolve(), rd.registry.Validate()); err != nil {
+	ro, d := rd.redrive, &rd.decide
+	if err := errors.Join(rd.conn.Validate(), rd.dlq.Validate(rd.conn.Topic), d.Resolve(), rd.registry.Validate()); err != nil {
 		return usageError(err)
 	}
-	ro.Brokers, ro.Security, ro.InputTopic, ro.Base = t.kafka.Brokers, t.kafka.Security, t.kafka.Topic, t.dlq.Base(t.kafka.Topic)
-	ro.Reasons, ro.MaxEventBytes = splitList(rd.reasons), t.pipe.Decoder.MaxBytes
+	ro.Brokers, ro.Security, ro.InputTopic, ro.Base = rd.conn.Brokers, rd.conn.Security, rd.conn.Topic, rd.dlq.Base(rd.conn.Topic)
+	ro.Reasons, ro.MaxEventBytes = splitList(rd.reasons), d.Decoder.MaxBytes
 	if rd.topic != "" {
 		ro.Topics = []string{rd.topic}
 	}
-	keys, err := t.dlq.Keys()
+	keys, err := deadletter.KeysIn(rd.keyFile)
 	if err != nil {
 		return usageError(err)
 	}
@@ -111,7 +121,7 @@ func (rd *redriveCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer stop()
-	_ = followIncarnation(ctx, rd.topics.kafka, erasures, log)
+	_ = followIncarnation(ctx, rd.conn, erasures, log)
 	wcfg := rd.bound.writer
 	wcfg.Held, wcfg.Gate = erasures.Held, erasureGate{erasures}
 	// A redrive shares the cluster with the workers: the tenants file's
@@ -124,14 +134,14 @@ func (rd *redriveCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	schemas, err := openSchemas(ctx, rd.registry, &t.pipe, nil, log)
+	schemas, err := openSchemas(ctx, rd.registry, d, nil, log)
 	if err != nil {
 		return err
 	}
 	if schemas != nil {
 		defer schemas.Close()
 	}
-	ro.Schemas = t.pipe.Schemas // awaited with ctx: a wait of the run
+	ro.Schemas = d.Schemas // awaited with ctx: a wait of the run
 	// Four attempts' worth, retries included: beyond that Bigtable refuses
 	// the writes as a whole, which waiting will not mend within a job.
 	// A batch paced at the cap waits for it on top: twice a batch's rows,
@@ -140,7 +150,7 @@ func (rd *redriveCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if s.cfg.WriteRate > 0 {
 		ro.WriteBound += time.Duration(2 * float64(redrive.BatchRows) / s.cfg.WriteRate * float64(time.Second))
 	}
-	rep, err := redrive.Run(ctx, ro, &t.pipe.Decoder, s.cfg, w, log)
+	rep, err := redrive.Run(ctx, ro, &d.Decoder, s.cfg, w, log)
 	if rep == nil {
 		return err
 	}
@@ -167,7 +177,7 @@ func (rd *redriveCmd) checkTable(ctx context.Context, s *session, apply bool, lo
 	if err := tablemeta.CheckFamily(ctx, s.ac, rd.table.Table); err != nil {
 		return fmt.Errorf("refusing to redrive: %w", err)
 	}
-	claim := tablemeta.Claim{TTLFrom: rd.topics.pipe.Fields.TTL, Change: rd.ttlFromChange, By: "worker redrive", Now: time.Now(), DryRun: !apply}
+	claim := tablemeta.Claim{TTLFrom: rd.decide.Fields.TTL, Change: rd.ttlFromChange, By: "worker redrive", Now: time.Now(), DryRun: !apply}
 	return tablemeta.NewStore(s.dc, rd.table.Table).ClaimAndSay(ctx, claim, log)
 }
 func printRedrive(stdout io.Writer, format string, rep *redrive.Report) error {

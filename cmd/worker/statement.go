@@ -10,6 +10,7 @@ import (
 
 	"github.com/cellttl/cellttl/internal/envflag"
 	"github.com/cellttl/cellttl/internal/waitfor"
+	"github.com/cellttl/cellttl/pipeline"
 	"github.com/cellttl/cellttl/retention"
 )
 
@@ -23,7 +24,11 @@ type retentionCmd struct {
 	tableOptions
 	topics                          topicOptions
 	tenantList, format, checkpoints string
-	wait                            waitfor.Config
+	// The workers' --ttl-from and --dlq-unlisted-retention: what the
+	// statement's copies may keep besides the tenants' TTLs.
+	ttlFrom         string
+	unlistedLetters time.Duration
+	wait            waitfor.Config
 }
 
 func newRetentionCmd() *retentionCmd {
@@ -39,8 +44,8 @@ func (ro *retentionCmd) flags(out io.Writer) *envflag.FlagSet {
 	f.String(&ro.checkpoints, "checkpoints", "", "", "comma-separated retime and migrate checkpoint files to look at (a checkpoint written before they held positions holds row keys)")
 	ro.tableOptions.register(f)
 	ro.topics.register(f)
-	ro.topics.pipe.RegisterTTLFlag(f)
-	ro.topics.pipe.RegisterDeadLetterFlags(f)
+	pipeline.RegisterTTLFlag(f, &ro.ttlFrom)
+	pipeline.RegisterUnlistedDeadLetterFlag(f, &ro.unlistedLetters)
 	ro.wait.RegisterFlags(f, readWait)
 	return f
 }
@@ -59,7 +64,9 @@ func (ro *retentionCmd) run(ctx context.Context, stdout, stderr io.Writer) error
 		return err
 	}
 	defer done()
-	facts, err := retention.Gather(ctx, ro.topics.sources(s, ro.table), time.Now())
+	src := ro.topics.sources(s, ro.table)
+	src.TTLFrom, src.UnlistedDeadLetterTTL = ro.ttlFrom, ro.unlistedLetters
+	facts, err := retention.Gather(ctx, src, time.Now())
 	if err != nil {
 		return err
 	}
@@ -81,7 +88,7 @@ func (ro *retentionCmd) run(ctx context.Context, stdout, stderr io.Writer) error
 			return err
 		}
 	} else {
-		fmt.Fprintf(stdout, "retention statement: table %s, input topic %s, tenants file version %s\n\n", ro.table.Target(), ro.topics.kafka.Topic, s.cfg.Version)
+		fmt.Fprintf(stdout, "retention statement: table %s, input topic %s, tenants file version %s\n\n", ro.table.Target(), ro.topics.conn.Topic, s.cfg.Version)
 		tw := tabwriter.NewWriter(stdout, 2, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "TENANT\tTTL\tSTORE\tLONGEST\tDECIDED BY")
 		for _, t := range st.Tenants {

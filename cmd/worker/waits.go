@@ -139,16 +139,16 @@ func (o *migrateCmd) waits() bounds {
 	return bounds{o.wait, placesOf(o.table, nil, nil), o.log}
 }
 func (fo *forgetCmd) waits() bounds {
-	return bounds{fo.wait, placesOf(fo.table, fo.topics.kafka.Brokers, nil), fo.log}
+	return bounds{fo.wait, placesOf(fo.table, fo.topics.conn.Brokers, nil), fo.log}
 }
 func (oc *offboardCmd) waits() bounds {
-	return bounds{oc.wait, placesOf(oc.table, oc.topics.kafka.Brokers, nil), oc.log}
+	return bounds{oc.wait, placesOf(oc.table, oc.topics.conn.Brokers, nil), oc.log}
 }
 func (ro *retentionCmd) waits() bounds {
-	return bounds{ro.wait, placesOf(ro.table, ro.topics.kafka.Brokers, nil), ro.log}
+	return bounds{ro.wait, placesOf(ro.table, ro.topics.conn.Brokers, nil), ro.log}
 }
 func (rd *redriveCmd) waits() bounds {
-	return bounds{rd.wait, placesOf(rd.table, rd.topics.kafka.Brokers, &rd.registry), rd.log}
+	return bounds{rd.wait, placesOf(rd.table, rd.conn.Brokers, &rd.registry), rd.log}
 }
 
 // syncWriter is a writer that two goroutines share.

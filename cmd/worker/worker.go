@@ -82,7 +82,7 @@ func newWorker(ctx context.Context, o *runCmd, cfg *tenants.Config, dc *bigtable
 	if err != nil {
 		return nil, err
 	}
-	w.topicID = followIncarnation(ctx, o.kafka, w.erasures, log)
+	w.topicID = followIncarnation(ctx, o.kafka.Connection, w.erasures, log)
 	if err := w.claimRecord(ctx, dc); err != nil {
 		return nil, err
 	}
