@@ -140,9 +140,10 @@ func (p *Pipeline) write(ctx context.Context, b *batch, dead chan<- deadItem) {
 			"rows", len(rows), "config_version", b.version, "err", err)
 		return
 	}
-	// A row Bigtable refused becomes a letter. Whether its user was
-	// erased meanwhile is the letter's question, asked by the dead-letter
-	// writer at each attempt (screen): the batch does not ask the ledger.
+	// The writer answers for rows of users erased since the decision
+	// (sink.Gate): one it withdrew, sent or refused, is settled
+	// unwritten; a refused one becomes a letter, which the dead-letter
+	// stage judges again as it is produced (screen).
 	refused, withdrawn := 0, 0
 	for i := range b.items {
 		switch results[i] {

@@ -49,7 +49,8 @@ type TTL struct {
 }
 
 // Gate can withdraw a row decided earlier: the erasure ledger, which may
-// learn of an erased user while that user's rows wait to be written.
+// learn of an erased user while that user's rows wait to be written, or
+// after Bigtable refused one for good (it then becomes no dead letter).
 type Gate interface {
 	// Generation grows whenever Admits may refuse a row it admitted.
 	Generation() uint64
@@ -61,7 +62,7 @@ type Gate interface {
 }
 
 // ErrWithdrawn is the result of a row the Gate withdrew: it was not
-// written, and must not be.
+// written, and must not be, nor set aside as a dead letter.
 var ErrWithdrawn = errors.New("withdrawn before it was written")
 
 // Cells is the number of cells (mutations) the row writes.

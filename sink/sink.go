@@ -213,6 +213,7 @@ func (w *Writer) Write(ctx context.Context, rows []Row) ([]error, error) {
 	if err != nil {
 		return wr.results, fmt.Errorf("write %d rows: %w", len(pending), ctx.Err())
 	}
+	wr.withdrawRefused(ctx)
 	return wr.results, nil
 }
 

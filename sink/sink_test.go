@@ -619,6 +619,38 @@ func TestRowsWaitingForTheRateAreCheckedWhenSent(t *testing.T) {
 	}
 }
 
+// A row Bigtable refuses for good, whose user is erased while it is being
+// written, is withdrawn rather than refused: the caller settles it
+// unwritten at once, and makes no dead letter of it (a copy of the user's
+// data). A row decided under the current generation is not asked about.
+func TestRefusedRowOfAnErasedUserIsWithdrawn(t *testing.T) {
+	dc, ac, proxy := faultyEmulator(t)
+	tgt := sink.Target(testenv.Table(t, ac, dc, time.Hour))
+	g := &gate{refused: "poison"}
+	proxy.SetFault(func(req *btpb.MutateRowsRequest) testenv.MutateRowsFault {
+		g.gen.Store(1) // the erasure lands while the request is in flight
+		return refuseEntriesWith(req)
+	})
+	cfg := fastRetries()
+	cfg.Gate = g
+	w, err := sink.NewWriter(dc, tgt, cfg, nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := rowsOf("k0", "poison", "poison") // the second decided under the erasure
+	rows[2].Gen = 1
+	res, err := w.Write(ctx, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0] != nil || !errors.Is(res[1], sink.ErrWithdrawn) || !isRowError(res[2]) {
+		t.Fatalf("results %v, want nil, ErrWithdrawn, a RowError", res)
+	}
+	if len(readRow(t, dc, tgt.Table, "k0")) == 0 {
+		t.Error("the good row was not written")
+	}
+}
+
 // The halves of a request split to find a refused row are checked again
 // when the ledger changed since the split began: a user erased while the
 // first half was being sent has no row written by the second.

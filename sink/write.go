@@ -13,8 +13,8 @@ import (
 // (results: nil, a *RowError or ErrWithdrawn; unset while pending), and
 // the evidence of its current attempt. Its methods are the steps a row
 // goes through on its way to Bigtable: admit (and withdraw), attempt,
-// send, settle and isolate. Each takes the indexes of the rows it works
-// on and returns those left.
+// send, settle and isolate; at the end, withdrawRefused. Each takes the
+// indexes of the rows it works on and returns those left.
 type write struct {
 	w       *Writer
 	rows    []Row
@@ -67,6 +67,28 @@ func (wr *write) withdraw(ctx context.Context, pending []int, gen uint64) ([]int
 		kept = append(kept, i)
 	}
 	return kept, nil
+}
+
+// withdrawRefused asks the gate about the rows Bigtable refused for good,
+// which the caller would set aside as dead letters, copies of their
+// users' data: a row whose user was erased since it was decided is
+// withdrawn instead (ErrWithdrawn), settled unwritten at once rather than
+// waiting for the dead-letter topic. A gate that cannot tell leaves the
+// rest refused: the dead-letter writer judges each letter again.
+func (wr *write) withdrawRefused(ctx context.Context) {
+	g := wr.w.cfg.Gate
+	if g == nil {
+		return
+	}
+	var refused []int
+	for i, r := range wr.results {
+		if _, ok := r.(*RowError); ok {
+			refused = append(refused, i)
+		}
+	}
+	if len(refused) > 0 {
+		_, _ = wr.withdraw(ctx, refused, g.Generation())
+	}
 }
 
 // held is a write that waits: nothing was sent (see WriterConfig.Held).
