@@ -129,6 +129,33 @@ func RegisterTTLFlag(f *envflag.FlagSet, from *string) {
 	f.String(from, "ttl-from", "TTL_FROM", *from, "where an event may give its own TTL (json:PATH or header:NAME; a duration such as 90m or 2d, or whole seconds), clamped to its tenant's min_ttl and max_ttl; unset: every event keeps its tenant's TTL")
 }
 
+// CheckClockSkew checks --max-clock-skew, for the commands that register
+// it alone (RegisterClockFlag).
+func CheckClockSkew(d time.Duration) error {
+	if d < 0 {
+		return fmt.Errorf("--max-clock-skew %s: must not be negative", d)
+	}
+	return nil
+}
+
+// CheckUnlistedDeadLetterTTL checks --dlq-unlisted-retention, for the
+// commands that register it alone (RegisterUnlistedDeadLetterFlag).
+func CheckUnlistedDeadLetterTTL(d time.Duration) error {
+	if d < 0 {
+		return fmt.Errorf("--dlq-unlisted-retention %s: must not be negative", d)
+	}
+	return nil
+}
+
+// CheckTTLFrom checks --ttl-from, for the commands that register it alone
+// (RegisterTTLFlag).
+func CheckTTLFrom(from string) error {
+	f := event.DefaultFields()
+	f.TTL = from
+	_, err := f.Compile(fieldFlags)
+	return err
+}
+
 // fieldFlags name the members of Fields by the flags that fill them, in
 // the errors of Fields and of events.
 var fieldFlags = event.Labels{Tenant: "--tenant-from", EventID: "--event-id-from", User: "--user-from", Time: "--event-time-from",
@@ -187,12 +214,7 @@ func (c Config) Validate() error {
 	if c.DrainTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--drain-timeout %s: must be positive", c.DrainTimeout))
 	}
-	if c.UnlistedDeadLetterTTL < 0 {
-		errs = append(errs, fmt.Errorf("--dlq-unlisted-retention %s: must not be negative", c.UnlistedDeadLetterTTL))
-	}
-	if c.Decoder.MaxClockSkew < 0 {
-		errs = append(errs, fmt.Errorf("--max-clock-skew %s: must not be negative", c.Decoder.MaxClockSkew))
-	}
+	errs = append(errs, CheckUnlistedDeadLetterTTL(c.UnlistedDeadLetterTTL), CheckClockSkew(c.Decoder.MaxClockSkew))
 	if c.MaxInflightBytes < int64(c.Decoder.MaxBytes)+ingest.MessageOverhead {
 		errs = append(errs, fmt.Errorf("--max-inflight-bytes %d: must hold at least one event of --max-event-bytes %d", c.MaxInflightBytes, c.Decoder.MaxBytes))
 	}

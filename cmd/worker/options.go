@@ -208,7 +208,7 @@ func (t *topicOptions) register(f *envflag.FlagSet) {
 }
 
 func (t *topicOptions) validate() error {
-	return errors.Join(t.conn.Validate(), t.dlq.Validate(t.conn.Topic))
+	return errors.Join(t.conn.Validate(), t.dlq.Validate(t.conn.Topic), pipeline.CheckClockSkew(t.maxClockSkew))
 }
 
 // sources are where the retention statement's facts are read, with these

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -56,7 +57,7 @@ func (ro *retentionCmd) run(ctx context.Context, stdout, stderr io.Writer) error
 	if err := checkFormat(format); err != nil {
 		return err
 	}
-	if err := ro.topics.validate(); err != nil {
+	if err := errors.Join(ro.topics.validate(), pipeline.CheckTTLFrom(ro.ttlFrom), pipeline.CheckUnlistedDeadLetterTTL(ro.unlistedLetters)); err != nil {
 		return usageError(err)
 	}
 	s, _, done, err := ro.openJob(ctx, stderr)
