@@ -9,10 +9,11 @@ import (
 	"github.com/cellttl/cellttl/event"
 )
 
-// The examples of docs/contract.md ("Avro, Protobuf and JSON Schema"),
-// byte for byte: each value, framed as the docs print it, decodes with
-// the docs' schema into the docs' event. A change of the wire format
-// the docs describe fails here before a reader finds it.
+// One click per format, the examples docs/contract.md ("Avro, Protobuf
+// and JSON Schema") links to, byte for byte: each value, framed as the
+// contract describes, decodes with its schema into the event whose row
+// the contract's Output works out. A change of the wire format the
+// contract describes fails here before a reader finds it.
 func TestContractExamples(t *testing.T) {
 	at := time.Date(2026, 4, 30, 9, 0, 0, 123_000_000, time.UTC)
 	for _, c := range []struct {
