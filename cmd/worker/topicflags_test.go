@@ -15,7 +15,7 @@ func TestTopicFlagsAreCheckedWhereRegistered(t *testing.T) {
 	t.Parallel()
 	for args, want := range map[*[]string]string{
 		{"forget", "--tenant", "acme", "--user", "u1", "--requested-by", "t", "--brokers", "b:1", "--max-clock-skew", "-1h"}: "--max-clock-skew -1h0m0s: must not be negative",
-		{"offboard", "--tenant", "acme", "--requested-by", "t", "--brokers", "b:1", "--max-clock-skew", "-1h"}:                "--max-clock-skew -1h0m0s: must not be negative",
+		{"offboard", "--tenant", "acme", "--requested-by", "t", "--brokers", "b:1", "--max-clock-skew", "-1h"}:               "--max-clock-skew -1h0m0s: must not be negative",
 		{"retention", "--brokers", "b:1", "--max-clock-skew", "-1h"}:                                                         "--max-clock-skew -1h0m0s: must not be negative",
 		{"retention", "--brokers", "b:1", "--dlq-unlisted-retention", "-1h"}:                                                 "--dlq-unlisted-retention -1h0m0s: must not be negative",
 		{"retention", "--brokers", "b:1", "--ttl-from", "nowhere"}:                                                           "--ttl-from",
