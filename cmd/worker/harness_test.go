@@ -158,7 +158,17 @@ func (e *env) waitCommitted(t *testing.T, timeout time.Duration) {
 	t.Helper()
 	testenv.Eventually(t, timeout, func() (bool, string) {
 		committed, end := testenv.Offsets(t, e.brokers, e.group, e.topic, partitions)
+		if len(end) < partitions {
+			// A topic just created again may be unknown to the broker
+			// answering for a moment: no answer is no end (a run took an
+			// empty answer for "nothing to commit" and stopped the worker
+			// before it had a partition).
+			return false, fmt.Sprintf("the end offsets of %s are not all known yet: %v", e.topic, end)
+		}
 		for p, o := range end {
+			if o < 0 {
+				return false, fmt.Sprintf("partition %d's end offset unknown yet: %v", p, end)
+			}
 			if committed[p] == o || o == 0 {
 				continue
 			}
